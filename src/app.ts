@@ -1,0 +1,52 @@
+import { type AnyElysia, Elysia } from "elysia";
+import type { Deps } from "./deps.ts";
+import { httpConventions } from "./http/conventions.ts";
+import { type Logger, silentLogger } from "./http/logger.ts";
+import { GcraLimiter, type RateLimitPolicy } from "./http/rate-limit.ts";
+import { docsController } from "./modules/docs/index.ts";
+import { buildOpenApiDocument } from "./modules/docs/openapi.ts";
+import { healthController, type Readiness } from "./modules/health/index.ts";
+import { productsController } from "./modules/products/index.ts";
+import { createServices } from "./services.ts";
+
+export interface AppOptions {
+  baseUrl: string;
+  testClock?: boolean;
+  logger?: Logger;
+  readiness?: Readiness;
+  managementRateLimit?: RateLimitPolicy;
+}
+
+export const DEFAULT_MANAGEMENT_RATE_LIMIT: RateLimitPolicy = { name: "mgmt", limit: 100, windowSec: 1 };
+
+/** Builds the HTTP application. Starts nothing: no listen, no migration, no timers. */
+export function createApp(deps: Deps, options: AppOptions) {
+  const services = createServices(deps);
+  // The document describes the finished app, so it is built on first request, not here.
+  let openApiCache: Record<string, unknown> | undefined;
+  const root: { app?: AnyElysia } = {};
+  const openApiDocument = () => {
+    if (!root.app) throw new Error("the app is not built yet");
+    openApiCache ??= buildOpenApiDocument(root.app, options.baseUrl);
+    return openApiCache;
+  };
+  const app = new Elysia({ normalize: false })
+    .use(
+      httpConventions({
+        clock: deps.clock,
+        ids: deps.ids,
+        apiKeys: services.apiKeys,
+        logger: options.logger ?? silentLogger,
+        managementLimiter: new GcraLimiter(options.managementRateLimit ?? DEFAULT_MANAGEMENT_RATE_LIMIT),
+        baseUrl: options.baseUrl,
+        testClock: options.testClock ?? false,
+      }),
+    )
+    .use(healthController(options.readiness ?? { ready: () => true }))
+    .use(docsController(openApiDocument))
+    .use(productsController(services));
+  root.app = app;
+  return app;
+}
+
+export type App = ReturnType<typeof createApp>;

@@ -1,0 +1,310 @@
+import {
+  createCipheriv,
+  createDecipheriv,
+  createHmac,
+  generateKeyPairSync,
+  randomBytes,
+  scryptSync,
+  timingSafeEqual,
+} from "node:crypto";
+import {
+  closeSync,
+  existsSync,
+  fsyncSync,
+  openSync,
+  readFileSync,
+  renameSync,
+  unlinkSync,
+  writeSync,
+} from "node:fs";
+import { dirname } from "node:path";
+import { b64u } from "./encoding.ts";
+import { canonicalize } from "./jcs.ts";
+
+/**
+ * The sealed keystore: one JSON file holding every private key and the data key.
+ * passphrase -> scrypt -> (encryption key, MAC key). Each entry is AES-256-GCM with its metadata
+ * as associated data, and an HMAC over the whole document catches removed or reordered entries.
+ */
+export const KEYSTORE_FORMAT = "licensing-keystore-v1";
+const CHECK_PLAINTEXT = "licensing keystore passphrase check";
+
+export type KeystoreErrorReason = "missing" | "wrong_passphrase" | "tampered" | "malformed";
+
+export class KeystoreError extends Error {
+  constructor(
+    readonly reason: KeystoreErrorReason,
+    message: string,
+  ) {
+    super(message);
+    this.name = "KeystoreError";
+  }
+}
+
+export type EntryKind = "data_key" | "root_key" | "product_signing_key" | "online_key" | "sealing_key";
+
+export interface EntryMetadata {
+  id: string;
+  kind: EntryKind;
+  environment: "live" | "test" | null;
+  alg: string;
+  created_at: string;
+}
+
+interface SealedEntry extends EntryMetadata {
+  nonce: string;
+  ciphertext: string;
+}
+
+interface KdfParams {
+  name: "scrypt";
+  N: number;
+  r: number;
+  p: number;
+  salt: string;
+}
+
+interface KeystoreDocument {
+  format: typeof KEYSTORE_FORMAT;
+  kdf: KdfParams;
+  check: { nonce: string; ciphertext: string };
+  entries: SealedEntry[];
+  mac: string;
+}
+
+export interface CreateOptions {
+  /** scrypt cost; tests lower it so each fresh keystore takes milliseconds. */
+  scryptN?: number;
+  now?: Date;
+}
+
+const DEFAULT_SCRYPT_N = 2 ** 16;
+
+interface DerivedKeys {
+  encryption: Buffer;
+  mac: Buffer;
+}
+
+function deriveKeys(passphrase: string, kdf: KdfParams): DerivedKeys {
+  const material = scryptSync(passphrase.normalize("NFC"), b64u.decode(kdf.salt), 64, {
+    N: kdf.N,
+    r: kdf.r,
+    p: kdf.p,
+    maxmem: 256 * kdf.N * kdf.r + 1024 * 1024,
+  });
+  return { encryption: material.subarray(0, 32), mac: material.subarray(32) };
+}
+
+function seal(key: Buffer, plaintext: Uint8Array, aad: string): { nonce: string; ciphertext: string } {
+  const nonce = randomBytes(12);
+  const cipher = createCipheriv("aes-256-gcm", key, nonce);
+  cipher.setAAD(Buffer.from(aad));
+  const body = Buffer.concat([cipher.update(plaintext), cipher.final(), cipher.getAuthTag()]);
+  return { nonce: b64u.encode(nonce), ciphertext: b64u.encode(body) };
+}
+
+function open(key: Buffer, sealed: { nonce: string; ciphertext: string }, aad: string): Uint8Array | null {
+  try {
+    const body = Buffer.from(b64u.decode(sealed.ciphertext));
+    if (body.length < 16) return null;
+    const decipher = createDecipheriv("aes-256-gcm", key, Buffer.from(b64u.decode(sealed.nonce)));
+    decipher.setAAD(Buffer.from(aad));
+    decipher.setAuthTag(body.subarray(body.length - 16));
+    return new Uint8Array(
+      Buffer.concat([decipher.update(body.subarray(0, body.length - 16)), decipher.final()]),
+    );
+  } catch {
+    return null;
+  }
+}
+
+const metadataOf = (entry: EntryMetadata): EntryMetadata => ({
+  id: entry.id,
+  kind: entry.kind,
+  environment: entry.environment,
+  alg: entry.alg,
+  created_at: entry.created_at,
+});
+
+const documentMac = (macKey: Buffer, doc: Omit<KeystoreDocument, "mac">): string =>
+  b64u.encode(createHmac("sha256", macKey).update(canonicalize(doc)).digest());
+
+export class Keystore {
+  private constructor(
+    readonly path: string,
+    private readonly keys: DerivedKeys,
+    private readonly kdf: KdfParams,
+    private readonly check: { nonce: string; ciphertext: string },
+    private sealed: SealedEntry[],
+    private readonly secrets: Map<string, Uint8Array>,
+  ) {}
+
+  /** A new keystore with a data key and one root key per environment. Refuses to overwrite. */
+  static create(path: string, passphrase: string, options: CreateOptions = {}): Keystore {
+    if (existsSync(path)) throw new KeystoreError("malformed", `a keystore already exists at ${path}`);
+    const kdf: KdfParams = {
+      name: "scrypt",
+      N: options.scryptN ?? DEFAULT_SCRYPT_N,
+      r: 8,
+      p: 1,
+      salt: b64u.encode(randomBytes(16)),
+    };
+    const keys = deriveKeys(passphrase, kdf);
+    const check = seal(keys.encryption, Buffer.from(CHECK_PLAINTEXT), KEYSTORE_FORMAT);
+    const store = new Keystore(path, keys, kdf, check, [], new Map());
+    const createdAt = (options.now ?? new Date()).toISOString();
+    store.stage(
+      { id: "data-key", kind: "data_key", environment: null, alg: "aes-256", created_at: createdAt },
+      randomBytes(32),
+    );
+    for (const environment of ["live", "test"] as const) {
+      store.stage(
+        { id: `root-${environment}`, kind: "root_key", environment, alg: "ed25519", created_at: createdAt },
+        ed25519PrivateKeyDer(),
+      );
+    }
+    store.persist();
+    return store;
+  }
+
+  static open(path: string, passphrase: string): Keystore {
+    if (!existsSync(path))
+      throw new KeystoreError("missing", `no keystore at ${path}; run "licensing init" first`);
+    const doc = parseDocument(readFileSync(path, "utf8"));
+    const keys = deriveKeys(passphrase, doc.kdf);
+    const check = open(keys.encryption, doc.check, KEYSTORE_FORMAT);
+    if (!check || Buffer.from(check).toString() !== CHECK_PLAINTEXT) {
+      throw new KeystoreError("wrong_passphrase", "the keystore passphrase is wrong");
+    }
+    const { mac, ...rest } = doc;
+    const expected = Buffer.from(documentMac(keys.mac, rest));
+    const actual = Buffer.from(mac);
+    if (expected.length !== actual.length || !timingSafeEqual(expected, actual)) {
+      throw new KeystoreError(
+        "tampered",
+        "the keystore file has been modified outside the service; refusing it",
+      );
+    }
+    const secrets = new Map<string, Uint8Array>();
+    for (const entry of doc.entries) {
+      const secret = open(keys.encryption, entry, canonicalize(metadataOf(entry)));
+      if (!secret)
+        throw new KeystoreError("tampered", `keystore entry ${entry.id} does not decrypt; refusing it`);
+      secrets.set(entry.id, secret);
+    }
+    return new Keystore(path, keys, doc.kdf, doc.check, doc.entries, secrets);
+  }
+
+  entries(): EntryMetadata[] {
+    return this.sealed.map(metadataOf);
+  }
+
+  secret(id: string): Uint8Array {
+    const value = this.secrets.get(id);
+    if (!value) throw new KeystoreError("missing", `keystore has no entry ${id}`);
+    return value;
+  }
+
+  has(id: string): boolean {
+    return this.secrets.has(id);
+  }
+
+  /** Adds entries and rewrites the file atomically; on failure the old file and state stay. */
+  add(items: { metadata: EntryMetadata; secret: Uint8Array }[]): void {
+    const previous = [...this.sealed];
+    try {
+      for (const item of items) this.stage(item.metadata, item.secret);
+      this.persist();
+    } catch (error) {
+      for (const item of items) this.secrets.delete(item.metadata.id);
+      this.sealed = previous;
+      throw error;
+    }
+  }
+
+  private stage(metadata: EntryMetadata, secret: Uint8Array): void {
+    if (this.secrets.has(metadata.id))
+      throw new KeystoreError("malformed", `keystore entry ${metadata.id} exists`);
+    const sealed = seal(this.keys.encryption, secret, canonicalize(metadataOf(metadata)));
+    this.sealed.push({ ...metadataOf(metadata), ...sealed });
+    this.secrets.set(metadata.id, secret);
+  }
+
+  /** temp file -> fsync -> read back and verify -> rename -> fsync the directory. */
+  private persist(): void {
+    const body = { format: KEYSTORE_FORMAT, kdf: this.kdf, check: this.check, entries: this.sealed } as const;
+    const doc: KeystoreDocument = { ...body, mac: documentMac(this.keys.mac, body) };
+    const text = `${JSON.stringify(doc, null, 2)}\n`;
+    const temp = `${this.path}.tmp-${process.pid}`;
+    const fd = openSync(temp, "w", 0o600);
+    try {
+      writeSync(fd, text);
+      fsyncSync(fd);
+    } finally {
+      closeSync(fd);
+    }
+    try {
+      if (readFileSync(temp, "utf8") !== text)
+        throw new KeystoreError("malformed", "keystore write did not verify");
+      renameSync(temp, this.path);
+    } catch (error) {
+      if (existsSync(temp)) unlinkSync(temp);
+      throw error;
+    }
+    const dirFd = openSync(dirname(this.path), "r");
+    try {
+      fsyncSync(dirFd);
+    } finally {
+      closeSync(dirFd);
+    }
+  }
+}
+
+function ed25519PrivateKeyDer(): Uint8Array {
+  const { privateKey } = generateKeyPairSync("ed25519");
+  return new Uint8Array(privateKey.export({ format: "der", type: "pkcs8" }));
+}
+
+function parseDocument(text: string): KeystoreDocument {
+  let doc: unknown;
+  try {
+    doc = JSON.parse(text);
+  } catch {
+    throw new KeystoreError("malformed", "the keystore file is not valid JSON (truncated or corrupted)");
+  }
+  if (!isDocument(doc)) throw new KeystoreError("malformed", "the keystore file is not a licensing keystore");
+  return doc;
+}
+
+function isDocument(doc: unknown): doc is KeystoreDocument {
+  if (typeof doc !== "object" || doc === null) return false;
+  const d = doc as Record<string, unknown>;
+  const kdf = d.kdf as Record<string, unknown> | undefined;
+  const check = d.check as Record<string, unknown> | undefined;
+  return (
+    d.format === KEYSTORE_FORMAT &&
+    typeof kdf === "object" &&
+    kdf !== null &&
+    kdf.name === "scrypt" &&
+    [kdf.N, kdf.r, kdf.p].every(
+      (n) => Number.isInteger(n) && (n as number) > 0 && (n as number) <= 2 ** 20,
+    ) &&
+    typeof kdf.salt === "string" &&
+    typeof check === "object" &&
+    check !== null &&
+    typeof check.nonce === "string" &&
+    typeof check.ciphertext === "string" &&
+    Array.isArray(d.entries) &&
+    d.entries.every(isSealedEntry) &&
+    typeof d.mac === "string"
+  );
+}
+
+function isSealedEntry(entry: unknown): entry is SealedEntry {
+  if (typeof entry !== "object" || entry === null) return false;
+  const e = entry as Record<string, unknown>;
+  return (
+    ["id", "kind", "alg", "created_at", "nonce", "ciphertext"].every((k) => typeof e[k] === "string") &&
+    (e.environment === null || e.environment === "live" || e.environment === "test")
+  );
+}

@@ -1,0 +1,22 @@
+/** Time comes from here, never from Date.now() in logic, so tests and the test clock can move it. */
+export interface Clock {
+  now(): Date;
+}
+
+export const systemClock: Clock = { now: () => new Date() };
+
+/** A clock that starts at real time and can be pushed forward (the --test-clock route, tests). */
+export class AdjustableClock implements Clock {
+  private offsetMs = 0;
+  constructor(private readonly base: Clock = systemClock) {}
+  now(): Date {
+    return new Date(this.base.now().getTime() + this.offsetMs);
+  }
+  advance(seconds: number): Date {
+    this.offsetMs += seconds * 1000;
+    return this.now();
+  }
+}
+
+export const unixSeconds = (date: Date): number => Math.floor(date.getTime() / 1000);
+export const isoString = (date: Date): string => date.toISOString();

@@ -1,0 +1,79 @@
+import { CROCKFORD_ALPHABET } from "./base32.ts";
+
+/** Every public id is `prefix_` + 26 time-ordered Crockford characters (48-bit ms time + 80 random bits). */
+export const ID_PREFIXES = {
+  product: "prod",
+  policy: "pol",
+  customer: "cus",
+  license: "lic",
+  activation: "act",
+  lease: "lse",
+  webhook: "whk",
+  event: "evt",
+  reseller: "rsl",
+  verification: "ver",
+  user: "usr",
+  request: "req",
+  apiKey: "key",
+} as const;
+
+export type IdKind = keyof typeof ID_PREFIXES;
+
+const TIME_CHARS = 10;
+const RANDOM_CHARS = 16;
+const ULID_PATTERN = /^[0-9A-HJKMNP-TV-Z]{26}$/;
+
+/**
+ * Monotonic: ids made in the same millisecond keep increasing, so "newest first" ordering by id
+ * is exact even under bursts.
+ */
+export class IdGenerator {
+  private lastTime = -1;
+  private lastRandom: number[] = [];
+
+  next(kind: IdKind, nowMs: number): string {
+    return `${ID_PREFIXES[kind]}_${this.ulid(nowMs)}`;
+  }
+
+  ulid(nowMs: number): string {
+    let random: number[];
+    if (nowMs <= this.lastTime) {
+      random = increment(this.lastRandom);
+      nowMs = this.lastTime;
+    } else {
+      random = Array.from(crypto.getRandomValues(new Uint8Array(RANDOM_CHARS)), (b) => b & 31);
+    }
+    this.lastTime = nowMs;
+    this.lastRandom = random;
+    return encodeTime(nowMs) + random.map((d) => CROCKFORD_ALPHABET[d]).join("");
+  }
+}
+
+function encodeTime(ms: number): string {
+  let out = "";
+  let rest = ms;
+  for (let i = 0; i < TIME_CHARS; i++) {
+    out = CROCKFORD_ALPHABET[rest % 32] + out;
+    rest = Math.floor(rest / 32);
+  }
+  return out;
+}
+
+function increment(digits: number[]): number[] {
+  const next = [...digits];
+  for (let i = next.length - 1; i >= 0; i--) {
+    const digit = next[i] ?? 0;
+    if (digit < 31) {
+      next[i] = digit + 1;
+      return next;
+    }
+    next[i] = 0;
+  }
+  throw new Error("ULID random part overflowed within one millisecond");
+}
+
+/** True when `value` has the shape of an id of this kind; used to answer 404 early for junk ids. */
+export function isId(kind: IdKind, value: string): boolean {
+  const prefix = `${ID_PREFIXES[kind]}_`;
+  return value.startsWith(prefix) && ULID_PATTERN.test(value.slice(prefix.length));
+}

@@ -1,0 +1,158 @@
+import type { FieldErrors } from "../http/errors.ts";
+import type { PlanDefinition } from "./plans.ts";
+
+/** The allowed values of every policy enum. Documented in docs/api.md; clients may rely on them. */
+export const LICENSE_TYPES = ["perpetual", "subscription", "trial"] as const;
+export const VALIDATION_MODES = ["online", "hybrid", "offline"] as const;
+export const FAIL_MODES = ["open", "closed"] as const;
+export const IDENTITY_MODES = ["device", "named_user"] as const;
+export const PERPETUAL_MODES = ["managed", "unmanaged"] as const;
+export const CONCURRENCY_UNITS = ["device", "instance"] as const;
+export const FINGERPRINT_PROFILES = ["standard", "strict", "relaxed"] as const;
+export const RENEWAL_AUTHORITIES = ["vendor", "external_billing"] as const;
+export const BILLING_CYCLES = ["none", "monthly", "quarterly", "yearly"] as const;
+
+export type LicenseType = (typeof LICENSE_TYPES)[number];
+
+export interface PolicySettings {
+  license_type: LicenseType;
+  validation_mode: (typeof VALIDATION_MODES)[number];
+  fail_mode: (typeof FAIL_MODES)[number];
+  identity_mode: (typeof IDENTITY_MODES)[number];
+  perpetual_mode: (typeof PERPETUAL_MODES)[number];
+  concurrency_unit: (typeof CONCURRENCY_UNITS)[number];
+  fingerprint_profile: (typeof FINGERPRINT_PROFILES)[number];
+  renewal_authority: (typeof RENEWAL_AUTHORITIES)[number];
+  billing_cycle: (typeof BILLING_CYCLES)[number];
+  heartbeat_required: boolean;
+  max_machines: number;
+  max_concurrent: number | null;
+  license_unit_limit: number | null;
+  cert_ttl_sec: number;
+  heartbeat_sec: number;
+  lease_ttl_sec: number;
+  lease_heartbeat_sec: number;
+  network_grace_sec: number;
+  trial_days: number;
+  entitlements: Record<string, unknown>;
+}
+
+/** What a fingerprint profile means, as returned in policy responses. */
+export const FINGERPRINT_PROFILE_DETAILS = {
+  standard: {
+    name: "standard",
+    on_machine_change: "require_full_machine_info",
+    baseline_max_age_sec: 86_400,
+  },
+  strict: { name: "strict", on_machine_change: "reject", baseline_max_age_sec: 86_400 },
+  relaxed: { name: "relaxed", on_machine_change: "accept", baseline_max_age_sec: 86_400 },
+} as const;
+
+const DAY = 86_400;
+
+/**
+ * A policy from a name alone: the plan's `policy_defaults` first, then what suits the kind. The
+ * result always satisfies the plan's constraints.
+ */
+export function policyDefaults(licenseType: LicenseType, plan: PlanDefinition): PolicySettings {
+  const c = plan.policy_constraints;
+  return {
+    license_type: licenseType,
+    validation_mode: "online",
+    fail_mode: "open",
+    identity_mode: "device",
+    perpetual_mode: "managed",
+    concurrency_unit: "device",
+    fingerprint_profile: "standard",
+    renewal_authority: "vendor",
+    billing_cycle: licenseType === "subscription" ? "yearly" : "none",
+    heartbeat_required: licenseType !== "perpetual",
+    max_machines: 1,
+    max_concurrent: null,
+    license_unit_limit: null,
+    cert_ttl_sec: plan.policy_defaults.cert_ttl_sec,
+    heartbeat_sec: Math.max(plan.policy_defaults.heartbeat_sec, c.activation_sync_min_sec),
+    lease_ttl_sec: Math.max(900, c.floating_lease_ttl_min_sec),
+    lease_heartbeat_sec: Math.max(300, c.floating_sync_min_sec),
+    network_grace_sec: plan.policy_defaults.network_grace_sec,
+    trial_days: licenseType === "trial" ? 14 : 0,
+    entitlements: {},
+  };
+}
+
+/**
+ * The longest a revoked license can keep working on a device that stays offline: its last
+ * certificate, plus the network grace when the policy fails open.
+ */
+export const revocationExposureSec = (p: PolicySettings): number =>
+  p.cert_ttl_sec + (p.fail_mode === "open" ? p.network_grace_sec : 0);
+
+const ENTITLEMENT_NAME = /^[a-z0-9][a-z0-9_.:-]{0,63}$/;
+const MAX_ENTITLEMENTS = 200;
+
+/** Every rule a policy's numbers must keep, against the plan's constraints. Empty when valid. */
+export function policyViolations(p: PolicySettings, plan: PlanDefinition): FieldErrors {
+  const c = plan.policy_constraints;
+  const errors: FieldErrors = {};
+  const add = (field: string, message: string) => {
+    errors[field] = [...(errors[field] ?? []), message];
+  };
+  const range = (field: keyof PolicySettings, value: number | null, min: number, max: number, why = "") => {
+    if (value === null) return;
+    if (value < min || value > max) add(field, `must be between ${min} and ${max}${why}`);
+  };
+
+  range("max_machines", p.max_machines, 1, 1_000_000);
+  range("max_concurrent", p.max_concurrent, 1, 1_000_000);
+  range("license_unit_limit", p.license_unit_limit, 1, 1_000_000);
+  range("cert_ttl_sec", p.cert_ttl_sec, 300, c.cert_ttl_max_sec, " (plan cert_ttl_max_sec)");
+  range(
+    "heartbeat_sec",
+    p.heartbeat_sec,
+    c.activation_sync_min_sec,
+    30 * DAY,
+    " (plan activation_sync_min_sec)",
+  );
+  range(
+    "lease_ttl_sec",
+    p.lease_ttl_sec,
+    c.floating_lease_ttl_min_sec,
+    7 * DAY,
+    " (plan floating_lease_ttl_min_sec)",
+  );
+  range(
+    "lease_heartbeat_sec",
+    p.lease_heartbeat_sec,
+    c.floating_sync_min_sec,
+    7 * DAY,
+    " (plan floating_sync_min_sec)",
+  );
+  range("network_grace_sec", p.network_grace_sec, 0, 90 * DAY);
+  range("trial_days", p.trial_days, p.license_type === "trial" ? 1 : 0, 365);
+
+  if (p.heartbeat_sec > p.cert_ttl_sec)
+    add("heartbeat_sec", "must not exceed cert_ttl_sec, or certificates lapse between heartbeats");
+  if (p.lease_heartbeat_sec >= p.lease_ttl_sec)
+    add("lease_heartbeat_sec", "must be shorter than lease_ttl_sec");
+  const exposure = revocationExposureSec(p);
+  if (exposure > c.revocation_exposure_max_sec) {
+    const message = `cert_ttl_sec${p.fail_mode === "open" ? " + network_grace_sec" : ""} (${exposure}s) exceeds the plan's revocation_exposure_max_sec (${c.revocation_exposure_max_sec}s)`;
+    add("cert_ttl_sec", message);
+    if (p.fail_mode === "open") add("network_grace_sec", message);
+  }
+  if (p.perpetual_mode === "unmanaged" && p.license_type !== "perpetual") {
+    add("perpetual_mode", "unmanaged is only for perpetual licenses");
+  }
+  if (p.license_type === "trial" && p.billing_cycle !== "none")
+    add("billing_cycle", "trials are not billed; use none");
+  if (p.license_type === "perpetual" && p.billing_cycle !== "none")
+    add("billing_cycle", "perpetual licenses are not billed periodically; use none");
+
+  const names = Object.keys(p.entitlements);
+  if (names.length > MAX_ENTITLEMENTS) add("entitlements", `at most ${MAX_ENTITLEMENTS} entitlements`);
+  for (const name of names) {
+    if (!ENTITLEMENT_NAME.test(name))
+      add(`entitlements.${name}`, "names are 1-64 of a-z 0-9 _ . : - and start with a letter or digit");
+  }
+  return errors;
+}

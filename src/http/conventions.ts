@@ -1,0 +1,86 @@
+import { Elysia } from "elysia";
+import type { Clock } from "../domain/clock.ts";
+import type { IdGenerator } from "../domain/ids.ts";
+import type { ApiKeyService } from "../modules/api-keys/service.ts";
+import { parseJsonBody } from "./body.ts";
+import { errorBody, toApiError } from "./envelope.ts";
+import { ApiError } from "./errors.ts";
+import type { Logger } from "./logger.ts";
+import type { GcraLimiter } from "./rate-limit.ts";
+import { requestState } from "./request-state.ts";
+
+export interface ConventionDeps {
+  clock: Clock;
+  ids: IdGenerator;
+  apiKeys: ApiKeyService;
+  logger: Logger;
+  managementLimiter: GcraLimiter;
+  baseUrl: string;
+  testClock: boolean;
+}
+
+const MANAGEMENT_PREFIX = "/mgmt/";
+const BEARER = /^Bearer ([^\s]+)$/;
+
+/**
+ * Everything every route shares, in one place: request ids, management authentication and rate
+ * limits (before the body is read, so an anonymous caller learns nothing about the route), the
+ * JSON body parser with its byte limit, and the error envelope for every failure.
+ */
+export function httpConventions(deps: ConventionDeps) {
+  return new Elysia({ name: "http-conventions" })
+    .onRequest(({ request, set }) => {
+      const now = deps.clock.now();
+      const requestId = deps.ids.next("request", now.getTime());
+      requestState.set(request, { requestId, startedAt: performance.now() });
+      set.headers["x-request-id"] = requestId;
+      if (deps.testClock) set.headers["x-service-test-clock"] = "1";
+      if (new URL(request.url).pathname.startsWith(MANAGEMENT_PREFIX))
+        authenticate(request, set.headers, deps, now);
+    })
+    .onParse({ as: "global" }, ({ request }) => parseJsonBody(request))
+    .onError({ as: "global" }, ({ error, code, request, set }) => {
+      const apiError = toApiError(error, code);
+      const requestId = requestState.get(request)?.requestId ?? "req_unknown";
+      if (apiError.code === "INTERNAL_ERROR") {
+        deps.logger.log("error", "unhandled error", {
+          request_id: requestId,
+          error: error instanceof Error ? error.message : String(error),
+          stack: error instanceof Error ? error.stack : undefined,
+        });
+      }
+      for (const [name, value] of Object.entries(apiError.headers)) set.headers[name] = value;
+      set.headers["content-type"] = "application/json";
+      return new Response(JSON.stringify(errorBody(apiError, requestId, deps.baseUrl)), {
+        status: apiError.status,
+      });
+    });
+}
+
+function authenticate(
+  request: Request,
+  headers: Record<string, string | number>,
+  deps: ConventionDeps,
+  now: Date,
+): void {
+  const authorization = request.headers.get("authorization");
+  const token = authorization ? BEARER.exec(authorization)?.[1] : undefined;
+  const caller = token ? deps.apiKeys.authenticate(token) : null;
+  if (!caller) {
+    throw new ApiError(
+      "UNAUTHENTICATED",
+      authorization ? "The API key is not valid." : "Send an API key as 'Authorization: Bearer <key>'.",
+      {},
+      { headers: { "www-authenticate": 'Bearer realm="mgmt"' } },
+    );
+  }
+  const decision = deps.managementLimiter.check(caller.id, now.getTime());
+  Object.assign(headers, deps.managementLimiter.headers(decision));
+  if (!decision.allowed) {
+    throw new ApiError("RATE_LIMITED", "Too many management requests for this API key.", {
+      retry_after_sec: decision.retryAfterSec,
+    });
+  }
+  const state = requestState.get(request);
+  if (state) state.caller = caller;
+}

@@ -1,0 +1,85 @@
+import { ParseError, ValidationError } from "elysia";
+import { ApiError, type FieldErrors } from "./errors.ts";
+
+export interface ErrorEnvelope {
+  error: {
+    code: string;
+    message: string;
+    request_id: string;
+    retryable: boolean;
+    doc_url: string;
+    details: Record<string, unknown>;
+  };
+}
+
+/** Turns anything thrown during a request into an ApiError; unknown errors become INTERNAL_ERROR. */
+export function toApiError(error: unknown, elysiaCode: unknown): ApiError {
+  if (error instanceof ApiError) return error;
+  if (error instanceof ParseError) {
+    if (error.cause instanceof ApiError) return error.cause;
+    return new ApiError("INVALID_REQUEST", "The request body could not be read.");
+  }
+  if (error instanceof ValidationError) return fromValidation(error);
+  if (elysiaCode === "NOT_FOUND") return new ApiError("NOT_FOUND", "No route matches this method and path.");
+  if (elysiaCode === "INVALID_COOKIE_SIGNATURE" || elysiaCode === "INVALID_FILE_TYPE") {
+    return new ApiError("INVALID_REQUEST", "The request is malformed.");
+  }
+  return new ApiError("INTERNAL_ERROR", "Something went wrong on our side; it has been logged.");
+}
+
+function fromValidation(error: ValidationError): ApiError {
+  if (error.type === "response") {
+    return new ApiError("INTERNAL_ERROR", "The server produced a response that breaks its own schema.");
+  }
+  if (error.type === "body" && error.value === undefined) {
+    return new ApiError("INVALID_REQUEST", "This operation needs a JSON body.");
+  }
+  if (error.type === "headers") {
+    return new ApiError("INVALID_REQUEST", "A required header is missing or malformed.", {
+      errors: collect(error),
+    });
+  }
+  return ApiError.validation(collect(error));
+}
+
+function collect(error: ValidationError): FieldErrors {
+  const errors: FieldErrors = {};
+  for (const issue of error.all) {
+    if (!("path" in issue)) continue;
+    const path = issue.path.replace(/^\//, "").replaceAll("/", ".") || "body";
+    const choices = literalChoices("schema" in issue ? issue.schema : undefined);
+    const message =
+      issue.message === "Unexpected property"
+        ? "is not a known field"
+        : choices
+          ? `must be one of: ${choices.join(", ")}`
+          : (issue.summary ?? issue.message);
+    const list = errors[path] ?? [];
+    if (!list.includes(message)) list.push(message);
+    errors[path] = list;
+  }
+  if (Object.keys(errors).length === 0) errors.body = ["does not match the schema"];
+  return errors;
+}
+
+/** For a union of literals (our enums), the allowed values, so the message can list them. */
+function literalChoices(schema: unknown): string[] | undefined {
+  const anyOf = (schema as { anyOf?: { const?: unknown }[] } | undefined)?.anyOf;
+  if (!Array.isArray(anyOf) || anyOf.length === 0) return undefined;
+  const values = anyOf.map((member) => member.const);
+  if (!values.every((v) => typeof v === "string")) return undefined;
+  return values as string[];
+}
+
+export function errorBody(error: ApiError, requestId: string, baseUrl: string): ErrorEnvelope {
+  return {
+    error: {
+      code: error.code,
+      message: error.message,
+      request_id: requestId,
+      retryable: error.retryable,
+      doc_url: `${baseUrl}/docs/errors#${error.code}`,
+      details: error.details,
+    },
+  };
+}

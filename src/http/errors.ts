@@ -1,0 +1,142 @@
+/**
+ * The closed set of error codes. Each code has exactly one HTTP status and a default for
+ * `retryable`; nothing else in the code base chooses a status for an error.
+ */
+export const ERROR_CODES = {
+  INVALID_REQUEST: { status: 400, retryable: false, title: "The request is malformed" },
+  UNAUTHENTICATED: { status: 401, retryable: false, title: "Missing or invalid API key" },
+  DEVICE_PROOF_INVALID: { status: 401, retryable: false, title: "Device proof missing, invalid or replayed" },
+  CLOCK_SKEW: { status: 401, retryable: false, title: "Device clock differs from the server clock" },
+  EMAIL_VERIFICATION_CODE_INVALID: {
+    status: 401,
+    retryable: false,
+    title: "Wrong code, address or device key",
+  },
+  TWO_FACTOR_REQUIRED: { status: 401, retryable: false, title: "A second factor is required" },
+  TWO_FACTOR_INVALID: { status: 401, retryable: false, title: "Wrong second factor" },
+  PLAN_ENDED: { status: 402, retryable: false, title: "The workspace trial or subscription has ended" },
+  INSUFFICIENT_SCOPE: {
+    status: 403,
+    retryable: false,
+    title: "The API key lacks the scope this operation needs",
+  },
+  ENVIRONMENT_MISMATCH: {
+    status: 403,
+    retryable: false,
+    title: "A test key cannot act on live-held shared resources",
+  },
+  PLAN_ENTITLEMENT_REQUIRED: {
+    status: 403,
+    retryable: false,
+    title: "The workspace plan lacks an entitlement",
+  },
+  LICENSE_REVOKED: { status: 403, retryable: false, title: "The license has been revoked" },
+  LICENSE_EXPIRED: { status: 403, retryable: false, title: "The license has expired" },
+  LICENSE_SUSPENDED: { status: 403, retryable: false, title: "The license is suspended" },
+  SEALED_FILE_ENTITLEMENT_REQUIRED: {
+    status: 403,
+    retryable: false,
+    title: "The file needs an entitlement the license lacks",
+  },
+  TWO_FACTOR_LOCKED: { status: 403, retryable: false, title: "Two-factor is locked for this user" },
+  NAMED_USER_ASSIGNMENT_UNAVAILABLE: {
+    status: 403,
+    retryable: false,
+    title: "The named-user assignment changed",
+  },
+  TRIAL_ALREADY_USED: { status: 403, retryable: false, title: "A trial was already used" },
+  TRIAL_ACTIVATION_INVALID: {
+    status: 403,
+    retryable: false,
+    title: "The product does not accept trial sign-ups now",
+  },
+  NOT_FOUND: { status: 404, retryable: false, title: "No such resource or route" },
+  IDEMPOTENCY_CONFLICT: {
+    status: 409,
+    retryable: false,
+    title: "Idempotency-Key reused with another body, or still in flight",
+  },
+  VERSION_CONFLICT: { status: 409, retryable: false, title: "If-Match is stale; nothing was changed" },
+  PRODUCT_ARCHIVED: { status: 409, retryable: false, title: "The product is archived" },
+  PLAN_QUOTA_EXCEEDED: { status: 409, retryable: false, title: "A workspace allowance is used up" },
+  MACHINE_LIMIT_REACHED: { status: 409, retryable: false, title: "The license has no free machine slot" },
+  CONCURRENCY_LIMIT_REACHED: { status: 409, retryable: true, title: "No concurrent seat is free" },
+  DEVICE_KEY_MISMATCH: { status: 409, retryable: false, title: "The device key does not match" },
+  SEALED_FILES_UNAVAILABLE: {
+    status: 409,
+    retryable: false,
+    title: "This environment does not offer sealed files",
+  },
+  EMAIL_VERIFICATION_EXPIRED: {
+    status: 410,
+    retryable: false,
+    title: "The verification is expired, used or replaced",
+  },
+  ACTIVATION_DEACTIVATED: { status: 410, retryable: false, title: "The activation was deactivated" },
+  PAYLOAD_TOO_LARGE: { status: 413, retryable: false, title: "The request body is over the route's limit" },
+  VALIDATION_FAILED: { status: 422, retryable: false, title: "Invalid values; see details.errors" },
+  INVALID_TRANSITION: { status: 422, retryable: false, title: "The resource cannot move to that state" },
+  SEALED_FILE_INVALID: { status: 422, retryable: false, title: "The sealed file header cannot be used" },
+  RATE_LIMITED: { status: 429, retryable: true, title: "Too many requests; see Retry-After" },
+  INTERNAL_ERROR: { status: 500, retryable: true, title: "Unexpected server error" },
+  SERVICE_UNAVAILABLE: { status: 503, retryable: true, title: "A required dependency is unavailable" },
+  SEALED_FILES_KEY_UNAVAILABLE: {
+    status: 503,
+    retryable: true,
+    title: "The sealing key is briefly unreachable",
+  },
+} as const satisfies Record<string, { status: number; retryable: boolean; title: string }>;
+
+export type ErrorCode = keyof typeof ERROR_CODES;
+
+export type ErrorDetails = Record<string, unknown>;
+
+/** Field path -> messages, as carried by VALIDATION_FAILED in `details.errors`. */
+export type FieldErrors = Record<string, string[]>;
+
+export class ApiError extends Error {
+  readonly status: number;
+  readonly retryable: boolean;
+
+  constructor(
+    readonly code: ErrorCode,
+    message: string,
+    readonly details: ErrorDetails = {},
+    options: { retryable?: boolean; headers?: Record<string, string> } = {},
+  ) {
+    super(message);
+    this.name = "ApiError";
+    this.status = ERROR_CODES[code].status;
+    this.retryable = options.retryable ?? ERROR_CODES[code].retryable;
+    this.headers = options.headers ?? {};
+  }
+
+  readonly headers: Record<string, string>;
+
+  static validation(errors: FieldErrors, message = "Some values are invalid."): ApiError {
+    return new ApiError("VALIDATION_FAILED", message, { errors });
+  }
+
+  static notFound(what: string): ApiError {
+    return new ApiError("NOT_FOUND", `No ${what} with that id.`);
+  }
+}
+
+/** Collects field errors across several checks so a caller hears about all of them at once. */
+export class FieldErrorCollector {
+  private readonly errors: FieldErrors = {};
+
+  add(field: string, message: string): void {
+    const list = this.errors[field] ?? [];
+    list.push(message);
+    this.errors[field] = list;
+  }
+
+  get empty(): boolean {
+    return Object.keys(this.errors).length === 0;
+  }
+
+  throwIfAny(): void {
+    if (!this.empty) throw ApiError.validation(this.errors);
+  }
+}

@@ -1,0 +1,47 @@
+import { type TSchema, Type } from "@sinclair/typebox";
+
+/** Shared schema pieces: the error envelope every failure uses, and the data/list wrappers. */
+export const ErrorEnvelope = Type.Object(
+  {
+    error: Type.Object({
+      code: Type.String({ description: "Stable SCREAMING_SNAKE code; see /docs/errors." }),
+      message: Type.String(),
+      request_id: Type.String({ description: "Equals the X-Request-Id response header." }),
+      retryable: Type.Boolean(),
+      doc_url: Type.String({ format: "uri" }),
+      details: Type.Record(Type.String(), Type.Unknown()),
+    }),
+  },
+  { description: "The error envelope of every failed request." },
+);
+
+export const DateTime = (description?: string) =>
+  Type.String({ format: "date-time", ...(description ? { description } : {}) });
+export const Nullable = <T extends TSchema>(schema: T) => Type.Union([schema, Type.Null()]);
+
+export const dataOf = <T extends TSchema>(schema: T) => Type.Object({ data: schema });
+
+export const listOf = <T extends TSchema>(schema: T) =>
+  Type.Object({
+    data: Type.Array(schema),
+    pagination: Type.Object({
+      next_cursor: Nullable(
+        Type.String({ description: "Pass as `cursor` for the next page; null on the last page." }),
+      ),
+      has_more: Type.Boolean(),
+    }),
+  });
+
+/** Free-form JSON object (metadata, entitlement maps). */
+export const JsonObject = (description: string) =>
+  Type.Record(Type.String({ maxLength: 64 }), Type.Unknown(), { description });
+
+export const IdempotencyHeaders = Type.Object({
+  "idempotency-key": Type.Optional(Type.String({ description: "16-255 characters; see DESIGN §4." })),
+});
+
+export const IfMatchHeaders = Type.Object({
+  "if-match": Type.Optional(
+    Type.String({ description: "Concurrency token; a stale value answers 409 VERSION_CONFLICT." }),
+  ),
+});

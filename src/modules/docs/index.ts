@@ -1,0 +1,50 @@
+import { Elysia } from "elysia";
+import swaggerCss from "swagger-ui-dist/swagger-ui.css" with { type: "text" };
+import swaggerBundle from "swagger-ui-dist/swagger-ui-bundle.js" with { type: "text" };
+import errorsMarkdown from "../../../docs/errors.md" with { type: "text" };
+import { ApiError } from "../../http/errors.ts";
+
+const ASSETS: Record<string, { body: string; type: string }> = {
+  "swagger-ui.css": { body: swaggerCss, type: "text/css; charset=utf-8" },
+  "swagger-ui-bundle.js": { body: swaggerBundle, type: "text/javascript; charset=utf-8" },
+};
+
+const page = (title: string, head: string, body: string) => `<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
+<title>${title}</title>${head}</head><body>${body}</body></html>`;
+
+const REFERENCE_HTML = page(
+  "Licensing Service API",
+  '<link rel="stylesheet" href="/docs/assets/swagger-ui.css">',
+  `<div id="swagger-ui"></div><script src="/docs/assets/swagger-ui-bundle.js"></script>
+<script>window.ui = SwaggerUIBundle({ url: "/openapi.json", dom_id: "#swagger-ui", validatorUrl: null, deepLinking: true, tryItOutEnabled: false });</script>`,
+);
+
+const ERRORS_HTML = page(
+  "Error codes · Licensing Service",
+  "<style>body{font:16px/1.5 system-ui,sans-serif;max-width:52rem;margin:2rem auto;padding:0 1rem}code{background:#f3f3f3;padding:0 .2em}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:.3em .6em}h2{margin-top:2rem}</style>",
+  Bun.markdown.html(errorsMarkdown),
+);
+
+const html = (body: string) =>
+  new Response(body, {
+    headers: {
+      "content-type": "text/html; charset=utf-8",
+      "content-security-policy":
+        "default-src 'self'; script-src 'self' 'unsafe-inline'; style-src 'self' 'unsafe-inline'; img-src 'self' data:",
+    },
+  });
+
+/** The browsable reference and error documentation, entirely from the binary: no CDN, works air-gapped. */
+export const docsController = (openApiDocument: () => Record<string, unknown>) =>
+  new Elysia({ detail: { hide: true } })
+    .get("/openapi.json", () => openApiDocument())
+    .get("/docs", () => html(REFERENCE_HTML))
+    .get("/docs/errors", () => html(ERRORS_HTML))
+    .get("/docs/assets/:file", ({ params }) => {
+      const asset = Object.hasOwn(ASSETS, params.file) ? ASSETS[params.file] : undefined;
+      if (!asset) throw new ApiError("NOT_FOUND", "No such documentation asset.");
+      return new Response(asset.body, {
+        headers: { "content-type": asset.type, "cache-control": "public, max-age=86400" },
+      });
+    });

@@ -1,0 +1,113 @@
+import { toOpenAPISchema } from "@elysiajs/openapi";
+import type { AnyElysia } from "elysia";
+import { ERROR_CODES } from "../../http/errors.ts";
+import { ErrorEnvelope } from "../../http/schemas.ts";
+
+export const API_VERSION = "2026-09-21";
+
+type Operation = {
+  parameters?: { in: string; name: string }[];
+  requestBody?: unknown;
+  responses?: Record<string, unknown>;
+  security?: unknown;
+  [key: string]: unknown;
+};
+
+const METHODS = ["get", "post", "put", "patch", "delete"] as const;
+
+const errorResponse = (description: string) => ({
+  description,
+  content: { "application/json": { schema: { $ref: "#/components/schemas/ErrorEnvelope" } } },
+});
+
+/**
+ * The OpenAPI 3.1 document, generated from the routes themselves and completed with what the
+ * generator cannot know: security schemes, and the error envelope on every failure status a route
+ * can answer.
+ */
+export function buildOpenApiDocument(app: AnyElysia, baseUrl: string): Record<string, unknown> {
+  const generated = toOpenAPISchema(
+    app,
+    { paths: [/^\/docs/, "/openapi.json", /^\/testing\//] },
+    undefined,
+    undefined,
+    "3.1.0",
+  );
+  const paths = generated.paths as Record<string, Record<string, Operation>>;
+  for (const [path, item] of Object.entries(paths)) {
+    for (const method of METHODS) {
+      const operation = item[method];
+      if (!operation) continue;
+      operation.responses = { ...operation.responses, ...errorResponsesFor(path, method, operation) };
+      if (!path.startsWith("/mgmt/")) operation.security = [];
+      if (operation.responses?.["204"] === undefined && method === "delete") {
+        operation.responses = { "204": { description: "Done; no body." }, ...operation.responses };
+      }
+    }
+  }
+  return {
+    openapi: "3.1.0",
+    info: {
+      title: "Licensing Service API",
+      version: API_VERSION,
+      description:
+        "Runtime API (`/runtime/v1`) for product apps and Management API (`/mgmt/v1`) for vendors. Every failure answers the error envelope; see /docs/errors.",
+    },
+    servers: [{ url: baseUrl }],
+    security: [{ managementApiKey: [] }],
+    tags: [
+      { name: "Products" },
+      { name: "Policies" },
+      { name: "Customers" },
+      { name: "Licenses" },
+      { name: "Resellers" },
+      { name: "Events" },
+      { name: "Plan and reports" },
+      { name: "Health" },
+    ],
+    paths,
+    components: {
+      ...generated.components,
+      schemas: { ...(generated.components?.schemas ?? {}), ErrorEnvelope },
+      securitySchemes: {
+        managementApiKey: {
+          type: "http",
+          scheme: "bearer",
+          description:
+            "A Management API key (`lsk_live_…` or `lsk_test_…`) sent as `Authorization: Bearer <key>`.",
+        },
+        deviceProof: {
+          type: "apiKey",
+          in: "header",
+          name: "X-Service-Signature",
+          description:
+            "Device proof headers (X-Service-Activation, X-Service-Timestamp, X-Service-Nonce, X-Service-Signature); see docs/protocol.md.",
+        },
+      },
+    },
+  };
+}
+
+function errorResponsesFor(path: string, method: string, operation: Operation): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  const statuses = new Set<number>([429, 500]);
+  if (path.startsWith("/mgmt/")) {
+    statuses.add(401);
+    statuses.add(403);
+  }
+  if (path.includes("{")) statuses.add(404);
+  if (operation.requestBody || method === "post" || method === "patch") {
+    statuses.add(400);
+    statuses.add(422);
+  }
+  if (method === "patch" || (method === "delete" && path.startsWith("/mgmt/v1/products"))) statuses.add(409);
+  if (method === "post" && !path.includes("{") && path.startsWith("/mgmt/")) statuses.add(409);
+  for (const status of [...statuses].sort()) {
+    if (operation.responses?.[String(status)]) continue;
+    const codes = Object.entries(ERROR_CODES)
+      .filter(([, spec]) => spec.status === status)
+      .map(([code]) => code);
+    out[String(status)] = errorResponse(`Error envelope. Codes with this status: ${codes.join(", ")}.`);
+  }
+  return out;
+}

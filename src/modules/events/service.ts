@@ -1,0 +1,73 @@
+import { and, desc, eq, lt } from "drizzle-orm";
+import type { ChangeContext, Deps } from "../../deps.ts";
+import type { Environment } from "../../domain/scopes.ts";
+import type { PageRequest } from "../../http/pagination.ts";
+import type { Db } from "../../store/db.ts";
+import { auditEvents } from "../../store/schema/index.ts";
+
+/** A transaction handle or the database itself: audit rows are written inside the change's transaction. */
+type Writer = Pick<Db, "insert">;
+
+export interface AuditEntry {
+  type: string;
+  target: { type: string; id: string };
+  data?: Record<string, unknown>;
+}
+
+/** Records one audit event; call it inside the transaction that makes the change. */
+export function recordAudit(
+  writer: Writer,
+  deps: Pick<Deps, "clock" | "ids">,
+  ctx: ChangeContext,
+  entry: AuditEntry,
+): void {
+  const now = deps.clock.now();
+  writer
+    .insert(auditEvents)
+    .values({
+      id: deps.ids.next("event", now.getTime()),
+      environment: ctx.environment,
+      type: entry.type,
+      actor: ctx.actor,
+      targetType: entry.target.type,
+      targetId: entry.target.id,
+      data: entry.data ?? {},
+      requestId: ctx.requestId,
+      createdAt: now,
+    })
+    .run();
+}
+
+export type AuditEventRow = typeof auditEvents.$inferSelect;
+
+export function presentAuditEvent(row: AuditEventRow) {
+  return {
+    id: row.id,
+    type: row.type,
+    request_id: row.requestId,
+    actor: row.actor,
+    target: { type: row.targetType, id: row.targetId, environment: row.environment },
+    data: row.data,
+    created_at: row.createdAt.toISOString(),
+  };
+}
+
+export class AuditService {
+  constructor(private readonly deps: Pick<Deps, "db">) {}
+
+  /** Newest first, only the caller's environment. */
+  list(environment: Environment, page: PageRequest): AuditEventRow[] {
+    return this.deps.db
+      .select()
+      .from(auditEvents)
+      .where(
+        and(
+          eq(auditEvents.environment, environment),
+          page.before ? lt(auditEvents.id, page.before) : undefined,
+        ),
+      )
+      .orderBy(desc(auditEvents.id))
+      .limit(page.limit + 1)
+      .all();
+  }
+}

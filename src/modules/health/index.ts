@@ -1,0 +1,30 @@
+import { Type } from "@sinclair/typebox";
+import { Elysia } from "elysia";
+import { ApiError } from "../../http/errors.ts";
+
+export interface Readiness {
+  ready(): boolean;
+}
+
+/**
+ * /healthz answers while the process lives; /readyz once the store is open and the keystore is
+ * unlocked, and no longer once shutdown has begun (so a load balancer stops sending work).
+ */
+export const healthController = (readiness: Readiness) =>
+  new Elysia({ detail: { tags: ["Health"] } })
+    .get("/healthz", () => ({ status: "ok" as const }), {
+      response: { 200: Type.Object({ status: Type.Literal("ok") }) },
+      detail: { summary: "Liveness", security: [] },
+    })
+    .get(
+      "/readyz",
+      () => {
+        if (!readiness.ready())
+          throw new ApiError("SERVICE_UNAVAILABLE", "The service is starting or shutting down.");
+        return { status: "ready" as const };
+      },
+      {
+        response: { 200: Type.Object({ status: Type.Literal("ready") }) },
+        detail: { summary: "Readiness", security: [] },
+      },
+    );

@@ -1,0 +1,96 @@
+import { Elysia } from "elysia";
+import { managementAuth } from "../../http/auth.ts";
+import { changeContext } from "../../http/context.ts";
+import { PageQuery, pageRequest, toPage } from "../../http/pagination.ts";
+import { versionEtag, versionFromIfMatch } from "../../http/preconditions.ts";
+import { json, noContent } from "../../http/respond.ts";
+import { IdempotencyHeaders, IfMatchHeaders } from "../../http/schemas.ts";
+import type { Services } from "../../services.ts";
+import { productModels } from "./model.ts";
+import { presentProduct } from "./service.ts";
+
+const ROUTE = "/mgmt/v1/products";
+
+export const productsController = ({ products, idempotency }: Services) =>
+  new Elysia({ prefix: ROUTE, detail: { tags: ["Products"] } })
+    .use(managementAuth)
+    .model(productModels)
+    .get(
+      "",
+      ({ caller, query }) => {
+        const page = pageRequest(query, "prod");
+        return toPage(products.list(caller.environment, page), page.limit, presentProduct);
+      },
+      {
+        scope: "products:read",
+        query: PageQuery,
+        response: { 200: "product.list" },
+        detail: { summary: "List products" },
+      },
+    )
+    .post(
+      "",
+      ({ caller, body, headers, request }) =>
+        idempotency.run(
+          {
+            scope: caller.id,
+            method: "POST",
+            route: ROUTE,
+            key: headers["idempotency-key"],
+            body,
+            required: true,
+          },
+          () => {
+            const row = products.create(body, changeContext(caller, request));
+            return json(201, { data: presentProduct(row) }, { etag: versionEtag(row.version) });
+          },
+        ),
+      {
+        scope: "products:write",
+        body: "product.create",
+        headers: IdempotencyHeaders,
+        response: { 201: "product.response" },
+        detail: { summary: "Create a product" },
+      },
+    )
+    .get(
+      "/:id",
+      ({ caller, params, set }) => {
+        const row = products.get(params.id, caller.environment);
+        set.headers.etag = versionEtag(row.version);
+        return { data: presentProduct(row) };
+      },
+      { scope: "products:read", response: { 200: "product.response" }, detail: { summary: "Get a product" } },
+    )
+    .patch(
+      "/:id",
+      ({ caller, params, body, headers, request, set }) => {
+        const row = products.update(
+          params.id,
+          body,
+          versionFromIfMatch(headers["if-match"]),
+          changeContext(caller, request),
+        );
+        set.headers.etag = versionEtag(row.version);
+        return { data: presentProduct(row) };
+      },
+      {
+        scope: "products:write",
+        body: "product.update",
+        headers: IfMatchHeaders,
+        response: { 200: "product.response" },
+        detail: { summary: "Update a product (If-Match: version)" },
+      },
+    )
+    .delete(
+      "/:id",
+      ({ caller, params, headers, request }) => {
+        products.archive(params.id, versionFromIfMatch(headers["if-match"]), changeContext(caller, request));
+        return noContent();
+      },
+      {
+        scope: "products:write",
+        headers: IfMatchHeaders,
+        detail: { summary: "Archive a product (If-Match: version)" },
+      },
+    );

@@ -1,0 +1,46 @@
+import { eq } from "drizzle-orm";
+import type { Deps } from "../../deps.ts";
+import { DEFAULT_PLAN_CODE, PLANS, type PlanDefinition, planByCode } from "../../domain/plans.ts";
+import { workspace } from "../../store/schema/index.ts";
+
+export const WORKSPACE_ID = "default";
+
+/** The single workspace row of an install, and its plan. */
+export class WorkspaceService {
+  constructor(private readonly deps: Pick<Deps, "db" | "clock">) {}
+
+  exists(): boolean {
+    return this.deps.db.select({ id: workspace.id }).from(workspace).get() !== undefined;
+  }
+
+  /** Creates the workspace once; later calls change nothing. */
+  ensure(name = "Default workspace"): void {
+    const now = this.deps.clock.now();
+    this.deps.db
+      .insert(workspace)
+      .values({ id: WORKSPACE_ID, name, planCode: DEFAULT_PLAN_CODE, createdAt: now, updatedAt: now })
+      .onConflictDoNothing()
+      .run();
+  }
+
+  /** Read on each call (one indexed row) so `licensing plan set` takes effect without a restart. */
+  plan(): PlanDefinition {
+    const row = this.deps.db
+      .select({ planCode: workspace.planCode })
+      .from(workspace)
+      .where(eq(workspace.id, WORKSPACE_ID))
+      .get();
+    return planByCode(row?.planCode ?? DEFAULT_PLAN_CODE) ?? (PLANS[DEFAULT_PLAN_CODE] as PlanDefinition);
+  }
+
+  setPlan(code: string): PlanDefinition {
+    const plan = planByCode(code);
+    if (!plan) throw new Error(`unknown plan "${code}"; choose one of ${Object.keys(PLANS).join(", ")}`);
+    this.deps.db
+      .update(workspace)
+      .set({ planCode: plan.code, updatedAt: this.deps.clock.now() })
+      .where(eq(workspace.id, WORKSPACE_ID))
+      .run();
+    return plan;
+  }
+}

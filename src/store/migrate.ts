@@ -1,0 +1,53 @@
+import type { Database } from "bun:sqlite";
+import { embeddedMigrations } from "./migrations.macro.ts" with { type: "macro" };
+import type { EmbeddedMigration } from "./migrations.macro.ts";
+
+const MIGRATIONS: EmbeddedMigration[] = embeddedMigrations();
+
+export interface MigrationResult {
+  applied: string[];
+  current: string | null;
+}
+
+/**
+ * Forward-only: each pending migration runs in its own transaction and is recorded with its hash.
+ * A database that has a migration this binary does not know (a newer binary ran) is refused.
+ */
+export function migrate(sqlite: Database, migrations: EmbeddedMigration[] = MIGRATIONS): MigrationResult {
+  sqlite.run(
+    "CREATE TABLE IF NOT EXISTS schema_migrations (tag TEXT PRIMARY KEY, hash TEXT NOT NULL, applied_at INTEGER NOT NULL)",
+  );
+  const known = new Map(
+    sqlite
+      .query<{ tag: string; hash: string }, []>("SELECT tag, hash FROM schema_migrations")
+      .all()
+      .map((row) => [row.tag, row.hash]),
+  );
+  const ours = new Set(migrations.map((m) => m.tag));
+  const foreign = [...known.keys()].filter((tag) => !ours.has(tag));
+  if (foreign.length > 0) {
+    throw new Error(
+      `the database was migrated by a newer version (${foreign.join(", ")}); upgrade this binary`,
+    );
+  }
+  const applied: string[] = [];
+  for (const migration of migrations) {
+    const recorded = known.get(migration.tag);
+    if (recorded !== undefined) {
+      if (recorded !== migration.hash) {
+        throw new Error(`migration ${migration.tag} differs from the one applied to this database`);
+      }
+      continue;
+    }
+    sqlite.transaction(() => {
+      for (const statement of migration.statements) sqlite.run(statement);
+      sqlite.run("INSERT INTO schema_migrations (tag, hash, applied_at) VALUES (?, ?, ?)", [
+        migration.tag,
+        migration.hash,
+        Date.now(),
+      ]);
+    })();
+    applied.push(migration.tag);
+  }
+  return { applied, current: migrations.at(-1)?.tag ?? null };
+}

@@ -1,0 +1,5 @@
+export * from "./audit.ts";
+export * from "./catalog.ts";
+export * from "./licenses.ts";
+export * from "./parties.ts";
+export * from "./workspace.ts";

@@ -1,0 +1,44 @@
+import { index, integer, sqliteTable, text } from "drizzle-orm/sqlite-core";
+import { policies, products } from "./catalog.ts";
+import { timestamp } from "./columns.ts";
+import { customers } from "./parties.ts";
+
+export const licenses = sqliteTable(
+  "licenses",
+  {
+    id: text("id").primaryKey(),
+    environment: text("environment", { enum: ["live", "test"] }).notNull(),
+    productId: text("product_id")
+      .notNull()
+      .references(() => products.id),
+    policyId: text("policy_id")
+      .notNull()
+      .references(() => policies.id),
+    customerId: text("customer_id").references(() => customers.id),
+    /** The key encrypted with the keystore's data key; `keyLookup` is its HMAC for finding it. */
+    keyCiphertext: text("key_ciphertext").notNull(),
+    keyLookup: text("key_lookup").notNull().unique(),
+    licenseType: text("license_type").notNull(),
+    /** Stored state; `expired` is derived from `expiresAt` at read time so it never goes stale. */
+    status: text("status", { enum: ["active", "suspended", "revoked"] }).notNull(),
+    statusReason: text("status_reason"),
+    expiresAt: timestamp("expires_at"),
+    renewalAuthority: text("renewal_authority").notNull(),
+    maxMachinesOverride: integer("max_machines_override"),
+    maxConcurrentOverride: integer("max_concurrent_override"),
+    licenseUnitLimitOverride: integer("license_unit_limit_override"),
+    entitlements: text("entitlements", { mode: "json" }).$type<Record<string, unknown>>().notNull(),
+    metadata: text("metadata", { mode: "json" }).$type<Record<string, unknown>>().notNull(),
+    version: integer("version").notNull().default(1),
+    createdAt: timestamp("created_at").notNull(),
+    updatedAt: timestamp("updated_at").notNull(),
+    suspendedAt: timestamp("suspended_at"),
+    revokedAt: timestamp("revoked_at"),
+    convertedAt: timestamp("converted_at"),
+  },
+  (t) => [
+    index("licenses_env_id").on(t.environment, t.id),
+    index("licenses_customer").on(t.customerId),
+    index("licenses_policy").on(t.policyId),
+  ],
+);

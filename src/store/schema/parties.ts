@@ -1,0 +1,35 @@
+import { index, integer, sqliteTable, text } from "drizzle-orm/sqlite-core";
+import { timestamp } from "./columns.ts";
+
+/** Customers and resellers are shared by the live and test environments (spec 2.4). */
+export const customers = sqliteTable(
+  "customers",
+  {
+    id: text("id").primaryKey(),
+    name: text("name"),
+    email: text("email"),
+    externalRef: text("external_ref"),
+    notes: text("notes"),
+    status: text("status", { enum: ["active", "archived"] }).notNull(),
+    revision: integer("revision").notNull().default(1),
+    createdAt: timestamp("created_at").notNull(),
+    updatedAt: timestamp("updated_at").notNull(),
+    archivedAt: timestamp("archived_at"),
+  },
+  (t) => [index("customers_email").on(t.email)],
+);
+
+export const resellers = sqliteTable("resellers", {
+  id: text("id").primaryKey(),
+  name: text("name").notNull(),
+  email: text("email"),
+  externalRef: text("external_ref"),
+  status: text("status", { enum: ["active", "suspended", "archived"] }).notNull(),
+  organizationLimit: integer("organization_limit"),
+  userLimit: integer("user_limit"),
+  metadata: text("metadata", { mode: "json" }).$type<Record<string, unknown>>().notNull(),
+  revision: integer("revision").notNull().default(1),
+  createdAt: timestamp("created_at").notNull(),
+  updatedAt: timestamp("updated_at").notNull(),
+  archivedAt: timestamp("archived_at"),
+});

@@ -1,0 +1,35 @@
+import { sql } from "drizzle-orm";
+import { check, index, integer, sqliteTable, text } from "drizzle-orm/sqlite-core";
+import { timestamp } from "./columns.ts";
+
+/** A self-hosted install serves exactly one workspace; the row is created by `licensing init`. */
+export const workspace = sqliteTable(
+  "workspace",
+  {
+    id: text("id").primaryKey(),
+    name: text("name").notNull(),
+    planCode: text("plan_code").notNull(),
+    createdAt: timestamp("created_at").notNull(),
+    updatedAt: timestamp("updated_at").notNull(),
+  },
+  (t) => [check("workspace_single_row", sql`${t.id} = 'default'`)],
+);
+
+export const apiKeys = sqliteTable(
+  "api_keys",
+  {
+    id: text("id").primaryKey(),
+    environment: text("environment", { enum: ["live", "test"] }).notNull(),
+    name: text("name").notNull(),
+    scopes: text("scopes", { mode: "json" }).$type<string[]>().notNull(),
+    /** SHA-256 hex of the whole key; the key itself is shown once and never stored. */
+    tokenHash: text("token_hash").notNull().unique(),
+    /** First characters of the key, so an operator can tell keys apart in `keys list`. */
+    tokenHint: text("token_hint").notNull(),
+    createdAt: timestamp("created_at").notNull(),
+    revokedAt: timestamp("revoked_at"),
+    lastUsedAt: timestamp("last_used_at"),
+    usageCount: integer("usage_count").notNull().default(0),
+  },
+  (t) => [index("api_keys_environment").on(t.environment)],
+);

@@ -1,0 +1,111 @@
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { createApp } from "../../src/app.ts";
+import { Keystore } from "../../src/crypto/keystore.ts";
+import { SecretBox } from "../../src/crypto/secret-box.ts";
+import type { Deps } from "../../src/deps.ts";
+import { AdjustableClock } from "../../src/domain/clock.ts";
+import { IdGenerator } from "../../src/domain/ids.ts";
+import { SCOPES, type Scope } from "../../src/domain/scopes.ts";
+import { ApiKeyService } from "../../src/modules/api-keys/service.ts";
+import { WorkspaceService } from "../../src/modules/workspace/service.ts";
+import { openStore } from "../../src/store/db.ts";
+import { migrate } from "../../src/store/migrate.ts";
+
+export const BASE_URL = "http://licensing.test";
+
+export interface CallOptions {
+  key?: string | null;
+  body?: unknown;
+  rawBody?: string;
+  headers?: Record<string, string>;
+}
+
+export interface CallResult {
+  status: number;
+  headers: Headers;
+  // biome-ignore lint/suspicious/noExplicitAny: tests read arbitrary JSON response shapes.
+  body: any;
+  text: string;
+}
+
+/**
+ * A fresh app over a real SQLite file and a real keystore in a temp directory. Nothing is mocked;
+ * only the scrypt cost is lowered so each test's keystore takes milliseconds.
+ */
+export function createTestContext(
+  options: { managementRateLimit?: { limit: number; windowSec: number } } = {},
+) {
+  const dir = mkdtempSync(join(tmpdir(), "licensing-test-"));
+  const store = openStore(join(dir, "licensing.db"));
+  migrate(store.sqlite);
+  const keystore = Keystore.create(join(dir, "keystore.json"), "test passphrase", { scryptN: 1024 });
+  const clock = new AdjustableClock();
+  const deps: Deps = {
+    db: store.db,
+    sqlite: store.sqlite,
+    clock,
+    ids: new IdGenerator(),
+    secrets: new SecretBox(keystore.secret("data-key")),
+    keystore,
+  };
+  const workspace = new WorkspaceService(deps);
+  workspace.ensure();
+  const apiKeys = new ApiKeyService(deps);
+  const keyFor = (
+    environment: "live" | "test",
+    scopes: readonly Scope[] = SCOPES,
+    name = `${environment} key`,
+  ) => apiKeys.create({ environment, scopes: [...scopes], name }).apiKey;
+  const keys = { live: keyFor("live"), test: keyFor("test") };
+  const app = createApp(deps, {
+    baseUrl: BASE_URL,
+    managementRateLimit: options.managementRateLimit
+      ? { name: "mgmt", ...options.managementRateLimit }
+      : { name: "mgmt", limit: 100_000, windowSec: 1 },
+  });
+
+  async function call(method: string, path: string, opts: CallOptions = {}): Promise<CallResult> {
+    const headers: Record<string, string> = { ...opts.headers };
+    const key = opts.key === undefined ? keys.live : opts.key;
+    if (key !== null) headers.authorization ??= `Bearer ${key}`;
+    let body: string | undefined;
+    if (opts.rawBody !== undefined) body = opts.rawBody;
+    else if (opts.body !== undefined) {
+      body = JSON.stringify(opts.body);
+      headers["content-type"] ??= "application/json";
+    }
+    const response = await app.handle(new Request(`${BASE_URL}${path}`, { method, headers, body }));
+    const text = await response.text();
+    let parsed: unknown = null;
+    try {
+      parsed = text ? JSON.parse(text) : null;
+    } catch {
+      parsed = null;
+    }
+    return { status: response.status, headers: response.headers, body: parsed, text };
+  }
+
+  let counter = 0;
+  /** A fresh Idempotency-Key for each create, unless a test wants to reuse one. */
+  const idem = () => ({ "idempotency-key": `test-idem-key-${Date.now()}-${++counter}` });
+
+  return {
+    app,
+    deps,
+    clock,
+    keys,
+    keyFor,
+    workspace,
+    dir,
+    call,
+    idem,
+    close() {
+      store.close();
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+export type TestContext = ReturnType<typeof createTestContext>;
