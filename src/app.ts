@@ -3,10 +3,17 @@ import type { Deps } from "./deps.ts";
 import { httpConventions } from "./http/conventions.ts";
 import { type Logger, silentLogger } from "./http/logger.ts";
 import { GcraLimiter, type RateLimitPolicy } from "./http/rate-limit.ts";
+import { customersController } from "./modules/customers/index.ts";
 import { docsController } from "./modules/docs/index.ts";
 import { buildOpenApiDocument } from "./modules/docs/openapi.ts";
+import { eventsController } from "./modules/events/index.ts";
 import { healthController, type Readiness } from "./modules/health/index.ts";
+import { licensesController } from "./modules/licenses/index.ts";
+import { planController } from "./modules/plan/index.ts";
+import { policiesController } from "./modules/policies/index.ts";
 import { productsController } from "./modules/products/index.ts";
+import { reportsController } from "./modules/reports/index.ts";
+import { resellersController } from "./modules/resellers/index.ts";
 import { createServices } from "./services.ts";
 
 export interface AppOptions {
@@ -44,7 +51,14 @@ export function createApp(deps: Deps, options: AppOptions) {
     )
     .use(healthController(options.readiness ?? { ready: () => true }))
     .use(docsController(openApiDocument))
-    .use(productsController(services));
+    .use(productsController(services))
+    .use(policiesController(services))
+    .use(customersController(services))
+    .use(licensesController(services))
+    .use(resellersController(services))
+    .use(eventsController(services))
+    .use(planController(services))
+    .use(reportsController(services));
   root.app = app;
   return app;
 }

@@ -62,13 +62,15 @@ function collect(error: ValidationError): FieldErrors {
   return errors;
 }
 
-/** For a union of literals (our enums), the allowed values, so the message can list them. */
+/** For a union (our enums, nullable fields), what each member accepts, so the message can list them. */
 function literalChoices(schema: unknown): string[] | undefined {
-  const anyOf = (schema as { anyOf?: { const?: unknown }[] } | undefined)?.anyOf;
+  const anyOf = (schema as { anyOf?: Record<string, unknown>[] } | undefined)?.anyOf;
   if (!Array.isArray(anyOf) || anyOf.length === 0) return undefined;
-  const values = anyOf.map((member) => member.const);
-  if (!values.every((v) => typeof v === "string")) return undefined;
-  return values as string[];
+  return anyOf.map((member) => {
+    if (typeof member.const === "string") return member.const;
+    if (typeof member.format === "string") return `${member.format} string`;
+    return String(member.type ?? "value");
+  });
 }
 
 export function errorBody(error: ApiError, requestId: string, baseUrl: string): ErrorEnvelope {

@@ -1,29 +1,23 @@
-import { Type } from "@sinclair/typebox";
+import { t } from "elysia";
 import { ApiError } from "./errors.ts";
 
 export const DEFAULT_PAGE_SIZE = 50;
 
-export const PageQuery = Type.Object({
-  limit: Type.Optional(
-    Type.Integer({ minimum: 1, maximum: 200, description: "Page size, 1-200 (default 50)." }),
-  ),
-  cursor: Type.Optional(
-    Type.String({
+/**
+ * `limit` and `cursor`, shared by every list. Elysia's `t.Integer` (not TypeBox's) because query
+ * values arrive as strings and must be coerced before the range check.
+ */
+export const pageParams = {
+  limit: t.Optional(t.Integer({ minimum: 1, maximum: 200, description: "Page size, 1-200 (default 50)." })),
+  cursor: t.Optional(
+    t.String({
       maxLength: 512,
       description: "Opaque cursor from `pagination.next_cursor` of the previous page.",
     }),
   ),
-});
+};
 
-export const Pagination = Type.Object(
-  {
-    next_cursor: Type.Union([Type.String(), Type.Null()], {
-      description: "Pass as `cursor` to get the next page; null on the last page.",
-    }),
-    has_more: Type.Boolean(),
-  },
-  { $id: "#/components/schemas/Pagination" },
-);
+export const PageQuery = t.Object(pageParams);
 
 export interface PageRequest {
   limit: number;
@@ -50,17 +44,22 @@ export function pageRequest(query: { limit?: number; cursor?: string }, idPrefix
   return { limit, before };
 }
 
-/** `rows` must hold up to limit + 1 items, fetched newest first. */
-export function toPage<T extends { id: string }, U>(rows: T[], limit: number, present: (row: T) => U) {
+/** `rows` must hold up to limit + 1 items, fetched newest first; the extra one only signals "more". */
+export function splitPage<T extends { id: string }>(rows: T[], limit: number) {
   const hasMore = rows.length > limit;
   const pageRows = hasMore ? rows.slice(0, limit) : rows;
   const last = pageRows.at(-1);
   return {
-    data: pageRows.map(present),
+    rows: pageRows,
     pagination: {
       next_cursor:
         hasMore && last ? Buffer.from(JSON.stringify({ before: last.id })).toString("base64url") : null,
       has_more: hasMore,
     },
   };
+}
+
+export function toPage<T extends { id: string }, U>(rows: T[], limit: number, present: (row: T) => U) {
+  const page = splitPage(rows, limit);
+  return { data: page.rows.map(present), pagination: page.pagination };
 }

@@ -1,0 +1,163 @@
+import {
+  closeSync,
+  existsSync,
+  fsyncSync,
+  linkSync,
+  mkdirSync,
+  mkdtempSync,
+  openSync,
+  rmSync,
+  unlinkSync,
+} from "node:fs";
+import { join } from "node:path";
+import { type Config, UsageError } from "../config.ts";
+import { Keystore } from "../crypto/keystore.ts";
+import { SCOPES } from "../domain/scopes.ts";
+import { ApiKeyService } from "../modules/api-keys/service.ts";
+import { WorkspaceService } from "../modules/workspace/service.ts";
+import { openStore } from "../store/db.ts";
+import { migrate } from "../store/migrate.ts";
+import {
+  buildDeps,
+  CliError,
+  type Command,
+  checkNewPassphrase,
+  dataPaths,
+  isInitialised,
+  JSON_OPTION,
+  out,
+  resolvePassphrase,
+} from "./shared.ts";
+
+export interface InitResult {
+  dataDir: string;
+  apiKeys: { live: string; test: string };
+  /** Null when the passphrase came from LICENSING_KEYSTORE_PASSPHRASE. */
+  passphraseFile: string | null;
+  passphraseGenerated: boolean;
+}
+
+/**
+ * Creates store, keystore, workspace and two API keys. Everything is built in a staging folder
+ * inside the data dir and then linked into place, keystore last: a crash half-way leaves no
+ * half-initialised data dir, and link() (unlike rename) fails instead of replacing a file that
+ * appeared meanwhile, so an existing keystore is never overwritten.
+ */
+export function initialise(config: Config): InitResult {
+  const dataDir = config.dataDir;
+  mkdirSync(dataDir, { recursive: true, mode: 0o700 });
+  if (isInitialised(dataDir)) {
+    throw new CliError(
+      `${dataDir} is already initialised (it has a store or keystore); refusing to overwrite it`,
+    );
+  }
+  const source = resolvePassphrase(config, { generate: true });
+  checkNewPassphrase(source);
+  const paths = dataPaths(dataDir);
+  const staging = mkdtempSync(join(dataDir, ".init-"));
+  try {
+    const keystore = Keystore.create(join(staging, "keystore.json"), source.passphrase);
+    const store = openStore(join(staging, "licensing.db"));
+    let apiKeys: InitResult["apiKeys"];
+    try {
+      migrate(store.sqlite);
+      const deps = buildDeps(store, keystore);
+      new WorkspaceService(deps).ensure();
+      const service = new ApiKeyService(deps);
+      const create = (environment: "live" | "test") =>
+        service.create({ environment, scopes: [...SCOPES], name: `${environment} key (created by init)` })
+          .apiKey;
+      apiKeys = { live: create("live"), test: create("test") };
+      // Folds the WAL into the main file so the single .db file is the whole store.
+      store.sqlite.run("PRAGMA wal_checkpoint(TRUNCATE)");
+    } finally {
+      store.close();
+    }
+    for (const suffix of ["-wal", "-shm"]) {
+      if (existsSync(join(staging, `licensing.db${suffix}`)))
+        unlinkSync(join(staging, `licensing.db${suffix}`));
+    }
+    place(join(staging, "licensing.db"), paths.store);
+    place(join(staging, "keystore.json"), paths.keystore);
+    fsyncDir(dataDir);
+    return {
+      dataDir,
+      apiKeys,
+      passphraseFile: source.file,
+      passphraseGenerated: source.generated,
+    };
+  } finally {
+    rmSync(staging, { recursive: true, force: true });
+  }
+}
+
+function place(from: string, to: string): void {
+  try {
+    linkSync(from, to);
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === "EEXIST") {
+      throw new CliError(`${to} appeared while initialising; refusing to overwrite it`);
+    }
+    throw error;
+  }
+}
+
+function fsyncDir(path: string): void {
+  const fd = openSync(path, "r");
+  try {
+    fsyncSync(fd);
+  } finally {
+    closeSync(fd);
+  }
+}
+
+/** What an operator must read once: the keys are never shown again. */
+export function describeInit(result: InitResult): string {
+  const lines = [
+    `Initialised ${result.dataDir}`,
+    "",
+    "API keys (shown only now; store them somewhere safe):",
+    `  live: ${result.apiKeys.live}`,
+    `  test: ${result.apiKeys.test}`,
+    "",
+  ];
+  if (result.passphraseGenerated) {
+    lines.push(
+      `A random keystore passphrase was written to ${result.passphraseFile} (mode 0600).`,
+      "For production, move it off the data volume and point LICENSING_KEYSTORE_PASSPHRASE_FILE",
+      "(or --passphrase-file) at its new place: whoever holds the data dir and this file holds every key.",
+      "",
+    );
+  }
+  return lines.join("\n");
+}
+
+export const initCommand: Command = {
+  name: "init",
+  summary:
+    "Create a new data directory: store, sealed keystore, workspace, and one live and one test API key.",
+  usage: "licensing init [--data-dir DIR] [--passphrase-file FILE] [--json]",
+  configKeys: ["dataDir", "passphraseFile"],
+  options: [JSON_OPTION],
+  run(line) {
+    if (line.positionals.length > 0) throw new UsageError(`unexpected argument ${line.positionals[0]}`);
+    const result = initialise(line.config);
+    if (line.flags.json === true) {
+      out(
+        JSON.stringify({
+          data_dir: result.dataDir,
+          api_keys: result.apiKeys,
+          passphrase_file: result.passphraseFile,
+        }),
+      );
+      if (result.passphraseGenerated) {
+        process.stderr.write(
+          `A random keystore passphrase was written to ${result.passphraseFile}; move it elsewhere for production.\n`,
+        );
+      }
+    } else {
+      out(describeInit(result));
+    }
+    return 0;
+  },
+};

@@ -1,0 +1,153 @@
+import { type CommandLine, type OptionSpec, UsageError } from "../config.ts";
+import { ENVIRONMENTS, type Environment, isScope, SCOPES, type Scope } from "../domain/scopes.ts";
+import { ApiKeyService } from "../modules/api-keys/service.ts";
+import {
+  buildDeps,
+  CliError,
+  type Command,
+  JSON_OPTION,
+  openExistingStore,
+  openKeystore,
+  out,
+  resolvePassphrase,
+} from "./shared.ts";
+
+const MAX_NAME = 100;
+
+/**
+ * The commands open the store directly, so they work while the server runs (WAL + busy_timeout).
+ * ApiKeyService takes full Deps, so the keystore is unlocked too.
+ */
+function withApiKeys<T>(line: CommandLine, work: (service: ApiKeyService) => T): T {
+  const { passphrase } = resolvePassphrase(line.config, { generate: false });
+  const keystore = openKeystore(line.config.dataDir, passphrase);
+  const { store } = openExistingStore(line.config.dataDir);
+  try {
+    return work(new ApiKeyService(buildDeps(store, keystore)));
+  } finally {
+    store.close();
+  }
+}
+
+function noPositionals(line: CommandLine, expected = 0): void {
+  if (line.positionals.length > expected)
+    throw new UsageError(`unexpected argument ${line.positionals[expected]}`);
+}
+
+export function parseScopes(value: string): Scope[] {
+  if (value === "all") return [...SCOPES];
+  const names = value
+    .split(",")
+    .map((name) => name.trim())
+    .filter(Boolean);
+  const unknown = names.filter((name) => !isScope(name));
+  if (names.length === 0 || unknown.length > 0) {
+    throw new UsageError(
+      `${unknown.length > 0 ? `unknown scope ${unknown.join(", ")}` : "no scopes given"}; ` +
+        `use "all" or a comma-separated list of: ${SCOPES.join(", ")}`,
+    );
+  }
+  return [...new Set(names as Scope[])];
+}
+
+const CREATE_OPTIONS: OptionSpec[] = [
+  { name: "env", kind: "string", valueName: "live|test", description: "environment the key acts in" },
+  {
+    name: "scopes",
+    kind: "string",
+    valueName: "all|a,b",
+    description: `"all", or a comma-separated list of: ${SCOPES.join(", ")}`,
+  },
+  { name: "name", kind: "string", valueName: "NAME", description: "a label for the key" },
+  JSON_OPTION,
+];
+
+const SHARED_KEYS = ["dataDir", "passphraseFile"] as const;
+
+export const keysCreateCommand: Command = {
+  name: "keys create",
+  summary: "Create a management API key. The key is printed once and only its hash is stored.",
+  usage: "licensing keys create --env live|test --scopes all|a,b [--name NAME] [--json] [--data-dir DIR]",
+  configKeys: SHARED_KEYS,
+  options: CREATE_OPTIONS,
+  run(line) {
+    noPositionals(line);
+    const env = line.flags.env;
+    if (typeof env !== "string") throw new UsageError("--env is required (live or test)");
+    if (!(ENVIRONMENTS as readonly string[]).includes(env)) {
+      throw new UsageError(`--env must be live or test, not "${env}"`);
+    }
+    const scopesFlag = line.flags.scopes;
+    if (typeof scopesFlag !== "string") throw new UsageError('--scopes is required ("all" or a list)');
+    const scopes = parseScopes(scopesFlag);
+    const name = typeof line.flags.name === "string" ? line.flags.name.trim() : `${env} key`;
+    if (name === "" || name.length > MAX_NAME) {
+      throw new UsageError(`--name must be 1 to ${MAX_NAME} characters`);
+    }
+    const created = withApiKeys(line, (service) =>
+      service.create({ environment: env as Environment, scopes, name }),
+    );
+    if (line.flags.json === true) out(JSON.stringify({ api_key: created.apiKey, id: created.id }));
+    else out(`Created ${created.id} (${env}, ${scopesFlag}).\nAPI key (shown only now): ${created.apiKey}`);
+    return 0;
+  },
+};
+
+export const keysListCommand: Command = {
+  name: "keys list",
+  summary: "List management API keys (never the keys themselves, only a hint).",
+  usage: "licensing keys list [--json] [--data-dir DIR]",
+  configKeys: SHARED_KEYS,
+  options: [JSON_OPTION],
+  run(line) {
+    noPositionals(line);
+    const keys = withApiKeys(line, (service) => service.list());
+    if (line.flags.json === true) {
+      out(JSON.stringify(keys));
+      return 0;
+    }
+    if (keys.length === 0) {
+      out("No API keys.");
+      return 0;
+    }
+    const rows = keys.map((key) => [
+      key.id,
+      key.environment,
+      key.revoked_at ? `revoked ${key.revoked_at}` : "active",
+      key.scopes.length === SCOPES.length ? "all" : key.scopes.join(","),
+      key.hint,
+      key.name,
+    ]);
+    out(table(["ID", "ENV", "STATUS", "SCOPES", "HINT", "NAME"], rows));
+    return 0;
+  },
+};
+
+export const keysRevokeCommand: Command = {
+  name: "keys revoke",
+  summary: "Revoke a management API key; requests with it get 401 from then on.",
+  usage: "licensing keys revoke ID [--data-dir DIR]",
+  configKeys: SHARED_KEYS,
+  options: [],
+  run(line) {
+    const [id] = line.positionals;
+    if (id === undefined) throw new UsageError("give the id of the key to revoke (see licensing keys list)");
+    noPositionals(line, 1);
+    const found = withApiKeys(line, (service) => service.revoke(id));
+    if (!found) throw new CliError(`no API key with id ${id}`);
+    out(`Revoked ${id}.`);
+    return 0;
+  },
+};
+
+export const keysCommands = [keysCreateCommand, keysListCommand, keysRevokeCommand];
+
+export function table(header: string[], rows: string[][]): string {
+  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((row) => (row[i] ?? "").length)));
+  const line = (cells: string[]) =>
+    cells
+      .map((cell, i) => (i === cells.length - 1 ? cell : cell.padEnd(widths[i] ?? 0)))
+      .join("  ")
+      .trimEnd();
+  return [line(header), ...rows.map(line)].join("\n");
+}

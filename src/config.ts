@@ -1,0 +1,343 @@
+import { isAbsolute, join, normalize } from "node:path";
+import type { LogLevel } from "./http/logger.ts";
+
+/**
+ * Command-line flags, their environment twins and defaults, resolved into one validated Config.
+ * Pure: everything it reads comes in as arguments, so every rule here is unit-tested.
+ * Precedence: flag, then environment variable, then default.
+ */
+
+/** A mistake in how the program was invoked (flag, value, environment variable): exit code 2. */
+export class UsageError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = "UsageError";
+  }
+}
+
+export interface OptionSpec {
+  /** Long flag name without the dashes, e.g. "data-dir". */
+  name: string;
+  kind: "string" | "boolean";
+  /** Placeholder shown in help for string options, e.g. "DIR". */
+  valueName?: string;
+  env?: string;
+  description: string;
+}
+
+export type FlagValues = Record<string, string | boolean>;
+
+export interface ParsedArgs {
+  flags: FlagValues;
+  positionals: string[];
+  help: boolean;
+}
+
+const BOOLEAN_WORDS: Record<string, boolean> = {
+  "1": true,
+  true: true,
+  yes: true,
+  on: true,
+  "0": false,
+  false: false,
+  no: false,
+  off: false,
+};
+
+/**
+ * The one flag parser every command uses: `--name value`, `--name=value`, boolean `--name` (or
+ * `--name=true|false`), `-h`/`--help`, and `--` to end the flags. Anything else starting with a
+ * dash is an error rather than a positional, so a typo never silently becomes an argument.
+ */
+export function parseArgs(argv: readonly string[], options: readonly OptionSpec[]): ParsedArgs {
+  const byName = new Map(options.map((option) => [option.name, option]));
+  const flags: FlagValues = {};
+  const positionals: string[] = [];
+  let help = false;
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i] as string;
+    if (arg === "--") {
+      positionals.push(...argv.slice(i + 1));
+      break;
+    }
+    if (arg === "-h" || arg === "--help") {
+      help = true;
+      continue;
+    }
+    if (!arg.startsWith("-") || arg === "-") {
+      positionals.push(arg);
+      continue;
+    }
+    if (!arg.startsWith("--")) throw new UsageError(`unknown option ${arg}`);
+    const eq = arg.indexOf("=");
+    const name = arg.slice(2, eq === -1 ? undefined : eq);
+    const inline = eq === -1 ? undefined : arg.slice(eq + 1);
+    const option = byName.get(name);
+    if (!option) throw new UsageError(`unknown option --${name}`);
+    if (Object.hasOwn(flags, name)) throw new UsageError(`--${name} is given more than once`);
+    if (option.kind === "boolean") {
+      if (inline === undefined) flags[name] = true;
+      else flags[name] = parseBoolean(inline, `--${name}`);
+      continue;
+    }
+    let value = inline;
+    if (value === undefined) {
+      const next = argv[i + 1];
+      if (next === undefined || next.startsWith("--")) {
+        throw new UsageError(`--${name} needs a value (${option.valueName ?? "VALUE"})`);
+      }
+      value = next;
+      i++;
+    }
+    if (value === "") throw new UsageError(`--${name} needs a non-empty value`);
+    flags[name] = value;
+  }
+  return { flags, positionals, help };
+}
+
+function parseBoolean(value: string, source: string): boolean {
+  const parsed = BOOLEAN_WORDS[value.trim().toLowerCase()];
+  if (parsed === undefined) throw new UsageError(`${source} must be true or false, not "${value}"`);
+  return parsed;
+}
+
+const LOG_LEVELS: readonly LogLevel[] = ["debug", "info", "warn", "error"];
+
+export interface Config {
+  /** Absolute path of the data directory. */
+  dataDir: string;
+  port: number;
+  host: string;
+  /** Where clients reach the service; no trailing slash. */
+  baseUrl: string;
+  /** From --passphrase-file or LICENSING_KEYSTORE_PASSPHRASE_FILE; absolute. */
+  passphraseFile: string | null;
+  /** From LICENSING_KEYSTORE_PASSPHRASE (deliberately no flag: argv is visible to every user). */
+  passphrase: string | null;
+  smtpUrl: string | null;
+  mailFrom: string | null;
+  webhookAllowPrivateNetworks: boolean;
+  testClock: boolean;
+  logLevel: LogLevel;
+}
+
+/** Every configuration option that has a flag. Commands pick the ones they accept by name. */
+export const CONFIG_OPTIONS = {
+  dataDir: {
+    name: "data-dir",
+    kind: "string",
+    valueName: "DIR",
+    env: "LICENSING_DATA_DIR",
+    description: "data directory (store, keystore); default ./data",
+  },
+  port: {
+    name: "port",
+    kind: "string",
+    valueName: "N",
+    env: "LICENSING_PORT",
+    description: "TCP port to listen on, 1-65535; default 8080",
+  },
+  host: {
+    name: "host",
+    kind: "string",
+    valueName: "H",
+    env: "LICENSING_HOST",
+    description: "address to listen on; default 127.0.0.1",
+  },
+  baseUrl: {
+    name: "base-url",
+    kind: "string",
+    valueName: "URL",
+    env: "LICENSING_BASE_URL",
+    description: "public URL clients use; default http://<host>:<port>",
+  },
+  passphraseFile: {
+    name: "passphrase-file",
+    kind: "string",
+    valueName: "FILE",
+    env: "LICENSING_KEYSTORE_PASSPHRASE_FILE",
+    description: "file holding the keystore passphrase; default <data-dir>/keystore.passphrase",
+  },
+  smtpUrl: {
+    name: "smtp-url",
+    kind: "string",
+    valueName: "URL",
+    env: "LICENSING_SMTP_URL",
+    description: "SMTP server for outgoing mail (smtp:// or smtps://)",
+  },
+  mailFrom: {
+    name: "mail-from",
+    kind: "string",
+    valueName: "ADDRESS",
+    env: "LICENSING_MAIL_FROM",
+    description: "sender address of outgoing mail",
+  },
+  webhookAllowPrivateNetworks: {
+    name: "webhook-allow-private-networks",
+    kind: "boolean",
+    env: "LICENSING_WEBHOOK_ALLOW_PRIVATE_NETWORKS",
+    description: "allow webhook targets on loopback and private networks",
+  },
+  testClock: {
+    name: "test-clock",
+    kind: "boolean",
+    env: "LICENSING_TEST_CLOCK",
+    description: "mount POST /testing/v1/clock so tests can move time forward (never in production)",
+  },
+  logLevel: {
+    name: "log-level",
+    kind: "string",
+    valueName: "LEVEL",
+    env: "LICENSING_LOG_LEVEL",
+    description: "debug, info, warn or error; default info",
+  },
+} as const satisfies Record<string, OptionSpec & { env: string }>;
+
+export type ConfigKey = keyof typeof CONFIG_OPTIONS;
+
+export type Env = Record<string, string | undefined>;
+
+export interface CommandLine extends ParsedArgs {
+  config: Config;
+}
+
+/**
+ * Parses `argv` against the config options a command accepts (`configKeys`) plus its own options,
+ * and resolves the full Config: flags the command does not accept cannot be given, but their
+ * environment twins still apply and are validated, so a bad environment is reported everywhere.
+ */
+export function parseCommandLine(
+  argv: readonly string[],
+  env: Env,
+  cwd: string,
+  configKeys: readonly ConfigKey[],
+  ownOptions: readonly OptionSpec[] = [],
+): CommandLine {
+  const parsed = parseArgs(argv, [...configKeys.map((key) => CONFIG_OPTIONS[key]), ...ownOptions]);
+  if (parsed.help) return { ...parsed, config: resolveConfig({}, {}, cwd) };
+  return { ...parsed, config: resolveConfig(parsed.flags, env, cwd) };
+}
+
+/** Flags (keyed by flag name) over environment over defaults. */
+export function resolveConfig(flags: FlagValues, env: Env, cwd: string): Config {
+  const text = (key: ConfigKey): { value: string; source: string } | null => {
+    const option = CONFIG_OPTIONS[key];
+    const flag = flags[option.name];
+    if (typeof flag === "string") return { value: flag, source: `--${option.name}` };
+    const fromEnv = env[option.env];
+    if (fromEnv !== undefined && fromEnv !== "") return { value: fromEnv, source: option.env };
+    return null;
+  };
+  const bool = (key: ConfigKey): boolean => {
+    const option = CONFIG_OPTIONS[key];
+    const flag = flags[option.name];
+    if (typeof flag === "boolean") return flag;
+    const fromEnv = env[option.env];
+    if (fromEnv === undefined || fromEnv === "") return false;
+    return parseBoolean(fromEnv, option.env);
+  };
+
+  const dataDir = text("dataDir");
+  const port = text("port");
+  const host = text("host")?.value ?? "127.0.0.1";
+  const portNumber = port ? parsePort(port.value, port.source) : 8080;
+  const baseUrl = text("baseUrl");
+  const passphraseFile = text("passphraseFile");
+  const smtpUrl = text("smtpUrl");
+  const mailFrom = text("mailFrom");
+  const logLevel = text("logLevel");
+  const passphrase = env.LICENSING_KEYSTORE_PASSPHRASE;
+
+  return {
+    dataDir: absolute(dataDir?.value ?? "data", cwd),
+    port: portNumber,
+    host: validateHost(host),
+    baseUrl: baseUrl
+      ? parseBaseUrl(baseUrl.value, baseUrl.source)
+      : `http://${hostForUrl(host)}:${portNumber}`,
+    passphraseFile: passphraseFile ? absolute(passphraseFile.value, cwd) : null,
+    passphrase: passphrase === undefined || passphrase === "" ? null : passphrase,
+    smtpUrl: smtpUrl ? parseSmtpUrl(smtpUrl.value, smtpUrl.source) : null,
+    mailFrom: mailFrom ? parseMailFrom(mailFrom.value, mailFrom.source) : null,
+    webhookAllowPrivateNetworks: bool("webhookAllowPrivateNetworks"),
+    testClock: bool("testClock"),
+    logLevel: logLevel ? parseLogLevel(logLevel.value, logLevel.source) : "info",
+  };
+}
+
+const absolute = (path: string, cwd: string): string => normalize(isAbsolute(path) ? path : join(cwd, path));
+
+function parsePort(value: string, source: string): number {
+  const port = /^\d{1,5}$/.test(value) ? Number(value) : Number.NaN;
+  if (!Number.isInteger(port) || port < 1 || port > 65535) {
+    throw new UsageError(`${source} must be a port number from 1 to 65535, not "${value}"`);
+  }
+  return port;
+}
+
+function validateHost(host: string): string {
+  if (/\s|\/|^\[|\]$/.test(host)) {
+    throw new UsageError(`the host must be a hostname or IP address without brackets, not "${host}"`);
+  }
+  return host;
+}
+
+/** IPv6 literals need brackets inside a URL. */
+const hostForUrl = (host: string): string => (host.includes(":") ? `[${host}]` : host);
+
+function parseBaseUrl(value: string, source: string): string {
+  let url: URL;
+  try {
+    url = new URL(value);
+  } catch {
+    throw new UsageError(`${source} must be an absolute http(s) URL, not "${value}"`);
+  }
+  if (url.protocol !== "http:" && url.protocol !== "https:") {
+    throw new UsageError(`${source} must use http or https, not ${url.protocol}`);
+  }
+  if (url.search || url.hash || url.username || url.password) {
+    throw new UsageError(`${source} must not carry a query, fragment or credentials`);
+  }
+  // Error doc_url and certificate issuers append paths to it, so no trailing slash.
+  return `${url.origin}${url.pathname}`.replace(/\/+$/, "");
+}
+
+function parseSmtpUrl(value: string, source: string): string {
+  let url: URL;
+  try {
+    url = new URL(value);
+  } catch {
+    throw new UsageError(`${source} must be an smtp:// or smtps:// URL`);
+  }
+  if (url.protocol !== "smtp:" && url.protocol !== "smtps:") {
+    throw new UsageError(`${source} must be an smtp:// or smtps:// URL, not ${url.protocol}`);
+  }
+  return value;
+}
+
+function parseMailFrom(value: string, source: string): string {
+  // Either a bare address or `Name <address>`; the mailer does the full RFC 5322 parsing.
+  if (!/^[^\s@<>]+@[^\s@<>]+$|<[^\s@<>]+@[^\s@<>]+>$/.test(value.trim())) {
+    throw new UsageError(`${source} must be an email address, e.g. licensing@example.com`);
+  }
+  return value.trim();
+}
+
+function parseLogLevel(value: string, source: string): LogLevel {
+  const level = value.toLowerCase();
+  if (!(LOG_LEVELS as readonly string[]).includes(level)) {
+    throw new UsageError(`${source} must be one of ${LOG_LEVELS.join(", ")}, not "${value}"`);
+  }
+  return level as LogLevel;
+}
+
+/** Help text for a set of options: flag, env twin, description. */
+export function formatOptions(options: readonly OptionSpec[]): string {
+  const rows = options.map((option) => {
+    const flag = `--${option.name}${option.kind === "string" ? ` ${option.valueName ?? "VALUE"}` : ""}`;
+    const env = option.env ? ` [env ${option.env}]` : "";
+    return { flag, text: `${option.description}${env}` };
+  });
+  const width = Math.max(0, ...rows.map((row) => row.flag.length)) + 2;
+  return rows.map((row) => `  ${row.flag.padEnd(width)}${row.text}`).join("\n");
+}

@@ -1,0 +1,90 @@
+import { Elysia } from "elysia";
+import { managementAuth } from "../../http/auth.ts";
+import { changeContext } from "../../http/context.ts";
+import { pageRequest, toPage } from "../../http/pagination.ts";
+import { json, noContent } from "../../http/respond.ts";
+import { IdempotencyHeaders, IfMatchHeaders } from "../../http/schemas.ts";
+import type { Services } from "../../services.ts";
+import { CustomerListQuery, customerModels } from "./model.ts";
+import { customerEtag, presentCustomer } from "./service.ts";
+
+const ROUTE = "/mgmt/v1/customers";
+
+export const customersController = ({ customers, idempotency }: Services) =>
+  new Elysia({ prefix: ROUTE, detail: { tags: ["Customers"] } })
+    .use(managementAuth)
+    .model(customerModels)
+    .get(
+      "",
+      ({ query }) => {
+        const page = pageRequest(query, "cus");
+        return toPage(customers.list(page, query.email), page.limit, presentCustomer);
+      },
+      {
+        scope: "customers:read",
+        query: CustomerListQuery,
+        response: { 200: "customer.list" },
+        detail: { summary: "List customers (shared by live and test)" },
+      },
+    )
+    .post(
+      "",
+      ({ caller, body, headers, request }) =>
+        idempotency.run(
+          {
+            scope: caller.id,
+            method: "POST",
+            route: ROUTE,
+            key: headers["idempotency-key"],
+            body,
+            required: true,
+          },
+          () => {
+            const row = customers.create(body, changeContext(caller, request));
+            return json(201, { data: presentCustomer(row) }, { etag: customerEtag(row) });
+          },
+        ),
+      {
+        scope: "customers:write",
+        body: "customer.create",
+        headers: IdempotencyHeaders,
+        response: { 201: "customer.response" },
+        detail: { summary: "Create a customer (name or email required)" },
+      },
+    )
+    .get(
+      "/:id",
+      ({ params, set }) => {
+        const row = customers.get(params.id);
+        set.headers.etag = customerEtag(row);
+        return { data: presentCustomer(row) };
+      },
+      {
+        scope: "customers:read",
+        response: { 200: "customer.response" },
+        detail: { summary: "Get a customer (ETag)" },
+      },
+    )
+    .patch(
+      "/:id",
+      ({ caller, params, body, headers, request, set }) => {
+        const row = customers.update(params.id, body, headers["if-match"], changeContext(caller, request));
+        set.headers.etag = customerEtag(row);
+        return { data: presentCustomer(row) };
+      },
+      {
+        scope: "customers:write",
+        body: "customer.update",
+        headers: IfMatchHeaders,
+        response: { 200: "customer.response" },
+        detail: { summary: "Update a customer (If-Match: the ETag, unchanged)" },
+      },
+    )
+    .delete(
+      "/:id",
+      ({ caller, params, request }) => {
+        customers.archive(params.id, changeContext(caller, request));
+        return noContent();
+      },
+      { scope: "customers:write", detail: { summary: "Archive a customer" } },
+    );

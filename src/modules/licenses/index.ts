@@ -1,0 +1,120 @@
+import { Elysia } from "elysia";
+import { managementAuth } from "../../http/auth.ts";
+import { changeContext } from "../../http/context.ts";
+import { pageRequest, splitPage } from "../../http/pagination.ts";
+import { versionEtag, versionFromIfMatch } from "../../http/preconditions.ts";
+import { json, noContent } from "../../http/respond.ts";
+import { IdempotencyHeaders, IfMatchHeaders } from "../../http/schemas.ts";
+import type { Services } from "../../services.ts";
+import { LicenseListQuery, licenseModels } from "./model.ts";
+
+const ROUTE = "/mgmt/v1/licenses";
+
+export const licensesController = ({ licenses, idempotency }: Services) => {
+  const one = (row: Parameters<typeof licenses.presentOne>[0]) => licenses.presentOne(row);
+  return new Elysia({ prefix: ROUTE, detail: { tags: ["Licenses"] } })
+    .use(managementAuth)
+    .model(licenseModels)
+    .get(
+      "",
+      ({ caller, query }) => {
+        const page = pageRequest(query, "lic");
+        const rows = licenses.list(caller.environment, page, {
+          productId: query.product_id,
+          customerId: query.customer_id,
+        });
+        const { rows: pageRows, pagination } = splitPage(rows, page.limit);
+        return { data: licenses.present(pageRows), pagination };
+      },
+      {
+        scope: "licenses:read",
+        query: LicenseListQuery,
+        response: { 200: "license.list" },
+        detail: { summary: "List licenses" },
+      },
+    )
+    .post(
+      "",
+      ({ caller, body, headers, request }) =>
+        idempotency.run(
+          {
+            scope: caller.id,
+            method: "POST",
+            route: ROUTE,
+            key: headers["idempotency-key"],
+            body,
+            required: true,
+          },
+          () => {
+            const row = licenses.create(body, changeContext(caller, request));
+            return json(201, { data: one(row) }, { etag: versionEtag(row.version) });
+          },
+        ),
+      {
+        scope: "licenses:write",
+        body: "license.create",
+        headers: IdempotencyHeaders,
+        response: { 201: "license.response" },
+        detail: { summary: "Create a license (product_id and policy_id are required)" },
+      },
+    )
+    .get(
+      "/:id",
+      ({ caller, params, set }) => {
+        const row = licenses.get(params.id, caller.environment);
+        set.headers.etag = versionEtag(row.version);
+        return { data: one(row) };
+      },
+      { scope: "licenses:read", response: { 200: "license.response" }, detail: { summary: "Get a license" } },
+    )
+    .patch(
+      "/:id",
+      ({ caller, params, body, headers, request, set }) => {
+        const row = licenses.update(
+          params.id,
+          body,
+          versionFromIfMatch(headers["if-match"]),
+          changeContext(caller, request),
+        );
+        set.headers.etag = versionEtag(row.version);
+        return { data: one(row) };
+      },
+      {
+        scope: "licenses:write",
+        body: "license.update",
+        headers: IfMatchHeaders,
+        response: { 200: "license.response" },
+        detail: {
+          summary: "Update a license: expiry, overrides, metadata, status_action (If-Match: version)",
+        },
+      },
+    )
+    .delete(
+      "/:id",
+      ({ caller, params, request }) => {
+        licenses.revoke(params.id, changeContext(caller, request));
+        return noContent();
+      },
+      { scope: "licenses:write", detail: { summary: "Revoke a license (terminal)" } },
+    )
+    .post(
+      "/:id/convert-trial",
+      ({ caller, params, body, headers, request, set }) => {
+        const row = licenses.convertTrial(
+          params.id,
+          body,
+          versionFromIfMatch(headers["if-match"]),
+          changeContext(caller, request),
+        );
+        set.headers.etag = versionEtag(row.version);
+        return { data: one(row) };
+      },
+      {
+        scope: "licenses:write",
+        body: "license.convert-trial",
+        headers: IfMatchHeaders,
+        response: { 200: "license.response" },
+        detail: { summary: "Convert a trial into a full license with the same key" },
+      },
+    );
+};

@@ -1,0 +1,397 @@
+import { and, count, desc, eq, lt, ne } from "drizzle-orm";
+import type { ChangeContext, Deps } from "../../deps.ts";
+import { canonicalLicenseKey, formatLicenseKey, generateLicenseKey } from "../../domain/license-key.ts";
+import { defaultExpiry, licenseStatus } from "../../domain/license-state.ts";
+import type { PlanDefinition } from "../../domain/plans.ts";
+import type { PolicySettings } from "../../domain/policy-rules.ts";
+import type { Environment } from "../../domain/scopes.ts";
+import { ApiError, FieldErrorCollector } from "../../http/errors.ts";
+import type { PageRequest } from "../../http/pagination.ts";
+import { versionConflict, versionEtag } from "../../http/preconditions.ts";
+import { licenses, policies } from "../../store/schema/index.ts";
+import type { CustomerService } from "../customers/service.ts";
+import { recordAudit } from "../events/service.ts";
+import type { PolicyRow, PolicyService } from "../policies/service.ts";
+import { settingsOf } from "../policies/service.ts";
+import { archived, type ProductService } from "../products/service.ts";
+import type { ConvertTrialBody, LicenseCreateBody, LicenseUpdateBody } from "./model.ts";
+import { presentLicense } from "./present.ts";
+
+export type LicenseRow = typeof licenses.$inferSelect;
+
+const MAX_METADATA_KEYS = 50;
+const keyContext = (licenseId: string) => `license-key:${licenseId}`;
+
+export class LicenseService {
+  constructor(
+    private readonly deps: Deps,
+    private readonly products: ProductService,
+    private readonly policies: PolicyService,
+    private readonly customers: CustomerService,
+    private readonly plan: () => PlanDefinition,
+  ) {}
+
+  list(
+    environment: Environment,
+    page: PageRequest,
+    filter: { productId?: string; customerId?: string },
+  ): LicenseRow[] {
+    return this.deps.db
+      .select()
+      .from(licenses)
+      .where(
+        and(
+          eq(licenses.environment, environment),
+          filter.productId ? eq(licenses.productId, filter.productId) : undefined,
+          filter.customerId ? eq(licenses.customerId, filter.customerId) : undefined,
+          page.before ? lt(licenses.id, page.before) : undefined,
+        ),
+      )
+      .orderBy(desc(licenses.id))
+      .limit(page.limit + 1)
+      .all();
+  }
+
+  get(id: string, environment: Environment): LicenseRow {
+    const row = this.deps.db.select().from(licenses).where(eq(licenses.id, id)).get();
+    if (!row || row.environment !== environment) throw ApiError.notFound("license");
+    return row;
+  }
+
+  /** The license for a key as a device types it (any case, with or without dashes). */
+  findByKey(input: string): LicenseRow | undefined {
+    const canonical = canonicalLicenseKey(input);
+    if (!canonical) return undefined;
+    const lookup = this.deps.secrets.lookupHash(canonical, "license-key");
+    return this.deps.db.select().from(licenses).where(eq(licenses.keyLookup, lookup)).get();
+  }
+
+  /** The API shape of licenses, with each one's key decrypted and its policy's effective limits. */
+  present(rows: LicenseRow[]) {
+    const now = this.deps.clock.now();
+    const policyById = new Map<string, PolicyRow>();
+    for (const row of rows) {
+      if (!policyById.has(row.policyId)) {
+        const policy = this.deps.db.select().from(policies).where(eq(policies.id, row.policyId)).get();
+        if (policy) policyById.set(policy.id, policy);
+      }
+    }
+    return rows.map((row) => {
+      const policy = policyById.get(row.policyId);
+      if (!policy) throw new Error(`license ${row.id} refers to missing policy ${row.policyId}`);
+      const key = formatLicenseKey(this.deps.secrets.decrypt(row.keyCiphertext, keyContext(row.id)));
+      return presentLicense(row, settingsOf(policy), key, now);
+    });
+  }
+
+  presentOne(row: LicenseRow) {
+    const [presented] = this.present([row]);
+    if (!presented) throw new Error("unreachable: one row in, one out");
+    return presented;
+  }
+
+  create(body: LicenseCreateBody, ctx: ChangeContext): LicenseRow {
+    const now = this.deps.clock.now();
+    const plan = this.plan();
+    const errors = new FieldErrorCollector();
+    const product = this.bodyReference(
+      () => this.products.get(body.product_id, ctx.environment),
+      "product_id",
+      errors,
+    );
+    if (product?.status === "archived") throw archived(product.id);
+    const policy = this.bodyReference(
+      () => this.policies.get(body.policy_id, ctx.environment),
+      "policy_id",
+      errors,
+    );
+    if (policy && product && policy.productId !== product.id)
+      errors.add("policy_id", "belongs to another product");
+    if (policy?.status === "retired") errors.add("policy_id", "is retired; choose an active policy");
+    if (body.customer_id) {
+      const customer = this.bodyReference(
+        () => this.customers.get(body.customer_id as string),
+        "customer_id",
+        errors,
+      );
+      if (customer?.status === "archived") errors.add("customer_id", "is archived");
+    }
+    if (policy && body.license_type !== undefined && body.license_type !== policy.licenseType) {
+      errors.add("license_type", `must match the policy's license_type (${policy.licenseType})`);
+    }
+    const sentExpiry = this.sentExpiry(body, errors);
+    this.checkMetadata(body.metadata, errors);
+    errors.throwIfAny();
+    if (!policy || !product) throw new Error("unreachable: references were checked above");
+    const settings = settingsOf(policy);
+    const expiresAt = sentExpiry === undefined ? defaultExpiry(settings, now) : sentExpiry;
+    this.checkExpiry(expiresAt, now, plan);
+    this.checkQuota(plan, settings.license_type);
+
+    const key = generateLicenseKey();
+    const canonical = canonicalLicenseKey(key) as string;
+    const id = this.deps.ids.next("license", now.getTime());
+    const row: LicenseRow = {
+      id,
+      environment: product.environment,
+      productId: product.id,
+      policyId: policy.id,
+      customerId: body.customer_id ?? null,
+      keyCiphertext: this.deps.secrets.encrypt(canonical, keyContext(id)),
+      keyLookup: this.deps.secrets.lookupHash(canonical, "license-key"),
+      licenseType: settings.license_type,
+      status: "active",
+      statusReason: null,
+      expiresAt,
+      renewalAuthority: body.renewal_authority ?? settings.renewal_authority,
+      maxMachinesOverride: body.max_machines ?? null,
+      maxConcurrentOverride: body.max_concurrent ?? null,
+      licenseUnitLimitOverride: body.license_unit_limit_override ?? null,
+      entitlements: body.entitlements ?? {},
+      metadata: body.metadata ?? {},
+      version: 1,
+      createdAt: now,
+      updatedAt: now,
+      suspendedAt: null,
+      revokedAt: null,
+      convertedAt: null,
+    };
+    this.deps.db.transaction((tx) => {
+      tx.insert(licenses).values(row).run();
+      recordAudit(tx, this.deps, ctx, {
+        type: "license.created",
+        target: { type: "license", id },
+        data: { product_id: row.productId, policy_id: row.policyId, license_type: row.licenseType },
+      });
+    });
+    return row;
+  }
+
+  update(id: string, body: LicenseUpdateBody, ifMatch: number | undefined, ctx: ChangeContext): LicenseRow {
+    return this.deps.db.transaction((tx) => {
+      const now = this.deps.clock.now();
+      const current = this.get(id, ctx.environment);
+      if (ifMatch !== undefined && ifMatch !== current.version)
+        throw versionConflict(versionEtag(current.version));
+      const from = licenseStatus(current, now);
+      if (from === "revoked")
+        throw transition("revoked", body.status_action ?? "changed", "A revoked license cannot change.");
+      const errors = new FieldErrorCollector();
+      const sentExpiry = this.sentExpiry(body, errors);
+      this.checkMetadata(body.metadata, errors);
+      if (body.reason !== undefined && body.status_action === undefined)
+        errors.add("reason", "is only accepted with status_action");
+      errors.throwIfAny();
+
+      const changes: Partial<LicenseRow> = {};
+      if (sentExpiry !== undefined && sentExpiry?.getTime() !== current.expiresAt?.getTime()) {
+        this.checkExpiry(sentExpiry, now, this.plan());
+        changes.expiresAt = sentExpiry;
+      }
+      if (body.renewal_authority !== undefined && body.renewal_authority !== current.renewalAuthority) {
+        changes.renewalAuthority = body.renewal_authority;
+      }
+      if (body.max_machines_override !== undefined) changes.maxMachinesOverride = body.max_machines_override;
+      if (body.max_concurrent_override !== undefined)
+        changes.maxConcurrentOverride = body.max_concurrent_override;
+      if (body.license_unit_limit_override !== undefined)
+        changes.licenseUnitLimitOverride = body.license_unit_limit_override;
+      if (body.entitlements !== undefined) changes.entitlements = body.entitlements;
+      if (body.metadata !== undefined) changes.metadata = body.metadata;
+
+      const events: string[] = [];
+      if (body.status_action === "suspended" && current.status !== "suspended") {
+        Object.assign(changes, { status: "suspended", suspendedAt: now, statusReason: body.reason ?? null });
+        events.push("license.suspended");
+      }
+      if (body.status_action === "active" && current.status === "suspended") {
+        Object.assign(changes, { status: "active", suspendedAt: null, statusReason: body.reason ?? null });
+        events.push("license.reinstated");
+      }
+      const next: LicenseRow = { ...current, ...changes };
+      if (body.status_action === "active" && licenseStatus(next, now) === "expired") {
+        throw transition(
+          "expired",
+          "active",
+          "The license has expired; extend expires_at to a future time in the same request.",
+        );
+      }
+      const fieldChanges = Object.keys(changes).filter(
+        (c) => !["status", "suspendedAt", "statusReason"].includes(c),
+      );
+      if (fieldChanges.length === 0 && events.length === 0) return current;
+      if (from === "expired" && licenseStatus(next, now) === "active") events.push("license.renewed");
+      next.version = current.version + 1;
+      next.updatedAt = now;
+      tx.update(licenses).set(next).where(eq(licenses.id, id)).run();
+      if (fieldChanges.length > 0) {
+        recordAudit(tx, this.deps, ctx, {
+          type: "license.updated",
+          target: { type: "license", id },
+          data: { changes: fieldChanges },
+        });
+      }
+      for (const type of events) {
+        recordAudit(tx, this.deps, ctx, {
+          type,
+          target: { type: "license", id },
+          data: { reason: body.reason ?? null },
+        });
+      }
+      return next;
+    });
+  }
+
+  /** Revocation is terminal. Revoking twice is harmless. */
+  revoke(id: string, ctx: ChangeContext): void {
+    this.deps.db.transaction((tx) => {
+      const current = this.get(id, ctx.environment);
+      if (current.status === "revoked") return;
+      const now = this.deps.clock.now();
+      tx.update(licenses)
+        .set({ status: "revoked", revokedAt: now, updatedAt: now, version: current.version + 1 })
+        .where(eq(licenses.id, id))
+        .run();
+      recordAudit(tx, this.deps, ctx, { type: "license.revoked", target: { type: "license", id } });
+    });
+  }
+
+  /** A trial becomes a full license under another policy of the same product, keeping its key. */
+  convertTrial(
+    id: string,
+    body: ConvertTrialBody,
+    ifMatch: number | undefined,
+    ctx: ChangeContext,
+  ): LicenseRow {
+    return this.deps.db.transaction((tx) => {
+      const now = this.deps.clock.now();
+      const current = this.get(id, ctx.environment);
+      if (ifMatch !== undefined && ifMatch !== current.version)
+        throw versionConflict(versionEtag(current.version));
+      const from = licenseStatus(current, now);
+      if (from === "revoked")
+        throw transition("revoked", "converted", "A revoked license cannot be converted.");
+      if (current.licenseType !== "trial")
+        throw transition(current.licenseType, "converted", "Only trial licenses can be converted.");
+      const errors = new FieldErrorCollector();
+      const target = this.bodyReference(
+        () => this.policies.get(body.target_policy_id, ctx.environment),
+        "target_policy_id",
+        errors,
+      );
+      if (target && target.productId !== current.productId)
+        errors.add("target_policy_id", "belongs to another product");
+      if (target?.status === "retired") errors.add("target_policy_id", "is retired");
+      if (target?.licenseType === "trial")
+        errors.add("target_policy_id", "is a trial policy; choose a full one");
+      const sentExpiry = this.sentExpiry({ expires_at: body.expires_at }, errors);
+      errors.throwIfAny();
+      if (!target) throw new Error("unreachable: target policy was checked above");
+      const settings = settingsOf(target);
+      const expiresAt = sentExpiry === undefined ? defaultExpiry(settings, now) : sentExpiry;
+      this.checkExpiry(expiresAt, now, this.plan());
+      const next: LicenseRow = {
+        ...current,
+        policyId: target.id,
+        licenseType: settings.license_type,
+        expiresAt,
+        renewalAuthority: settings.renewal_authority,
+        entitlements: { ...current.entitlements, ...(body.entitlement_overrides ?? {}) },
+        convertedAt: now,
+        updatedAt: now,
+        version: current.version + 1,
+      };
+      tx.update(licenses).set(next).where(eq(licenses.id, id)).run();
+      recordAudit(tx, this.deps, ctx, {
+        type: "license.trial_converted",
+        target: { type: "license", id },
+        data: { from_policy_id: current.policyId, to_policy_id: target.id },
+      });
+      return next;
+    });
+  }
+
+  /** A resource named in a body: unknown is a field error (422), not a 404 of the route. */
+  private bodyReference<T>(lookup: () => T, field: string, errors: FieldErrorCollector): T | undefined {
+    try {
+      return lookup();
+    } catch (error) {
+      if (error instanceof ApiError && error.code === "NOT_FOUND") {
+        errors.add(field, "does not exist for this key");
+        return undefined;
+      }
+      throw error;
+    }
+  }
+
+  /** `expires_at` and `expiry` are one field; undefined when neither was sent, null for "never". */
+  private sentExpiry(
+    body: { expires_at?: string | null; expiry?: string | null },
+    errors: FieldErrorCollector,
+  ): Date | null | undefined {
+    const parse = (field: string, value: string | null | undefined): Date | null | undefined => {
+      if (value === undefined || value === null) return value;
+      const date = new Date(value);
+      if (Number.isNaN(date.getTime())) {
+        errors.add(field, "must be an ISO 8601 date-time");
+        return undefined;
+      }
+      return date;
+    };
+    const a = parse("expires_at", body.expires_at);
+    const b = parse("expiry", body.expiry);
+    if (
+      body.expires_at !== undefined &&
+      body.expiry !== undefined &&
+      (a?.getTime() ?? null) !== (b?.getTime() ?? null)
+    ) {
+      errors.add(
+        "expires_at",
+        "expires_at and expiry are the same field and were sent with different values",
+      );
+    }
+    return body.expires_at !== undefined ? a : b;
+  }
+
+  private checkExpiry(expiresAt: Date | null, now: Date, plan: PlanDefinition): void {
+    if (expiresAt === null) return;
+    if (expiresAt.getTime() <= now.getTime())
+      throw ApiError.validation({ expires_at: ["must be in the future"] });
+    if (expiresAt.getTime() - now.getTime() > plan.license_duration_max_sec * 1000) {
+      throw ApiError.validation({
+        expires_at: [
+          `is beyond the plan's license_duration_max_sec (${plan.license_duration_max_sec}s from now)`,
+        ],
+      });
+    }
+  }
+
+  private checkMetadata(metadata: Record<string, unknown> | undefined, errors: FieldErrorCollector): void {
+    if (metadata && Object.keys(metadata).length > MAX_METADATA_KEYS)
+      errors.add("metadata", `at most ${MAX_METADATA_KEYS} keys`);
+  }
+
+  /** Plan quotas on licenses that are not revoked: all licenses, and trial licenses separately. */
+  private checkQuota(plan: PlanDefinition, licenseType: PolicySettings["license_type"]): void {
+    const checks: [string, ReturnType<typeof ne> | ReturnType<typeof and>][] = [
+      ["licenses", ne(licenses.status, "revoked")],
+    ];
+    if (licenseType === "trial")
+      checks.push(["trial_licenses", and(ne(licenses.status, "revoked"), eq(licenses.licenseType, "trial"))]);
+    for (const [quota, where] of checks) {
+      const limit = plan.quotas[quota]?.limit;
+      if (limit === undefined) continue;
+      const used = this.deps.db.select({ n: count() }).from(licenses).where(where).get()?.n ?? 0;
+      if (used >= limit) {
+        throw new ApiError("PLAN_QUOTA_EXCEEDED", `The plan allows ${limit} ${quota.replace("_", " ")}.`, {
+          quota,
+          limit,
+          used,
+        });
+      }
+    }
+  }
+}
+
+const transition = (from: string, to: string, message: string) =>
+  new ApiError("INVALID_TRANSITION", message, { from, to });

@@ -1,0 +1,66 @@
+import { and, count, eq, ne } from "drizzle-orm";
+import type { Deps } from "../../deps.ts";
+import { FEATURES, minimumPlanFor, PLANS, type PlanDefinition } from "../../domain/plans.ts";
+import { licenses } from "../../store/schema/index.ts";
+
+/** Usage counters the plan report can state exactly today; request quotas join them with metering. */
+export class PlanReportService {
+  constructor(
+    private readonly deps: Pick<Deps, "db">,
+    private readonly plan: () => PlanDefinition,
+  ) {}
+
+  report() {
+    const plan = this.plan();
+    const used: Record<string, number> = {
+      licenses: this.countLicenses(),
+      trial_licenses: this.countLicenses("trial"),
+    };
+    const quotas = Object.fromEntries(
+      Object.entries(plan.quotas)
+        .filter(([key]) => used[key] !== undefined)
+        .map(([key, quota]) => {
+          const usedNow = used[key] ?? 0;
+          return [
+            key,
+            {
+              limit: quota.limit,
+              used: usedNow,
+              remaining: Math.max(0, quota.limit - usedNow),
+              limit_with_overage: quota.limit + quota.overage,
+              resets_at: null,
+            },
+          ];
+        }),
+    );
+    return {
+      plan: { code: plan.code, name: plan.name, trial: plan.trial, ends_at: null },
+      quotas,
+      policy_constraints: plan.policy_constraints,
+      policy_defaults: plan.policy_defaults,
+      revocation_exposure_max_sec_by_plan: Object.fromEntries(
+        Object.values(PLANS).map((p) => [p.code, p.policy_constraints.revocation_exposure_max_sec]),
+      ),
+      license_duration_max_sec: plan.license_duration_max_sec,
+      unavailable_features: FEATURES.filter((f) => !plan.features.includes(f)).map((key) => {
+        const minimum = minimumPlanFor(key);
+        return { key, minimum_plan: minimum.code, minimum_plan_name: minimum.name };
+      }),
+    };
+  }
+
+  private countLicenses(licenseType?: string): number {
+    return (
+      this.deps.db
+        .select({ n: count() })
+        .from(licenses)
+        .where(
+          and(
+            ne(licenses.status, "revoked"),
+            licenseType ? eq(licenses.licenseType, licenseType) : undefined,
+          ),
+        )
+        .get()?.n ?? 0
+    );
+  }
+}

@@ -1,0 +1,90 @@
+import { Elysia } from "elysia";
+import { managementAuth } from "../../http/auth.ts";
+import { changeContext } from "../../http/context.ts";
+import { pageRequest, toPage } from "../../http/pagination.ts";
+import { json, noContent } from "../../http/respond.ts";
+import { IdempotencyHeaders, IfMatchHeaders } from "../../http/schemas.ts";
+import type { Services } from "../../services.ts";
+import { PolicyListQuery, policyModels } from "./model.ts";
+import { policyEtag, presentPolicy } from "./service.ts";
+
+const ROUTE = "/mgmt/v1/policies";
+
+export const policiesController = ({ policies, idempotency }: Services) =>
+  new Elysia({ prefix: ROUTE, detail: { tags: ["Policies"] } })
+    .use(managementAuth)
+    .model(policyModels)
+    .get(
+      "",
+      ({ caller, query }) => {
+        const page = pageRequest(query, "pol");
+        return toPage(policies.list(caller.environment, page, query.product_id), page.limit, presentPolicy);
+      },
+      {
+        scope: "policies:read",
+        query: PolicyListQuery,
+        response: { 200: "policy.list" },
+        detail: { summary: "List policies" },
+      },
+    )
+    .post(
+      "",
+      ({ caller, body, headers, request }) =>
+        idempotency.run(
+          {
+            scope: caller.id,
+            method: "POST",
+            route: ROUTE,
+            key: headers["idempotency-key"],
+            body,
+            required: true,
+          },
+          () => {
+            const row = policies.create(body, changeContext(caller, request));
+            return json(201, { data: presentPolicy(row) }, { etag: policyEtag(row) });
+          },
+        ),
+      {
+        scope: "policies:write",
+        body: "policy.create",
+        headers: IdempotencyHeaders,
+        response: { 201: "policy.response" },
+        detail: { summary: "Create a policy (only product_id and name are required)" },
+      },
+    )
+    .get(
+      "/:id",
+      ({ caller, params, set }) => {
+        const row = policies.get(params.id, caller.environment);
+        set.headers.etag = policyEtag(row);
+        return { data: presentPolicy(row) };
+      },
+      {
+        scope: "policies:read",
+        response: { 200: "policy.response" },
+        detail: { summary: "Get a policy (ETag)" },
+      },
+    )
+    .patch(
+      "/:id",
+      ({ caller, params, body, headers, request, set }) => {
+        const row = policies.update(params.id, body, headers["if-match"], changeContext(caller, request));
+        set.headers.etag = policyEtag(row);
+        return { data: presentPolicy(row) };
+      },
+      {
+        scope: "policies:write",
+        body: "policy.update",
+        headers: IfMatchHeaders,
+        response: { 200: "policy.response" },
+        detail: { summary: "Update a policy (If-Match: the ETag, unchanged)" },
+      },
+    )
+    .delete(
+      "/:id",
+      ({ caller, params, request }) => {
+        policies.retire(params.id, changeContext(caller, request));
+        return noContent();
+      },
+      { scope: "policies:write", detail: { summary: "Retire a policy" } },
+    );

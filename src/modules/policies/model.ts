@@ -1,0 +1,136 @@
+import { Type } from "@sinclair/typebox";
+import {
+  BILLING_CYCLES,
+  CONCURRENCY_UNITS,
+  FAIL_MODES,
+  FINGERPRINT_PROFILES,
+  IDENTITY_MODES,
+  LICENSE_TYPES,
+  PERPETUAL_MODES,
+  RENEWAL_AUTHORITIES,
+  VALIDATION_MODES,
+} from "../../domain/policy-rules.ts";
+import { pageParams } from "../../http/pagination.ts";
+import { DateTime, dataOf, JsonObject, listOf, Nullable } from "../../http/schemas.ts";
+import { StringEnum } from "../../http/schemas-enum.ts";
+
+const Seconds = (description: string) =>
+  Type.Integer({ minimum: 0, maximum: 10 * 365 * 86_400, description });
+const Count = (description: string) => Type.Integer({ minimum: 0, maximum: 10_000_000, description });
+
+/** Every settable policy field; all optional here, `product_id` and `name` required on create. */
+const settings = {
+  license_type: Type.Optional(StringEnum(LICENSE_TYPES, "Default perpetual.")),
+  validation_mode: Type.Optional(
+    StringEnum(
+      VALIDATION_MODES,
+      "online: activation + heartbeats; hybrid: online or offline packages; offline: offline packages only.",
+    ),
+  ),
+  fail_mode: Type.Optional(
+    StringEnum(
+      FAIL_MODES,
+      "What a device does when it cannot reach the service after its certificate lapses.",
+    ),
+  ),
+  identity_mode: Type.Optional(StringEnum(IDENTITY_MODES)),
+  perpetual_mode: Type.Optional(
+    StringEnum(
+      PERPETUAL_MODES,
+      "unmanaged: offline perpetual, usable only through a device-bound offline package.",
+    ),
+  ),
+  concurrency_unit: Type.Optional(
+    StringEnum(CONCURRENCY_UNITS, "What one floating seat is: a device, or an app instance."),
+  ),
+  fingerprint_profile: Type.Optional(StringEnum(FINGERPRINT_PROFILES)),
+  renewal_authority: Type.Optional(StringEnum(RENEWAL_AUTHORITIES)),
+  billing_cycle: Type.Optional(StringEnum(BILLING_CYCLES)),
+  heartbeat_required: Type.Optional(Type.Boolean()),
+  max_machines: Type.Optional(Count("Machine slots per license (default 1).")),
+  max_concurrent: Type.Optional(Nullable(Count("Floating seats per license; null for no floating limit."))),
+  license_unit_limit: Type.Optional(Nullable(Count("Named users per license; null for no limit."))),
+  cert_ttl_sec: Type.Optional(Seconds("Lifetime of a license certificate.")),
+  heartbeat_sec: Type.Optional(Seconds("Heartbeat interval.")),
+  lease_ttl_sec: Type.Optional(Seconds("A lease expires this long after its last heartbeat.")),
+  lease_heartbeat_sec: Type.Optional(Seconds("Lease heartbeat interval.")),
+  network_grace_sec: Type.Optional(
+    Seconds("How long a fail-open device keeps working offline after its certificate lapses."),
+  ),
+  trial_days: Type.Optional(Type.Integer({ minimum: 0, maximum: 365 })),
+  entitlements: Type.Optional(JsonObject("Entitlement name -> true/false, or a JSON value for limits.")),
+};
+
+export const PolicyCreate = Type.Object(
+  {
+    product_id: Type.String({ maxLength: 64 }),
+    name: Type.String({ minLength: 1, maxLength: 200 }),
+    ...settings,
+  },
+  { additionalProperties: false },
+);
+
+export const PolicyUpdate = Type.Object(
+  {
+    product_id: Type.Optional(Type.String({ maxLength: 64 })),
+    name: Type.Optional(Type.String({ minLength: 1, maxLength: 200 })),
+    ...settings,
+  },
+  { additionalProperties: false },
+);
+
+export const Policy = Type.Object({
+  public_id: Type.String(),
+  product_id: Type.String(),
+  environment: StringEnum(["live", "test"] as const),
+  name: Type.String(),
+  version: Type.Integer({
+    description: "Historical policy number, bumped by every change. Not a concurrency token: use the ETag.",
+  }),
+  status: StringEnum(["active", "retired"] as const),
+  license_type: StringEnum(LICENSE_TYPES),
+  validation_mode: StringEnum(VALIDATION_MODES),
+  fail_mode: StringEnum(FAIL_MODES),
+  identity_mode: StringEnum(IDENTITY_MODES),
+  perpetual_mode: StringEnum(PERPETUAL_MODES),
+  concurrency_unit: StringEnum(CONCURRENCY_UNITS),
+  renewal_authority: StringEnum(RENEWAL_AUTHORITIES),
+  billing_cycle: StringEnum(BILLING_CYCLES),
+  heartbeat_required: Type.Boolean(),
+  revocation_guarantee_sec: Type.Integer({
+    description:
+      "Longest a revoked license can keep working offline: cert_ttl_sec (+ network_grace_sec when failing open).",
+  }),
+  license_unit_limit: Nullable(Type.Integer()),
+  max_machines: Type.Integer(),
+  max_concurrent: Nullable(Type.Integer()),
+  cert_ttl_sec: Type.Integer(),
+  heartbeat_sec: Type.Integer(),
+  lease_ttl_sec: Type.Integer(),
+  lease_heartbeat_sec: Type.Integer(),
+  network_grace_sec: Type.Integer(),
+  trial_days: Type.Integer(),
+  fingerprint_profile: Type.Object({
+    name: StringEnum(FINGERPRINT_PROFILES),
+    on_machine_change: Type.String(),
+    baseline_max_age_sec: Type.Integer(),
+  }),
+  entitlements: JsonObject("Entitlement name -> value."),
+  created_at: DateTime(),
+  updated_at: DateTime(),
+});
+
+export const PolicyListQuery = Type.Object({
+  ...pageParams,
+  product_id: Type.Optional(Type.String({ maxLength: 64, description: "Only this product's policies." })),
+});
+
+export const policyModels = {
+  "policy.create": PolicyCreate,
+  "policy.update": PolicyUpdate,
+  "policy.response": dataOf(Policy),
+  "policy.list": listOf(Policy),
+};
+
+export type PolicyCreateBody = typeof PolicyCreate.static;
+export type PolicyUpdateBody = typeof PolicyUpdate.static;

@@ -1,0 +1,31 @@
+import { Type } from "@sinclair/typebox";
+import { Elysia } from "elysia";
+import { managementAuth } from "../../http/auth.ts";
+import { DateTime, dataOf } from "../../http/schemas.ts";
+import type { Services } from "../../services.ts";
+
+const UsageReport = Type.Object({
+  period: Type.Object({ label: Type.String(), start: DateTime(), end: DateTime() }),
+  new_activations: Type.Integer(),
+  active_machines: Type.Integer(),
+  active_licenses: Type.Integer(),
+  active_leases: Type.Integer(),
+});
+
+export const reportsController = ({ usageReport }: Services) =>
+  new Elysia({ prefix: "/mgmt/v1/reports", detail: { tags: ["Plan and reports"] } })
+    .use(managementAuth)
+    .model({ "usage-report.response": dataOf(UsageReport) })
+    .get("/usage", ({ caller, query }) => ({ data: usageReport.report(caller.environment, query.period) }), {
+      scope: "reports:read",
+      query: Type.Object({
+        period: Type.Optional(
+          Type.String({
+            maxLength: 32,
+            description: "current_month (default), previous_month, or YYYY-MM (UTC).",
+          }),
+        ),
+      }),
+      response: { 200: "usage-report.response" },
+      detail: { summary: "Usage report of this key's environment" },
+    });

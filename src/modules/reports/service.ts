@@ -1,0 +1,76 @@
+import { and, count, eq, gt, isNull, lte, or } from "drizzle-orm";
+import type { Deps } from "../../deps.ts";
+import { addMonths } from "../../domain/license-state.ts";
+import type { Environment } from "../../domain/scopes.ts";
+import { ApiError } from "../../http/errors.ts";
+import { licenses } from "../../store/schema/index.ts";
+
+export interface ReportPeriod {
+  label: string;
+  start: Date;
+  end: Date;
+}
+
+const MONTH = /^(\d{4})-(0[1-9]|1[0-2])$/;
+
+/**
+ * `period` is `current_month` (default), `previous_month`, or a calendar month `YYYY-MM` (UTC).
+ * Anything else, or a month that has not started, is 400.
+ */
+export function resolvePeriod(period: string | undefined, now: Date): ReportPeriod {
+  const monthStart = (d: Date) => new Date(Date.UTC(d.getUTCFullYear(), d.getUTCMonth(), 1));
+  const month = (start: Date): ReportPeriod => ({
+    label: start.toISOString().slice(0, 7),
+    start,
+    end: addMonths(start, 1),
+  });
+  if (period === undefined || period === "current_month") return month(monthStart(now));
+  if (period === "previous_month") return month(addMonths(monthStart(now), -1));
+  const match = MONTH.exec(period);
+  if (!match) {
+    throw new ApiError("INVALID_REQUEST", "period must be current_month, previous_month or YYYY-MM.", {
+      period,
+    });
+  }
+  const start = new Date(Date.UTC(Number(match[1]), Number(match[2]) - 1, 1));
+  if (start.getTime() > now.getTime())
+    throw new ApiError("INVALID_REQUEST", "period has not started yet.", { period });
+  return month(start);
+}
+
+export class UsageReportService {
+  constructor(private readonly deps: Pick<Deps, "db" | "clock">) {}
+
+  report(environment: Environment, period: string | undefined) {
+    const now = this.deps.clock.now();
+    const resolved = resolvePeriod(period, now);
+    const at = resolved.end.getTime() < now.getTime() ? resolved.end : now;
+    return {
+      period: { label: resolved.label, start: resolved.start.toISOString(), end: resolved.end.toISOString() },
+      // Devices cannot activate until the runtime API exists; these count its tables once they do.
+      new_activations: 0,
+      active_machines: 0,
+      active_licenses: this.activeLicensesAt(environment, at),
+      active_leases: 0,
+    };
+  }
+
+  /** Licenses that existed at `at` and were neither revoked, suspended nor expired then. */
+  private activeLicensesAt(environment: Environment, at: Date): number {
+    return (
+      this.deps.db
+        .select({ n: count() })
+        .from(licenses)
+        .where(
+          and(
+            eq(licenses.environment, environment),
+            lte(licenses.createdAt, at),
+            or(isNull(licenses.revokedAt), gt(licenses.revokedAt, at)),
+            or(isNull(licenses.suspendedAt), gt(licenses.suspendedAt, at)),
+            or(isNull(licenses.expiresAt), gt(licenses.expiresAt, at)),
+          ),
+        )
+        .get()?.n ?? 0
+    );
+  }
+}

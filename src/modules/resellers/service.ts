@@ -1,0 +1,111 @@
+import { desc, eq, lt } from "drizzle-orm";
+import type { ChangeContext, Deps } from "../../deps.ts";
+import { ApiError } from "../../http/errors.ts";
+import type { PageRequest } from "../../http/pagination.ts";
+import { resellers } from "../../store/schema/index.ts";
+import { recordAudit } from "../events/service.ts";
+import type { ResellerCreateBody, ResellerUpdateBody } from "./model.ts";
+
+export type ResellerRow = typeof resellers.$inferSelect;
+
+const MAX_METADATA_KEYS = 50;
+
+export function presentReseller(row: ResellerRow) {
+  return {
+    public_id: row.id,
+    name: row.name,
+    email: row.email,
+    external_ref: row.externalRef,
+    status: row.status,
+    organization_limit: row.organizationLimit,
+    user_limit: row.userLimit,
+    metadata: row.metadata,
+    archived_at: row.archivedAt?.toISOString() ?? null,
+    created_at: row.createdAt.toISOString(),
+    updated_at: row.updatedAt.toISOString(),
+  };
+}
+
+/** Reseller records, shared by live and test like customers. */
+export class ResellerService {
+  constructor(private readonly deps: Deps) {}
+
+  list(page: PageRequest): ResellerRow[] {
+    return this.deps.db
+      .select()
+      .from(resellers)
+      .where(page.before ? lt(resellers.id, page.before) : undefined)
+      .orderBy(desc(resellers.id))
+      .limit(page.limit + 1)
+      .all();
+  }
+
+  get(id: string): ResellerRow {
+    const row = this.deps.db.select().from(resellers).where(eq(resellers.id, id)).get();
+    if (!row) throw ApiError.notFound("reseller");
+    return row;
+  }
+
+  create(body: ResellerCreateBody, ctx: ChangeContext): ResellerRow {
+    checkMetadata(body.metadata);
+    const now = this.deps.clock.now();
+    const status = body.status ?? "active";
+    const row: ResellerRow = {
+      id: this.deps.ids.next("reseller", now.getTime()),
+      name: body.name,
+      email: body.email ?? null,
+      externalRef: body.external_ref ?? null,
+      status,
+      organizationLimit: body.organization_limit ?? null,
+      userLimit: body.user_limit ?? null,
+      metadata: body.metadata ?? {},
+      revision: 1,
+      createdAt: now,
+      updatedAt: now,
+      archivedAt: status === "archived" ? now : null,
+    };
+    this.deps.db.transaction((tx) => {
+      tx.insert(resellers).values(row).run();
+      recordAudit(tx, this.deps, ctx, { type: "reseller.created", target: { type: "reseller", id: row.id } });
+    });
+    return row;
+  }
+
+  update(id: string, body: ResellerUpdateBody, ctx: ChangeContext): ResellerRow {
+    checkMetadata(body.metadata);
+    return this.deps.db.transaction((tx) => {
+      const current = this.get(id);
+      const now = this.deps.clock.now();
+      const changes: Partial<ResellerRow> = {};
+      if (body.name !== undefined && body.name !== current.name) changes.name = body.name;
+      if (body.email !== undefined && body.email !== current.email) changes.email = body.email;
+      if (body.external_ref !== undefined && body.external_ref !== current.externalRef)
+        changes.externalRef = body.external_ref;
+      if (body.organization_limit !== undefined && body.organization_limit !== current.organizationLimit) {
+        changes.organizationLimit = body.organization_limit;
+      }
+      if (body.user_limit !== undefined && body.user_limit !== current.userLimit)
+        changes.userLimit = body.user_limit;
+      if (body.metadata !== undefined) changes.metadata = body.metadata;
+      if (body.status !== undefined && body.status !== current.status) {
+        changes.status = body.status;
+        changes.archivedAt = body.status === "archived" ? now : null;
+      }
+      if (Object.keys(changes).length === 0) return current;
+      const next: ResellerRow = { ...current, ...changes, revision: current.revision + 1, updatedAt: now };
+      tx.update(resellers).set(next).where(eq(resellers.id, id)).run();
+      recordAudit(tx, this.deps, ctx, {
+        type: "reseller.updated",
+        target: { type: "reseller", id },
+        data: { changes: Object.keys(changes).filter((c) => c !== "archivedAt") },
+      });
+      return next;
+    });
+  }
+}
+
+function checkMetadata(metadata: Record<string, unknown> | undefined): void {
+  if (metadata && Object.keys(metadata).length > MAX_METADATA_KEYS) {
+    throw ApiError.validation({ metadata: [`at most ${MAX_METADATA_KEYS} keys`] });
+  }
+}

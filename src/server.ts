@@ -1,0 +1,221 @@
+import { existsSync } from "node:fs";
+import { join } from "node:path";
+import { Type } from "@sinclair/typebox";
+import type { Server } from "bun";
+import { Elysia } from "elysia";
+import { createApp } from "./app.ts";
+import type { Config } from "./config.ts";
+import { Keystore, KeystoreError } from "./crypto/keystore.ts";
+import { SecretBox } from "./crypto/secret-box.ts";
+import type { Deps } from "./deps.ts";
+import { AdjustableClock, type Clock, systemClock, unixSeconds } from "./domain/clock.ts";
+import { IdGenerator } from "./domain/ids.ts";
+import { errorBody } from "./http/envelope.ts";
+import { ApiError } from "./http/errors.ts";
+import { IdempotencyStore } from "./http/idempotency.ts";
+import type { Logger } from "./http/logger.ts";
+import { openStore, type Store } from "./store/db.ts";
+import { migrate } from "./store/migrate.ts";
+
+/** Bun refuses larger bodies before any of our code runs; routes enforce their own smaller limits. */
+export const MAX_REQUEST_BODY_BYTES = 1024 * 1024;
+/** How long SIGTERM waits for in-flight requests before closing what is left. */
+export const DRAIN_TIMEOUT_MS = 10_000;
+/** The largest single step of the test clock: 100 years, beyond any license or plan window. */
+const MAX_ADVANCE_SEC = 100 * 366 * 86_400;
+
+/** A start-up failure the operator can act on; printed as one line without a stack trace. */
+export class StartupError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = "StartupError";
+  }
+}
+
+/**
+ * `POST /testing/v1/clock` (DESIGN §4 "Test clock"). Only ever mounted with --test-clock; without
+ * the flag the route does not exist and the app answers 404.
+ */
+export const testClockRoutes = (clock: AdjustableClock) =>
+  new Elysia({ name: "test-clock", normalize: false, detail: { hide: true } }).post(
+    "/testing/v1/clock",
+    ({ body }) => ({ data: { now: unixSeconds(clock.advance(body.advance_sec)) } }),
+    {
+      body: Type.Object(
+        { advance_sec: Type.Integer({ minimum: 0, maximum: MAX_ADVANCE_SEC }) },
+        { additionalProperties: false },
+      ),
+    },
+  );
+
+export interface RunningServer {
+  url: string;
+  /** Resolves once a shutdown has completed (store closed). */
+  closed: Promise<void>;
+  /** Stops accepting, drains in-flight requests (bounded), closes the store. Idempotent. */
+  shutdown(reason: string): Promise<void>;
+}
+
+export interface StartOptions {
+  config: Config;
+  passphrase: string;
+  logger: Logger;
+}
+
+function openKeystore(config: Config, passphrase: string): Keystore {
+  try {
+    return Keystore.open(join(config.dataDir, "keystore.json"), passphrase);
+  } catch (error) {
+    if (error instanceof KeystoreError) throw new StartupError(`cannot open the keystore: ${error.message}`);
+    throw error;
+  }
+}
+
+function openMigratedStore(config: Config, logger: Logger): Store {
+  const path = join(config.dataDir, "licensing.db");
+  if (!existsSync(path)) {
+    throw new StartupError(`no store at ${path}, but a keystore exists; restore the store from a backup`);
+  }
+  const store = openStore(path);
+  try {
+    const result = migrate(store.sqlite);
+    logger.log("info", "store ready", { path, applied: result.applied, schema: result.current });
+  } catch (error) {
+    store.close();
+    throw new StartupError(`cannot use the store ${path}: ${(error as Error).message}`);
+  }
+  return store;
+}
+
+/**
+ * Opens keystore and store, migrates, builds the app and listens. Nothing listens unless every
+ * earlier step succeeded, so a wrong passphrase or a tampered keystore never serves a request.
+ */
+export function startServer({ config, passphrase, logger }: StartOptions): RunningServer {
+  const keystore = openKeystore(config, passphrase);
+  const store = openMigratedStore(config, logger);
+  let shuttingDown = false;
+  let inFlight = 0;
+  let server: Server<undefined> | undefined;
+  try {
+    const clock: Clock = config.testClock ? new AdjustableClock() : systemClock;
+    const deps: Deps = {
+      db: store.db,
+      sqlite: store.sqlite,
+      clock,
+      ids: new IdGenerator(),
+      secrets: new SecretBox(keystore.secret("data-key")),
+      keystore,
+    };
+    const swept = new IdempotencyStore(store.sqlite, clock).sweep({ abandonInFlight: true });
+    if (swept > 0) logger.log("info", "idempotency records swept", { removed: swept });
+
+    const base = createApp(deps, {
+      baseUrl: config.baseUrl,
+      testClock: config.testClock,
+      logger,
+      readiness: { ready: () => !shuttingDown },
+    });
+    const app = clock instanceof AdjustableClock ? base.use(testClockRoutes(clock)) : base;
+    if (config.testClock) {
+      logger.log(
+        "warn",
+        "test clock enabled: POST /testing/v1/clock moves time forward; never use in production",
+      );
+    }
+
+    const fetch = async (request: Request): Promise<Response> => {
+      inFlight++;
+      const started = performance.now();
+      let response: Response;
+      try {
+        response = await app.handle(request);
+      } catch (error) {
+        // The app turns every error into an envelope; reaching here is a bug, still answered as one.
+        logger.log("error", "request failed outside the app", { error: (error as Error).message });
+        response = new Response(
+          JSON.stringify(
+            errorBody(
+              new ApiError("INTERNAL_ERROR", "Unexpected server error."),
+              "req_unknown",
+              config.baseUrl,
+            ),
+          ),
+          { status: 500, headers: { "content-type": "application/json" } },
+        );
+      } finally {
+        inFlight--;
+      }
+      // Only named fields: headers (Authorization above all) and bodies are never logged.
+      logger.log("info", "request", {
+        request_id: response.headers.get("x-request-id"),
+        method: request.method,
+        path: pathOf(request.url),
+        status: response.status,
+        duration_ms: Math.round((performance.now() - started) * 1000) / 1000,
+      });
+      return response;
+    };
+
+    try {
+      server = Bun.serve({
+        hostname: config.host,
+        port: config.port,
+        maxRequestBodySize: MAX_REQUEST_BODY_BYTES,
+        development: false,
+        fetch,
+      });
+    } catch (error) {
+      throw new StartupError(`cannot listen on ${config.host}:${config.port}: ${(error as Error).message}`);
+    }
+  } catch (error) {
+    store.close();
+    throw error;
+  }
+
+  const listening = server;
+  let resolveClosed: () => void = () => {};
+  const closed = new Promise<void>((resolve) => {
+    resolveClosed = resolve;
+  });
+  let shutdownPromise: Promise<void> | undefined;
+
+  const drain = async (): Promise<void> => {
+    const stopped = listening.stop();
+    const deadline = performance.now() + DRAIN_TIMEOUT_MS;
+    while (inFlight > 0 && performance.now() < deadline) await Bun.sleep(10);
+    if (inFlight > 0) {
+      logger.log("warn", "shutdown: in-flight requests did not finish in time", { in_flight: inFlight });
+    }
+    // Idle keep-alive connections would otherwise hold the stop promise open.
+    await Promise.race([stopped, Bun.sleep(100)]);
+    await listening.stop(true);
+  };
+
+  return {
+    url: `http://${config.host.includes(":") ? `[${config.host}]` : config.host}:${listening.port}`,
+    closed,
+    shutdown(reason) {
+      shutdownPromise ??= (async () => {
+        shuttingDown = true;
+        logger.log("info", "shutting down", { reason, in_flight: inFlight });
+        try {
+          await drain();
+        } finally {
+          store.close();
+          logger.log("info", "stopped");
+          resolveClosed();
+        }
+      })();
+      return shutdownPromise;
+    },
+  };
+}
+
+/** The path without the query: queries can carry cursors and emails that do not belong in logs. */
+function pathOf(url: string): string {
+  const start = url.indexOf("/", url.indexOf("//") + 2);
+  if (start === -1) return "/";
+  const query = url.indexOf("?", start);
+  return query === -1 ? url.slice(start) : url.slice(start, query);
+}
