@@ -40,7 +40,7 @@ export function httpConventions(deps: ConventionDeps) {
     })
     .onParse({ as: "global" }, ({ request }) => parseJsonBody(request))
     .onError({ as: "global" }, ({ error, code, request, set }) => {
-      const apiError = toApiError(error, code);
+      const apiError = toApiError(error, code, request);
       const requestId = requestState.get(request)?.requestId ?? "req_unknown";
       if (apiError.code === "INTERNAL_ERROR") {
         deps.logger.log("error", "unhandled error", {

@@ -13,13 +13,13 @@ export interface ErrorEnvelope {
 }
 
 /** Turns anything thrown during a request into an ApiError; unknown errors become INTERNAL_ERROR. */
-export function toApiError(error: unknown, elysiaCode: unknown): ApiError {
+export function toApiError(error: unknown, elysiaCode: unknown, request?: Request): ApiError {
   if (error instanceof ApiError) return error;
   if (error instanceof ParseError) {
     if (error.cause instanceof ApiError) return error.cause;
     return new ApiError("INVALID_REQUEST", "The request body could not be read.");
   }
-  if (error instanceof ValidationError) return fromValidation(error);
+  if (error instanceof ValidationError) return fromValidation(error, request);
   if (elysiaCode === "NOT_FOUND") return new ApiError("NOT_FOUND", "No route matches this method and path.");
   if (elysiaCode === "INVALID_COOKIE_SIGNATURE" || elysiaCode === "INVALID_FILE_TYPE") {
     return new ApiError("INVALID_REQUEST", "The request is malformed.");
@@ -27,7 +27,7 @@ export function toApiError(error: unknown, elysiaCode: unknown): ApiError {
   return new ApiError("INTERNAL_ERROR", "Something went wrong on our side; it has been logged.");
 }
 
-function fromValidation(error: ValidationError): ApiError {
+function fromValidation(error: ValidationError, request?: Request): ApiError {
   if (error.type === "response") {
     return new ApiError("INTERNAL_ERROR", "The server produced a response that breaks its own schema.");
   }
@@ -36,23 +36,25 @@ function fromValidation(error: ValidationError): ApiError {
   }
   if (error.type === "headers") {
     return new ApiError("INVALID_REQUEST", "A required header is missing or malformed.", {
-      errors: collect(error),
+      errors: collect(error, request),
     });
   }
-  return ApiError.validation(collect(error));
+  return ApiError.validation(collect(error, request));
 }
 
-function collect(error: ValidationError): FieldErrors {
+function collect(error: ValidationError, request?: Request): FieldErrors {
   const errors: FieldErrors = {};
   for (const issue of error.all) {
     if (!("path" in issue)) continue;
-    const path = issue.path.replace(/^\//, "").replaceAll("/", ".") || "body";
+    const path = issue.path.replace(/^\//, "").replaceAll("/", ".") || queryFieldOf(error, issue, request) || error.type;
     const choices = literalChoices("schema" in issue ? issue.schema : undefined);
     const message =
       issue.message === "Unexpected property"
         ? "is not a known field"
-        : choices
-          ? `must be one of: ${choices.join(", ")}`
+        : choices && choices.length === 1
+          ? `must be ${choices[0] === "integer" ? "an integer" : choices[0]}`
+          : choices
+            ? `must be one of: ${choices.join(", ")}`
           : (issue.summary ?? issue.message);
     const list = errors[path] ?? [];
     if (!list.includes(message)) list.push(message);
@@ -62,15 +64,29 @@ function collect(error: ValidationError): FieldErrors {
   return errors;
 }
 
+/**
+ * Elysia checks coerced query values one by one and reports them without a path; the field is the
+ * query parameter whose raw value is the one that failed.
+ */
+function queryFieldOf(error: ValidationError, issue: { value?: unknown }, request?: Request): string | undefined {
+  if ((error.type !== "query" && error.type !== "property") || !request || issue.value === undefined) return undefined;
+  for (const [name, value] of new URL(request.url).searchParams) {
+    if (value === String(issue.value)) return name;
+  }
+  return undefined;
+}
+
 /** For a union (our enums, nullable fields), what each member accepts, so the message can list them. */
 function literalChoices(schema: unknown): string[] | undefined {
   const anyOf = (schema as { anyOf?: Record<string, unknown>[] } | undefined)?.anyOf;
   if (!Array.isArray(anyOf) || anyOf.length === 0) return undefined;
-  return anyOf.map((member) => {
+  const choices = anyOf.map((member) => {
     if (typeof member.const === "string") return member.const;
+    if (member.format === "integer" || member.format === "numeric") return String(member.format);
     if (typeof member.format === "string") return `${member.format} string`;
     return String(member.type ?? "value");
   });
+  return [...new Set(choices)];
 }
 
 export function errorBody(error: ApiError, requestId: string, baseUrl: string): ErrorEnvelope {

@@ -1,12 +1,13 @@
 import { canonicalLicenseKey, generateLicenseKey } from "../../src/domain/license-key.ts";
 import { policyDefaults } from "../../src/domain/policy-rules.ts";
-import { customers, licenses, policies, products } from "../../src/store/schema/index.ts";
+import { customers, licenses, policies, products, resellers } from "../../src/store/schema/index.ts";
 import type { TestContext } from "./harness.ts";
 
 type ProductInsert = typeof products.$inferInsert;
 type PolicyInsert = typeof policies.$inferInsert;
 type CustomerInsert = typeof customers.$inferInsert;
 type LicenseInsert = typeof licenses.$inferInsert;
+type ResellerInsert = typeof resellers.$inferInsert;
 
 /**
  * Rows written straight into the store, typed from the Drizzle schema, for tests that need data to
@@ -99,6 +100,19 @@ export function factories(t: TestContext) {
     return { row: db.insert(licenses).values(row).returning().get(), key };
   }
 
+  function reseller(overrides: Partial<ResellerInsert> = {}) {
+    const row: ResellerInsert = {
+      id: ids.next("reseller", now().getTime()),
+      name: "Factory reseller",
+      status: "active",
+      metadata: {},
+      createdAt: now(),
+      updatedAt: now(),
+      ...overrides,
+    };
+    return db.insert(resellers).values(row).returning().get();
+  }
+
   /** A product with one policy, the shape most license tests start from. */
   function catalog(environment: "live" | "test" = "live", policyOverrides: Partial<PolicyInsert> = {}) {
     const p = product({ environment });
@@ -106,5 +120,5 @@ export function factories(t: TestContext) {
     return { product: p, policy: pol };
   }
 
-  return { product, policy, customer, license, catalog };
+  return { product, policy, customer, license, reseller, catalog };
 }

@@ -97,6 +97,7 @@ export function createTestContext(
     clock,
     keys,
     keyFor,
+    apiKeys,
     workspace,
     dir,
     call,

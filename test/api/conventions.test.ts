@@ -1,0 +1,231 @@
+import { afterEach, beforeEach, describe, expect, test } from "bun:test";
+import { sha256Hex } from "../../src/crypto/encoding.ts";
+import { canonicalize } from "../../src/crypto/jcs.ts";
+import { BASE_URL, createTestContext, type TestContext } from "../support/harness.ts";
+
+let t: TestContext;
+beforeEach(() => {
+  t = createTestContext();
+});
+afterEach(() => t.close());
+
+const productBody = (code = "app") => ({ name: "App", code, environment: "live" });
+const countProducts = () => (t.deps.sqlite.query("SELECT count(*) AS n FROM products").get() as { n: number }).n;
+
+describe("the error envelope", () => {
+  test("malformed JSON answers 400 INVALID_REQUEST with all six fields", async () => {
+    const response = await t.call("POST", "/mgmt/v1/products", {
+      rawBody: '{"name": "App",',
+      headers: { "content-type": "application/json", ...t.idem() },
+    });
+    expect(response.status).toBe(400);
+    expect(response.body.error).toMatchObject({ code: "INVALID_REQUEST", retryable: false, details: expect.any(Object) });
+    expect(response.body.error.doc_url).toBe(`${BASE_URL}/docs/errors#INVALID_REQUEST`);
+    expect(response.body.error.request_id).toBe(response.headers.get("x-request-id"));
+    expect(typeof response.body.error.message).toBe("string");
+  });
+
+  test("a body that is not application/json answers 400", async () => {
+    const response = await t.call("POST", "/mgmt/v1/products", {
+      rawBody: JSON.stringify(productBody()),
+      headers: { "content-type": "text/plain", ...t.idem() },
+    });
+    expect(response.status).toBe(400);
+    expect(response.body.error.code).toBe("INVALID_REQUEST");
+    expect(countProducts()).toBe(0);
+  });
+
+  test("a create without a body answers 400, not 422", async () => {
+    const response = await t.call("POST", "/mgmt/v1/products", { headers: t.idem() });
+    expect(response.status).toBe(400);
+    expect(response.body.error.code).toBe("INVALID_REQUEST");
+  });
+
+  test("a JSON array where an object belongs answers 422", async () => {
+    const response = await t.call("POST", "/mgmt/v1/products", { body: [productBody()], headers: t.idem() });
+    expect(response.status).toBe(422);
+    expect(response.body.error.code).toBe("VALIDATION_FAILED");
+  });
+
+  test("a body over 64 KiB answers 413 and creates nothing", async () => {
+    const response = await t.call("POST", "/mgmt/v1/products", {
+      body: { ...productBody(), description: "x".repeat(70_000) },
+      headers: t.idem(),
+    });
+    expect(response.status).toBe(413);
+    expect(response.body.error.code).toBe("PAYLOAD_TOO_LARGE");
+    expect(response.body.error.details.limit_bytes).toBe(65_536);
+    expect(countProducts()).toBe(0);
+  });
+
+  test("an oversized body without Content-Length (chunked) is refused the same way", async () => {
+    const chunk = new TextEncoder().encode(`{"name":"${"x".repeat(40_000)}`);
+    const stream = new ReadableStream({
+      start(controller) {
+        controller.enqueue(chunk);
+        controller.enqueue(chunk);
+        controller.close();
+      },
+    });
+    const response = await t.app.handle(
+      new Request(`${BASE_URL}/mgmt/v1/products`, {
+        method: "POST",
+        body: stream,
+        headers: { authorization: `Bearer ${t.keys.live}`, "content-type": "application/json", ...t.idem() },
+      }),
+    );
+    expect(response.status).toBe(413);
+  });
+
+  test("an unknown route answers 404 with the envelope", async () => {
+    const response = await t.call("GET", "/mgmt/v1/nothing-here");
+    expect(response.status).toBe(404);
+    expect(response.body.error.code).toBe("NOT_FOUND");
+    const outside = await t.call("GET", "/no/such/path", { key: null });
+    expect(outside.status).toBe(404);
+    expect(outside.body.error.code).toBe("NOT_FOUND");
+  });
+
+  test("an unknown management route without a key answers 401, revealing nothing about routes", async () => {
+    const response = await t.call("GET", "/mgmt/v1/nothing-here", { key: null });
+    expect(response.status).toBe(401);
+  });
+
+  test("a failure inside the service answers 500 INTERNAL_ERROR without leaking internals", async () => {
+    t.deps.sqlite.close();
+    const response = await t.call("GET", "/mgmt/v1/products");
+    expect(response.status).toBe(500);
+    expect(response.body.error.code).toBe("INTERNAL_ERROR");
+    expect(response.body.error.retryable).toBe(true);
+    expect(response.text).not.toContain("at ");
+    expect(response.text.toLowerCase()).not.toContain("sqlite");
+  });
+
+  test("every response carries a fresh request id", async () => {
+    const a = await t.call("GET", "/healthz", { key: null });
+    const b = await t.call("GET", "/healthz", { key: null });
+    expect(a.headers.get("x-request-id")).toMatch(/^req_[0-9A-Z]{26}$/);
+    expect(a.headers.get("x-request-id")).not.toBe(b.headers.get("x-request-id"));
+  });
+});
+
+describe("rate limits on management routes", () => {
+  test("every response carries RateLimit headers and the request past the limit answers 429 with Retry-After", async () => {
+    t.close();
+    t = createTestContext({ managementRateLimit: { limit: 3, windowSec: 60 } });
+    for (let i = 0; i < 3; i++) {
+      const ok = await t.call("GET", "/mgmt/v1/products");
+      expect(ok.status).toBe(200);
+      expect(ok.headers.get("ratelimit-policy")).toBe('"mgmt";q=3;w=60');
+      expect(ok.headers.get("ratelimit")).toMatch(new RegExp(`^"mgmt";r=${2 - i};t=\\d+$`));
+    }
+    const refused = await t.call("GET", "/mgmt/v1/products");
+    expect(refused.status).toBe(429);
+    expect(refused.body.error.code).toBe("RATE_LIMITED");
+    expect(refused.body.error.retryable).toBe(true);
+    expect(Number(refused.headers.get("retry-after"))).toBeGreaterThanOrEqual(1);
+    const otherKey = await t.call("GET", "/mgmt/v1/products", { key: t.keys.test });
+    expect(otherKey.status).toBe(200);
+    t.clock.advance(20);
+    expect((await t.call("GET", "/mgmt/v1/products")).status).toBe(200);
+  });
+});
+
+describe("Idempotency-Key", () => {
+  const key = { "idempotency-key": "create-app-product-0001" };
+
+  test("the same key and body replays the first response and creates nothing more", async () => {
+    const first = await t.call("POST", "/mgmt/v1/products", { body: productBody(), headers: key });
+    const second = await t.call("POST", "/mgmt/v1/products", { body: productBody(), headers: key });
+    expect(first.status).toBe(201);
+    expect(second.status).toBe(201);
+    expect(second.headers.get("idempotent-replayed")).toBe("true");
+    expect(first.headers.get("idempotent-replayed")).toBeNull();
+    expect(second.body).toEqual(first.body);
+    expect(second.headers.get("etag")).toBe(first.headers.get("etag"));
+    expect(countProducts()).toBe(1);
+  });
+
+  test("the same key with a different body answers 409 IDEMPOTENCY_CONFLICT, not retryable", async () => {
+    await t.call("POST", "/mgmt/v1/products", { body: productBody(), headers: key });
+    const response = await t.call("POST", "/mgmt/v1/products", { body: productBody("other"), headers: key });
+    expect(response.status).toBe(409);
+    expect(response.body.error).toMatchObject({ code: "IDEMPOTENCY_CONFLICT", retryable: false });
+    expect(countProducts()).toBe(1);
+  });
+
+  test("the body fingerprint ignores key order and whitespace (canonical JSON)", async () => {
+    await t.call("POST", "/mgmt/v1/products", { body: productBody(), headers: key });
+    const reordered = await t.call("POST", "/mgmt/v1/products", {
+      rawBody: ' { "environment" : "live", "code": "app", "name": "App" } ',
+      headers: { "content-type": "application/json", ...key },
+    });
+    expect(reordered.status).toBe(201);
+    expect(reordered.headers.get("idempotent-replayed")).toBe("true");
+  });
+
+  test("a key still in flight answers 409 with retryable true", async () => {
+    // What a request that is still being processed leaves behind: its claim, same body, no response yet.
+    const scope = t.apiKeys.authenticate(t.keys.live)?.id ?? "";
+    const fingerprint = sha256Hex(canonicalize(productBody()));
+    t.deps.sqlite.run(
+      `INSERT INTO idempotency_records (scope, method, route, idempotency_key, fingerprint, state, created_at, expires_at)
+       VALUES (?, 'POST', '/mgmt/v1/products', ?, ?, 'in_flight', ?, ?)`,
+      [scope, key["idempotency-key"], fingerprint, Date.now(), Date.now() + 60_000],
+    );
+    const response = await t.call("POST", "/mgmt/v1/products", { body: productBody(), headers: key });
+    expect(response.status).toBe(409);
+    expect(response.body.error).toMatchObject({ code: "IDEMPOTENCY_CONFLICT", retryable: true });
+    expect(countProducts()).toBe(0);
+  });
+
+  test("two concurrent requests with one key make exactly one product", async () => {
+    const responses = await Promise.all(
+      Array.from({ length: 10 }, () => t.call("POST", "/mgmt/v1/products", { body: productBody(), headers: key })),
+    );
+    expect(countProducts()).toBe(1);
+    const ids = new Set(responses.filter((r) => r.status === 201).map((r) => r.body.data.public_id));
+    expect(ids.size).toBe(1);
+    for (const r of responses) {
+      if (r.status !== 201) expect(r.body.error).toMatchObject({ code: "IDEMPOTENCY_CONFLICT", retryable: true });
+    }
+  });
+
+  test("a missing or malformed key answers 400", async () => {
+    const missing = await t.call("POST", "/mgmt/v1/products", { body: productBody() });
+    expect(missing.status).toBe(400);
+    const short = await t.call("POST", "/mgmt/v1/products", { body: productBody(), headers: { "idempotency-key": "short" } });
+    expect(short.status).toBe(400);
+    const long = await t.call("POST", "/mgmt/v1/products", {
+      body: productBody(),
+      headers: { "idempotency-key": "k".repeat(256) },
+    });
+    expect(long.status).toBe(400);
+    expect(countProducts()).toBe(0);
+  });
+
+  test("keys are scoped per API key: another key may reuse the same value", async () => {
+    const liveKey2 = t.keyFor("live");
+    await t.call("POST", "/mgmt/v1/products", { body: productBody("one"), headers: key });
+    const other = await t.call("POST", "/mgmt/v1/products", { key: liveKey2, body: productBody("two"), headers: key });
+    expect(other.status).toBe(201);
+    expect(countProducts()).toBe(2);
+  });
+
+  test("a failed attempt releases the key, so the corrected retry runs", async () => {
+    await t.call("POST", "/mgmt/v1/products", { body: productBody("taken"), headers: t.idem() });
+    const clash = await t.call("POST", "/mgmt/v1/products", { body: productBody("taken"), headers: key });
+    expect(clash.status).toBe(422);
+    const fixed = await t.call("POST", "/mgmt/v1/products", { body: productBody("free"), headers: key });
+    expect(fixed.status).toBe(201);
+    expect(fixed.headers.get("idempotent-replayed")).toBeNull();
+  });
+
+  test("a key is forgotten after 24 hours", async () => {
+    await t.call("POST", "/mgmt/v1/products", { body: productBody("first"), headers: key });
+    t.clock.advance(24 * 3600 + 1);
+    const later = await t.call("POST", "/mgmt/v1/products", { body: productBody("second"), headers: key });
+    expect(later.status).toBe(201);
+    expect(countProducts()).toBe(2);
+  });
+});

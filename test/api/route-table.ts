@@ -1,0 +1,138 @@
+import type { Scope } from "../../src/domain/scopes.ts";
+import { factories } from "../support/factories.ts";
+import type { TestContext } from "../support/harness.ts";
+
+export type Resource = "product" | "policy" | "customer" | "license" | "reseller";
+
+export interface RouteCase {
+  method: "GET" | "POST" | "PATCH" | "DELETE";
+  /** The route template as Elysia registers it (`:id`). */
+  path: string;
+  scope: Scope;
+  /** What `:id` refers to; the shared suite makes one in each environment. */
+  resource?: Resource;
+  /** Environment-scoped resources are invisible to the other environment's keys (404). */
+  environmentScoped?: boolean;
+  /** A body the route accepts, so an added unknown field is the only thing wrong. */
+  body?: (ids: Ids) => Record<string, unknown>;
+}
+
+export type Ids = Record<Resource, string> & { productId: string; policyId: string; trialPolicyId: string };
+
+/** Every management route with its scope. The suite fails if the app has a route missing here. */
+export const MANAGEMENT_ROUTES: RouteCase[] = [
+  { method: "GET", path: "/mgmt/v1/products", scope: "products:read" },
+  {
+    method: "POST",
+    path: "/mgmt/v1/products",
+    scope: "products:write",
+    body: () => ({ name: "P", code: "p-new", environment: "live" }),
+  },
+  { method: "GET", path: "/mgmt/v1/products/:id", scope: "products:read", resource: "product", environmentScoped: true },
+  {
+    method: "PATCH",
+    path: "/mgmt/v1/products/:id",
+    scope: "products:write",
+    resource: "product",
+    environmentScoped: true,
+    body: () => ({ name: "Renamed" }),
+  },
+  { method: "DELETE", path: "/mgmt/v1/products/:id", scope: "products:write", resource: "product", environmentScoped: true },
+  { method: "GET", path: "/mgmt/v1/policies", scope: "policies:read" },
+  {
+    method: "POST",
+    path: "/mgmt/v1/policies",
+    scope: "policies:write",
+    body: (ids) => ({ product_id: ids.productId, name: "Pol" }),
+  },
+  { method: "GET", path: "/mgmt/v1/policies/:id", scope: "policies:read", resource: "policy", environmentScoped: true },
+  {
+    method: "PATCH",
+    path: "/mgmt/v1/policies/:id",
+    scope: "policies:write",
+    resource: "policy",
+    environmentScoped: true,
+    body: () => ({ name: "Renamed" }),
+  },
+  { method: "DELETE", path: "/mgmt/v1/policies/:id", scope: "policies:write", resource: "policy", environmentScoped: true },
+  { method: "GET", path: "/mgmt/v1/customers", scope: "customers:read" },
+  { method: "POST", path: "/mgmt/v1/customers", scope: "customers:write", body: () => ({ name: "C" }) },
+  { method: "GET", path: "/mgmt/v1/customers/:id", scope: "customers:read", resource: "customer" },
+  {
+    method: "PATCH",
+    path: "/mgmt/v1/customers/:id",
+    scope: "customers:write",
+    resource: "customer",
+    body: () => ({ notes: "n" }),
+  },
+  { method: "DELETE", path: "/mgmt/v1/customers/:id", scope: "customers:write", resource: "customer" },
+  { method: "GET", path: "/mgmt/v1/licenses", scope: "licenses:read" },
+  {
+    method: "POST",
+    path: "/mgmt/v1/licenses",
+    scope: "licenses:write",
+    body: (ids) => ({ product_id: ids.productId, policy_id: ids.policyId }),
+  },
+  { method: "GET", path: "/mgmt/v1/licenses/:id", scope: "licenses:read", resource: "license", environmentScoped: true },
+  {
+    method: "PATCH",
+    path: "/mgmt/v1/licenses/:id",
+    scope: "licenses:write",
+    resource: "license",
+    environmentScoped: true,
+    body: () => ({ metadata: { a: 1 } }),
+  },
+  { method: "DELETE", path: "/mgmt/v1/licenses/:id", scope: "licenses:write", resource: "license", environmentScoped: true },
+  {
+    method: "POST",
+    path: "/mgmt/v1/licenses/:id/convert-trial",
+    scope: "licenses:write",
+    resource: "license",
+    environmentScoped: true,
+    body: (ids) => ({ target_policy_id: ids.policyId }),
+  },
+  { method: "GET", path: "/mgmt/v1/resellers", scope: "customers:read" },
+  { method: "POST", path: "/mgmt/v1/resellers", scope: "customers:write", body: () => ({ name: "R" }) },
+  { method: "GET", path: "/mgmt/v1/resellers/:id", scope: "customers:read", resource: "reseller" },
+  {
+    method: "PATCH",
+    path: "/mgmt/v1/resellers/:id",
+    scope: "customers:write",
+    resource: "reseller",
+    body: () => ({ name: "R2" }),
+  },
+  { method: "GET", path: "/mgmt/v1/events", scope: "events:read" },
+  { method: "GET", path: "/mgmt/v1/plan", scope: "reports:read" },
+  { method: "GET", path: "/mgmt/v1/reports/usage", scope: "reports:read" },
+];
+
+/** One of each resource per environment; the live ids are what the routes are called with. */
+export function seedResources(t: TestContext): { live: Ids; test: Ids } {
+  const f = factories(t);
+  const seed = (environment: "live" | "test"): Ids => {
+    const { product, policy } = f.catalog(environment);
+    const trialPolicy = f.policy({ productId: product.id, environment, licenseType: "trial", trialDays: 14 });
+    const customer = f.customer();
+    const trial = f.license({
+      productId: product.id,
+      policyId: trialPolicy.id,
+      environment,
+      licenseType: "trial",
+      customerId: environment === "test" ? customer.id : null,
+    });
+    const reseller = f.reseller();
+    return {
+      product: product.id,
+      policy: policy.id,
+      customer: customer.id,
+      license: trial.row.id,
+      reseller: reseller.id,
+      productId: product.id,
+      policyId: policy.id,
+      trialPolicyId: trialPolicy.id,
+    };
+  };
+  return { live: seed("live"), test: seed("test") };
+}
+
+export const concretePath = (route: RouteCase, id: string) => route.path.replace(":id", id);

@@ -1,0 +1,97 @@
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { SCOPES } from "../../src/domain/scopes.ts";
+import { createTestContext, type TestContext } from "../support/harness.ts";
+import { concretePath, type Ids, MANAGEMENT_ROUTES, seedResources } from "./route-table.ts";
+
+/**
+ * The shared security suite: every management route, generated from one table, answers the same
+ * way to a missing key, a key without its scope, another environment's resource, a malformed id
+ * and an unknown body field.
+ */
+let t: TestContext;
+let ids: { live: Ids; test: Ids };
+
+beforeAll(() => {
+  t = createTestContext();
+  ids = seedResources(t);
+});
+afterAll(() => t.close());
+
+const pathFor = (route: (typeof MANAGEMENT_ROUTES)[number], env: "live" | "test" = "live") =>
+  route.resource ? concretePath(route, ids[env][route.resource]) : route.path;
+
+const bodyFor = (route: (typeof MANAGEMENT_ROUTES)[number]) => route.body?.(ids.live);
+
+function expectEnvelope(response: Awaited<ReturnType<TestContext["call"]>>, status: number, code: string) {
+  expect(response.status).toBe(status);
+  expect(response.body.error.code).toBe(code);
+  expect(Object.keys(response.body.error).sort()).toEqual(
+    ["code", "details", "doc_url", "message", "request_id", "retryable"].sort(),
+  );
+  expect(response.body.error.request_id).toBe(response.headers.get("x-request-id"));
+}
+
+test("the route table lists every management route the app serves", () => {
+  const served = t.app.routes
+    .filter((r) => r.path.startsWith("/mgmt/"))
+    .map((r) => `${r.method} ${r.path}`)
+    .sort();
+  const listed = MANAGEMENT_ROUTES.map((r) => `${r.method} ${r.path}`).sort();
+  expect(served).toEqual(listed);
+});
+
+describe.each(MANAGEMENT_ROUTES.map((r) => [`${r.method} ${r.path}`, r] as const))("%s", (_name, route) => {
+  test("without an API key answers 401 UNAUTHENTICATED", async () => {
+    const response = await t.call(route.method, pathFor(route), { key: null, body: bodyFor(route), headers: t.idem() });
+    expectEnvelope(response, 401, "UNAUTHENTICATED");
+    expect(response.headers.get("www-authenticate")).toContain("Bearer");
+  });
+
+  test("with a revoked or made-up key answers 401", async () => {
+    const made = await t.call(route.method, pathFor(route), { key: `lsk_live_${"x".repeat(32)}`, body: bodyFor(route) });
+    expectEnvelope(made, 401, "UNAUTHENTICATED");
+    const revoked = t.apiKeys.create({ environment: "live", scopes: [...SCOPES], name: "revoked" });
+    t.apiKeys.revoke(revoked.id);
+    expectEnvelope(await t.call(route.method, pathFor(route), { key: revoked.apiKey, body: bodyFor(route) }), 401, "UNAUTHENTICATED");
+    const wrongScheme = await t.call(route.method, pathFor(route), {
+      key: null,
+      headers: { authorization: `Basic ${t.keys.live}` },
+    });
+    expectEnvelope(wrongScheme, 401, "UNAUTHENTICATED");
+  });
+
+  test("with a key lacking its scope answers 403 INSUFFICIENT_SCOPE and changes nothing", async () => {
+    const others = SCOPES.filter((s) => s !== route.scope);
+    const key = t.keyFor("live", others, "no-scope");
+    const eventsBefore = t.deps.sqlite.query("SELECT count(*) AS n FROM audit_events").get();
+    const response = await t.call(route.method, pathFor(route), { key, body: bodyFor(route), headers: t.idem() });
+    expectEnvelope(response, 403, "INSUFFICIENT_SCOPE");
+    expect(response.body.error.details.required_scope).toBe(route.scope);
+    expect(t.deps.sqlite.query("SELECT count(*) AS n FROM audit_events").get()).toEqual(eventsBefore);
+  });
+
+  if (route.resource) {
+    test("with a malformed id answers 404 NOT_FOUND", async () => {
+      const response = await t.call(route.method, concretePath(route, "not-an-id"), { body: bodyFor(route) });
+      expectEnvelope(response, 404, "NOT_FOUND");
+    });
+  }
+
+  if (route.environmentScoped) {
+    test("for the other environment's resource answers 404, as if it did not exist", async () => {
+      const response = await t.call(route.method, pathFor(route, "test"), { body: bodyFor(route) });
+      expectEnvelope(response, 404, "NOT_FOUND");
+    });
+  }
+
+  if (route.body) {
+    test("with an unknown body field answers 422 naming the field", async () => {
+      const response = await t.call(route.method, pathFor(route), {
+        body: { ...bodyFor(route), unknown_field: true },
+        headers: t.idem(),
+      });
+      expectEnvelope(response, 422, "VALIDATION_FAILED");
+      expect(response.body.error.details.errors.unknown_field).toBeDefined();
+    });
+  }
+});
