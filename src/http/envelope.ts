@@ -46,7 +46,8 @@ function collect(error: ValidationError, request?: Request): FieldErrors {
   const errors: FieldErrors = {};
   for (const issue of error.all) {
     if (!("path" in issue)) continue;
-    const path = issue.path.replace(/^\//, "").replaceAll("/", ".") || queryFieldOf(error, issue, request) || error.type;
+    const path =
+      issue.path.replace(/^\//, "").replaceAll("/", ".") || queryFieldOf(error, issue, request) || error.type;
     const choices = literalChoices("schema" in issue ? issue.schema : undefined);
     const message =
       issue.message === "Unexpected property"
@@ -55,7 +56,7 @@ function collect(error: ValidationError, request?: Request): FieldErrors {
           ? `must be ${choices[0] === "integer" ? "an integer" : choices[0]}`
           : choices
             ? `must be one of: ${choices.join(", ")}`
-          : (issue.summary ?? issue.message);
+            : (issue.summary ?? issue.message);
     const list = errors[path] ?? [];
     if (!list.includes(message)) list.push(message);
     errors[path] = list;
@@ -68,8 +69,13 @@ function collect(error: ValidationError, request?: Request): FieldErrors {
  * Elysia checks coerced query values one by one and reports them without a path; the field is the
  * query parameter whose raw value is the one that failed.
  */
-function queryFieldOf(error: ValidationError, issue: { value?: unknown }, request?: Request): string | undefined {
-  if ((error.type !== "query" && error.type !== "property") || !request || issue.value === undefined) return undefined;
+function queryFieldOf(
+  error: ValidationError,
+  issue: { value?: unknown },
+  request?: Request,
+): string | undefined {
+  if ((error.type !== "query" && error.type !== "property") || !request || issue.value === undefined)
+    return undefined;
   for (const [name, value] of new URL(request.url).searchParams) {
     if (value === String(issue.value)) return name;
   }

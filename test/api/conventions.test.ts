@@ -10,7 +10,8 @@ beforeEach(() => {
 afterEach(() => t.close());
 
 const productBody = (code = "app") => ({ name: "App", code, environment: "live" });
-const countProducts = () => (t.deps.sqlite.query("SELECT count(*) AS n FROM products").get() as { n: number }).n;
+const countProducts = () =>
+  (t.deps.sqlite.query("SELECT count(*) AS n FROM products").get() as { n: number }).n;
 
 describe("the error envelope", () => {
   test("malformed JSON answers 400 INVALID_REQUEST with all six fields", async () => {
@@ -19,7 +20,11 @@ describe("the error envelope", () => {
       headers: { "content-type": "application/json", ...t.idem() },
     });
     expect(response.status).toBe(400);
-    expect(response.body.error).toMatchObject({ code: "INVALID_REQUEST", retryable: false, details: expect.any(Object) });
+    expect(response.body.error).toMatchObject({
+      code: "INVALID_REQUEST",
+      retryable: false,
+      details: expect.any(Object),
+    });
     expect(response.body.error.doc_url).toBe(`${BASE_URL}/docs/errors#INVALID_REQUEST`);
     expect(response.body.error.request_id).toBe(response.headers.get("x-request-id"));
     expect(typeof response.body.error.message).toBe("string");
@@ -181,20 +186,26 @@ describe("Idempotency-Key", () => {
 
   test("two concurrent requests with one key make exactly one product", async () => {
     const responses = await Promise.all(
-      Array.from({ length: 10 }, () => t.call("POST", "/mgmt/v1/products", { body: productBody(), headers: key })),
+      Array.from({ length: 10 }, () =>
+        t.call("POST", "/mgmt/v1/products", { body: productBody(), headers: key }),
+      ),
     );
     expect(countProducts()).toBe(1);
     const ids = new Set(responses.filter((r) => r.status === 201).map((r) => r.body.data.public_id));
     expect(ids.size).toBe(1);
     for (const r of responses) {
-      if (r.status !== 201) expect(r.body.error).toMatchObject({ code: "IDEMPOTENCY_CONFLICT", retryable: true });
+      if (r.status !== 201)
+        expect(r.body.error).toMatchObject({ code: "IDEMPOTENCY_CONFLICT", retryable: true });
     }
   });
 
   test("a missing or malformed key answers 400", async () => {
     const missing = await t.call("POST", "/mgmt/v1/products", { body: productBody() });
     expect(missing.status).toBe(400);
-    const short = await t.call("POST", "/mgmt/v1/products", { body: productBody(), headers: { "idempotency-key": "short" } });
+    const short = await t.call("POST", "/mgmt/v1/products", {
+      body: productBody(),
+      headers: { "idempotency-key": "short" },
+    });
     expect(short.status).toBe(400);
     const long = await t.call("POST", "/mgmt/v1/products", {
       body: productBody(),
@@ -207,7 +218,11 @@ describe("Idempotency-Key", () => {
   test("keys are scoped per API key: another key may reuse the same value", async () => {
     const liveKey2 = t.keyFor("live");
     await t.call("POST", "/mgmt/v1/products", { body: productBody("one"), headers: key });
-    const other = await t.call("POST", "/mgmt/v1/products", { key: liveKey2, body: productBody("two"), headers: key });
+    const other = await t.call("POST", "/mgmt/v1/products", {
+      key: liveKey2,
+      body: productBody("two"),
+      headers: key,
+    });
     expect(other.status).toBe(201);
     expect(countProducts()).toBe(2);
   });

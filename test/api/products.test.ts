@@ -31,11 +31,22 @@ describe("happy path", () => {
 
   test("an update changes only the fields sent and bumps the version", async () => {
     const id = (await create({ ...body(), description: "keep me" })).body.data.public_id;
-    const response = await t.call("PATCH", `/mgmt/v1/products/${id}`, { body: { name: "Renamed" }, headers: { "if-match": "1" } });
+    const response = await t.call("PATCH", `/mgmt/v1/products/${id}`, {
+      body: { name: "Renamed" },
+      headers: { "if-match": "1" },
+    });
     expect(response.status).toBe(200);
-    expect(response.body.data).toMatchObject({ name: "Renamed", description: "keep me", code: "desk", version: 2 });
+    expect(response.body.data).toMatchObject({
+      name: "Renamed",
+      description: "keep me",
+      code: "desk",
+      version: 2,
+    });
     expect(response.headers.get("etag")).toBe('"2"');
-    const quoted = await t.call("PATCH", `/mgmt/v1/products/${id}`, { body: { code: "desk-2" }, headers: { "if-match": '"2"' } });
+    const quoted = await t.call("PATCH", `/mgmt/v1/products/${id}`, {
+      body: { code: "desk-2" },
+      headers: { "if-match": '"2"' },
+    });
     expect(quoted.body.data.version).toBe(3);
   });
 
@@ -47,7 +58,9 @@ describe("happy path", () => {
 
   test("archiving answers 204, keeps the product readable, and is harmless to repeat", async () => {
     const id = (await create(body())).body.data.public_id;
-    expect((await t.call("DELETE", `/mgmt/v1/products/${id}`, { headers: { "if-match": "1" } })).status).toBe(204);
+    expect((await t.call("DELETE", `/mgmt/v1/products/${id}`, { headers: { "if-match": "1" } })).status).toBe(
+      204,
+    );
     const got = await t.call("GET", `/mgmt/v1/products/${id}`);
     expect(got.body.data).toMatchObject({ status: "archived", version: 2 });
     expect((await t.call("DELETE", `/mgmt/v1/products/${id}`)).status).toBe(204);
@@ -108,7 +121,10 @@ describe("errors", () => {
   test("a stale If-Match returns 409 and changes nothing", async () => {
     const id = (await create(body())).body.data.public_id;
     await t.call("PATCH", `/mgmt/v1/products/${id}`, { body: { name: "Second" } });
-    const stale = await t.call("PATCH", `/mgmt/v1/products/${id}`, { body: { name: "Lost" }, headers: { "if-match": "1" } });
+    const stale = await t.call("PATCH", `/mgmt/v1/products/${id}`, {
+      body: { name: "Lost" },
+      headers: { "if-match": "1" },
+    });
     expect(stale.status).toBe(409);
     expect(stale.body.error).toMatchObject({ code: "VERSION_CONFLICT", details: { current_etag: '"2"' } });
     const got = await t.call("GET", `/mgmt/v1/products/${id}`);
@@ -124,7 +140,10 @@ describe("errors", () => {
 
   test("a malformed If-Match answers 400", async () => {
     const id = (await create(body())).body.data.public_id;
-    const response = await t.call("PATCH", `/mgmt/v1/products/${id}`, { body: { name: "X" }, headers: { "if-match": "abc" } });
+    const response = await t.call("PATCH", `/mgmt/v1/products/${id}`, {
+      body: { name: "X" },
+      headers: { "if-match": "abc" },
+    });
     expect(response.status).toBe(400);
   });
 

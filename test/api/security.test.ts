@@ -42,17 +42,28 @@ test("the route table lists every management route the app serves", () => {
 
 describe.each(MANAGEMENT_ROUTES.map((r) => [`${r.method} ${r.path}`, r] as const))("%s", (_name, route) => {
   test("without an API key answers 401 UNAUTHENTICATED", async () => {
-    const response = await t.call(route.method, pathFor(route), { key: null, body: bodyFor(route), headers: t.idem() });
+    const response = await t.call(route.method, pathFor(route), {
+      key: null,
+      body: bodyFor(route),
+      headers: t.idem(),
+    });
     expectEnvelope(response, 401, "UNAUTHENTICATED");
     expect(response.headers.get("www-authenticate")).toContain("Bearer");
   });
 
   test("with a revoked or made-up key answers 401", async () => {
-    const made = await t.call(route.method, pathFor(route), { key: `lsk_live_${"x".repeat(32)}`, body: bodyFor(route) });
+    const made = await t.call(route.method, pathFor(route), {
+      key: `lsk_live_${"x".repeat(32)}`,
+      body: bodyFor(route),
+    });
     expectEnvelope(made, 401, "UNAUTHENTICATED");
     const revoked = t.apiKeys.create({ environment: "live", scopes: [...SCOPES], name: "revoked" });
     t.apiKeys.revoke(revoked.id);
-    expectEnvelope(await t.call(route.method, pathFor(route), { key: revoked.apiKey, body: bodyFor(route) }), 401, "UNAUTHENTICATED");
+    expectEnvelope(
+      await t.call(route.method, pathFor(route), { key: revoked.apiKey, body: bodyFor(route) }),
+      401,
+      "UNAUTHENTICATED",
+    );
     const wrongScheme = await t.call(route.method, pathFor(route), {
       key: null,
       headers: { authorization: `Basic ${t.keys.live}` },
@@ -64,7 +75,11 @@ describe.each(MANAGEMENT_ROUTES.map((r) => [`${r.method} ${r.path}`, r] as const
     const others = SCOPES.filter((s) => s !== route.scope);
     const key = t.keyFor("live", others, "no-scope");
     const eventsBefore = t.deps.sqlite.query("SELECT count(*) AS n FROM audit_events").get();
-    const response = await t.call(route.method, pathFor(route), { key, body: bodyFor(route), headers: t.idem() });
+    const response = await t.call(route.method, pathFor(route), {
+      key,
+      body: bodyFor(route),
+      headers: t.idem(),
+    });
     expectEnvelope(response, 403, "INSUFFICIENT_SCOPE");
     expect(response.body.error.details.required_scope).toBe(route.scope);
     expect(t.deps.sqlite.query("SELECT count(*) AS n FROM audit_events").get()).toEqual(eventsBefore);

@@ -1,0 +1,183 @@
+import { afterEach, beforeEach, describe, expect, test } from "bun:test";
+import { factories } from "../support/factories.ts";
+import { createTestContext, type TestContext } from "../support/harness.ts";
+
+let t: TestContext;
+let productId: string;
+beforeEach(() => {
+  t = createTestContext();
+  productId = factories(t).product().id;
+});
+afterEach(() => t.close());
+
+const create = (body: Record<string, unknown>) =>
+  t.call("POST", "/mgmt/v1/policies", { body, headers: t.idem() });
+
+describe("happy path", () => {
+  test("a policy made from product_id and name alone gets the plan's defaults and works", async () => {
+    const response = await create({ product_id: productId, name: "Standard" });
+    expect(response.status).toBe(201);
+    const plan = t.workspace.plan();
+    expect(response.body.data).toMatchObject({
+      product_id: productId,
+      name: "Standard",
+      version: 1,
+      status: "active",
+      license_type: "perpetual",
+      perpetual_mode: "managed",
+      identity_mode: "device",
+      fail_mode: "open",
+      heartbeat_sec: plan.policy_defaults.heartbeat_sec,
+      cert_ttl_sec: plan.policy_defaults.cert_ttl_sec,
+      network_grace_sec: plan.policy_defaults.network_grace_sec,
+      max_machines: 1,
+      max_concurrent: null,
+      fingerprint_profile: { name: "standard" },
+    });
+    expect(response.body.data.revocation_guarantee_sec).toBe(
+      plan.policy_defaults.cert_ttl_sec + plan.policy_defaults.network_grace_sec,
+    );
+    expect(response.headers.get("etag")).toMatch(/^"[0-9a-f]{24}"$/);
+  });
+
+  test("the kind decides the rest: a trial runs 14 days, a subscription bills yearly", async () => {
+    const trial = await create({ product_id: productId, name: "Trial", license_type: "trial" });
+    expect(trial.body.data).toMatchObject({
+      trial_days: 14,
+      heartbeat_required: true,
+      billing_cycle: "none",
+    });
+    const sub = await create({ product_id: productId, name: "Sub", license_type: "subscription" });
+    expect(sub.body.data).toMatchObject({ billing_cycle: "yearly", heartbeat_required: true });
+  });
+
+  test("an update with the ETag changes only what was sent and bumps the historical version", async () => {
+    const created = await create({ product_id: productId, name: "Std", max_machines: 3 });
+    const id = created.body.data.public_id;
+    const etag = (await t.call("GET", `/mgmt/v1/policies/${id}`)).headers.get("etag") ?? "";
+    expect(etag).toBe(created.headers.get("etag") ?? "");
+    const response = await t.call("PATCH", `/mgmt/v1/policies/${id}`, {
+      body: { heartbeat_sec: 7200, entitlements: { pro: true } },
+      headers: { "if-match": etag },
+    });
+    expect(response.status).toBe(200);
+    expect(response.body.data).toMatchObject({
+      heartbeat_sec: 7200,
+      max_machines: 3,
+      version: 2,
+      entitlements: { pro: true },
+    });
+    expect(response.headers.get("etag")).not.toBe(etag);
+  });
+
+  test("retiring answers 204, and a retired policy can no longer change", async () => {
+    const id = (await create({ product_id: productId, name: "Old" })).body.data.public_id;
+    expect((await t.call("DELETE", `/mgmt/v1/policies/${id}`)).status).toBe(204);
+    expect((await t.call("GET", `/mgmt/v1/policies/${id}`)).body.data.status).toBe("retired");
+    expect((await t.call("DELETE", `/mgmt/v1/policies/${id}`)).status).toBe(204);
+    const change = await t.call("PATCH", `/mgmt/v1/policies/${id}`, { body: { name: "New" } });
+    expect(change.status).toBe(422);
+    expect(change.body.error.code).toBe("INVALID_TRANSITION");
+  });
+
+  test("the list can be narrowed to one product", async () => {
+    const other = factories(t).product().id;
+    await create({ product_id: productId, name: "A" });
+    await create({ product_id: other, name: "B" });
+    const response = await t.call("GET", `/mgmt/v1/policies?product_id=${other}`);
+    expect(response.body.data.map((p: { name: string }) => p.name)).toEqual(["B"]);
+  });
+});
+
+describe("errors", () => {
+  test("sending the policy's version number as If-Match is a stale tag: 409 and nothing changes", async () => {
+    const id = (await create({ product_id: productId, name: "Std" })).body.data.public_id;
+    for (const ifMatch of ["1", '"1"']) {
+      const response = await t.call("PATCH", `/mgmt/v1/policies/${id}`, {
+        body: { name: "X" },
+        headers: { "if-match": ifMatch },
+      });
+      expect(response.status).toBe(409);
+      expect(response.body.error.code).toBe("VERSION_CONFLICT");
+    }
+    expect((await t.call("GET", `/mgmt/v1/policies/${id}`)).body.data).toMatchObject({
+      name: "Std",
+      version: 1,
+    });
+  });
+
+  test("numbers outside the plan's constraints answer 422 keyed by field", async () => {
+    const c = t.workspace.plan().policy_constraints;
+    const response = await create({
+      product_id: productId,
+      name: "Bad",
+      heartbeat_sec: c.activation_sync_min_sec - 1,
+      cert_ttl_sec: c.cert_ttl_max_sec + 1,
+      lease_ttl_sec: 600,
+      lease_heartbeat_sec: 600,
+    });
+    expect(response.status).toBe(422);
+    expect(Object.keys(response.body.error.details.errors)).toEqual(
+      expect.arrayContaining(["heartbeat_sec", "cert_ttl_sec", "lease_heartbeat_sec"]),
+    );
+  });
+
+  test("a smaller plan's constraints apply once the plan changes", async () => {
+    t.workspace.setPlan("free");
+    const response = await create({ product_id: productId, name: "Fast", heartbeat_sec: 600 });
+    expect(response.status).toBe(422);
+    expect(response.body.error.details.errors.heartbeat_sec[0]).toContain("activation_sync_min_sec");
+    const defaults = await create({ product_id: productId, name: "Defaults" });
+    expect(defaults.status).toBe(201);
+  });
+
+  test("an update is validated against the merged result", async () => {
+    const id = (await create({ product_id: productId, name: "Std" })).body.data.public_id;
+    const response = await t.call("PATCH", `/mgmt/v1/policies/${id}`, {
+      body: { heartbeat_sec: 10 * 86_400 },
+    });
+    expect(response.status).toBe(422);
+    expect(response.body.error.details.errors.heartbeat_sec).toBeDefined();
+  });
+
+  test("an unknown enum value lists the allowed values", async () => {
+    const response = await create({ product_id: productId, name: "X", fail_mode: "sideways" });
+    expect(response.status).toBe(422);
+    expect(response.body.error.details.errors.fail_mode).toEqual(["must be one of: open, closed"]);
+  });
+
+  test("an unmanaged perpetual_mode on a subscription answers 422", async () => {
+    const response = await create({
+      product_id: productId,
+      name: "X",
+      license_type: "subscription",
+      perpetual_mode: "unmanaged",
+    });
+    expect(response.status).toBe(422);
+    expect(response.body.error.details.errors.perpetual_mode).toBeDefined();
+  });
+
+  test("a product that does not exist for this key is a field error; an archived one is 409", async () => {
+    const testProduct = factories(t).product({ environment: "test" }).id;
+    const unknown = await create({ product_id: testProduct, name: "X" });
+    expect(unknown.status).toBe(422);
+    expect(unknown.body.error.details.errors.product_id).toBeDefined();
+    const archived = factories(t).product({ status: "archived" }).id;
+    const response = await create({ product_id: archived, name: "X" });
+    expect(response.status).toBe(409);
+    expect(response.body.error.code).toBe("PRODUCT_ARCHIVED");
+  });
+
+  test("moving a policy to another product answers 422", async () => {
+    const id = (await create({ product_id: productId, name: "Std" })).body.data.public_id;
+    const other = factories(t).product().id;
+    const response = await t.call("PATCH", `/mgmt/v1/policies/${id}`, { body: { product_id: other } });
+    expect(response.status).toBe(422);
+  });
+
+  test("integers sent as strings are refused, not coerced", async () => {
+    const response = await create({ product_id: productId, name: "X", max_machines: "5" });
+    expect(response.status).toBe(422);
+    expect(response.body.error.details.errors.max_machines).toBeDefined();
+  });
+});

@@ -1,0 +1,74 @@
+import { afterEach, beforeEach, describe, expect, test } from "bun:test";
+import { createTestContext, type TestContext } from "../support/harness.ts";
+
+let t: TestContext;
+beforeEach(() => {
+  t = createTestContext();
+});
+afterEach(() => t.close());
+
+describe("happy path", () => {
+  test("a reseller is created with defaults and read back", async () => {
+    const created = await t.call("POST", "/mgmt/v1/resellers", {
+      body: {
+        name: "Acme Resale",
+        email: "sales@acme.test",
+        organization_limit: 10,
+        metadata: { region: "eu" },
+      },
+    });
+    expect(created.status).toBe(201);
+    expect(created.body.data).toMatchObject({
+      name: "Acme Resale",
+      status: "active",
+      organization_limit: 10,
+      user_limit: null,
+      metadata: { region: "eu" },
+      archived_at: null,
+    });
+    const read = await t.call("GET", `/mgmt/v1/resellers/${created.body.data.public_id}`, {
+      key: t.keys.test,
+    });
+    expect(read.body.data).toEqual(created.body.data);
+  });
+
+  test("archiving through status sets archived_at and moving back clears it", async () => {
+    const id = (await t.call("POST", "/mgmt/v1/resellers", { body: { name: "R" } })).body.data.public_id;
+    const archived = await t.call("PATCH", `/mgmt/v1/resellers/${id}`, { body: { status: "archived" } });
+    expect(archived.body.data.archived_at).not.toBeNull();
+    const back = await t.call("PATCH", `/mgmt/v1/resellers/${id}`, {
+      body: { status: "active", user_limit: 5 },
+    });
+    expect(back.body.data).toMatchObject({ status: "active", archived_at: null, user_limit: 5, name: "R" });
+  });
+
+  test("an optional Idempotency-Key replays the first create", async () => {
+    const headers = { "idempotency-key": "reseller-create-0001" };
+    const a = await t.call("POST", "/mgmt/v1/resellers", { body: { name: "R" }, headers });
+    const b = await t.call("POST", "/mgmt/v1/resellers", { body: { name: "R" }, headers });
+    expect(b.body.data.public_id).toBe(a.body.data.public_id);
+    expect((await t.call("GET", "/mgmt/v1/resellers")).body.data).toHaveLength(1);
+  });
+});
+
+describe("errors", () => {
+  test("bad values answer 422 keyed by field", async () => {
+    const response = await t.call("POST", "/mgmt/v1/resellers", {
+      body: { name: "", email: "nope", user_limit: -1, status: "gone" },
+    });
+    expect(response.status).toBe(422);
+    expect(Object.keys(response.body.error.details.errors).sort()).toEqual([
+      "email",
+      "name",
+      "status",
+      "user_limit",
+    ]);
+  });
+
+  test("an unknown reseller answers 404", async () => {
+    const response = await t.call("PATCH", "/mgmt/v1/resellers/rsl_01M81Z00000000000000000000", {
+      body: { name: "X" },
+    });
+    expect(response.status).toBe(404);
+  });
+});
