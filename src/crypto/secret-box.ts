@@ -38,7 +38,8 @@ export class SecretBox {
     );
   }
 
+  /** `purpose` is a constant of ours and never holds NUL, so the first NUL frames it unambiguously. */
   lookupHash(value: string, purpose: string): string {
-    return createHmac("sha256", this.lookupKey).update(`${purpose}\n${value}`).digest("hex");
+    return createHmac("sha256", this.lookupKey).update(`${purpose}\0${value}`).digest("hex");
   }
 }

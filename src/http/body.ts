@@ -33,13 +33,33 @@ export async function parseJsonBody(request: Request, limit = DEFAULT_BODY_LIMIT
   } catch {
     throw new ApiError("INVALID_REQUEST", "The body is not valid UTF-8.");
   }
+  let parsed: unknown;
   try {
-    return JSON.parse(text);
+    parsed = JSON.parse(text);
   } catch (error) {
     throw new ApiError("INVALID_REQUEST", "The body is not well-formed JSON.", {
       parse_error: error instanceof Error ? error.message : String(error),
     });
   }
+  if (depthExceeds(parsed, MAX_DEPTH)) {
+    throw new ApiError("INVALID_REQUEST", `The body nests deeper than ${MAX_DEPTH} levels.`, { max_depth: MAX_DEPTH });
+  }
+  return parsed;
+}
+
+/** Far beyond any real payload; stops recursive work later (canonical JSON, storage) from blowing the stack. */
+export const MAX_DEPTH = 32;
+
+/** Iterative, so the check itself cannot overflow the stack on hostile input. */
+function depthExceeds(value: unknown, max: number): boolean {
+  const stack: [unknown, number][] = [[value, 1]];
+  while (stack.length > 0) {
+    const [node, depth] = stack.pop() as [unknown, number];
+    if (typeof node !== "object" || node === null) continue;
+    if (depth > max) return true;
+    for (const child of Object.values(node)) stack.push([child, depth + 1]);
+  }
+  return false;
 }
 
 const tooLarge = (limit: number) =>

@@ -82,6 +82,22 @@ describe("the error envelope", () => {
     expect(response.status).toBe(413);
   });
 
+  test("a body nested absurdly deep answers 400 instead of exhausting the stack", async () => {
+    const product = await t.call("POST", "/mgmt/v1/products", { body: productBody(), headers: t.idem() });
+    const deep = `${"[".repeat(30_000)}${"]".repeat(30_000)}`;
+    const response = await t.call("POST", "/mgmt/v1/policies", {
+      rawBody: `{"product_id":"${product.body.data.public_id}","name":"x","entitlements":{"a":${deep}}}`,
+      headers: { "content-type": "application/json", ...t.idem() },
+    });
+    expect(response.status).toBe(400);
+    expect(response.body.error.details.max_depth).toBe(32);
+    const reasonable = await t.call("POST", "/mgmt/v1/policies", {
+      body: { product_id: product.body.data.public_id, name: "x", entitlements: { limits: { seats: { max: 5 } } } },
+      headers: t.idem(),
+    });
+    expect(reasonable.status).toBe(201);
+  });
+
   test("an unknown route answers 404 with the envelope", async () => {
     const response = await t.call("GET", "/mgmt/v1/nothing-here");
     expect(response.status).toBe(404);

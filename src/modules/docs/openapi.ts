@@ -34,6 +34,7 @@ export function buildOpenApiDocument(app: AnyElysia, baseUrl: string): Record<st
     "3.1.0",
   );
   const paths = generated.paths as Record<string, Record<string, Operation>>;
+  documentRequestBodies(app, paths);
   for (const [path, item] of Object.entries(paths)) {
     for (const method of METHODS) {
       const operation = item[method];
@@ -86,6 +87,22 @@ export function buildOpenApiDocument(app: AnyElysia, baseUrl: string): Record<st
       },
     },
   };
+}
+
+/**
+ * Our JSON parser is a function hook (it enforces byte and depth limits), and the generator only
+ * describes bodies for its named parsers; so the body schema of each route is filled in here.
+ */
+function documentRequestBodies(app: AnyElysia, paths: Record<string, Record<string, Operation>>): void {
+  for (const route of app.routes) {
+    const body = (route.hooks as { body?: unknown } | undefined)?.body;
+    if (body === undefined) continue;
+    const path = route.path.replace(/:([A-Za-z_]+)/g, "{$1}");
+    const operation = paths[path]?.[route.method.toLowerCase()];
+    if (!operation) continue;
+    const schema = typeof body === "string" ? { $ref: `#/components/schemas/${body}` } : body;
+    operation.requestBody = { required: true, content: { "application/json": { schema } } };
+  }
 }
 
 function errorResponsesFor(path: string, method: string, operation: Operation): Record<string, unknown> {

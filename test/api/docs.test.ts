@@ -1,0 +1,153 @@
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { ERROR_CODES } from "../../src/http/errors.ts";
+import { BASE_URL, type CallResult, createTestContext, type TestContext } from "../support/harness.ts";
+
+let t: TestContext;
+
+beforeAll(() => {
+  t = createTestContext();
+});
+
+afterAll(() => t.close());
+
+const attributeValues = (html: string, tag: string, attribute: string): string[] =>
+  [...html.matchAll(new RegExp(`<${tag}\\b[^>]*\\b${attribute}\\s*=\\s*["']([^"']*)["']`, "gi"))].map(
+    (m) => m[1] as string,
+  );
+
+const ENVELOPE_FIELDS = ["code", "details", "doc_url", "message", "request_id", "retryable"];
+
+const expectEnvelope = (response: CallResult, code: keyof typeof ERROR_CODES) => {
+  expect(response.status).toBe(ERROR_CODES[code].status);
+  expect(response.headers.get("content-type")).toContain("application/json");
+  const error = response.body?.error;
+  expect(Object.keys(error ?? {}).sort()).toEqual(ENVELOPE_FIELDS);
+  expect(error.code).toBe(code);
+  expect(typeof error.message).toBe("string");
+  expect(error.message.length).toBeGreaterThan(0);
+  expect(error.retryable).toBe(ERROR_CODES[code].retryable);
+  expect(error.details).toEqual(expect.any(Object));
+  expect(error.request_id).toMatch(/^req_[0-9A-HJKMNP-TV-Z]{26}$/);
+  expect(error.request_id).toBe(response.headers.get("x-request-id"));
+  expect(error.doc_url).toBe(`${BASE_URL}/docs/errors#${code}`);
+};
+
+describe("GET /docs", () => {
+  test("answers an HTML page without an API key", async () => {
+    const response = await t.call("GET", "/docs", { key: null });
+    expect(response.status).toBe(200);
+    expect(response.headers.get("content-type")).toContain("text/html");
+    expect(response.text.toLowerCase()).toContain("<!doctype html>");
+  });
+
+  test("references no absolute or protocol-relative URL anywhere in the page", async () => {
+    const { text } = await t.call("GET", "/docs", { key: null });
+    expect(text).not.toMatch(/https?:\/\//i);
+    expect(text).not.toMatch(/["'(=\s]\/\//);
+  });
+
+  test("loads its scripts and stylesheets from same-origin paths", async () => {
+    const { text } = await t.call("GET", "/docs", { key: null });
+    const scripts = attributeValues(text, "script", "src");
+    const links = attributeValues(text, "link", "href");
+    expect(scripts.length).toBeGreaterThan(0);
+    expect(links.length).toBeGreaterThan(0);
+    for (const url of [...scripts, ...links]) {
+      expect(url).toMatch(/^\/[^/]/);
+    }
+  });
+
+  test("every script and stylesheet it references is served with the right type and real content", async () => {
+    const { text } = await t.call("GET", "/docs", { key: null });
+    const assets = [
+      ...attributeValues(text, "script", "src").map((url) => ({ url, type: /javascript/ })),
+      ...attributeValues(text, "link", "href").map((url) => ({ url, type: /text\/css/ })),
+    ];
+    expect(assets.length).toBeGreaterThanOrEqual(2);
+    for (const { url, type } of assets) {
+      const asset = await t.call("GET", url, { key: null });
+      expect(`${url} ${asset.status}`).toBe(`${url} 200`);
+      expect(asset.headers.get("content-type") ?? "").toMatch(type);
+      expect(asset.text.length).toBeGreaterThan(10_000);
+    }
+  });
+
+  test("the page points the reference UI at the same-origin OpenAPI document, which is served", async () => {
+    const { text } = await t.call("GET", "/docs", { key: null });
+    expect(text).toContain('"/openapi.json"');
+    const spec = await t.call("GET", "/openapi.json", { key: null });
+    expect(spec.status).toBe(200);
+  });
+
+  test("an unknown documentation asset is a 404 with the error envelope", async () => {
+    const response = await t.call("GET", "/docs/assets/nope", { key: null });
+    expectEnvelope(response, "NOT_FOUND");
+  });
+
+  test("an asset path that tries to leave the asset folder is a 404", async () => {
+    for (const path of ["/docs/assets/..%2Fpackage.json", "/docs/assets/%2E%2E%2Fsrc%2Fapp.ts"]) {
+      const response = await t.call("GET", path, { key: null });
+      expectEnvelope(response, "NOT_FOUND");
+    }
+  });
+});
+
+describe("GET /docs/errors", () => {
+  test("answers an HTML page without an API key", async () => {
+    const response = await t.call("GET", "/docs/errors", { key: null });
+    expect(response.status).toBe(200);
+    expect(response.headers.get("content-type")).toContain("text/html");
+  });
+
+  test("has exactly one element with id set to each error code", async () => {
+    const { text } = await t.call("GET", "/docs/errors", { key: null });
+    const codes = Object.keys(ERROR_CODES);
+    expect(codes.length).toBeGreaterThan(30);
+    const counts = codes.map((code) => `${code}=${text.split(`id="${code}"`).length - 1}`);
+    expect(counts).toEqual(codes.map((code) => `${code}=1`));
+  });
+
+  test("documents no error code that the service does not have", async () => {
+    const { text } = await t.call("GET", "/docs/errors", { key: null });
+    const anchored = [...text.matchAll(/id="([A-Z][A-Z0-9_]+)"/g)].map((m) => m[1] as string);
+    expect(anchored.filter((code) => !Object.hasOwn(ERROR_CODES, code))).toEqual([]);
+  });
+
+  test("states each code's HTTP status in its section", async () => {
+    const { text } = await t.call("GET", "/docs/errors", { key: null });
+    for (const [code, spec] of Object.entries(ERROR_CODES)) {
+      const start = text.indexOf(`id="${code}"`);
+      const next = text.indexOf('id="', start + 1);
+      const section = text.slice(start, next === -1 ? undefined : next);
+      expect(`${code}: ${section.includes(String(spec.status))}`).toBe(`${code}: true`);
+    }
+  });
+
+  test("loads nothing from another origin", async () => {
+    const { text } = await t.call("GET", "/docs/errors", { key: null });
+    for (const url of [...attributeValues(text, "script", "src"), ...attributeValues(text, "link", "href")]) {
+      expect(url).toMatch(/^\/[^/]/);
+    }
+  });
+});
+
+describe("doc_url of a real error", () => {
+  test("an unauthenticated management request links to the UNAUTHENTICATED section, which exists", async () => {
+    const response = await t.call("GET", "/mgmt/v1/products", { key: null });
+    expectEnvelope(response, "UNAUTHENTICATED");
+    const docUrl = new URL(response.body.error.doc_url);
+    expect(docUrl.origin).toBe(new URL(BASE_URL).origin);
+    expect(docUrl.hash).toBe("#UNAUTHENTICATED");
+    const page = await t.call("GET", docUrl.pathname, { key: null });
+    expect(page.status).toBe(200);
+    expect(page.text).toContain(`id="${docUrl.hash.slice(1)}"`);
+  });
+
+  test("each error response carries the request id it reports", async () => {
+    const first = await t.call("GET", "/mgmt/v1/products", { key: "lsk_live_notarealkey" });
+    const second = await t.call("GET", "/mgmt/v1/products", { key: "lsk_live_notarealkey" });
+    expectEnvelope(first, "UNAUTHENTICATED");
+    expectEnvelope(second, "UNAUTHENTICATED");
+    expect(first.body.error.request_id).not.toBe(second.body.error.request_id);
+  });
+});

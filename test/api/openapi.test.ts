@@ -1,0 +1,191 @@
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { Validator } from "@seriousme/openapi-schema-validator";
+import { SCOPES } from "../../src/domain/scopes.ts";
+import { createTestContext, type TestContext } from "../support/harness.ts";
+
+type Json = Record<string, unknown>;
+type Operation = {
+  security?: Record<string, unknown>[];
+  "x-required-scope"?: string;
+  requestBody?: { content?: Record<string, { schema?: unknown }> };
+  responses?: Record<string, { content?: Record<string, { schema?: { $ref?: string } }> }>;
+};
+
+const METHODS = ["get", "put", "post", "delete", "options", "head", "patch", "trace"] as const;
+const ERROR_ENVELOPE_REF = "#/components/schemas/ErrorEnvelope";
+
+let t: TestContext;
+// biome-ignore lint/suspicious/noExplicitAny: the document is arbitrary JSON read by the assertions.
+let doc: any;
+let contentType: string | null;
+
+beforeAll(async () => {
+  t = createTestContext();
+  const response = await t.call("GET", "/openapi.json", { key: null });
+  expect(response.status).toBe(200);
+  contentType = response.headers.get("content-type");
+  doc = response.body;
+});
+
+afterAll(() => t.close());
+
+const operations = (): { path: string; method: string; op: Operation }[] =>
+  Object.entries(doc.paths as Record<string, Record<string, Operation>>).flatMap(([path, item]) =>
+    METHODS.filter((m) => item[m] !== undefined).map((method) => ({
+      path,
+      method,
+      op: item[method] as Operation,
+    })),
+  );
+
+const mgmtRoutes = () =>
+  (t.app.routes as { method: string; path: string }[])
+    .filter((route) => route.path.startsWith("/mgmt/"))
+    .map((route) => ({
+      method: route.method.toLowerCase(),
+      path: route.path.replace(/:([A-Za-z0-9_]+)/g, "{$1}"),
+    }));
+
+describe("the OpenAPI document", () => {
+  test("is served as JSON without an API key", () => {
+    expect(contentType).toContain("application/json");
+    expect(typeof doc).toBe("object");
+  });
+
+  test("declares OpenAPI 3.1.0", () => {
+    expect(doc.openapi).toBe("3.1.0");
+  });
+
+  test("is valid according to an independent OpenAPI 3.1 schema validator", async () => {
+    const validator = new Validator();
+    const result = await validator.validate(structuredClone(doc) as Json);
+    expect(result.errors ?? []).toEqual([]);
+    expect(result.valid).toBe(true);
+    expect(validator.version).toBe("3.1");
+  });
+
+  test("the validator used above does reject a broken 3.1 document", async () => {
+    const broken = structuredClone(doc) as Json;
+    delete broken.info;
+    const result = await new Validator().validate(broken);
+    expect(result.valid).toBe(false);
+  });
+
+  test("every management route the app registers is documented with its method", () => {
+    const routes = mgmtRoutes();
+    expect(routes.length).toBeGreaterThan(10);
+    const missing = routes.filter((r) => doc.paths?.[r.path]?.[r.method] === undefined);
+    expect(missing).toEqual([]);
+  });
+
+  test("every documented operation corresponds to a route the app registers", () => {
+    const registered = new Set(
+      (t.app.routes as { method: string; path: string }[]).map(
+        (r) => `${r.method.toLowerCase()} ${r.path.replace(/:([A-Za-z0-9_]+)/g, "{$1}")}`,
+      ),
+    );
+    const extra = operations().filter(({ path, method }) => !registered.has(`${method} ${path}`));
+    expect(extra).toEqual([]);
+  });
+
+  test("every management operation requires the managementApiKey scheme", () => {
+    const mgmt = operations().filter(({ path }) => path.startsWith("/mgmt/"));
+    expect(mgmt.length).toBeGreaterThan(10);
+    for (const { path, method, op } of mgmt) {
+      const schemes = (op.security ?? []).flatMap((requirement) => Object.keys(requirement));
+      expect({ path, method, schemes }).toEqual({ path, method, schemes: ["managementApiKey"] });
+    }
+  });
+
+  test("every management operation names a required scope that is a real scope", () => {
+    const scopes: readonly string[] = SCOPES;
+    for (const { path, method, op } of operations().filter(({ path }) => path.startsWith("/mgmt/"))) {
+      const scope = op["x-required-scope"];
+      expect({ path, method, known: typeof scope === "string" && scopes.includes(scope) }).toEqual({
+        path,
+        method,
+        known: true,
+      });
+    }
+  });
+
+  test("read operations need a read scope and changing operations need a write or delete scope", () => {
+    for (const { path, method, op } of operations().filter(({ path }) => path.startsWith("/mgmt/"))) {
+      const scope = op["x-required-scope"] ?? "";
+      const expected = method === "get" ? /:read$/ : /:(write|delete)$/;
+      expect(`${method} ${path} ${scope}`).toMatch(expected);
+    }
+  });
+
+  test("every operation documents a 4xx response whose schema is the error envelope", () => {
+    for (const { path, method, op } of operations()) {
+      const envelopes = Object.entries(op.responses ?? {}).filter(
+        ([status, response]) =>
+          /^4\d\d$/.test(status) &&
+          response.content?.["application/json"]?.schema?.$ref === ERROR_ENVELOPE_REF,
+      );
+      expect({ path, method, count: envelopes.length > 0 }).toEqual({ path, method, count: true });
+    }
+  });
+
+  test("every management operation documents 401 and 403 with the error envelope", () => {
+    for (const { path, method, op } of operations().filter(({ path }) => path.startsWith("/mgmt/"))) {
+      for (const status of ["401", "403"]) {
+        const ref = op.responses?.[status]?.content?.["application/json"]?.schema?.$ref;
+        expect(`${method} ${path} ${status} ${ref}`).toBe(
+          `${method} ${path} ${status} ${ERROR_ENVELOPE_REF}`,
+        );
+      }
+    }
+  });
+
+  test("every operation that takes a request body documents its JSON schema", () => {
+    const withBody = operations().filter(({ op }) => op.requestBody !== undefined);
+    expect(withBody.length).toBeGreaterThan(0);
+    const undocumented = withBody
+      .filter(({ op }) => op.requestBody?.content?.["application/json"]?.schema === undefined)
+      .map(({ method, path }) => `${method} ${path}`);
+    expect(undocumented).toEqual([]);
+  });
+
+  test("managementApiKey is an HTTP bearer security scheme", () => {
+    const scheme = doc.components?.securitySchemes?.managementApiKey;
+    expect(scheme?.type).toBe("http");
+    expect(scheme?.scheme?.toLowerCase()).toBe("bearer");
+  });
+
+  test("the ErrorEnvelope schema requires an error object with all six envelope fields", () => {
+    const envelope = doc.components?.schemas?.ErrorEnvelope;
+    expect(envelope?.type).toBe("object");
+    expect(envelope?.required).toContain("error");
+    const error = envelope?.properties?.error;
+    const fields = ["code", "message", "request_id", "retryable", "doc_url", "details"];
+    expect(Object.keys(error?.properties ?? {}).sort()).toEqual([...fields].sort());
+    expect([...(error?.required ?? [])].sort()).toEqual([...fields].sort());
+    expect(error.properties.retryable.type).toBe("boolean");
+    expect(error.properties.details.type).toBe("object");
+  });
+
+  test("every schema reference in the document resolves to a component", () => {
+    const refs = new Set<string>();
+    const walk = (node: unknown) => {
+      if (Array.isArray(node)) node.forEach(walk);
+      else if (node && typeof node === "object") {
+        for (const [k, v] of Object.entries(node)) {
+          if (k === "$ref" && typeof v === "string") refs.add(v);
+          else walk(v);
+        }
+      }
+    };
+    walk(doc.paths);
+    const unresolved = [...refs].filter((ref) => {
+      const name = ref.replace("#/components/schemas/", "");
+      return !ref.startsWith("#/components/schemas/") || doc.components?.schemas?.[name] === undefined;
+    });
+    expect(unresolved).toEqual([]);
+  });
+
+  test("the document does not describe the documentation routes themselves", () => {
+    expect(Object.keys(doc.paths).filter((p) => p.startsWith("/docs") || p === "/openapi.json")).toEqual([]);
+  });
+});
