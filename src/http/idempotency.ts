@@ -162,3 +162,24 @@ export class IdempotencyStore {
     return removed;
   }
 }
+
+/** A management POST, made at most once per (API key, route, Idempotency-Key). */
+export function postOnce(
+  store: IdempotencyStore,
+  route: string,
+  request: { caller: { id: string }; headers: Record<string, string | undefined>; body: unknown },
+  work: () => Response,
+  options: { required: boolean } = { required: true },
+): Promise<Response> {
+  return store.run(
+    {
+      scope: request.caller.id,
+      method: "POST",
+      route,
+      key: request.headers["idempotency-key"],
+      body: request.body,
+      required: options.required,
+    },
+    work,
+  );
+}

@@ -1,6 +1,7 @@
 import { Elysia } from "elysia";
 import { managementAuth } from "../../http/auth.ts";
 import { changeContext } from "../../http/context.ts";
+import { postOnce } from "../../http/idempotency.ts";
 import { pageRequest, toPage } from "../../http/pagination.ts";
 import { json, noContent } from "../../http/respond.ts";
 import { IdempotencyHeaders, IfMatchHeaders } from "../../http/schemas.ts";
@@ -30,20 +31,10 @@ export const customersController = ({ customers, idempotency }: Services) =>
     .post(
       "",
       ({ caller, body, headers, request }) =>
-        idempotency.run(
-          {
-            scope: caller.id,
-            method: "POST",
-            route: ROUTE,
-            key: headers["idempotency-key"],
-            body,
-            required: true,
-          },
-          () => {
-            const row = customers.create(body, changeContext(caller, request));
-            return json(201, { data: presentCustomer(row) }, { etag: customerEtag(row) });
-          },
-        ),
+        postOnce(idempotency, ROUTE, { caller, headers, body }, () => {
+          const row = customers.create(body, changeContext(caller, request));
+          return json(201, { data: presentCustomer(row) }, { etag: customerEtag(row) });
+        }),
       {
         scope: "customers:write",
         body: "customer.create",

@@ -1,6 +1,7 @@
 import { Elysia } from "elysia";
 import { managementAuth } from "../../http/auth.ts";
 import { changeContext } from "../../http/context.ts";
+import { postOnce } from "../../http/idempotency.ts";
 import { pageRequest, splitPage } from "../../http/pagination.ts";
 import { versionEtag, versionFromIfMatch } from "../../http/preconditions.ts";
 import { json, noContent } from "../../http/respond.ts";
@@ -36,20 +37,10 @@ export const licensesController = ({ licenses, idempotency }: Services) => {
     .post(
       "",
       ({ caller, body, headers, request }) =>
-        idempotency.run(
-          {
-            scope: caller.id,
-            method: "POST",
-            route: ROUTE,
-            key: headers["idempotency-key"],
-            body,
-            required: true,
-          },
-          () => {
-            const row = licenses.create(body, changeContext(caller, request));
-            return json(201, { data: one(row) }, { etag: versionEtag(row.version) });
-          },
-        ),
+        postOnce(idempotency, ROUTE, { caller, headers, body }, () => {
+          const row = licenses.create(body, changeContext(caller, request));
+          return json(201, { data: one(row) }, { etag: versionEtag(row.version) });
+        }),
       {
         scope: "licenses:write",
         body: "license.create",

@@ -1,6 +1,7 @@
 import { Elysia } from "elysia";
 import { managementAuth } from "../../http/auth.ts";
 import { changeContext } from "../../http/context.ts";
+import { postOnce } from "../../http/idempotency.ts";
 import { PageQuery, pageRequest, toPage } from "../../http/pagination.ts";
 import { versionEtag, versionFromIfMatch } from "../../http/preconditions.ts";
 import { json, noContent } from "../../http/respond.ts";
@@ -31,20 +32,10 @@ export const productsController = ({ products, idempotency }: Services) =>
     .post(
       "",
       ({ caller, body, headers, request }) =>
-        idempotency.run(
-          {
-            scope: caller.id,
-            method: "POST",
-            route: ROUTE,
-            key: headers["idempotency-key"],
-            body,
-            required: true,
-          },
-          () => {
-            const row = products.create(body, changeContext(caller, request));
-            return json(201, { data: presentProduct(row) }, { etag: versionEtag(row.version) });
-          },
-        ),
+        postOnce(idempotency, ROUTE, { caller, headers, body }, () => {
+          const row = products.create(body, changeContext(caller, request));
+          return json(201, { data: presentProduct(row) }, { etag: versionEtag(row.version) });
+        }),
       {
         scope: "products:write",
         body: "product.create",

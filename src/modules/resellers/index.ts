@@ -1,6 +1,7 @@
 import { Elysia } from "elysia";
 import { managementAuth } from "../../http/auth.ts";
 import { changeContext } from "../../http/context.ts";
+import { postOnce } from "../../http/idempotency.ts";
 import { PageQuery, pageRequest, toPage } from "../../http/pagination.ts";
 import { json } from "../../http/respond.ts";
 import { IdempotencyHeaders } from "../../http/schemas.ts";
@@ -30,16 +31,12 @@ export const resellersController = ({ resellers, idempotency }: Services) =>
     .post(
       "",
       ({ caller, body, headers, request }) =>
-        idempotency.run(
-          {
-            scope: caller.id,
-            method: "POST",
-            route: ROUTE,
-            key: headers["idempotency-key"],
-            body,
-            required: false,
-          },
+        postOnce(
+          idempotency,
+          ROUTE,
+          { caller, headers, body },
           () => json(201, { data: presentReseller(resellers.create(body, changeContext(caller, request))) }),
+          { required: false },
         ),
       {
         scope: "customers:write",
