@@ -92,7 +92,11 @@ describe("the error envelope", () => {
     expect(response.status).toBe(400);
     expect(response.body.error.details.max_depth).toBe(32);
     const reasonable = await t.call("POST", "/mgmt/v1/policies", {
-      body: { product_id: product.body.data.public_id, name: "x", entitlements: { limits: { seats: { max: 5 } } } },
+      body: {
+        product_id: product.body.data.public_id,
+        name: "x",
+        entitlements: { limits: { seats: { max: 5 } } },
+      },
       headers: t.idem(),
     });
     expect(reasonable.status).toBe(201);

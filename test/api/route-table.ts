@@ -13,8 +13,12 @@ export interface RouteCase {
   resource?: Resource;
   /** Environment-scoped resources are invisible to the other environment's keys (404). */
   environmentScoped?: boolean;
+  /** Whether the route takes an Idempotency-Key, and whether it must. */
+  idempotency?: "required" | "optional";
   /** A body the route accepts, so an added unknown field is the only thing wrong. */
   body?: (ids: Ids) => Record<string, unknown>;
+  /** Another valid body, for idempotency conflicts; defaults to the body with another `name`. */
+  variant?: (ids: Ids) => Record<string, unknown>;
 }
 
 export type Ids = Record<Resource, string> & { productId: string; policyId: string; trialPolicyId: string };
@@ -26,6 +30,7 @@ export const MANAGEMENT_ROUTES: RouteCase[] = [
     method: "POST",
     path: "/mgmt/v1/products",
     scope: "products:write",
+    idempotency: "required",
     body: () => ({ name: "P", code: "p-new", environment: "live" }),
   },
   {
@@ -55,6 +60,7 @@ export const MANAGEMENT_ROUTES: RouteCase[] = [
     method: "POST",
     path: "/mgmt/v1/policies",
     scope: "policies:write",
+    idempotency: "required",
     body: (ids) => ({ product_id: ids.productId, name: "Pol" }),
   },
   {
@@ -80,7 +86,13 @@ export const MANAGEMENT_ROUTES: RouteCase[] = [
     environmentScoped: true,
   },
   { method: "GET", path: "/mgmt/v1/customers", scope: "customers:read" },
-  { method: "POST", path: "/mgmt/v1/customers", scope: "customers:write", body: () => ({ name: "C" }) },
+  {
+    method: "POST",
+    path: "/mgmt/v1/customers",
+    scope: "customers:write",
+    idempotency: "required",
+    body: () => ({ name: "C" }),
+  },
   { method: "GET", path: "/mgmt/v1/customers/:id", scope: "customers:read", resource: "customer" },
   {
     method: "PATCH",
@@ -95,7 +107,9 @@ export const MANAGEMENT_ROUTES: RouteCase[] = [
     method: "POST",
     path: "/mgmt/v1/licenses",
     scope: "licenses:write",
+    idempotency: "required",
     body: (ids) => ({ product_id: ids.productId, policy_id: ids.policyId }),
+    variant: (ids) => ({ product_id: ids.productId, policy_id: ids.policyId, metadata: { v: 2 } }),
   },
   {
     method: "GET",
@@ -128,7 +142,13 @@ export const MANAGEMENT_ROUTES: RouteCase[] = [
     body: (ids) => ({ target_policy_id: ids.policyId }),
   },
   { method: "GET", path: "/mgmt/v1/resellers", scope: "customers:read" },
-  { method: "POST", path: "/mgmt/v1/resellers", scope: "customers:write", body: () => ({ name: "R" }) },
+  {
+    method: "POST",
+    path: "/mgmt/v1/resellers",
+    scope: "customers:write",
+    idempotency: "optional",
+    body: () => ({ name: "R" }),
+  },
   { method: "GET", path: "/mgmt/v1/resellers/:id", scope: "customers:read", resource: "reseller" },
   {
     method: "PATCH",

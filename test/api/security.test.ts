@@ -92,6 +92,42 @@ describe.each(MANAGEMENT_ROUTES.map((r) => [`${r.method} ${r.path}`, r] as const
     });
   }
 
+  if (route.resource) {
+    test("with a well-formed id that does not exist answers 404 NOT_FOUND", async () => {
+      const prefix = ids.live[route.resource as keyof Ids].split("_")[0];
+      const response = await t.call(
+        route.method,
+        concretePath(route, `${prefix}_01M81Z00000000000000000000`),
+        {
+          body: bodyFor(route),
+        },
+      );
+      expectEnvelope(response, 404, "NOT_FOUND");
+    });
+  }
+
+  if (route.idempotency === "required") {
+    test("without an Idempotency-Key answers 400 and creates nothing", async () => {
+      const eventsBefore = t.deps.sqlite.query("SELECT count(*) AS n FROM audit_events").get();
+      const response = await t.call(route.method, pathFor(route), { body: bodyFor(route) });
+      expectEnvelope(response, 400, "INVALID_REQUEST");
+      expect(t.deps.sqlite.query("SELECT count(*) AS n FROM audit_events").get()).toEqual(eventsBefore);
+    });
+  }
+
+  if (route.idempotency) {
+    test("reusing an Idempotency-Key with another body answers 409 IDEMPOTENCY_CONFLICT", async () => {
+      const headers = { "idempotency-key": `shared-suite-${route.path}` };
+      const first = await t.call(route.method, pathFor(route), { body: bodyFor(route), headers });
+      expect(first.status).toBe(201);
+      const replay = await t.call(route.method, pathFor(route), { body: bodyFor(route), headers });
+      expect(replay.headers.get("idempotent-replayed")).toBe("true");
+      const variant = route.variant?.(ids.live) ?? { ...bodyFor(route), name: "Other" };
+      const other = await t.call(route.method, pathFor(route), { body: variant, headers });
+      expectEnvelope(other, 409, "IDEMPOTENCY_CONFLICT");
+    });
+  }
+
   if (route.environmentScoped) {
     test("for the other environment's resource answers 404, as if it did not exist", async () => {
       const response = await t.call(route.method, pathFor(route, "test"), { body: bodyFor(route) });
