@@ -42,7 +42,9 @@ export async function parseJsonBody(request: Request, limit = DEFAULT_BODY_LIMIT
     });
   }
   if (depthExceeds(parsed, MAX_DEPTH)) {
-    throw new ApiError("INVALID_REQUEST", `The body nests deeper than ${MAX_DEPTH} levels.`, { max_depth: MAX_DEPTH });
+    throw new ApiError("INVALID_REQUEST", `The body nests deeper than ${MAX_DEPTH} levels.`, {
+      max_depth: MAX_DEPTH,
+    });
   }
   return parsed;
 }
