@@ -265,6 +265,13 @@ export function resolveConfig(flags: FlagValues, env: Env, cwd: string): Config 
   };
 }
 
+/** Fixed names inside the data directory. */
+export const dataPaths = (dataDir: string) => ({
+  store: join(dataDir, "licensing.db"),
+  keystore: join(dataDir, "keystore.json"),
+  passphrase: join(dataDir, "keystore.passphrase"),
+});
+
 const absolute = (path: string, cwd: string): string => normalize(isAbsolute(path) ? path : join(cwd, path));
 
 function parsePort(value: string, source: string): number {
@@ -334,7 +341,8 @@ function parseLogLevel(value: string, source: string): LogLevel {
 /** Help text for a set of options: flag, env twin, description. */
 export function formatOptions(options: readonly OptionSpec[]): string {
   const rows = options.map((option) => {
-    const flag = `--${option.name}${option.kind === "string" ? ` ${option.valueName ?? "VALUE"}` : ""}`;
+    const short = option.name === "help" ? "-h, " : "";
+    const flag = `${short}--${option.name}${option.kind === "string" ? ` ${option.valueName ?? "VALUE"}` : ""}`;
     const env = option.env ? ` [env ${option.env}]` : "";
     return { flag, text: `${option.description}${env}` };
   });

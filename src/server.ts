@@ -1,10 +1,9 @@
 import { existsSync } from "node:fs";
-import { join } from "node:path";
 import { Type } from "@sinclair/typebox";
 import type { Server } from "bun";
 import { Elysia } from "elysia";
 import { createApp } from "./app.ts";
-import type { Config } from "./config.ts";
+import { type Config, dataPaths } from "./config.ts";
 import { Keystore, KeystoreError } from "./crypto/keystore.ts";
 import { SecretBox } from "./crypto/secret-box.ts";
 import type { Deps } from "./deps.ts";
@@ -17,8 +16,11 @@ import type { Logger } from "./http/logger.ts";
 import { openStore, type Store } from "./store/db.ts";
 import { migrate } from "./store/migrate.ts";
 
-/** Bun refuses larger bodies before any of our code runs; routes enforce their own smaller limits. */
-export const MAX_REQUEST_BODY_BYTES = 1024 * 1024;
+/**
+ * A backstop only: Bun refuses larger bodies with a bare 413 before any of our code runs. Routes
+ * enforce their own, much smaller limits while streaming, and answer with the error envelope.
+ */
+export const MAX_REQUEST_BODY_BYTES = 16 * 1024 * 1024;
 /** How long SIGTERM waits for in-flight requests before closing what is left. */
 export const DRAIN_TIMEOUT_MS = 10_000;
 /** The largest single step of the test clock: 100 years, beyond any license or plan window. */
@@ -62,17 +64,29 @@ export interface StartOptions {
   logger: Logger;
 }
 
-function openKeystore(config: Config, passphrase: string): Keystore {
+/** Wrong passphrase, tampered or missing keystore: one clear line, never a stack trace. */
+export function openKeystore(dataDir: string, passphrase: string): Keystore {
   try {
-    return Keystore.open(join(config.dataDir, "keystore.json"), passphrase);
+    return Keystore.open(dataPaths(dataDir).keystore, passphrase);
   } catch (error) {
     if (error instanceof KeystoreError) throw new StartupError(`cannot open the keystore: ${error.message}`);
     throw error;
   }
 }
 
+export function buildDeps(store: Store, keystore: Keystore, clock: Clock = systemClock): Deps {
+  return {
+    db: store.db,
+    sqlite: store.sqlite,
+    clock,
+    ids: new IdGenerator(),
+    secrets: new SecretBox(keystore.secret("data-key")),
+    keystore,
+  };
+}
+
 function openMigratedStore(config: Config, logger: Logger): Store {
-  const path = join(config.dataDir, "licensing.db");
+  const path = dataPaths(config.dataDir).store;
   if (!existsSync(path)) {
     throw new StartupError(`no store at ${path}, but a keystore exists; restore the store from a backup`);
   }
@@ -92,21 +106,14 @@ function openMigratedStore(config: Config, logger: Logger): Store {
  * earlier step succeeded, so a wrong passphrase or a tampered keystore never serves a request.
  */
 export function startServer({ config, passphrase, logger }: StartOptions): RunningServer {
-  const keystore = openKeystore(config, passphrase);
+  const keystore = openKeystore(config.dataDir, passphrase);
   const store = openMigratedStore(config, logger);
   let shuttingDown = false;
   let inFlight = 0;
   let server: Server<undefined> | undefined;
   try {
     const clock: Clock = config.testClock ? new AdjustableClock() : systemClock;
-    const deps: Deps = {
-      db: store.db,
-      sqlite: store.sqlite,
-      clock,
-      ids: new IdGenerator(),
-      secrets: new SecretBox(keystore.secret("data-key")),
-      keystore,
-    };
+    const deps = buildDeps(store, keystore, clock);
     const swept = new IdempotencyStore(store.sqlite, clock).sweep({ abandonInFlight: true });
     if (swept > 0) logger.log("info", "idempotency records swept", { removed: swept });
 
@@ -162,6 +169,8 @@ export function startServer({ config, passphrase, logger }: StartOptions): Runni
         hostname: config.host,
         port: config.port,
         maxRequestBodySize: MAX_REQUEST_BODY_BYTES,
+        // Stated explicitly: a second instance on the same port must fail, not share the traffic.
+        reusePort: false,
         development: false,
         fetch,
       });

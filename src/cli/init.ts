@@ -1,28 +1,28 @@
 import {
   closeSync,
-  existsSync,
+  constants,
+  copyFileSync,
+  fchmodSync,
   fsyncSync,
   linkSync,
   mkdirSync,
   mkdtempSync,
   openSync,
   rmSync,
-  unlinkSync,
 } from "node:fs";
 import { join } from "node:path";
-import { type Config, UsageError } from "../config.ts";
+import { type Config, dataPaths, UsageError } from "../config.ts";
 import { Keystore } from "../crypto/keystore.ts";
 import { SCOPES } from "../domain/scopes.ts";
 import { ApiKeyService } from "../modules/api-keys/service.ts";
 import { WorkspaceService } from "../modules/workspace/service.ts";
+import { buildDeps } from "../server.ts";
 import { openStore } from "../store/db.ts";
 import { migrate } from "../store/migrate.ts";
 import {
-  buildDeps,
   CliError,
   type Command,
   checkNewPassphrase,
-  dataPaths,
   isInitialised,
   JSON_OPTION,
   out,
@@ -35,13 +35,15 @@ export interface InitResult {
   /** Null when the passphrase came from LICENSING_KEYSTORE_PASSPHRASE. */
   passphraseFile: string | null;
   passphraseGenerated: boolean;
+  /** The migrations applied to the new store. */
+  migrations: string[];
 }
 
 /**
  * Creates store, keystore, workspace and two API keys. Everything is built in a staging folder
- * inside the data dir and then linked into place, keystore last: a crash half-way leaves no
- * half-initialised data dir, and link() (unlike rename) fails instead of replacing a file that
- * appeared meanwhile, so an existing keystore is never overwritten.
+ * inside the data dir and then put into place, keystore last: a crash half-way leaves no
+ * half-initialised data dir, and neither step replaces a file that appeared meanwhile, so an
+ * existing keystore is never overwritten.
  */
 export function initialise(config: Config): InitResult {
   const dataDir = config.dataDir;
@@ -59,8 +61,9 @@ export function initialise(config: Config): InitResult {
     const keystore = Keystore.create(join(staging, "keystore.json"), source.passphrase);
     const store = openStore(join(staging, "licensing.db"));
     let apiKeys: InitResult["apiKeys"];
+    let migrations: string[];
     try {
-      migrate(store.sqlite);
+      migrations = migrate(store.sqlite).applied;
       const deps = buildDeps(store, keystore);
       new WorkspaceService(deps).ensure();
       const service = new ApiKeyService(deps);
@@ -69,15 +72,12 @@ export function initialise(config: Config): InitResult {
           .apiKey;
       apiKeys = { live: create("live"), test: create("test") };
       // Folds the WAL into the main file so the single .db file is the whole store.
-      store.sqlite.run("PRAGMA wal_checkpoint(TRUNCATE)");
+      const checkpoint = store.sqlite.query<{ busy: number }, []>("PRAGMA wal_checkpoint(TRUNCATE)").get();
+      if (checkpoint?.busy !== 0) throw new Error("could not checkpoint the new store");
     } finally {
       store.close();
     }
-    for (const suffix of ["-wal", "-shm"]) {
-      if (existsSync(join(staging, `licensing.db${suffix}`)))
-        unlinkSync(join(staging, `licensing.db${suffix}`));
-    }
-    place(join(staging, "licensing.db"), paths.store);
+    copyStore(join(staging, "licensing.db"), paths.store);
     place(join(staging, "keystore.json"), paths.keystore);
     fsyncDir(dataDir);
     return {
@@ -85,20 +85,47 @@ export function initialise(config: Config): InitResult {
       apiKeys,
       passphraseFile: source.file,
       passphraseGenerated: source.generated,
+      migrations,
     };
   } finally {
     rmSync(staging, { recursive: true, force: true });
   }
 }
 
+const refuseExisting = (to: string, error: unknown): never => {
+  if ((error as NodeJS.ErrnoException).code === "EEXIST") {
+    throw new CliError(`${to} appeared while initialising; refusing to overwrite it`);
+  }
+  throw error;
+};
+
+/** link() fails instead of replacing an existing file, unlike rename(). */
 function place(from: string, to: string): void {
   try {
     linkSync(from, to);
   } catch (error) {
-    if ((error as NodeJS.ErrnoException).code === "EEXIST") {
-      throw new CliError(`${to} appeared while initialising; refusing to overwrite it`);
-    }
-    throw error;
+    refuseExisting(to, error);
+  }
+}
+
+/**
+ * The store is copied, not linked: SQLite keeps per-inode state (its shared-memory WAL index) for
+ * as long as any statement of the closed staging connection lives, and `serve` opens the store in
+ * the same process right after init. Under a hard link that state would still name the staging
+ * -shm file, and the server would never see writes made by other processes (the CLI).
+ */
+function copyStore(from: string, to: string): void {
+  try {
+    copyFileSync(from, to, constants.COPYFILE_EXCL);
+  } catch (error) {
+    refuseExisting(to, error);
+  }
+  const fd = openSync(to, "r+");
+  try {
+    fchmodSync(fd, 0o600);
+    fsyncSync(fd);
+  } finally {
+    closeSync(fd);
   }
 }
 

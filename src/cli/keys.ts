@@ -1,29 +1,22 @@
 import { type CommandLine, type OptionSpec, UsageError } from "../config.ts";
+import { systemClock } from "../domain/clock.ts";
+import { IdGenerator } from "../domain/ids.ts";
 import { ENVIRONMENTS, type Environment, isScope, SCOPES, type Scope } from "../domain/scopes.ts";
 import { ApiKeyService } from "../modules/api-keys/service.ts";
-import {
-  buildDeps,
-  CliError,
-  type Command,
-  JSON_OPTION,
-  openExistingStore,
-  openKeystore,
-  out,
-  resolvePassphrase,
-} from "./shared.ts";
+import { CliError, type Command, JSON_OPTION, openExistingStore, out } from "./shared.ts";
 
 const MAX_NAME = 100;
 
 /**
  * The commands open the store directly, so they work while the server runs (WAL + busy_timeout).
- * ApiKeyService takes full Deps, so the keystore is unlocked too.
+ * Keys are stored as hashes, so no keystore (and no passphrase) is needed.
  */
 function withApiKeys<T>(line: CommandLine, work: (service: ApiKeyService) => T): T {
-  const { passphrase } = resolvePassphrase(line.config, { generate: false });
-  const keystore = openKeystore(line.config.dataDir, passphrase);
   const { store } = openExistingStore(line.config.dataDir);
   try {
-    return work(new ApiKeyService(buildDeps(store, keystore)));
+    return work(
+      new ApiKeyService({ db: store.db, sqlite: store.sqlite, clock: systemClock, ids: new IdGenerator() }),
+    );
   } finally {
     store.close();
   }
@@ -62,7 +55,7 @@ const CREATE_OPTIONS: OptionSpec[] = [
   JSON_OPTION,
 ];
 
-const SHARED_KEYS = ["dataDir", "passphraseFile"] as const;
+const SHARED_KEYS = ["dataDir"] as const;
 
 export const keysCreateCommand: Command = {
   name: "keys create",

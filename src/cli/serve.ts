@@ -30,7 +30,7 @@ export const serveCommand: Command = {
     if (!isInitialised(config.dataDir)) {
       const result = initialise(config);
       out(describeInit(result));
-      logger.log("info", "data dir initialised", { data_dir: result.dataDir });
+      logger.log("info", "data dir initialised", { data_dir: result.dataDir, migrations: result.migrations });
     }
     const { passphrase } = resolvePassphrase(config, { generate: false });
     const server = startServer({ config, passphrase, logger });

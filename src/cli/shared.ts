@@ -1,20 +1,15 @@
 import { randomBytes } from "node:crypto";
 import { existsSync, readFileSync, statSync, writeFileSync } from "node:fs";
-import { join } from "node:path";
 import {
   CONFIG_OPTIONS,
   type CommandLine,
   type ConfigKey,
+  dataPaths,
   type Env,
   formatOptions,
   type OptionSpec,
   parseCommandLine,
 } from "../config.ts";
-import { Keystore, KeystoreError } from "../crypto/keystore.ts";
-import { SecretBox } from "../crypto/secret-box.ts";
-import type { Deps } from "../deps.ts";
-import { type Clock, systemClock } from "../domain/clock.ts";
-import { IdGenerator } from "../domain/ids.ts";
 import { openStore, type Store } from "../store/db.ts";
 import { migrate } from "../store/migrate.ts";
 
@@ -60,13 +55,6 @@ export const out = (text: string): void => {
 export const err = (text: string): void => {
   process.stderr.write(text.endsWith("\n") ? text : `${text}\n`);
 };
-
-/** Fixed names inside the data directory. */
-export const dataPaths = (dataDir: string) => ({
-  store: join(dataDir, "licensing.db"),
-  keystore: join(dataDir, "keystore.json"),
-  passphrase: join(dataDir, "keystore.passphrase"),
-});
 
 /** A data dir counts as initialised as soon as either half exists; neither is ever overwritten. */
 export function isInitialised(dataDir: string): boolean {
@@ -142,15 +130,6 @@ function readPassphraseFile(path: string): string {
   return passphrase;
 }
 
-export function openKeystore(dataDir: string, passphrase: string): Keystore {
-  try {
-    return Keystore.open(dataPaths(dataDir).keystore, passphrase);
-  } catch (error) {
-    if (error instanceof KeystoreError) throw new CliError(`cannot open the keystore: ${error.message}`);
-    throw error;
-  }
-}
-
 /** Opens an existing store and brings its schema up to date (forward-only, a no-op when current). */
 export function openExistingStore(dataDir: string): { store: Store; applied: string[] } {
   const path = dataPaths(dataDir).store;
@@ -164,17 +143,6 @@ export function openExistingStore(dataDir: string): { store: Store; applied: str
     store.close();
     throw new CliError(`cannot use the store ${path}: ${(error as Error).message}`);
   }
-}
-
-export function buildDeps(store: Store, keystore: Keystore, clock: Clock = systemClock): Deps {
-  return {
-    db: store.db,
-    sqlite: store.sqlite,
-    clock,
-    ids: new IdGenerator(),
-    secrets: new SecretBox(keystore.secret("data-key")),
-    keystore,
-  };
 }
 
 /** Text for `--help` and usage errors. */

@@ -212,11 +212,16 @@ export class Keystore {
   /** Adds entries and rewrites the file atomically; on failure the old file and state stay. */
   add(items: { metadata: EntryMetadata; secret: Uint8Array }[]): void {
     const previous = [...this.sealed];
+    const staged: string[] = [];
     try {
-      for (const item of items) this.stage(item.metadata, item.secret);
+      for (const item of items) {
+        this.stage(item.metadata, item.secret);
+        staged.push(item.metadata.id);
+      }
       this.persist();
     } catch (error) {
-      for (const item of items) this.secrets.delete(item.metadata.id);
+      // Forget only what this call added: an id that clashed belongs to an entry we must keep.
+      for (const id of staged) this.secrets.delete(id);
       this.sealed = previous;
       throw error;
     }

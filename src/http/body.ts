@@ -13,8 +13,7 @@ export async function parseJsonBody(request: Request, limit = DEFAULT_BODY_LIMIT
   if (BODYLESS.has(request.method)) return undefined;
   const declared = request.headers.get("content-length");
   if (declared !== null && Number(declared) > limit) throw tooLarge(limit);
-  const bytes = new Uint8Array(await request.arrayBuffer());
-  if (bytes.byteLength > limit) throw tooLarge(limit);
+  const bytes = await readLimited(request, limit);
   if (bytes.byteLength === 0) return undefined;
   const contentType = request.headers.get("content-type") ?? "";
   const mediaType = contentType.split(";")[0]?.trim().toLowerCase();
@@ -62,6 +61,31 @@ function depthExceeds(value: unknown, max: number): boolean {
     for (const child of Object.values(node)) stack.push([child, depth + 1]);
   }
   return false;
+}
+
+/** Reads at most `limit` bytes, so a chunked upload without Content-Length cannot fill memory. */
+async function readLimited(request: Request, limit: number): Promise<Uint8Array> {
+  if (!request.body) return new Uint8Array(0);
+  const reader = request.body.getReader();
+  const chunks: Uint8Array[] = [];
+  let total = 0;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    total += value.byteLength;
+    if (total > limit) {
+      await reader.cancel();
+      throw tooLarge(limit);
+    }
+    chunks.push(value);
+  }
+  const bytes = new Uint8Array(total);
+  let offset = 0;
+  for (const chunk of chunks) {
+    bytes.set(chunk, offset);
+    offset += chunk.byteLength;
+  }
+  return bytes;
 }
 
 const tooLarge = (limit: number) =>

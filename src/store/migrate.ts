@@ -39,15 +39,22 @@ export function migrate(sqlite: Database, migrations: EmbeddedMigration[] = MIGR
       }
       continue;
     }
-    sqlite.transaction(() => {
-      for (const statement of migration.statements) sqlite.run(statement);
-      sqlite.run("INSERT INTO schema_migrations (tag, hash, applied_at) VALUES (?, ?, ?)", [
-        migration.tag,
-        migration.hash,
-        Date.now(),
-      ]);
-    })();
-    applied.push(migration.tag);
+    // IMMEDIATE takes the write lock before re-checking, so two processes starting on one data
+    // directory apply each migration once: the second waits (busy_timeout), then finds it done.
+    const ran = sqlite
+      .transaction(() => {
+        const done = sqlite.query("SELECT 1 FROM schema_migrations WHERE tag = ?").get(migration.tag);
+        if (done) return false;
+        for (const statement of migration.statements) sqlite.run(statement);
+        sqlite.run("INSERT INTO schema_migrations (tag, hash, applied_at) VALUES (?, ?, ?)", [
+          migration.tag,
+          migration.hash,
+          Date.now(),
+        ]);
+        return true;
+      })
+      .immediate();
+    if (ran) applied.push(migration.tag);
   }
   return { applied, current: migrations.at(-1)?.tag ?? null };
 }

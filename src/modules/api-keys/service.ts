@@ -45,7 +45,8 @@ export class ApiKeyService {
   private readonly touch;
   private readonly lastTouched = new Map<string, number>();
 
-  constructor(private readonly deps: Deps) {
+  /** Needs no keystore: the CLI manages keys without the passphrase. */
+  constructor(private readonly deps: Pick<Deps, "db" | "sqlite" | "clock" | "ids">) {
     this.byHash = deps.sqlite.prepare<
       { id: string; name: string; environment: Environment; scopes: string; revoked_at: number | null },
       [string]

@@ -1,0 +1,108 @@
+import pkg from "../package.json" with { type: "json" };
+import { initCommand } from "./cli/init.ts";
+import { keysCommands } from "./cli/keys.ts";
+import { planCommands } from "./cli/plan.ts";
+import { serveCommand } from "./cli/serve.ts";
+import { CliError, type Command, helpText, parse } from "./cli/shared.ts";
+import { type Env, UsageError } from "./config.ts";
+import { KeystoreError } from "./crypto/keystore.ts";
+import { StartupError } from "./server.ts";
+
+const COMMANDS: readonly Command[] = [initCommand, serveCommand, ...keysCommands, ...planCommands];
+const GROUPS: Record<string, string> = {
+  keys: "Create, list and revoke management API keys.",
+  plan: "Show or change the workspace plan.",
+};
+
+const TOP_USAGE = `licensing ${pkg.version}: self-hosted software-licensing service
+
+Usage:
+${COMMANDS.map((command) => `  ${command.usage}`).join("\n")}
+  licensing version
+
+Run "licensing <command> --help" for a command's options and their environment variables.
+`;
+
+const groupUsage = (group: string): string =>
+  `${GROUPS[group]}\n\nUsage:\n${COMMANDS.filter((c) => c.name.startsWith(`${group} `))
+    .map((c) => `  ${c.usage}`)
+    .join("\n")}\n`;
+
+const isHelp = (arg: string | undefined) => arg === "-h" || arg === "--help" || arg === "help";
+
+/** Runs one command line and returns the exit code: 0 success, 1 failure, 2 usage error. */
+export async function main(argv: readonly string[], env: Env, cwd: string): Promise<number> {
+  const [first, second] = argv;
+  if (first === undefined) {
+    process.stderr.write(TOP_USAGE);
+    return 2;
+  }
+  if (isHelp(first)) {
+    process.stdout.write(TOP_USAGE);
+    return 0;
+  }
+  if (first === "version" || first === "--version") {
+    process.stdout.write(`${pkg.version}\n`);
+    return 0;
+  }
+  let command: Command | undefined;
+  let rest: readonly string[];
+  if (Object.hasOwn(GROUPS, first)) {
+    if (isHelp(second)) {
+      process.stdout.write(groupUsage(first));
+      return 0;
+    }
+    command = COMMANDS.find((c) => c.name === `${first} ${second}`);
+    if (!command) {
+      const what = second === undefined ? "a subcommand is needed" : `unknown subcommand "${second}"`;
+      process.stderr.write(`licensing ${first}: ${what}\n\n${groupUsage(first)}`);
+      return 2;
+    }
+    rest = argv.slice(2);
+  } else {
+    command = COMMANDS.find((c) => c.name === first);
+    if (!command) {
+      process.stderr.write(`licensing: unknown command "${first}"\n\n${TOP_USAGE}`);
+      return 2;
+    }
+    rest = argv.slice(1);
+  }
+  return run(command, rest, env, cwd);
+}
+
+async function run(command: Command, argv: readonly string[], env: Env, cwd: string): Promise<number> {
+  const prefix = `licensing ${command.name}:`;
+  try {
+    const line = parse(command, { argv, env, cwd });
+    if (line.help) {
+      process.stdout.write(helpText(command));
+      return 0;
+    }
+    return await command.run(line, { argv, env, cwd });
+  } catch (error) {
+    if (error instanceof UsageError) {
+      process.stderr.write(`${prefix} ${error.message}\n\n${helpText(command)}`);
+      return 2;
+    }
+    if (error instanceof CliError) {
+      process.stderr.write(`${prefix} ${error.message}\n`);
+      return error.exitCode;
+    }
+    if (error instanceof StartupError || error instanceof KeystoreError) {
+      process.stderr.write(`${prefix} ${error.message}\n`);
+      return 1;
+    }
+    // Operators get one line; the stack only when they ask for debug logs.
+    const message = error instanceof Error ? error.message : String(error);
+    process.stderr.write(`${prefix} ${message}\n`);
+    if (env.LICENSING_LOG_LEVEL === "debug" && error instanceof Error && error.stack) {
+      process.stderr.write(`${error.stack}\n`);
+    }
+    return 1;
+  }
+}
+
+if (import.meta.main) {
+  const code = await main(process.argv.slice(2), process.env, process.cwd());
+  process.exit(code);
+}

@@ -1,0 +1,185 @@
+import { describe, expect, test } from "bun:test";
+import {
+  CONFIG_OPTIONS,
+  type ConfigKey,
+  parseArgs,
+  parseCommandLine,
+  resolveConfig,
+  UsageError,
+} from "../../src/config.ts";
+
+const CWD = "/srv/licensing";
+const ALL = Object.keys(CONFIG_OPTIONS) as ConfigKey[];
+const serve = (argv: string[], env: Record<string, string> = {}) =>
+  parseCommandLine(argv, env, CWD, ALL).config;
+
+describe("configuration defaults", () => {
+  test("with no flags and no environment the documented defaults apply", () => {
+    expect(serve([])).toEqual({
+      dataDir: "/srv/licensing/data",
+      port: 8080,
+      host: "127.0.0.1",
+      baseUrl: "http://127.0.0.1:8080",
+      passphraseFile: null,
+      passphrase: null,
+      smtpUrl: null,
+      mailFrom: null,
+      webhookAllowPrivateNetworks: false,
+      testClock: false,
+      logLevel: "info",
+    });
+  });
+
+  test("the default base URL follows the host and port", () => {
+    expect(serve(["--host", "0.0.0.0", "--port", "9000"]).baseUrl).toBe("http://0.0.0.0:9000");
+  });
+
+  test("an IPv6 host is bracketed in the default base URL", () => {
+    expect(serve(["--host", "::1"]).baseUrl).toBe("http://[::1]:8080");
+  });
+
+  test("relative paths resolve against the working directory", () => {
+    const config = serve(["--data-dir", "var/lib", "--passphrase-file", "../secret"]);
+    expect(config.dataDir).toBe("/srv/licensing/var/lib");
+    expect(config.passphraseFile).toBe("/srv/secret");
+  });
+});
+
+describe("environment twins", () => {
+  const env = {
+    LICENSING_DATA_DIR: "/data",
+    LICENSING_PORT: "9090",
+    LICENSING_HOST: "10.0.0.5",
+    LICENSING_BASE_URL: "https://licensing.example.com/",
+    LICENSING_KEYSTORE_PASSPHRASE_FILE: "/run/secrets/passphrase",
+    LICENSING_KEYSTORE_PASSPHRASE: "correct horse battery staple",
+    LICENSING_SMTP_URL: "smtps://user:pw@mail.example.com:465",
+    LICENSING_MAIL_FROM: "Licensing <licensing@example.com>",
+    LICENSING_WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true",
+    LICENSING_TEST_CLOCK: "1",
+    LICENSING_LOG_LEVEL: "WARN",
+  };
+
+  test("every option is read from its environment variable", () => {
+    expect(serve([], env)).toEqual({
+      dataDir: "/data",
+      port: 9090,
+      host: "10.0.0.5",
+      baseUrl: "https://licensing.example.com",
+      passphraseFile: "/run/secrets/passphrase",
+      passphrase: "correct horse battery staple",
+      smtpUrl: "smtps://user:pw@mail.example.com:465",
+      mailFrom: "Licensing <licensing@example.com>",
+      webhookAllowPrivateNetworks: true,
+      testClock: true,
+      logLevel: "warn",
+    });
+  });
+
+  test("a flag wins over its environment twin", () => {
+    const config = serve(["--port=7000", "--data-dir", "/other", "--test-clock=false"], env);
+    expect(config.port).toBe(7000);
+    expect(config.dataDir).toBe("/other");
+    expect(config.testClock).toBe(false);
+  });
+
+  test("an empty environment variable counts as unset", () => {
+    expect(serve([], { LICENSING_PORT: "", LICENSING_TEST_CLOCK: "" })).toMatchObject({
+      port: 8080,
+      testClock: false,
+    });
+  });
+
+  test("a bad environment value is reported with the variable's name", () => {
+    expect(() => serve([], { LICENSING_PORT: "http" })).toThrow(/LICENSING_PORT must be a port number/);
+    expect(() => serve([], { LICENSING_TEST_CLOCK: "maybe" })).toThrow(/LICENSING_TEST_CLOCK must be true/);
+  });
+});
+
+describe("validation", () => {
+  test.each(["0", "65536", "-1", "80.5", "eighty", "1e3", "123456"])("port %p is refused", (port) => {
+    expect(() => serve(["--port", port])).toThrow(UsageError);
+  });
+
+  test.each(["1", "65535", "08080"])("port %p is accepted", (port) => {
+    expect(serve(["--port", port]).port).toBe(Number(port));
+  });
+
+  test("a base URL must be absolute http(s) without query or credentials", () => {
+    expect(() => serve(["--base-url", "licensing.example.com"])).toThrow(/absolute http/);
+    expect(() => serve(["--base-url", "ftp://example.com"])).toThrow(/http or https/);
+    expect(() => serve(["--base-url", "https://example.com/?a=1"])).toThrow(/query/);
+    expect(() => serve(["--base-url", "https://u:p@example.com"])).toThrow(/credentials/);
+  });
+
+  test("a base URL keeps its path but loses trailing slashes", () => {
+    expect(serve(["--base-url", "https://example.com/licensing//"]).baseUrl).toBe(
+      "https://example.com/licensing",
+    );
+  });
+
+  test("the SMTP URL, sender address and log level are checked", () => {
+    expect(() => serve(["--smtp-url", "http://mail"])).toThrow(/smtp/);
+    expect(() => serve(["--mail-from", "nobody"])).toThrow(/email address/);
+    expect(() => serve(["--log-level", "loud"])).toThrow(/debug, info, warn, error/);
+  });
+
+  test("a host with brackets or a path is refused", () => {
+    expect(() => serve(["--host", "[::1]"])).toThrow(UsageError);
+    expect(() => serve(["--host", "example.com/x"])).toThrow(UsageError);
+  });
+});
+
+describe("the flag parser", () => {
+  const options = [
+    { name: "json", kind: "boolean", description: "" },
+    { name: "name", kind: "string", description: "" },
+  ] as const;
+
+  test("it separates flags, positionals and help", () => {
+    expect(parseArgs(["revoke", "--json", "--name", "x", "key_1", "-h"], options)).toEqual({
+      flags: { json: true, name: "x" },
+      positionals: ["revoke", "key_1"],
+      help: true,
+    });
+  });
+
+  test("everything after -- is positional", () => {
+    expect(parseArgs(["--", "--json"], options).positionals).toEqual(["--json"]);
+  });
+
+  test("an unknown flag is an error", () => {
+    expect(() => parseArgs(["--nope"], options)).toThrow("unknown option --nope");
+    expect(() => parseArgs(["-x"], options)).toThrow("unknown option -x");
+  });
+
+  test("a flag that is only accepted by another command is unknown here", () => {
+    expect(() => parseCommandLine(["--port", "80"], {}, CWD, ["dataDir"])).toThrow("unknown option --port");
+  });
+
+  test("a missing flag value is an error", () => {
+    expect(() => parseArgs(["--name"], options)).toThrow("--name needs a value");
+    expect(() => parseArgs(["--name", "--json"], options)).toThrow("--name needs a value");
+    expect(() => parseArgs(["--name="], options)).toThrow("non-empty");
+  });
+
+  test("a repeated flag is an error", () => {
+    expect(() => parseArgs(["--json", "--json"], options)).toThrow("more than once");
+  });
+
+  test("a boolean flag takes an explicit true or false only", () => {
+    expect(parseArgs(["--json=false"], options).flags.json).toBe(false);
+    expect(() => parseArgs(["--json=perhaps"], options)).toThrow(UsageError);
+  });
+
+  test("--help skips configuration validation so help works with a broken environment", () => {
+    const line = parseCommandLine(["--help"], { LICENSING_PORT: "bad" }, CWD, ALL);
+    expect(line.help).toBe(true);
+  });
+});
+
+test("resolveConfig is a pure function of its inputs", () => {
+  const env = { LICENSING_PORT: "1234" };
+  expect(resolveConfig({}, env, "/a")).toEqual(resolveConfig({}, env, "/a"));
+  expect(resolveConfig({}, env, "/a").dataDir).toBe("/a/data");
+});

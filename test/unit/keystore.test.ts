@@ -1,0 +1,205 @@
+import { afterEach, beforeEach, describe, expect, test } from "bun:test";
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { Keystore, KeystoreError, type KeystoreErrorReason } from "../../src/crypto/keystore.ts";
+
+const PASSPHRASE = "a keystore passphrase for tests";
+const FAST = { scryptN: 1024 };
+
+let dir: string;
+let path: string;
+
+beforeEach(() => {
+  dir = mkdtempSync(join(tmpdir(), "licensing-keystore-"));
+  path = join(dir, "keystore.json");
+});
+afterEach(() => rmSync(dir, { recursive: true, force: true }));
+
+// biome-ignore lint/suspicious/noExplicitAny: the tests edit the raw JSON document on purpose.
+type RawDocument = any;
+const readDoc = (): RawDocument => JSON.parse(readFileSync(path, "utf8"));
+const writeDoc = (doc: RawDocument) => writeFileSync(path, JSON.stringify(doc, null, 2));
+
+function reasonOf(open: () => unknown): KeystoreErrorReason | "no error" {
+  try {
+    open();
+    return "no error";
+  } catch (error) {
+    if (error instanceof KeystoreError) return error.reason;
+    throw error;
+  }
+}
+
+/** Changes one character of a base64url string to another valid one. */
+const flipChar = (value: string, at = 4): string =>
+  value.slice(0, at) + (value[at] === "A" ? "B" : "A") + value.slice(at + 1);
+
+describe("creating and opening", () => {
+  test("a created keystore opens again with the same passphrase and the same secrets", () => {
+    const created = Keystore.create(path, PASSPHRASE, FAST);
+    const opened = Keystore.open(path, PASSPHRASE);
+    expect(opened.entries()).toEqual(created.entries());
+    for (const entry of created.entries()) {
+      expect(Buffer.from(opened.secret(entry.id))).toEqual(Buffer.from(created.secret(entry.id)));
+    }
+    expect(opened.entries().map((e) => e.id)).toEqual(["data-key", "root-live", "root-test"]);
+    expect(opened.secret("data-key").length).toBe(32);
+  });
+
+  test("the keystore file is readable by its owner only", () => {
+    Keystore.create(path, PASSPHRASE, FAST);
+    expect(statSync(path).mode & 0o777).toBe(0o600);
+  });
+
+  test("no secret appears in the file in the clear", () => {
+    const store = Keystore.create(path, PASSPHRASE, FAST);
+    const text = readFileSync(path, "utf8");
+    for (const entry of store.entries()) {
+      const secret = Buffer.from(store.secret(entry.id));
+      expect(text).not.toContain(secret.toString("base64url"));
+      expect(text).not.toContain(secret.toString("base64"));
+      expect(text).not.toContain(secret.toString("hex"));
+    }
+    expect(text).not.toContain(PASSPHRASE);
+  });
+
+  test("an existing keystore is never overwritten by create", () => {
+    Keystore.create(path, PASSPHRASE, FAST);
+    const before = readFileSync(path, "utf8");
+    expect(() => Keystore.create(path, "another passphrase", FAST)).toThrow(KeystoreError);
+    expect(readFileSync(path, "utf8")).toBe(before);
+  });
+
+  test("a missing file is reported as missing", () => {
+    expect(reasonOf(() => Keystore.open(path, PASSPHRASE))).toBe("missing");
+  });
+});
+
+describe("refusing bad keystores", () => {
+  beforeEach(() => {
+    Keystore.create(path, PASSPHRASE, FAST);
+  });
+
+  test("a wrong passphrase is reported as wrong_passphrase", () => {
+    expect(reasonOf(() => Keystore.open(path, "not the passphrase"))).toBe("wrong_passphrase");
+  });
+
+  test("flipping a byte of an entry's ciphertext is reported as tampered", () => {
+    const doc = readDoc();
+    doc.entries[1].ciphertext = flipChar(doc.entries[1].ciphertext);
+    writeDoc(doc);
+    expect(reasonOf(() => Keystore.open(path, PASSPHRASE))).toBe("tampered");
+  });
+
+  test("removing an entry is reported as tampered", () => {
+    const doc = readDoc();
+    doc.entries.splice(2, 1);
+    writeDoc(doc);
+    expect(reasonOf(() => Keystore.open(path, PASSPHRASE))).toBe("tampered");
+  });
+
+  test("reordering entries is reported as tampered", () => {
+    const doc = readDoc();
+    doc.entries.reverse();
+    writeDoc(doc);
+    expect(reasonOf(() => Keystore.open(path, PASSPHRASE))).toBe("tampered");
+  });
+
+  test("editing an entry's metadata is reported as tampered", () => {
+    const doc = readDoc();
+    doc.entries[1].environment = "test";
+    writeDoc(doc);
+    expect(reasonOf(() => Keystore.open(path, PASSPHRASE))).toBe("tampered");
+  });
+
+  test("editing the document MAC is reported as tampered", () => {
+    const doc = readDoc();
+    doc.mac = flipChar(doc.mac);
+    writeDoc(doc);
+    expect(reasonOf(() => Keystore.open(path, PASSPHRASE))).toBe("tampered");
+  });
+
+  test("a truncated file is reported as malformed", () => {
+    const text = readFileSync(path, "utf8");
+    writeFileSync(path, text.slice(0, Math.floor(text.length / 2)));
+    expect(reasonOf(() => Keystore.open(path, PASSPHRASE))).toBe("malformed");
+  });
+
+  test("an empty file is reported as malformed", () => {
+    writeFileSync(path, "");
+    expect(reasonOf(() => Keystore.open(path, PASSPHRASE))).toBe("malformed");
+  });
+
+  test("JSON that is not a keystore is reported as malformed", () => {
+    writeFileSync(path, JSON.stringify({ format: "something-else" }));
+    expect(reasonOf(() => Keystore.open(path, PASSPHRASE))).toBe("malformed");
+  });
+
+  test("an absurd scrypt cost is refused as malformed before any work is done", () => {
+    const doc = readDoc();
+    doc.kdf.N = 2 ** 30;
+    writeDoc(doc);
+    expect(reasonOf(() => Keystore.open(path, PASSPHRASE))).toBe("malformed");
+  });
+});
+
+describe("adding entries", () => {
+  const entry = (id: string) => ({
+    metadata: {
+      id,
+      kind: "product_signing_key" as const,
+      environment: "live" as const,
+      alg: "ed25519",
+      created_at: "2026-01-01T00:00:00.000Z",
+    },
+    secret: new Uint8Array(crypto.getRandomValues(new Uint8Array(48))),
+  });
+
+  test("an added entry is persisted and survives reopening", () => {
+    const store = Keystore.create(path, PASSPHRASE, FAST);
+    const item = entry("signing-1");
+    store.add([item]);
+    const reopened = Keystore.open(path, PASSPHRASE);
+    expect(reopened.has("signing-1")).toBe(true);
+    expect(Buffer.from(reopened.secret("signing-1"))).toEqual(Buffer.from(item.secret));
+    expect(reopened.entries().find((e) => e.id === "signing-1")).toEqual(item.metadata);
+    expect(statSync(path).mode & 0o777).toBe(0o600);
+  });
+
+  test("adding leaves no temporary file behind", () => {
+    const store = Keystore.create(path, PASSPHRASE, FAST);
+    store.add([entry("signing-1"), entry("signing-2")]);
+    expect(readdirSync(dir)).toEqual(["keystore.json"]);
+  });
+
+  test("a failed add changes neither the file nor the open keystore", () => {
+    const store = Keystore.create(path, PASSPHRASE, FAST);
+    const before = readFileSync(path, "utf8");
+    // The second item reuses an id, so the whole batch is refused.
+    expect(() => store.add([entry("signing-1"), entry("data-key")])).toThrow(KeystoreError);
+    expect(readFileSync(path, "utf8")).toBe(before);
+    expect(store.has("signing-1")).toBe(false);
+    expect(store.entries().map((e) => e.id)).toEqual(["data-key", "root-live", "root-test"]);
+  });
+
+  // Known bug: Keystore.add's rollback deletes the secret of every item in the batch, including an
+  // existing entry whose id the batch reused, so the open keystore loses its data key in memory.
+  // Flip to `test` once add() only forgets the ids it staged.
+  test("a failed add keeps the secrets of the entries that were already there", () => {
+    const store = Keystore.create(path, PASSPHRASE, FAST);
+    expect(() => store.add([entry("signing-1"), entry("data-key")])).toThrow(KeystoreError);
+    expect(store.has("data-key")).toBe(true);
+  });
+
+  test("when the file cannot be written the old file and state stay", () => {
+    const store = Keystore.create(path, PASSPHRASE, FAST);
+    const before = readFileSync(path, "utf8");
+    // A directory where the temporary file should go makes the write fail even for root.
+    mkdirSync(`${path}.tmp-${process.pid}`);
+    expect(() => store.add([entry("signing-1")])).toThrow();
+    expect(readFileSync(path, "utf8")).toBe(before);
+    expect(store.has("signing-1")).toBe(false);
+    expect(Keystore.open(path, PASSPHRASE).has("signing-1")).toBe(false);
+  });
+});
