@@ -3,17 +3,24 @@ import type { Deps } from "./deps.ts";
 import { httpConventions } from "./http/conventions.ts";
 import { type Logger, silentLogger } from "./http/logger.ts";
 import { GcraLimiter, type RateLimitPolicy } from "./http/rate-limit.ts";
+import { managementActivationsController } from "./modules/activations/management.ts";
+import { runtimeActivationsController } from "./modules/activations/runtime.ts";
 import { customersController } from "./modules/customers/index.ts";
+import { deviceBlocksController } from "./modules/device-blocks/index.ts";
 import { docsController } from "./modules/docs/index.ts";
 import { buildOpenApiDocument } from "./modules/docs/openapi.ts";
 import { eventsController } from "./modules/events/index.ts";
 import { healthController, type Readiness } from "./modules/health/index.ts";
+import { leasesController } from "./modules/leases/index.ts";
 import { licensesController } from "./modules/licenses/index.ts";
 import { planController } from "./modules/plan/index.ts";
 import { policiesController } from "./modules/policies/index.ts";
 import { productsController } from "./modules/products/index.ts";
 import { reportsController } from "./modules/reports/index.ts";
 import { resellersController } from "./modules/resellers/index.ts";
+import { runtimeEventsController } from "./modules/runtime-events/index.ts";
+import { runtimeTrustController } from "./modules/trust/index.ts";
+import { integrationConfigController } from "./modules/trust/management.ts";
 import { createServices } from "./services.ts";
 
 export interface AppOptions {
@@ -28,7 +35,7 @@ export const DEFAULT_MANAGEMENT_RATE_LIMIT: RateLimitPolicy = { name: "mgmt", li
 
 /** Builds the HTTP application. Starts nothing: no listen, no migration, no timers. */
 export function createApp(deps: Deps, options: AppOptions) {
-  const services = createServices(deps);
+  const services = createServices(deps, { baseUrl: options.baseUrl });
   // The document describes the finished app, so it is built on first request, not here.
   let openApiCache: Record<string, unknown> | undefined;
   const root: { app?: AnyElysia } = {};
@@ -47,6 +54,8 @@ export function createApp(deps: Deps, options: AppOptions) {
         managementLimiter: new GcraLimiter(options.managementRateLimit ?? DEFAULT_MANAGEMENT_RATE_LIMIT),
         baseUrl: options.baseUrl,
         testClock: options.testClock ?? false,
+        signDenial: (signedFor, requestId, status, error) =>
+          services.signer.signature(signedFor, requestId, status, error),
       }),
     )
     .use(healthController(options.readiness ?? { ready: () => true }))
@@ -58,7 +67,14 @@ export function createApp(deps: Deps, options: AppOptions) {
     .use(resellersController(services))
     .use(eventsController(services))
     .use(planController(services))
-    .use(reportsController(services));
+    .use(reportsController(services))
+    .use(integrationConfigController(services))
+    .use(managementActivationsController(services))
+    .use(runtimeEventsController(services))
+    .use(deviceBlocksController(services))
+    .use(runtimeTrustController(services))
+    .use(runtimeActivationsController(services))
+    .use(leasesController(services));
   root.app = app;
   return app;
 }

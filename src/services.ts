@@ -1,36 +1,71 @@
 import type { Deps } from "./deps.ts";
+import { DeviceProofVerifier } from "./http/device-proof.ts";
 import { IdempotencyStore } from "./http/idempotency.ts";
+import { RuntimeSigner } from "./http/signed-response.ts";
+import { ActivationManagementService } from "./modules/activations/management-service.ts";
+import { ActivationService } from "./modules/activations/service.ts";
 import { ApiKeyService } from "./modules/api-keys/service.ts";
 import { CustomerService } from "./modules/customers/service.ts";
+import { DeviceBlockService } from "./modules/device-blocks/service.ts";
 import { AuditService } from "./modules/events/service.ts";
+import { LeaseService } from "./modules/leases/service.ts";
 import { LicenseService } from "./modules/licenses/service.ts";
 import { PlanReportService } from "./modules/plan/service.ts";
 import { PolicyService } from "./modules/policies/service.ts";
 import { ProductService } from "./modules/products/service.ts";
 import { UsageReportService } from "./modules/reports/service.ts";
 import { ResellerService } from "./modules/resellers/service.ts";
+import { RuntimeEventService } from "./modules/runtime-events/service.ts";
+import { IntegrationConfigService } from "./modules/trust/integration-config.ts";
+import { TrustService } from "./modules/trust/service.ts";
 import { WorkspaceService } from "./modules/workspace/service.ts";
 
+export interface ServiceOptions {
+  /** The public URL: certificate issuer, integration config, error links. */
+  baseUrl: string;
+}
+
 /** Every service, built once from the same deps. Constructing them prepares statements; nothing else. */
-export function createServices(deps: Deps) {
+export function createServices(deps: Deps, options: ServiceOptions) {
   const workspace = new WorkspaceService(deps);
   const plan = () => workspace.plan();
-  const products = new ProductService(deps);
+  const trust = new TrustService(deps);
+  const products = new ProductService(deps, (productId) => trust.provision(productId));
   const policies = new PolicyService(deps, products, plan);
   const customers = new CustomerService(deps);
+  const licenses = new LicenseService(deps, products, policies, customers, plan);
+  const deviceBlocks = new DeviceBlockService(deps);
+  const runtimeEvents = new RuntimeEventService(deps);
+  const activations = new ActivationService(
+    deps,
+    trust,
+    licenses,
+    deviceBlocks,
+    runtimeEvents,
+    new DeviceProofVerifier(deps.sqlite),
+    options.baseUrl,
+  );
   return {
     deps,
     apiKeys: new ApiKeyService(deps),
     workspace,
     audit: new AuditService(deps),
     idempotency: new IdempotencyStore(deps.sqlite, deps.clock),
+    trust,
+    signer: new RuntimeSigner(trust, deps.clock),
+    integrationConfig: new IntegrationConfigService(deps, products, trust, options.baseUrl),
     products,
     policies,
     customers,
-    licenses: new LicenseService(deps, products, policies, customers, plan),
+    licenses,
     resellers: new ResellerService(deps),
     planReport: new PlanReportService(deps, plan),
     usageReport: new UsageReportService(deps),
+    deviceBlocks,
+    runtimeEvents,
+    activations,
+    activationAdmin: new ActivationManagementService(deps, licenses, activations),
+    leases: new LeaseService(deps, activations),
   };
 }
 

@@ -15,6 +15,7 @@ export const ID_PREFIXES = {
   user: "usr",
   request: "req",
   apiKey: "key",
+  block: "blk",
 } as const;
 
 export type IdKind = keyof typeof ID_PREFIXES;

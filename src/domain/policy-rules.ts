@@ -44,7 +44,7 @@ export const FINGERPRINT_PROFILE_DETAILS = {
     on_machine_change: "require_full_machine_info",
     baseline_max_age_sec: 86_400,
   },
-  strict: { name: "strict", on_machine_change: "reject", baseline_max_age_sec: 86_400 },
+  strict: { name: "strict", on_machine_change: "require_full_machine_info", baseline_max_age_sec: 3_600 },
   relaxed: { name: "relaxed", on_machine_change: "accept", baseline_max_age_sec: 86_400 },
 } as const;
 

@@ -1,7 +1,12 @@
 import { ApiError } from "./errors.ts";
 
-/** Route-specific byte limits; anything not listed gets the default. */
+/** Management bodies; runtime routes are smaller (see bodyLimitFor). */
 export const DEFAULT_BODY_LIMIT = 64 * 1024;
+/** Runtime bodies are a device's few fields: machine info, signals, a proof. */
+export const RUNTIME_BODY_LIMIT = 16 * 1024;
+
+export const bodyLimitFor = (path: string): number =>
+  path.startsWith("/runtime/") ? RUNTIME_BODY_LIMIT : DEFAULT_BODY_LIMIT;
 
 const BODYLESS = new Set(["GET", "HEAD", "OPTIONS"]);
 
@@ -9,11 +14,16 @@ const BODYLESS = new Set(["GET", "HEAD", "OPTIONS"]);
  * Reads and parses a JSON body under a byte limit. Empty bodies parse to `undefined`; the route's
  * schema then decides whether a body was required.
  */
-export async function parseJsonBody(request: Request, limit = DEFAULT_BODY_LIMIT): Promise<unknown> {
+export async function parseJsonBody(
+  request: Request,
+  limit = DEFAULT_BODY_LIMIT,
+  keepRaw: (bytes: Uint8Array) => void = () => {},
+): Promise<unknown> {
   if (BODYLESS.has(request.method)) return undefined;
   const declared = request.headers.get("content-length");
   if (declared !== null && Number(declared) > limit) throw tooLarge(limit);
   const bytes = await readLimited(request, limit);
+  keepRaw(bytes);
   if (bytes.byteLength === 0) return undefined;
   const contentType = request.headers.get("content-type") ?? "";
   const mediaType = contentType.split(";")[0]?.trim().toLowerCase();

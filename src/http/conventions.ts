@@ -2,9 +2,9 @@ import { Elysia } from "elysia";
 import type { Clock } from "../domain/clock.ts";
 import type { IdGenerator } from "../domain/ids.ts";
 import type { ApiKeyService } from "../modules/api-keys/service.ts";
-import { parseJsonBody } from "./body.ts";
-import { errorBody, toApiError } from "./envelope.ts";
-import { ApiError } from "./errors.ts";
+import { bodyLimitFor, parseJsonBody } from "./body.ts";
+import { type ErrorEnvelope, errorBody, toApiError } from "./envelope.ts";
+import { ApiError, type SignedFor } from "./errors.ts";
 import type { Logger } from "./logger.ts";
 import type { GcraLimiter } from "./rate-limit.ts";
 import { requestState } from "./request-state.ts";
@@ -17,6 +17,13 @@ export interface ConventionDeps {
   managementLimiter: GcraLimiter;
   baseUrl: string;
   testClock: boolean;
+  /** Signs a license-state denial so the device can trust it (DESIGN §5). */
+  signDenial?: (
+    signedFor: SignedFor,
+    requestId: string,
+    status: number,
+    error: ErrorEnvelope["error"],
+  ) => object;
 }
 
 const MANAGEMENT_PREFIX = "/mgmt/";
@@ -38,7 +45,12 @@ export function httpConventions(deps: ConventionDeps) {
       if (new URL(request.url).pathname.startsWith(MANAGEMENT_PREFIX))
         authenticate(request, set.headers, deps, now);
     })
-    .onParse({ as: "global" }, ({ request }) => parseJsonBody(request))
+    .onParse({ as: "global" }, ({ request, path }) =>
+      parseJsonBody(request, bodyLimitFor(path), (bytes) => {
+        const state = requestState.get(request);
+        if (state) state.rawBody = bytes;
+      }),
+    )
     .onError({ as: "global" }, ({ error, code, request, set }) => {
       const apiError = toApiError(error, code, request);
       const requestId = requestState.get(request)?.requestId ?? "req_unknown";
@@ -51,9 +63,12 @@ export function httpConventions(deps: ConventionDeps) {
       }
       for (const [name, value] of Object.entries(apiError.headers)) set.headers[name] = value;
       set.headers["content-type"] = "application/json";
-      return new Response(JSON.stringify(errorBody(apiError, requestId, deps.baseUrl)), {
-        status: apiError.status,
-      });
+      const body: object = errorBody(apiError, requestId, deps.baseUrl);
+      const signed =
+        apiError.signedFor && deps.signDenial
+          ? deps.signDenial(apiError.signedFor, requestId, apiError.status, (body as ErrorEnvelope).error)
+          : {};
+      return new Response(JSON.stringify({ ...body, ...signed }), { status: apiError.status });
     });
 }
 

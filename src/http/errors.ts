@@ -14,6 +14,12 @@ export const ERROR_CODES = {
   },
   TWO_FACTOR_REQUIRED: { status: 401, retryable: false, title: "A second factor is required" },
   TWO_FACTOR_INVALID: { status: 401, retryable: false, title: "Wrong second factor" },
+  LICENSE_KEY_INVALID: { status: 401, retryable: false, title: "No license with that key for this product" },
+  NAMED_USER_TOKEN_INVALID: {
+    status: 401,
+    retryable: false,
+    title: "The named-user token is missing, expired or used",
+  },
   PLAN_ENDED: { status: 402, retryable: false, title: "The workspace trial or subscription has ended" },
   INSUFFICIENT_SCOPE: {
     status: 403,
@@ -44,6 +50,12 @@ export const ERROR_CODES = {
     retryable: false,
     title: "The named-user assignment changed",
   },
+  DEVICE_BLOCKED: { status: 403, retryable: false, title: "The vendor blocked this device" },
+  LICENSE_BLOCKED: {
+    status: 403,
+    retryable: false,
+    title: "The vendor blocked this license for runtime use",
+  },
   TRIAL_ALREADY_USED: { status: 403, retryable: false, title: "A trial was already used" },
   TRIAL_ACTIVATION_INVALID: {
     status: 403,
@@ -62,6 +74,11 @@ export const ERROR_CODES = {
   MACHINE_LIMIT_REACHED: { status: 409, retryable: false, title: "The license has no free machine slot" },
   CONCURRENCY_LIMIT_REACHED: { status: 409, retryable: true, title: "No concurrent seat is free" },
   DEVICE_KEY_MISMATCH: { status: 409, retryable: false, title: "The device key does not match" },
+  SIGNING_KEY_PENDING: {
+    status: 409,
+    retryable: true,
+    title: "The product's signing keys are not ready yet",
+  },
   SEALED_FILES_UNAVAILABLE: {
     status: 409,
     retryable: false,
@@ -73,9 +90,22 @@ export const ERROR_CODES = {
     title: "The verification is expired, used or replaced",
   },
   ACTIVATION_DEACTIVATED: { status: 410, retryable: false, title: "The activation was deactivated" },
+  LEASE_RELEASED: { status: 410, retryable: false, title: "The lease was released" },
   PAYLOAD_TOO_LARGE: { status: 413, retryable: false, title: "The request body is over the route's limit" },
   VALIDATION_FAILED: { status: 422, retryable: false, title: "Invalid values; see details.errors" },
   INVALID_TRANSITION: { status: 422, retryable: false, title: "The resource cannot move to that state" },
+  OFFLINE_ACTIVATION_REQUIRED: {
+    status: 422,
+    retryable: false,
+    title: "The license is used only through offline packages",
+  },
+  MACHINE_INFO_REQUIRED: {
+    status: 422,
+    retryable: false,
+    title: "Send the full machine_info with this heartbeat",
+  },
+  LEASE_EXPIRED: { status: 422, retryable: false, title: "The lease expired; acquire a new one" },
+  LEASE_INSTANCE_MISMATCH: { status: 422, retryable: false, title: "The lease belongs to another instance" },
   SEALED_FILE_INVALID: { status: 422, retryable: false, title: "The sealed file header cannot be used" },
   RATE_LIMITED: { status: 429, retryable: true, title: "Too many requests; see Retry-After" },
   INTERNAL_ERROR: { status: 500, retryable: true, title: "Unexpected server error" },
@@ -91,6 +121,11 @@ export type ErrorCode = keyof typeof ERROR_CODES;
 
 export type ErrorDetails = Record<string, unknown>;
 
+export interface SignedFor {
+  productId: string;
+  nonce: string;
+}
+
 /** Field path -> messages, as carried by VALIDATION_FAILED in `details.errors`. */
 export type FieldErrors = Record<string, string[]>;
 
@@ -102,16 +137,19 @@ export class ApiError extends Error {
     readonly code: ErrorCode,
     message: string,
     readonly details: ErrorDetails = {},
-    options: { retryable?: boolean; headers?: Record<string, string> } = {},
+    options: { retryable?: boolean; headers?: Record<string, string>; signedFor?: SignedFor } = {},
   ) {
     super(message);
     this.name = "ApiError";
     this.status = ERROR_CODES[code].status;
     this.retryable = options.retryable ?? ERROR_CODES[code].retryable;
     this.headers = options.headers ?? {};
+    this.signedFor = options.signedFor;
   }
 
   readonly headers: Record<string, string>;
+  /** Set on license-state denials: the error body is signed like a success for this product and nonce. */
+  readonly signedFor: SignedFor | undefined;
 
   static validation(errors: FieldErrors, message = "Some values are invalid."): ApiError {
     return new ApiError("VALIDATION_FAILED", message, { errors });

@@ -63,3 +63,39 @@ export function toPage<T extends { id: string }, U>(rows: T[], limit: number, pr
   const page = splitPage(rows, limit);
   return { data: page.rows.map(present), pagination: page.pagination };
 }
+
+/** For oldest-first lists (runtime_events): the cursor carries the last id seen, `{"after": id}`. */
+export function pageRequestAfter(
+  query: { limit?: number; cursor?: string },
+  idPrefix: string,
+): { limit: number; after?: string } {
+  const limit = query.limit ?? DEFAULT_PAGE_SIZE;
+  if (query.cursor === undefined) return { limit };
+  let after: unknown;
+  try {
+    after = (JSON.parse(Buffer.from(query.cursor, "base64url").toString("utf8")) as { after?: unknown })
+      .after;
+  } catch {
+    after = undefined;
+  }
+  if (typeof after !== "string" || !after.startsWith(`${idPrefix}_`) || after.length > 64) {
+    throw new ApiError("INVALID_REQUEST", "The cursor is not one this listing issued.", {
+      cursor: query.cursor,
+    });
+  }
+  return { limit, after };
+}
+
+export function splitPageAfter<T extends { id: string }>(rows: T[], limit: number) {
+  const hasMore = rows.length > limit;
+  const pageRows = hasMore ? rows.slice(0, limit) : rows;
+  const last = pageRows.at(-1);
+  return {
+    rows: pageRows,
+    pagination: {
+      next_cursor:
+        hasMore && last ? Buffer.from(JSON.stringify({ after: last.id })).toString("base64url") : null,
+      has_more: hasMore,
+    },
+  };
+}

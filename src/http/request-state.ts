@@ -8,6 +8,8 @@ export interface RequestState {
   requestId: string;
   startedAt: number;
   caller?: ApiKeyIdentity;
+  /** The body exactly as received: device proofs sign its hash, not the parsed JSON. */
+  rawBody?: Uint8Array;
 }
 
 const states = new WeakMap<Request, RequestState>();

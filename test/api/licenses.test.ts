@@ -1,7 +1,7 @@
 import { afterEach, beforeEach, describe, expect, test } from "bun:test";
 import { createServices } from "../../src/services.ts";
 import { factories } from "../support/factories.ts";
-import { createTestContext, type TestContext } from "../support/harness.ts";
+import { BASE_URL, createTestContext, type TestContext } from "../support/harness.ts";
 
 let t: TestContext;
 let f: ReturnType<typeof factories>;
@@ -48,7 +48,7 @@ describe("happy path", () => {
 
   test("a device may type the key in any case, with or without dashes", async () => {
     const license = (await create(base())).body.data;
-    const services = createServices(t.deps);
+    const services = createServices(t.deps, { baseUrl: BASE_URL });
     for (const typed of [
       license.key,
       license.key.toLowerCase(),

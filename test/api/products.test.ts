@@ -12,7 +12,7 @@ const create = (body: Record<string, unknown>, key?: string) =>
 const body = (code = "desk") => ({ name: "Desk App", code, environment: "live" });
 
 describe("happy path", () => {
-  test("creating a product returns it with version 1, a pending signing status and an ETag", async () => {
+  test("creating a product returns it with version 1, its signing keys ready and an ETag", async () => {
     const response = await create({ ...body(), description: "Desktop app" });
     expect(response.status).toBe(201);
     expect(response.body.data).toMatchObject({
@@ -22,8 +22,8 @@ describe("happy path", () => {
       environment: "live",
       status: "active",
       version: 1,
-      trust_bundle_sequence: 0,
-      signing_status: "pending",
+      trust_bundle_sequence: 1,
+      signing_status: "ready",
     });
     expect(response.body.data.public_id).toMatch(/^prod_[0-9A-Z]{26}$/);
     expect(response.headers.get("etag")).toBe('"1"');

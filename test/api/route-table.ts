@@ -2,7 +2,7 @@ import type { Scope } from "../../src/domain/scopes.ts";
 import { factories } from "../support/factories.ts";
 import type { TestContext } from "../support/harness.ts";
 
-export type Resource = "product" | "policy" | "customer" | "license" | "reseller";
+export type Resource = "product" | "policy" | "customer" | "license" | "reseller" | "activation" | "block";
 
 export interface RouteCase {
   method: "GET" | "POST" | "PATCH" | "DELETE";
@@ -158,6 +158,49 @@ export const MANAGEMENT_ROUTES: RouteCase[] = [
     body: () => ({ name: "R2" }),
   },
   { method: "GET", path: "/mgmt/v1/events", scope: "events:read" },
+  {
+    method: "GET",
+    path: "/mgmt/v1/products/:id/integration-config",
+    scope: "products:read",
+    resource: "product",
+    environmentScoped: true,
+  },
+  {
+    method: "GET",
+    path: "/mgmt/v1/licenses/:id/activations",
+    scope: "licenses:read",
+    resource: "license",
+    environmentScoped: true,
+  },
+  {
+    method: "GET",
+    path: "/mgmt/v1/activations/:id",
+    scope: "licenses:read",
+    resource: "activation",
+    environmentScoped: true,
+  },
+  {
+    method: "DELETE",
+    path: "/mgmt/v1/activations/:id",
+    scope: "activations:delete",
+    resource: "activation",
+    environmentScoped: true,
+  },
+  { method: "GET", path: "/mgmt/v1/runtime_events", scope: "licenses:read" },
+  { method: "GET", path: "/mgmt/v1/device-blocks", scope: "licenses:read" },
+  {
+    method: "POST",
+    path: "/mgmt/v1/device-blocks",
+    scope: "licenses:write",
+    body: (ids) => ({ kind: "license", license_id: ids.license }),
+  },
+  {
+    method: "DELETE",
+    path: "/mgmt/v1/device-blocks/:id",
+    scope: "licenses:write",
+    resource: "block",
+    environmentScoped: true,
+  },
   { method: "GET", path: "/mgmt/v1/plan", scope: "reports:read" },
   { method: "GET", path: "/mgmt/v1/reports/usage", scope: "reports:read" },
 ];
@@ -177,12 +220,16 @@ export function seedResources(t: TestContext): { live: Ids; test: Ids } {
       customerId: environment === "test" ? customer.id : null,
     });
     const reseller = f.reseller();
+    const activation = f.activation({ productId: product.id, licenseId: trial.row.id, environment });
+    const block = f.deviceBlock({ environment, target: trial.row.id });
     return {
       product: product.id,
       policy: policy.id,
       customer: customer.id,
       license: trial.row.id,
       reseller: reseller.id,
+      activation: activation.id,
+      block: block.id,
       productId: product.id,
       policyId: policy.id,
       trialPolicyId: trialPolicy.id,

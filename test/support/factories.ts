@@ -1,6 +1,14 @@
 import { canonicalLicenseKey, generateLicenseKey } from "../../src/domain/license-key.ts";
 import { policyDefaults } from "../../src/domain/policy-rules.ts";
-import { customers, licenses, policies, products, resellers } from "../../src/store/schema/index.ts";
+import {
+  activations,
+  customers,
+  deviceBlocks,
+  licenses,
+  policies,
+  products,
+  resellers,
+} from "../../src/store/schema/index.ts";
 import type { TestContext } from "./harness.ts";
 
 type ProductInsert = typeof products.$inferInsert;
@@ -8,6 +16,8 @@ type PolicyInsert = typeof policies.$inferInsert;
 type CustomerInsert = typeof customers.$inferInsert;
 type LicenseInsert = typeof licenses.$inferInsert;
 type ResellerInsert = typeof resellers.$inferInsert;
+type ActivationInsert = typeof activations.$inferInsert;
+type DeviceBlockInsert = typeof deviceBlocks.$inferInsert;
 
 /**
  * Rows written straight into the store, typed from the Drizzle schema, for tests that need data to
@@ -113,6 +123,38 @@ export function factories(t: TestContext) {
     return db.insert(resellers).values(row).returning().get();
   }
 
+  /** An activation row with a made-up device key, for management-side tests. */
+  function activation(overrides: Partial<ActivationInsert> & { productId: string; licenseId: string }) {
+    const row: ActivationInsert = {
+      id: ids.next("activation", now().getTime()),
+      environment: "live",
+      status: "active",
+      deviceSigningKey: "ed25519:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA",
+      deviceThumbprint: "0".repeat(64),
+      deviceKemKey: "p256:AAAA",
+      machineInfo: { os: "linux", arch: "x64" },
+      machineInfoDigest: "0".repeat(64),
+      machineBaselineAt: now(),
+      machineSignals: {},
+      activatedAt: now(),
+      lastSeenAt: now(),
+      certificateExpiresAt: now(),
+      ...overrides,
+    };
+    return db.insert(activations).values(row).returning().get();
+  }
+
+  function deviceBlock(overrides: Partial<DeviceBlockInsert> & { target: string }) {
+    const row: DeviceBlockInsert = {
+      id: ids.next("block", now().getTime()),
+      environment: "live",
+      kind: "license",
+      createdAt: now(),
+      ...overrides,
+    };
+    return db.insert(deviceBlocks).values(row).returning().get();
+  }
+
   /** A product with one policy, the shape most license tests start from. */
   function catalog(environment: "live" | "test" = "live", policyOverrides: Partial<PolicyInsert> = {}) {
     const p = product({ environment });
@@ -120,5 +162,5 @@ export function factories(t: TestContext) {
     return { product: p, policy: pol };
   }
 
-  return { product, policy, customer, license, reseller, catalog };
+  return { product, policy, customer, license, reseller, activation, deviceBlock, catalog };
 }

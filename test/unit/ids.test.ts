@@ -17,9 +17,24 @@ describe("id format", () => {
     }
   });
 
-  test("the prefixes are the ones the design lists", () => {
+  test("the prefixes are the ones the design lists, plus blk for device blocks", () => {
     expect(Object.values(ID_PREFIXES).sort() as string[]).toEqual(
-      ["prod", "pol", "cus", "lic", "act", "lse", "whk", "evt", "rsl", "ver", "usr", "req", "key"].sort(),
+      [
+        "prod",
+        "pol",
+        "cus",
+        "lic",
+        "act",
+        "lse",
+        "whk",
+        "evt",
+        "rsl",
+        "ver",
+        "usr",
+        "req",
+        "key",
+        "blk",
+      ].sort(),
     );
   });
 

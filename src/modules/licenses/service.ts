@@ -58,6 +58,15 @@ export class LicenseService {
     return row;
   }
 
+  exists(id: string, environment: Environment): boolean {
+    const row = this.deps.db
+      .select({ environment: licenses.environment })
+      .from(licenses)
+      .where(eq(licenses.id, id))
+      .get();
+    return row?.environment === environment;
+  }
+
   /** The license for a key as a device types it (any case, with or without dashes). */
   findByKey(input: string): LicenseRow | undefined {
     const canonical = canonicalLicenseKey(input);

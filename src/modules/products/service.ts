@@ -27,7 +27,11 @@ export function presentProduct(row: ProductRow) {
 }
 
 export class ProductService {
-  constructor(private readonly deps: Deps) {}
+  /** `provisionSigning` gives a new product its signing keys; a failure leaves it `pending` for a retry. */
+  constructor(
+    private readonly deps: Deps,
+    private readonly provisionSigning: (productId: string) => void = () => {},
+  ) {}
 
   list(environment: Environment, page: PageRequest): ProductRow[] {
     return this.deps.db
@@ -81,7 +85,12 @@ export class ProductService {
         data: { name: row.name, code: row.code },
       });
     });
-    return row;
+    try {
+      this.provisionSigning(row.id);
+    } catch {
+      // The product exists; its keys follow when provisioning is retried (start-up, next activation).
+    }
+    return this.get(row.id, row.environment);
   }
 
   update(id: string, patch: ProductUpdateBody, ifMatch: number | undefined, ctx: ChangeContext): ProductRow {

@@ -2,4 +2,6 @@ export * from "./audit.ts";
 export * from "./catalog.ts";
 export * from "./licenses.ts";
 export * from "./parties.ts";
+export * from "./runtime.ts";
+export * from "./trust.ts";
 export * from "./workspace.ts";

@@ -1,0 +1,90 @@
+import type { KeyObject } from "node:crypto";
+import { sha256Hex } from "./encoding.ts";
+import { canonicalize } from "./jcs.ts";
+import { signEd25519 } from "./keys.ts";
+
+/** Signing-string prefixes of the contract (DESIGN §5). Never change one; add a -v2 instead. */
+export const PREFIX = {
+  trustBundle: "Service-Trust-Bundle-v1\n",
+  response: "Service-Response-v1\n",
+  delegation: "Service-Delegation-v1\n",
+  activationProof: "Service-Activation-Proof-v1\n",
+  trialProof: "Service-Trial-Proof-v1\n",
+  offlineRequest: "Service-Offline-Request-v1\n",
+  deviceProof: "Service-Device-Proof-v1\n",
+  offlinePackage: "Service-Offline-Package-v1\n",
+} as const;
+
+export interface Delegation {
+  v: 1;
+  purpose: "runtime-response";
+  product_id: string;
+  parent_key_id: string;
+  online_key_id: string;
+  public_key: string;
+  issued_at: number;
+  expires_at: number;
+}
+
+export interface SignedDelegation {
+  delegation: Delegation;
+  signature: string;
+}
+
+/** An online key with the delegation that vouches for it; made once per product and period. */
+export interface OnlineSigner {
+  productId: string;
+  keyId: string;
+  parentKeyId: string;
+  privateKey: KeyObject;
+  delegation: SignedDelegation;
+}
+
+export interface ResponseAssertion {
+  v: 1;
+  product_id: string;
+  key_id: string;
+  parent_key_id: string;
+  request_id: string;
+  nonce: string;
+  server_time: number;
+  status: number;
+  body_sha256: string;
+}
+
+export interface EnvelopeSignature {
+  response_assertion: ResponseAssertion;
+  response_signature: string;
+  signing_delegation: SignedDelegation;
+}
+
+export const signDelegation = (delegation: Delegation, parentKey: KeyObject): SignedDelegation => ({
+  delegation,
+  signature: signEd25519(parentKey, PREFIX.delegation + canonicalize(delegation)),
+});
+
+/**
+ * Signs a runtime response: `body` is `data` for a success and the `error` object for a signed
+ * denial; either way the hash covers its JCS form.
+ */
+export function signResponse(
+  signer: OnlineSigner,
+  input: { requestId: string; nonce: string; serverTime: number; status: number; body: unknown },
+): EnvelopeSignature {
+  const assertion: ResponseAssertion = {
+    v: 1,
+    product_id: signer.productId,
+    key_id: signer.keyId,
+    parent_key_id: signer.parentKeyId,
+    request_id: input.requestId,
+    nonce: input.nonce,
+    server_time: input.serverTime,
+    status: input.status,
+    body_sha256: sha256Hex(canonicalize(input.body)),
+  };
+  return {
+    response_assertion: assertion,
+    response_signature: signEd25519(signer.privateKey, PREFIX.response + canonicalize(assertion)),
+    signing_delegation: signer.delegation,
+  };
+}

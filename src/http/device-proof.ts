@@ -1,0 +1,107 @@
+import type { Database } from "bun:sqlite";
+import { sha256Hex } from "../crypto/encoding.ts";
+import { PREFIX } from "../crypto/envelope.ts";
+import { type PublicKeyInfo, verifySignature } from "../crypto/keys.ts";
+import { ApiError } from "./errors.ts";
+
+/** DESIGN §5: a proof more than 300 s from the server clock is refused, and nonces are kept that long. */
+export const CLOCK_SKEW_SEC = 300;
+const NONCE_PATTERN = /^[A-Za-z0-9_-]{22,255}$/;
+const TIMESTAMP_PATTERN = /^-?\d{1,15}$/;
+
+export interface DeviceProofHeaders {
+  activationId: string;
+  timestamp: number;
+  nonce: string;
+  signature: string;
+}
+
+/** The four headers of a device-proof call; missing or malformed ones are 400 (DESIGN §4). */
+export function readDeviceProofHeaders(headers: Headers): DeviceProofHeaders {
+  const activationId = headers.get("x-service-activation");
+  const timestamp = headers.get("x-service-timestamp");
+  const nonce = headers.get("x-service-nonce");
+  const signature = headers.get("x-service-signature");
+  const problems: Record<string, string[]> = {};
+  if (!activationId || activationId.length > 64) problems["x-service-activation"] = ["is required"];
+  if (!timestamp || !TIMESTAMP_PATTERN.test(timestamp))
+    problems["x-service-timestamp"] = ["must be Unix seconds"];
+  if (!nonce || !NONCE_PATTERN.test(nonce))
+    problems["x-service-nonce"] = ["must be 22-255 of A-Z a-z 0-9 _ -"];
+  if (!signature || signature.length > 1024)
+    problems["x-service-signature"] = ["is required, at most 1024 characters"];
+  if (Object.keys(problems).length > 0) {
+    throw new ApiError("INVALID_REQUEST", "Device-proof headers are missing or malformed.", {
+      errors: problems,
+    });
+  }
+  return {
+    activationId: activationId as string,
+    timestamp: Number(timestamp),
+    nonce: nonce as string,
+    signature: signature as string,
+  };
+}
+
+/** The exact string a device signs (DESIGN §5). */
+export function deviceProofMessage(input: {
+  method: string;
+  pathAndQuery: string;
+  activationId: string;
+  timestamp: number;
+  nonce: string;
+  body: Uint8Array;
+}): string {
+  return `${PREFIX.deviceProof}${input.method}\n${input.pathAndQuery}\n${input.activationId}\n${input.timestamp}\n${input.nonce}\n${sha256Hex(input.body)}`;
+}
+
+/** Path and query exactly as the request line carried them. */
+export function pathAndQueryOf(url: string): string {
+  const start = url.indexOf("/", url.indexOf("//") + 2);
+  return start === -1 ? "/" : url.slice(start);
+}
+
+export const proofInvalid = (reason: string) =>
+  new ApiError("DEVICE_PROOF_INVALID", "The device proof does not verify.", { reason });
+
+/**
+ * Checks a device proof against the activation's key: clock window, signature, then the nonce,
+ * which is recorded (in the store, so restarts keep it) only once the signature has verified.
+ */
+export class DeviceProofVerifier {
+  private readonly remember;
+  private readonly purge;
+  private purgeAt = 0;
+
+  constructor(sqlite: Database) {
+    this.remember = sqlite.prepare<unknown, [string, string, number]>(
+      "INSERT INTO device_nonces (activation_id, nonce, seen_at) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
+    );
+    this.purge = sqlite.prepare<unknown, [number]>("DELETE FROM device_nonces WHERE seen_at < ?");
+  }
+
+  verify(
+    proof: DeviceProofHeaders,
+    request: { method: string; pathAndQuery: string; body: Uint8Array },
+    deviceKey: PublicKeyInfo,
+    nowSec: number,
+  ): void {
+    if (Math.abs(nowSec - proof.timestamp) > CLOCK_SKEW_SEC) {
+      throw new ApiError(
+        "CLOCK_SKEW",
+        "The device clock differs from the server clock by more than 300 seconds.",
+        {
+          server_time: nowSec,
+        },
+      );
+    }
+    const message = deviceProofMessage({ ...request, ...proof });
+    if (!verifySignature(deviceKey, message, proof.signature)) throw proofInvalid("invalid_signature");
+    if (this.remember.run(proof.activationId, proof.nonce, nowSec).changes === 0)
+      throw proofInvalid("replayed");
+    if (nowSec >= this.purgeAt) {
+      this.purgeAt = nowSec + 60;
+      this.purge.run(nowSec - 2 * CLOCK_SKEW_SEC);
+    }
+  }
+}

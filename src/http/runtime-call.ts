@@ -1,0 +1,14 @@
+import type { RuntimeCall } from "../modules/activations/service.ts";
+import { pathAndQueryOf } from "./device-proof.ts";
+import { requestState } from "./request-state.ts";
+
+/** The plain facts of a runtime request that services need: no HTTP objects beyond this point. */
+export function runtimeCall(request: Request): RuntimeCall {
+  const state = requestState.get(request);
+  return {
+    requestId: state?.requestId ?? "req_unknown",
+    method: request.method,
+    pathAndQuery: pathAndQueryOf(request.url),
+    rawBody: state?.rawBody ?? new Uint8Array(0),
+  };
+}

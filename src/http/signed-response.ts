@@ -1,0 +1,31 @@
+import { type EnvelopeSignature, signResponse } from "../crypto/envelope.ts";
+import type { Clock } from "../domain/clock.ts";
+import { unixSeconds } from "../domain/clock.ts";
+import type { TrustService } from "../modules/trust/service.ts";
+import type { SignedFor } from "./errors.ts";
+import { requestState } from "./request-state.ts";
+
+/** Builds signed runtime responses (DESIGN §5): data plus assertion, signature and delegation. */
+export class RuntimeSigner {
+  constructor(
+    private readonly trust: TrustService,
+    private readonly clock: Clock,
+  ) {}
+
+  signature(signedFor: SignedFor, requestId: string, status: number, body: unknown): EnvelopeSignature {
+    const now = this.clock.now();
+    return signResponse(this.trust.onlineSigner(signedFor.productId, now), {
+      requestId,
+      nonce: signedFor.nonce,
+      serverTime: unixSeconds(now),
+      status,
+      body,
+    });
+  }
+
+  respond(request: Request, status: number, data: unknown, signedFor: SignedFor): Response {
+    const requestId = requestState.get(request)?.requestId ?? "req_unknown";
+    const body = { data, ...this.signature(signedFor, requestId, status, data) };
+    return new Response(JSON.stringify(body), { status, headers: { "content-type": "application/json" } });
+  }
+}

@@ -1,0 +1,68 @@
+import { randomBytes } from "node:crypto";
+import { b64u } from "../../crypto/encoding.ts";
+import { signCompactJws } from "../../crypto/jws.ts";
+import { unixSeconds } from "../../domain/clock.ts";
+import { licenseStatus } from "../../domain/license-state.ts";
+import type { PolicySettings } from "../../domain/policy-rules.ts";
+import type { LicenseRow } from "../licenses/service.ts";
+import type { TrustService } from "../trust/service.ts";
+
+/** How far `nbf` precedes `iat`, so a device whose clock runs a little behind can use it at once. */
+export const CERTIFICATE_NBF_LEEWAY_SEC = 300;
+
+export interface CertificateSubject {
+  license: LicenseRow;
+  policy: PolicySettings & { id: string };
+  activationId: string;
+  deviceThumbprint: string;
+  machineInfoDigest: string;
+}
+
+/**
+ * The license certificate of DESIGN §5: a JWS (EdDSA) by the product's active signing key,
+ * bound to the device key by `cnf.jkt`. It never outlives the license.
+ */
+export function issueCertificate(
+  trust: TrustService,
+  issuer: string,
+  subject: CertificateSubject,
+  now: Date,
+): { certificate: string; expiresAt: Date } {
+  const { license, policy } = subject;
+  const iat = unixSeconds(now);
+  const licenseExpiry = license.expiresAt ? unixSeconds(license.expiresAt) : null;
+  const exp =
+    licenseExpiry === null ? iat + policy.cert_ttl_sec : Math.min(iat + policy.cert_ttl_sec, licenseExpiry);
+  const key = trust.signingKey(license.productId);
+  const certificate = signCompactJws(
+    { alg: "EdDSA", kid: key.keyId, typ: "service-license+jwt" },
+    {
+      iss: issuer,
+      sub: license.id,
+      aud: license.productId,
+      iat,
+      nbf: iat - CERTIFICATE_NBF_LEEWAY_SEC,
+      exp,
+      jti: b64u.encode(randomBytes(16)),
+      activation_id: subject.activationId,
+      cnf: { jkt: subject.deviceThumbprint },
+      machine_info_digest: subject.machineInfoDigest,
+      license: {
+        status: licenseStatus(license, now),
+        type: license.licenseType,
+        expires_at: licenseExpiry,
+        entitlements: { ...policy.entitlements, ...license.entitlements },
+        policy_id: policy.id,
+        max_concurrent: license.maxConcurrentOverride ?? policy.max_concurrent,
+      },
+      heartbeat: {
+        required: policy.heartbeat_required,
+        interval_sec: policy.heartbeat_sec,
+        // A device failing closed gets no grace: the certificate's expiry is the end.
+        grace_sec: policy.fail_mode === "open" ? policy.network_grace_sec : 0,
+      },
+    },
+    key.privateKey,
+  );
+  return { certificate, expiresAt: new Date(exp * 1000) };
+}

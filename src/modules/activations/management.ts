@@ -1,0 +1,49 @@
+import { Elysia } from "elysia";
+import { managementAuth } from "../../http/auth.ts";
+import { changeContext } from "../../http/context.ts";
+import { PageQuery, pageRequest, splitPage } from "../../http/pagination.ts";
+import { noContent } from "../../http/respond.ts";
+import type { Services } from "../../services.ts";
+import { presentActivation } from "./management-service.ts";
+import { activationModels } from "./model.ts";
+
+export const managementActivationsController = ({ activationAdmin }: Services) =>
+  new Elysia({ prefix: "/mgmt/v1", detail: { tags: ["Activations"] } })
+    .use(managementAuth)
+    .model(activationModels)
+    .get(
+      "/licenses/:id/activations",
+      ({ caller, params, query }) => {
+        const page = pageRequest(query, "act");
+        const { rows, pagination } = splitPage(
+          activationAdmin.listForLicense(params.id, caller.environment, page),
+          page.limit,
+        );
+        return { data: rows.map(presentActivation), pagination };
+      },
+      {
+        scope: "licenses:read",
+        query: PageQuery,
+        response: { 200: "activation.list" },
+        detail: { summary: "Devices activated on a license, newest first" },
+      },
+    )
+    .get(
+      "/activations/:id",
+      ({ caller, params }) => ({
+        data: activationAdmin.detail(activationAdmin.get(params.id, caller.environment)),
+      }),
+      {
+        scope: "licenses:read",
+        response: { 200: "activation.response" },
+        detail: { summary: "One activation with its check-in state" },
+      },
+    )
+    .delete(
+      "/activations/:id",
+      ({ caller, params, request }) => {
+        activationAdmin.forceDeactivate(params.id, changeContext(caller, request));
+        return noContent();
+      },
+      { scope: "activations:delete", detail: { summary: "Force-deactivate a device" } },
+    );

@@ -1,0 +1,83 @@
+import { Elysia } from "elysia";
+import { thumbprint } from "../../crypto/keys.ts";
+import { readDeviceProofHeaders } from "../../http/device-proof.ts";
+import { json } from "../../http/respond.ts";
+import { runtimeCall } from "../../http/runtime-call.ts";
+import { IdempotencyHeaders } from "../../http/schemas.ts";
+import type { Services } from "../../services.ts";
+import { activationModels } from "./model.ts";
+import { idempotentPartOf } from "./service.ts";
+
+const ROUTE = "/runtime/v1/activations";
+
+/** Activation create (license key + device proof in the body), heartbeat and deactivation (device proof headers). */
+export const runtimeActivationsController = ({ activations, idempotency, signer }: Services) =>
+  new Elysia({ prefix: ROUTE, detail: { tags: ["Runtime"], security: [] } })
+    .model(activationModels)
+    .post(
+      "",
+      async ({ body, headers, request }) => {
+        const call = runtimeCall(request);
+        const deviceKey = activations.verifyActivationRequest(body, call);
+        const stored = await idempotency.run(
+          {
+            scope: `device:${thumbprint(deviceKey.text)}`,
+            method: "POST",
+            route: ROUTE,
+            key: headers["idempotency-key"],
+            body: idempotentPartOf(body),
+            required: true,
+          },
+          () => {
+            const result = activations.activate(body, deviceKey, call);
+            return json(201, { data: result.data });
+          },
+        );
+        // Stored unsigned: a replay is signed afresh for this request's nonce (DESIGN §4).
+        const { data } = (await stored.json()) as { data: unknown };
+        const response = signer.respond(request, stored.status, data, {
+          productId: body.product_id,
+          nonce: body.nonce,
+        });
+        if (stored.headers.get("idempotent-replayed")) response.headers.set("idempotent-replayed", "true");
+        return response;
+      },
+      {
+        body: "activation.create",
+        headers: IdempotencyHeaders,
+        response: { 201: "activation.result" },
+        detail: { summary: "Activate a device (license key and device proof in the body)" },
+      },
+    )
+    .post(
+      "/:id/heartbeat",
+      ({ params, body, request }) => {
+        const result = activations.heartbeat(
+          params.id,
+          readDeviceProofHeaders(request.headers),
+          body,
+          runtimeCall(request),
+        );
+        return signer.respond(request, 200, result.data, result);
+      },
+      {
+        body: "heartbeat.request",
+        response: { 200: "heartbeat.result" },
+        detail: { summary: "Check in (device proof)", security: [{ deviceProof: [] }] },
+      },
+    )
+    .delete(
+      "/:id",
+      ({ params, request }) => {
+        const result = activations.deactivate(
+          params.id,
+          readDeviceProofHeaders(request.headers),
+          runtimeCall(request),
+        );
+        return signer.respond(request, 200, result.data, result);
+      },
+      {
+        response: { 200: "deactivation.result" },
+        detail: { summary: "Deactivate this device (device proof)", security: [{ deviceProof: [] }] },
+      },
+    );

@@ -1,0 +1,57 @@
+import { Elysia } from "elysia";
+import { readDeviceProofHeaders } from "../../http/device-proof.ts";
+import { runtimeCall } from "../../http/runtime-call.ts";
+import type { Services } from "../../services.ts";
+import { leaseModels } from "./model.ts";
+
+const proofSecurity = { security: [{ deviceProof: [] }] };
+
+export const leasesController = ({ leases, signer }: Services) =>
+  new Elysia({ prefix: "/runtime/v1/leases", detail: { tags: ["Runtime"] } })
+    .model(leaseModels)
+    .post(
+      "",
+      ({ body, request }) => {
+        const result = leases.acquire(body, readDeviceProofHeaders(request.headers), runtimeCall(request));
+        return signer.respond(request, 201, result.data, result);
+      },
+      {
+        body: "lease.create",
+        response: { 201: "lease.result" },
+        detail: { summary: "Take a floating seat", ...proofSecurity },
+      },
+    )
+    .post(
+      "/:id/heartbeat",
+      ({ params, body, request }) => {
+        const result = leases.heartbeat(
+          params.id,
+          body.instance_id,
+          readDeviceProofHeaders(request.headers),
+          runtimeCall(request),
+        );
+        return signer.respond(request, 200, result.data, result);
+      },
+      {
+        body: "lease.instance",
+        response: { 200: "lease.result" },
+        detail: { summary: "Keep a seat", ...proofSecurity },
+      },
+    )
+    .delete(
+      "/:id",
+      ({ params, body, request }) => {
+        const result = leases.release(
+          params.id,
+          body.instance_id,
+          readDeviceProofHeaders(request.headers),
+          runtimeCall(request),
+        );
+        return signer.respond(request, 200, result.data, result);
+      },
+      {
+        body: "lease.instance",
+        response: { 200: "lease.released" },
+        detail: { summary: "Release a seat", ...proofSecurity },
+      },
+    );

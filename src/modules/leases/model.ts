@@ -1,0 +1,31 @@
+import { Type } from "@sinclair/typebox";
+import { StringEnum } from "../../http/schemas-enum.ts";
+import { signed } from "../activations/model.ts";
+
+const InstanceId = Type.String({
+  minLength: 1,
+  maxLength: 128,
+  description: "The app instance holding the seat.",
+});
+
+export const LeaseCreate = Type.Object(
+  { activation_id: Type.String({ maxLength: 64 }), instance_id: InstanceId },
+  { additionalProperties: false },
+);
+export const LeaseInstance = Type.Object({ instance_id: InstanceId }, { additionalProperties: false });
+
+const lease = {
+  lease_id: Type.String(),
+  instance_id: Type.String(),
+  expires_at: Type.Integer({ description: "Unix seconds." }),
+  heartbeat_in: Type.Integer({ description: "Seconds until the next lease heartbeat." }),
+};
+
+export const leaseModels = {
+  "lease.create": LeaseCreate,
+  "lease.instance": LeaseInstance,
+  "lease.result": signed(lease),
+  "lease.released": signed({ lease_id: Type.String(), status: StringEnum(["released"] as const) }),
+};
+
+export type LeaseCreateBody = typeof LeaseCreate.static;

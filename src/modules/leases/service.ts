@@ -1,0 +1,195 @@
+import { and, eq, gt } from "drizzle-orm";
+import type { Deps } from "../../deps.ts";
+import { unixSeconds } from "../../domain/clock.ts";
+import type { DeviceProofHeaders } from "../../http/device-proof.ts";
+import { proofInvalid } from "../../http/device-proof.ts";
+import { ApiError } from "../../http/errors.ts";
+import { leases } from "../../store/schema/index.ts";
+import type { ActivationService, RuntimeCall, SignedResult } from "../activations/service.ts";
+
+export type LeaseRow = typeof leases.$inferSelect;
+
+interface LeaseData {
+  lease_id: string;
+  instance_id: string;
+  expires_at: number;
+  heartbeat_in: number;
+}
+
+/**
+ * Floating seats. A lease lives `lease_ttl_sec` past its last heartbeat; an expired lease frees
+ * its seat without any sweeper, because seats are counted as unexpired active leases.
+ */
+export class LeaseService {
+  private readonly seatsByInstance;
+  private readonly seatsByDevice;
+  private readonly heldByDevice;
+
+  constructor(
+    private readonly deps: Deps,
+    private readonly activations: ActivationService,
+  ) {
+    this.seatsByInstance = deps.sqlite.prepare<{ n: number }, [string, number]>(
+      "SELECT count(*) AS n FROM leases WHERE license_id = ? AND status = 'active' AND expires_at > ?",
+    );
+    this.seatsByDevice = deps.sqlite.prepare<{ n: number }, [string, number]>(
+      "SELECT count(DISTINCT activation_id) AS n FROM leases WHERE license_id = ? AND status = 'active' AND expires_at > ?",
+    );
+    this.heldByDevice = deps.sqlite.prepare<{ n: number }, [string, number]>(
+      "SELECT count(*) AS n FROM leases WHERE activation_id = ? AND status = 'active' AND expires_at > ?",
+    );
+  }
+
+  acquire(
+    body: { activation_id: string; instance_id: string },
+    proof: DeviceProofHeaders,
+    call: RuntimeCall,
+  ): SignedResult<LeaseData> {
+    const target = { activationId: body.activation_id };
+    return this.activations.observe("lease_create", target, call, () => {
+      if (proof.activationId !== body.activation_id) throw proofInvalid("activation_mismatch");
+      const { activation, license, policy, now, signedFor } = this.activations.authenticate(
+        body.activation_id,
+        proof,
+        call,
+        target,
+      );
+      this.activations.deny("lease", license, activation, activation.deviceThumbprint, now, signedFor);
+      const expiresAt = new Date(now.getTime() + policy.lease_ttl_sec * 1000);
+      const lease = this.deps.db.transaction(
+        (tx) => {
+          const held = tx
+            .select()
+            .from(leases)
+            .where(
+              and(
+                eq(leases.activationId, activation.id),
+                eq(leases.instanceId, body.instance_id),
+                eq(leases.status, "active"),
+                gt(leases.expiresAt, now),
+              ),
+            )
+            .get();
+          if (held) {
+            tx.update(leases).set({ expiresAt }).where(eq(leases.id, held.id)).run();
+            return { ...held, expiresAt };
+          }
+          const limit = license.maxConcurrentOverride ?? policy.max_concurrent;
+          const needsSeat =
+            policy.concurrency_unit === "instance" || !this.deviceHoldsSeat(activation.id, now);
+          if (
+            limit !== null &&
+            needsSeat &&
+            this.seatsTaken(license.id, policy.concurrency_unit, now) >= limit
+          ) {
+            throw new ApiError(
+              "CONCURRENCY_LIMIT_REACHED",
+              "Every concurrent seat of this license is taken.",
+              {
+                max_concurrent: limit,
+              },
+            );
+          }
+          const row: LeaseRow = {
+            id: this.deps.ids.next("lease", now.getTime()),
+            licenseId: license.id,
+            activationId: activation.id,
+            instanceId: body.instance_id,
+            status: "active",
+            createdAt: now,
+            expiresAt,
+            releasedAt: null,
+          };
+          tx.insert(leases).values(row).run();
+          return row;
+        },
+        { behavior: "immediate" },
+      );
+      return { data: present(lease, policy.lease_heartbeat_sec), ...signedFor };
+    });
+  }
+
+  heartbeat(
+    leaseId: string,
+    instanceId: string,
+    proof: DeviceProofHeaders,
+    call: RuntimeCall,
+  ): SignedResult<LeaseData> {
+    const target = {};
+    return this.activations.observe("lease_heartbeat", target, call, () => {
+      const { lease, activation, license, policy, now, signedFor } = this.leaseFor(
+        leaseId,
+        proof,
+        call,
+        target,
+      );
+      if (lease.instanceId !== instanceId) throw instanceMismatch();
+      if (lease.status === "released")
+        throw new ApiError("LEASE_RELEASED", "The lease was released; acquire a new one.");
+      if (lease.expiresAt.getTime() <= now.getTime()) throw expired();
+      this.activations.deny("lease", license, activation, activation.deviceThumbprint, now, signedFor);
+      const expiresAt = new Date(now.getTime() + policy.lease_ttl_sec * 1000);
+      this.deps.db.update(leases).set({ expiresAt }).where(eq(leases.id, lease.id)).run();
+      return { data: present({ ...lease, expiresAt }, policy.lease_heartbeat_sec), ...signedFor };
+    });
+  }
+
+  /** Releasing twice answers the same; releasing an expired lease is refused (it is already gone). */
+  release(
+    leaseId: string,
+    instanceId: string,
+    proof: DeviceProofHeaders,
+    call: RuntimeCall,
+  ): SignedResult<{ lease_id: string; status: "released" }> {
+    const target = {};
+    return this.activations.observe("lease_release", target, call, () => {
+      const { lease, now, signedFor } = this.leaseFor(leaseId, proof, call, target);
+      if (lease.instanceId !== instanceId) throw instanceMismatch();
+      if (lease.status === "active") {
+        if (lease.expiresAt.getTime() <= now.getTime()) throw expired();
+        this.deps.db
+          .update(leases)
+          .set({ status: "released", releasedAt: now })
+          .where(eq(leases.id, lease.id))
+          .run();
+      }
+      return { data: { lease_id: lease.id, status: "released" as const }, ...signedFor };
+    });
+  }
+
+  /** The lease, which must belong to the activation that signed the proof (else it does not exist). */
+  private leaseFor(
+    leaseId: string,
+    proof: DeviceProofHeaders,
+    call: RuntimeCall,
+    target: { activationId?: string | null },
+  ) {
+    const auth = this.activations.authenticate(null, proof, call, target);
+    const lease = this.deps.db.select().from(leases).where(eq(leases.id, leaseId)).get();
+    if (!lease || lease.activationId !== auth.activation.id) throw ApiError.notFound("lease");
+    return { lease, ...auth };
+  }
+
+  /** With `concurrency_unit: device`, one seat covers every instance on the device. */
+  private deviceHoldsSeat(activationId: string, now: Date): boolean {
+    return (this.heldByDevice.get(activationId, now.getTime())?.n ?? 0) > 0;
+  }
+
+  private seatsTaken(licenseId: string, unit: string, now: Date): number {
+    const statement = unit === "device" ? this.seatsByDevice : this.seatsByInstance;
+    return statement.get(licenseId, now.getTime())?.n ?? 0;
+  }
+}
+
+function present(lease: Pick<LeaseRow, "id" | "instanceId" | "expiresAt">, heartbeatIn: number): LeaseData {
+  return {
+    lease_id: lease.id,
+    instance_id: lease.instanceId,
+    expires_at: unixSeconds(lease.expiresAt),
+    heartbeat_in: heartbeatIn,
+  };
+}
+
+const instanceMismatch = () =>
+  new ApiError("LEASE_INSTANCE_MISMATCH", "The lease belongs to another instance.");
+const expired = () => new ApiError("LEASE_EXPIRED", "The lease expired; acquire a new one.");

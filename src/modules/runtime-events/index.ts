@@ -1,0 +1,70 @@
+import { Type } from "@sinclair/typebox";
+import { Elysia, t } from "elysia";
+import { managementAuth } from "../../http/auth.ts";
+import { ApiError } from "../../http/errors.ts";
+import { pageParams, pageRequestAfter, splitPageAfter } from "../../http/pagination.ts";
+import { DateTime, listOf, Nullable } from "../../http/schemas.ts";
+import type { Services } from "../../services.ts";
+import { presentRuntimeEvent } from "./service.ts";
+
+const Entry = Type.Object({
+  operation: Type.String(),
+  outcome: Type.Literal("rejected"),
+  code: Type.String(),
+  http_status: Type.Integer(),
+  occurrences: Type.Integer(),
+  first_occurred_at: DateTime(),
+  last_occurred_at: DateTime(),
+  last_request_id: Type.String(),
+  product_id: Nullable(Type.String()),
+  license_id: Nullable(Type.String()),
+  activation_id: Nullable(Type.String()),
+  details_omitted: Type.Boolean(),
+});
+
+export const runtimeEventsController = ({ runtimeEvents, licenses, products, activationAdmin }: Services) =>
+  new Elysia({ prefix: "/mgmt/v1/runtime_events", detail: { tags: ["Activations"] } })
+    .use(managementAuth)
+    .model({ "runtime-event.list": listOf(Entry) })
+    .get(
+      "",
+      ({ caller, query }) => {
+        // A filter naming something this key cannot see is a 404, not an empty list.
+        if (query.license_id) licenses.get(query.license_id, caller.environment);
+        if (query.product_id) products.get(query.product_id, caller.environment);
+        if (query.activation_id) activationAdmin.get(query.activation_id, caller.environment);
+        let since: Date | undefined;
+        if (query.since !== undefined) {
+          since = new Date(query.since);
+          if (Number.isNaN(since.getTime()))
+            throw new ApiError("INVALID_REQUEST", "since must be an ISO 8601 date-time.");
+        }
+        const page = pageRequestAfter(query, "evt");
+        const rows = runtimeEvents.list(
+          caller.environment,
+          {
+            licenseId: query.license_id,
+            activationId: query.activation_id,
+            productId: query.product_id,
+            since,
+          },
+          page,
+        );
+        const { rows: pageRows, pagination } = splitPageAfter(rows, page.limit);
+        return { data: pageRows.map(presentRuntimeEvent), pagination };
+      },
+      {
+        scope: "licenses:read",
+        query: t.Object({
+          ...pageParams,
+          license_id: t.Optional(t.String({ maxLength: 64 })),
+          activation_id: t.Optional(t.String({ maxLength: 64 })),
+          product_id: t.Optional(t.String({ maxLength: 64 })),
+          since: t.Optional(
+            t.String({ maxLength: 64, description: "ISO 8601; entries last seen at or after it." }),
+          ),
+        }),
+        response: { 200: "runtime-event.list" },
+        detail: { summary: "Rejected runtime requests of the last 7 days, oldest first" },
+      },
+    );

@@ -1,0 +1,81 @@
+import { Type } from "@sinclair/typebox";
+import { eq } from "drizzle-orm";
+import { Elysia } from "elysia";
+import { unixSeconds } from "../../domain/clock.ts";
+import { ApiError } from "../../http/errors.ts";
+import { dataOf } from "../../http/schemas.ts";
+import type { Services } from "../../services.ts";
+import { products } from "../../store/schema/index.ts";
+import { NONCE, signedString } from "../activations/model.ts";
+
+const TrustBundle = Type.Object({
+  bundle: Type.Object({
+    v: Type.Integer(),
+    product_id: Type.String(),
+    environment: Type.String(),
+    sequence: Type.Integer(),
+    issued_at: Type.Integer(),
+    root_key_id: Type.String(),
+    signing_keys: Type.Array(
+      Type.Object({
+        key_id: Type.String(),
+        public_key: Type.String(),
+        status: Type.String(),
+        not_before: Type.Integer(),
+        not_after: Type.Union([Type.Integer(), Type.Null()]),
+      }),
+    ),
+  }),
+  root_signature: Type.String(),
+});
+
+/** ISO 8601 with whole seconds: the string form of a signed `server_time`. */
+export const isoSeconds = (unix: number): string => new Date(unix * 1000).toISOString().replace(".000Z", "Z");
+
+/** The two unauthenticated trust routes: the signed key list of a product, and signed time. */
+export const runtimeTrustController = ({ trust, signer, deps }: Services) => {
+  const productExists = (id: string) => {
+    const product = deps.db.select({ id: products.id }).from(products).where(eq(products.id, id)).get();
+    if (!product) throw ApiError.notFound("product");
+  };
+  return new Elysia({ prefix: "/runtime/v1", detail: { tags: ["Runtime"], security: [] } })
+    .model({ "trust-bundle.response": dataOf(TrustBundle), "time.result": signedString() })
+    .get(
+      "/products/:product_id/trust-bundle",
+      ({ params }) => {
+        productExists(params.product_id);
+        return { data: trust.bundle(params.product_id) };
+      },
+      {
+        response: { 200: "trust-bundle.response" },
+        detail: {
+          summary: "The product's trust bundle, signed by the environment's root key (not an envelope)",
+        },
+      },
+    )
+    .post(
+      "/time",
+      ({ body, request }) => {
+        productExists(body.product_id);
+        const now = unixSeconds(deps.clock.now());
+        return signer.respond(request, 200, isoSeconds(now), {
+          productId: body.product_id,
+          nonce: body.nonce,
+        });
+      },
+      {
+        body: Type.Object(
+          {
+            product_id: Type.String({ maxLength: 64 }),
+            nonce: NONCE,
+            sdk_version: Type.Optional(Type.String({ maxLength: 64 })),
+          },
+          { additionalProperties: false },
+        ),
+        response: { 200: "time.result" },
+        detail: {
+          summary: "Signed server time; data is the ISO 8601 form of response_assertion.server_time",
+        },
+      },
+    );
+};

@@ -1,0 +1,113 @@
+import { index, integer, primaryKey, sqliteTable, text, uniqueIndex } from "drizzle-orm/sqlite-core";
+import { products } from "./catalog.ts";
+import { timestamp } from "./columns.ts";
+import { licenses } from "./licenses.ts";
+
+export const activations = sqliteTable(
+  "activations",
+  {
+    id: text("id").primaryKey(),
+    environment: text("environment", { enum: ["live", "test"] }).notNull(),
+    productId: text("product_id")
+      .notNull()
+      .references(() => products.id),
+    licenseId: text("license_id")
+      .notNull()
+      .references(() => licenses.id),
+    status: text("status", { enum: ["active", "deactivated"] }).notNull(),
+    deviceSigningKey: text("device_signing_key").notNull(),
+    deviceThumbprint: text("device_thumbprint").notNull(),
+    deviceKemKey: text("device_kem_key").notNull(),
+    machineInfo: text("machine_info", { mode: "json" }).$type<Record<string, unknown>>().notNull(),
+    machineInfoDigest: text("machine_info_digest").notNull(),
+    /** When the full machine_info was last sent; heartbeats need it again after 24 hours. */
+    machineBaselineAt: timestamp("machine_baseline_at").notNull(),
+    machineSignals: text("machine_signals", { mode: "json" }).$type<Record<string, string>>().notNull(),
+    appVersion: text("app_version"),
+    sdkVersion: text("sdk_version"),
+    activatedAt: timestamp("activated_at").notNull(),
+    lastSeenAt: timestamp("last_seen_at").notNull(),
+    lastHeartbeatAt: timestamp("last_heartbeat_at"),
+    certificateExpiresAt: timestamp("certificate_expires_at").notNull(),
+    deactivatedAt: timestamp("deactivated_at"),
+    deactivationReason: text("deactivation_reason", { enum: ["device", "vendor", "culled"] }),
+  },
+  (t) => [
+    index("activations_license_status").on(t.licenseId, t.status),
+    index("activations_env_id").on(t.environment, t.id),
+    index("activations_device").on(t.deviceThumbprint),
+  ],
+);
+
+/** Device-proof nonces seen within the clock-skew window, so a replay is refused even after a restart. */
+export const deviceNonces = sqliteTable(
+  "device_nonces",
+  {
+    activationId: text("activation_id").notNull(),
+    nonce: text("nonce").notNull(),
+    seenAt: integer("seen_at").notNull(),
+  },
+  (t) => [primaryKey({ columns: [t.activationId, t.nonce] }), index("device_nonces_seen").on(t.seenAt)],
+);
+
+export const leases = sqliteTable(
+  "leases",
+  {
+    id: text("id").primaryKey(),
+    licenseId: text("license_id")
+      .notNull()
+      .references(() => licenses.id),
+    activationId: text("activation_id")
+      .notNull()
+      .references(() => activations.id),
+    instanceId: text("instance_id").notNull(),
+    status: text("status", { enum: ["active", "released"] }).notNull(),
+    createdAt: timestamp("created_at").notNull(),
+    expiresAt: timestamp("expires_at").notNull(),
+    releasedAt: timestamp("released_at"),
+  },
+  (t) => [index("leases_license_status").on(t.licenseId, t.status, t.expiresAt)],
+);
+
+/** Rejected runtime requests, one row per (target, operation, code, hour) (spec §6.2). */
+export const runtimeEvents = sqliteTable(
+  "runtime_events",
+  {
+    id: text("id").primaryKey(),
+    environment: text("environment", { enum: ["live", "test"] }).notNull(),
+    hour: integer("hour").notNull(),
+    operation: text("operation").notNull(),
+    code: text("code").notNull(),
+    httpStatus: integer("http_status").notNull(),
+    productId: text("product_id"),
+    licenseId: text("license_id"),
+    activationId: text("activation_id"),
+    detailsOmitted: integer("details_omitted", { mode: "boolean" }).notNull(),
+    occurrences: integer("occurrences").notNull(),
+    firstOccurredAt: timestamp("first_occurred_at").notNull(),
+    lastOccurredAt: timestamp("last_occurred_at").notNull(),
+    lastRequestId: text("last_request_id").notNull(),
+    /** (hour, operation, code, product, license, activation, omitted) joined: the aggregation key. */
+    bucket: text("bucket").notNull(),
+  },
+  (t) => [
+    uniqueIndex("runtime_events_bucket").on(t.bucket),
+    index("runtime_events_env_last").on(t.environment, t.lastOccurredAt),
+    index("runtime_events_hour").on(t.hour),
+  ],
+);
+
+/** The vendor's device-risk policy: a blocked device key or license is refused at the runtime API. */
+export const deviceBlocks = sqliteTable(
+  "device_blocks",
+  {
+    id: text("id").primaryKey(),
+    environment: text("environment", { enum: ["live", "test"] }).notNull(),
+    kind: text("kind", { enum: ["device_key", "license"] }).notNull(),
+    /** A device signing key thumbprint, or a license id. */
+    target: text("target").notNull(),
+    reason: text("reason"),
+    createdAt: timestamp("created_at").notNull(),
+  },
+  (t) => [uniqueIndex("device_blocks_target").on(t.environment, t.kind, t.target)],
+);
