@@ -20,7 +20,7 @@ import { migrate } from "./store/migrate.ts";
  * A backstop only: Bun refuses larger bodies with a bare 413 before any of our code runs. Routes
  * enforce their own, much smaller limits while streaming, and answer with the error envelope.
  */
-export const MAX_REQUEST_BODY_BYTES = 16 * 1024 * 1024;
+export const MAX_REQUEST_BODY_BYTES = 64 * 1024 * 1024;
 /** How long SIGTERM waits for in-flight requests before closing what is left. */
 export const DRAIN_TIMEOUT_MS = 10_000;
 /** The largest single step of the test clock: 100 years, beyond any license or plan window. */
@@ -139,16 +139,16 @@ export function startServer({ config, passphrase, logger }: StartOptions): Runni
         response = await app.handle(request);
       } catch (error) {
         // The app turns every error into an envelope; reaching here is a bug, still answered as one.
-        logger.log("error", "request failed outside the app", { error: (error as Error).message });
+        const requestId = deps.ids.next("request", Date.now());
+        logger.log("error", "request failed outside the app", {
+          request_id: requestId,
+          error: (error as Error).message,
+        });
         response = new Response(
           JSON.stringify(
-            errorBody(
-              new ApiError("INTERNAL_ERROR", "Unexpected server error."),
-              "req_unknown",
-              config.baseUrl,
-            ),
+            errorBody(new ApiError("INTERNAL_ERROR", "Unexpected server error."), requestId, config.baseUrl),
           ),
-          { status: 500, headers: { "content-type": "application/json" } },
+          { status: 500, headers: { "content-type": "application/json", "x-request-id": requestId } },
         );
       } finally {
         inFlight--;

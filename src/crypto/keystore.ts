@@ -79,6 +79,9 @@ export interface CreateOptions {
 }
 
 const DEFAULT_SCRYPT_N = 2 ** 16;
+/** Tests lower the cost to 2^10; nothing above 2^17 (128 MiB of scrypt memory) is ever written. */
+const MIN_SCRYPT_N = 2 ** 10;
+const MAX_SCRYPT_N = 2 ** 17;
 
 interface DerivedKeys {
   encryption: Buffer;
@@ -142,9 +145,13 @@ export class Keystore {
   /** A new keystore with a data key and one root key per environment. Refuses to overwrite. */
   static create(path: string, passphrase: string, options: CreateOptions = {}): Keystore {
     if (existsSync(path)) throw new KeystoreError("malformed", `a keystore already exists at ${path}`);
+    const N = options.scryptN ?? DEFAULT_SCRYPT_N;
+    if (!isAllowedKdf({ N, r: 8, p: 1 })) {
+      throw new KeystoreError("malformed", "scrypt N must be a power of two from 2^10 to 2^17");
+    }
     const kdf: KdfParams = {
       name: "scrypt",
-      N: options.scryptN ?? DEFAULT_SCRYPT_N,
+      N,
       r: 8,
       p: 1,
       salt: b64u.encode(randomBytes(16)),
@@ -291,9 +298,7 @@ function isDocument(doc: unknown): doc is KeystoreDocument {
     typeof kdf === "object" &&
     kdf !== null &&
     kdf.name === "scrypt" &&
-    [kdf.N, kdf.r, kdf.p].every(
-      (n) => Number.isInteger(n) && (n as number) > 0 && (n as number) <= 2 ** 20,
-    ) &&
+    isAllowedKdf(kdf) &&
     typeof kdf.salt === "string" &&
     typeof check === "object" &&
     check !== null &&
@@ -302,6 +307,23 @@ function isDocument(doc: unknown): doc is KeystoreDocument {
     Array.isArray(d.entries) &&
     d.entries.every(isSealedEntry) &&
     typeof d.mac === "string"
+  );
+}
+
+/**
+ * Only the parameters this service writes: the file is read before its MAC can be checked, so a
+ * tampered cost (r = 2^20, say) must not make start-up spend gigabytes and hang.
+ */
+function isAllowedKdf(kdf: Record<string, unknown>): boolean {
+  const n = kdf.N;
+  return (
+    kdf.r === 8 &&
+    kdf.p === 1 &&
+    typeof n === "number" &&
+    Number.isInteger(n) &&
+    n >= MIN_SCRYPT_N &&
+    n <= MAX_SCRYPT_N &&
+    (n & (n - 1)) === 0
   );
 }
 

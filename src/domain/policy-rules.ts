@@ -1,4 +1,4 @@
-import type { FieldErrors } from "../http/errors.ts";
+import { addFieldError, type FieldErrors, newFieldErrors } from "../http/errors.ts";
 import type { PlanDefinition } from "./plans.ts";
 
 /** The allowed values of every policy enum. Documented in docs/api.md; clients may rely on them. */
@@ -87,16 +87,14 @@ export function policyDefaults(licenseType: LicenseType, plan: PlanDefinition): 
 export const revocationExposureSec = (p: PolicySettings): number =>
   p.cert_ttl_sec + (p.fail_mode === "open" ? p.network_grace_sec : 0);
 
-const ENTITLEMENT_NAME = /^[a-z0-9][a-z0-9_.:-]{0,63}$/;
+export const ENTITLEMENT_NAME = /^[a-z0-9][a-z0-9_.:-]{0,63}$/;
 const MAX_ENTITLEMENTS = 200;
 
 /** Every rule a policy's numbers must keep, against the plan's constraints. Empty when valid. */
 export function policyViolations(p: PolicySettings, plan: PlanDefinition): FieldErrors {
   const c = plan.policy_constraints;
-  const errors: FieldErrors = {};
-  const add = (field: string, message: string) => {
-    errors[field] = [...(errors[field] ?? []), message];
-  };
+  const errors = newFieldErrors();
+  const add = (field: string, message: string) => addFieldError(errors, field, message);
   const range = (field: keyof PolicySettings, value: number | null, min: number, max: number, why = "") => {
     if (value === null) return;
     if (value < min || value > max) add(field, `must be between ${min} and ${max}${why}`);

@@ -50,10 +50,14 @@ export async function parseJsonBody(
       parse_error: error instanceof Error ? error.message : String(error),
     });
   }
-  if (depthExceeds(parsed, MAX_DEPTH)) {
+  const problem = shapeProblem(parsed);
+  if (problem?.kind === "depth") {
     throw new ApiError("INVALID_REQUEST", `The body nests deeper than ${MAX_DEPTH} levels.`, {
       max_depth: MAX_DEPTH,
     });
+  }
+  if (problem?.kind === "number") {
+    throw ApiError.validation({ [problem.path]: ["must be a finite number (I-JSON)"] });
   }
   return parsed;
 }
@@ -61,16 +65,21 @@ export async function parseJsonBody(
 /** Far beyond any real payload; stops recursive work later (canonical JSON, storage) from blowing the stack. */
 export const MAX_DEPTH = 32;
 
-/** Iterative, so the check itself cannot overflow the stack on hostile input. */
-function depthExceeds(value: unknown, max: number): boolean {
-  const stack: [unknown, number][] = [[value, 1]];
+/**
+ * Depth beyond MAX_DEPTH, or a number JSON.parse turned into ±Infinity (`1e400`): both would break
+ * later work (canonical JSON, storage). Iterative, so the check cannot overflow the stack itself.
+ */
+function shapeProblem(value: unknown): { kind: "depth" } | { kind: "number"; path: string } | null {
+  const stack: [unknown, number, string][] = [[value, 1, ""]];
   while (stack.length > 0) {
-    const [node, depth] = stack.pop() as [unknown, number];
+    const [node, depth, path] = stack.pop() as [unknown, number, string];
+    if (typeof node === "number" && !Number.isFinite(node)) return { kind: "number", path: path || "body" };
     if (typeof node !== "object" || node === null) continue;
-    if (depth > max) return true;
-    for (const child of Object.values(node)) stack.push([child, depth + 1]);
+    if (depth > MAX_DEPTH) return { kind: "depth" };
+    for (const [key, child] of Object.entries(node))
+      stack.push([child, depth + 1, path ? `${path}.${key}` : key]);
   }
-  return false;
+  return null;
 }
 
 /** Reads at most `limit` bytes, so a chunked upload without Content-Length cannot fill memory. */

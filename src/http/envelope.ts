@@ -1,5 +1,5 @@
 import { ParseError, ValidationError } from "elysia";
-import { ApiError, type FieldErrors } from "./errors.ts";
+import { ApiError, addFieldError, type FieldErrors, newFieldErrors } from "./errors.ts";
 
 export interface ErrorEnvelope {
   error: {
@@ -43,7 +43,7 @@ function fromValidation(error: ValidationError, request?: Request): ApiError {
 }
 
 function collect(error: ValidationError, request?: Request): FieldErrors {
-  const errors: FieldErrors = {};
+  const errors = newFieldErrors();
   for (const issue of error.all) {
     if (!("path" in issue)) continue;
     const path =
@@ -57,9 +57,7 @@ function collect(error: ValidationError, request?: Request): FieldErrors {
           : choices
             ? `must be one of: ${choices.join(", ")}`
             : (issue.summary ?? issue.message);
-    const list = errors[path] ?? [];
-    if (!list.includes(message)) list.push(message);
-    errors[path] = list;
+    addFieldError(errors, path, message);
   }
   if (Object.keys(errors).length === 0) errors.body = ["does not match the schema"];
   return errors;

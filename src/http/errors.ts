@@ -129,6 +129,18 @@ export interface SignedFor {
 /** Field path -> messages, as carried by VALIDATION_FAILED in `details.errors`. */
 export type FieldErrors = Record<string, string[]>;
 
+/**
+ * Field names come from clients, so the map has no prototype: a field called `constructor` or
+ * `__proto__` is just a key.
+ */
+export const newFieldErrors = (): FieldErrors => Object.create(null) as FieldErrors;
+
+export function addFieldError(errors: FieldErrors, field: string, message: string): void {
+  const list = Object.hasOwn(errors, field) ? (errors[field] as string[]) : [];
+  if (!list.includes(message)) list.push(message);
+  errors[field] = list;
+}
+
 export class ApiError extends Error {
   readonly status: number;
   readonly retryable: boolean;
@@ -162,12 +174,10 @@ export class ApiError extends Error {
 
 /** Collects field errors across several checks so a caller hears about all of them at once. */
 export class FieldErrorCollector {
-  private readonly errors: FieldErrors = {};
+  private readonly errors: FieldErrors = newFieldErrors();
 
   add(field: string, message: string): void {
-    const list = this.errors[field] ?? [];
-    list.push(message);
-    this.errors[field] = list;
+    addFieldError(this.errors, field, message);
   }
 
   get empty(): boolean {

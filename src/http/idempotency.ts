@@ -6,8 +6,6 @@ import { ApiError } from "./errors.ts";
 
 const KEY_PATTERN = /^[\x21-\x7E]{16,255}$/;
 const RETENTION_MS = 24 * 60 * 60 * 1000;
-/** Response headers worth replaying; request-specific ones (X-Request-Id, rate limits) are fresh. */
-const REPLAYED_HEADERS = ["etag", "location", "content-type"];
 
 export interface IdempotentCall {
   /** Who is calling: the API key id (or device key for runtime calls). */
@@ -19,6 +17,28 @@ export interface IdempotentCall {
   body: unknown;
   required: boolean;
 }
+
+/** What an idempotent operation produced: kept verbatim and replayed for the same key and body. */
+export interface IdempotentResult {
+  status: number;
+  body: unknown;
+  /** Headers worth replaying, e.g. ETag. */
+  headers?: Record<string, string>;
+}
+
+export interface Outcome {
+  status: number;
+  /** The JSON text of the body. */
+  body: string;
+  headers: Record<string, string>;
+  replayed: boolean;
+}
+
+const serialize = (result: IdempotentResult) => ({
+  status: result.status,
+  body: JSON.stringify(result.body),
+  headers: result.headers ?? {},
+});
 
 type Claim =
   | { kind: "claimed" }
@@ -76,8 +96,12 @@ export class IdempotencyStore {
     );
   }
 
-  /** Runs `work` at most once per key; answers replays and conflicts itself. */
-  async run(call: IdempotentCall, work: () => Promise<Response> | Response): Promise<Response> {
+  /**
+   * Runs `work` at most once per key and answers replays and conflicts itself. `work` runs inside
+   * the same transaction that completes the record, so a crash leaves both or neither: never a
+   * resource whose key a retry would not find.
+   */
+  execute(call: IdempotentCall, work: () => IdempotentResult): Outcome {
     if (call.key === undefined) {
       if (call.required) {
         throw new ApiError(
@@ -85,7 +109,7 @@ export class IdempotencyStore {
           "This operation needs an Idempotency-Key header (16-255 characters).",
         );
       }
-      return work();
+      return { ...serialize(work()), replayed: false };
     }
     if (!KEY_PATTERN.test(call.key)) {
       throw new ApiError("INVALID_REQUEST", "Idempotency-Key must be 16-255 visible ASCII characters.");
@@ -94,10 +118,7 @@ export class IdempotencyStore {
     const claim = this.claim(ids, sha256Hex(canonicalize(call.body ?? null)));
     switch (claim.kind) {
       case "replay":
-        return new Response(claim.body, {
-          status: claim.status,
-          headers: { ...claim.headers, "idempotent-replayed": "true" },
-        });
+        return { status: claim.status, body: claim.body, headers: claim.headers, replayed: true };
       case "mismatch":
         throw new ApiError(
           "IDEMPOTENCY_CONFLICT",
@@ -111,25 +132,36 @@ export class IdempotencyStore {
           { retryable: true },
         );
     }
-    let response: Response;
     try {
-      response = await work();
+      return this.sqlite
+        .transaction((): Outcome => {
+          const result = serialize(work());
+          if (result.status >= 200 && result.status <= 299) {
+            this.complete.run(result.status, result.body, JSON.stringify(result.headers), ...ids);
+          } else {
+            this.release.run(...ids);
+          }
+          return { ...result, replayed: false };
+        })
+        .immediate();
     } catch (error) {
+      // The work's writes rolled back with the transaction; free the key for a corrected retry.
       this.release.run(...ids);
       throw error;
     }
-    if (response.status < 200 || response.status > 299) {
-      this.release.run(...ids);
-      return response;
-    }
-    const body = await response.text();
-    const headers: Record<string, string> = {};
-    for (const name of REPLAYED_HEADERS) {
-      const value = response.headers.get(name);
-      if (value !== null) headers[name] = value;
-    }
-    this.complete.run(response.status, body, JSON.stringify(headers), ...ids);
-    return new Response(body, { status: response.status, headers: response.headers });
+  }
+
+  /** `execute` as an HTTP response, with `Idempotent-Replayed: true` on a replay. */
+  run(call: IdempotentCall, work: () => IdempotentResult): Response {
+    const outcome = this.execute(call, work);
+    return new Response(outcome.body, {
+      status: outcome.status,
+      headers: {
+        "content-type": "application/json",
+        ...outcome.headers,
+        ...(outcome.replayed ? { "idempotent-replayed": "true" } : {}),
+      },
+    });
   }
 
   private claim(ids: readonly [string, string, string, string], fingerprint: string): Claim {
@@ -168,9 +200,9 @@ export function postOnce(
   store: IdempotencyStore,
   route: string,
   request: { caller: { id: string }; headers: Record<string, string | undefined>; body: unknown },
-  work: () => Response,
+  work: () => IdempotentResult,
   options: { required: boolean } = { required: true },
-): Promise<Response> {
+): Response {
   return store.run(
     {
       scope: request.caller.id,

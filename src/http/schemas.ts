@@ -15,6 +15,10 @@ export const ErrorEnvelope = Type.Object(
   { description: "The error envelope of every failed request." },
 );
 
+/** A reference to another resource by its public id. */
+export const IdField = (description?: string) =>
+  Type.String({ minLength: 1, maxLength: 64, ...(description ? { description } : {}) });
+
 export const DateTime = (description?: string) =>
   Type.String({ format: "date-time", ...(description ? { description } : {}) });
 export const Nullable = <T extends TSchema>(schema: T) => Type.Union([schema, Type.Null()]);
@@ -32,9 +36,20 @@ export const listOf = <T extends TSchema>(schema: T) =>
     }),
   });
 
-/** Free-form JSON object (metadata, entitlement maps). */
+/** Free-form JSON object (entitlement maps, configuration). */
 export const JsonObject = (description: string) =>
   Type.Record(Type.String({ maxLength: 64 }), Type.Unknown(), { description });
+
+export const MAX_METADATA_KEYS = 50;
+
+/** The vendor's own data on a resource, returned as stored. */
+export const Metadata = (
+  description = `Your own data, returned as stored (at most ${MAX_METADATA_KEYS} keys).`,
+) =>
+  Type.Record(Type.String({ maxLength: 64 }), Type.Unknown(), {
+    description,
+    maxProperties: MAX_METADATA_KEYS,
+  });
 
 export const IdempotencyHeaders = Type.Object({
   "idempotency-key": Type.Optional(Type.String({ description: "16-255 characters; see DESIGN §4." })),

@@ -142,6 +142,18 @@ describe("refusing bad keystores", () => {
     writeDoc(doc);
     expect(reasonOf(() => Keystore.open(path, PASSPHRASE))).toBe("malformed");
   });
+
+  test.each([
+    ["r", 2 ** 20],
+    ["p", 64],
+    ["N", 2 ** 18],
+    ["N", 3000],
+  ])("a keystore whose scrypt %s was raised to %d is refused, not computed", (field, value) => {
+    const doc = readDoc();
+    doc.kdf[field] = value;
+    writeDoc(doc);
+    expect(reasonOf(() => Keystore.open(path, PASSPHRASE))).toBe("malformed");
+  });
 });
 
 describe("adding entries", () => {

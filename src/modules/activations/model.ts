@@ -1,12 +1,12 @@
 import { Type } from "@sinclair/typebox";
-import { DateTime, dataOf, listOf, Nullable } from "../../http/schemas.ts";
+import { DateTime, dataOf, IdField, listOf, Nullable } from "../../http/schemas.ts";
 import { StringEnum } from "../../http/schemas-enum.ts";
 
 export const NONCE = Type.String({
   pattern: "^[A-Za-z0-9_-]{22,255}$",
   description: "22-255 of A-Z a-z 0-9 _ -",
 });
-const Version = Type.String({ maxLength: 64 });
+const Version = IdField();
 
 export const MachineInfo = Type.Object(
   {
@@ -21,14 +21,14 @@ export const MachineInfo = Type.Object(
   },
 );
 
-const MachineSignals = Type.Record(Type.String({ maxLength: 64 }), Type.String({ maxLength: 256 }), {
+const MachineSignals = Type.Record(IdField(), Type.String({ maxLength: 256 }), {
   maxProperties: 32,
 });
 
 export const ActivationCreate = Type.Object(
   {
     license_key: Type.String({ minLength: 1, maxLength: 64 }),
-    product_id: Type.String({ maxLength: 64 }),
+    product_id: IdField(),
     device_signing_public_key: Type.String({ maxLength: 200, description: "ed25519:… or p256:…" }),
     device_kem_public_key: Type.String({ maxLength: 200, description: "p256:…" }),
     device_proof: Type.String({ maxLength: 1024 }),

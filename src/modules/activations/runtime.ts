@@ -1,7 +1,6 @@
 import { Elysia } from "elysia";
 import { thumbprint } from "../../crypto/keys.ts";
 import { readDeviceProofHeaders } from "../../http/device-proof.ts";
-import { json } from "../../http/respond.ts";
 import { runtimeCall } from "../../http/runtime-call.ts";
 import { IdempotencyHeaders } from "../../http/schemas.ts";
 import type { Services } from "../../services.ts";
@@ -16,10 +15,10 @@ export const runtimeActivationsController = ({ activations, idempotency, signer 
     .model(activationModels)
     .post(
       "",
-      async ({ body, headers, request }) => {
+      ({ body, headers, request }) => {
         const call = runtimeCall(request);
         const deviceKey = activations.verifyActivationRequest(body, call);
-        const stored = await idempotency.run(
+        const outcome = idempotency.execute(
           {
             scope: `device:${thumbprint(deviceKey.text)}`,
             method: "POST",
@@ -28,18 +27,14 @@ export const runtimeActivationsController = ({ activations, idempotency, signer 
             body: idempotentPartOf(body),
             required: true,
           },
-          () => {
-            const result = activations.activate(body, deviceKey, call);
-            return json(201, { data: result.data });
-          },
+          () => ({ status: 201, body: activations.activate(body, deviceKey, call).data }),
         );
         // Stored unsigned: a replay is signed afresh for this request's nonce (DESIGN §4).
-        const { data } = (await stored.json()) as { data: unknown };
-        const response = signer.respond(request, stored.status, data, {
+        const response = signer.respond(request, outcome.status, JSON.parse(outcome.body), {
           productId: body.product_id,
           nonce: body.nonce,
         });
-        if (stored.headers.get("idempotent-replayed")) response.headers.set("idempotent-replayed", "true");
+        if (outcome.replayed) response.headers.set("idempotent-replayed", "true");
         return response;
       },
       {

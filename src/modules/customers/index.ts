@@ -3,7 +3,7 @@ import { managementAuth } from "../../http/auth.ts";
 import { changeContext } from "../../http/context.ts";
 import { postOnce } from "../../http/idempotency.ts";
 import { pageRequest, toPage } from "../../http/pagination.ts";
-import { json, noContent } from "../../http/respond.ts";
+import { noContent } from "../../http/respond.ts";
 import { IdempotencyHeaders, IfMatchHeaders } from "../../http/schemas.ts";
 import type { Services } from "../../services.ts";
 import { CustomerListQuery, customerModels } from "./model.ts";
@@ -33,7 +33,7 @@ export const customersController = ({ customers, idempotency }: Services) =>
       ({ caller, body, headers, request }) =>
         postOnce(idempotency, ROUTE, { caller, headers, body }, () => {
           const row = customers.create(body, changeContext(caller, request));
-          return json(201, { data: presentCustomer(row) }, { etag: customerEtag(row) });
+          return { status: 201, body: { data: presentCustomer(row) }, headers: { etag: customerEtag(row) } };
         }),
       {
         scope: "customers:write",

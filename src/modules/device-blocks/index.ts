@@ -5,7 +5,7 @@ import { changeContext } from "../../http/context.ts";
 import { ApiError } from "../../http/errors.ts";
 import { PageQuery, pageRequest, toPage } from "../../http/pagination.ts";
 import { json, noContent } from "../../http/respond.ts";
-import { DateTime, dataOf, listOf, Nullable } from "../../http/schemas.ts";
+import { DateTime, dataOf, IdField, listOf, Nullable } from "../../http/schemas.ts";
 import { StringEnum } from "../../http/schemas-enum.ts";
 import type { Services } from "../../services.ts";
 import { presentDeviceBlock } from "./service.ts";
@@ -14,7 +14,7 @@ const DeviceBlockCreate = Type.Object(
   {
     kind: StringEnum(["device_key", "license"] as const),
     device_signing_key_thumbprint: Type.Optional(Type.String({ pattern: "^[0-9a-f]{64}$" })),
-    license_id: Type.Optional(Type.String({ maxLength: 64 })),
+    license_id: Type.Optional(IdField()),
     reason: Type.Optional(Type.String({ maxLength: 500 })),
   },
   { additionalProperties: false },

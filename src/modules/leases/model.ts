@@ -1,4 +1,5 @@
 import { Type } from "@sinclair/typebox";
+import { IdField } from "../../http/schemas.ts";
 import { StringEnum } from "../../http/schemas-enum.ts";
 import { signed } from "../activations/model.ts";
 
@@ -9,7 +10,7 @@ const InstanceId = Type.String({
 });
 
 export const LeaseCreate = Type.Object(
-  { activation_id: Type.String({ maxLength: 64 }), instance_id: InstanceId },
+  { activation_id: IdField(), instance_id: InstanceId },
   { additionalProperties: false },
 );
 export const LeaseInstance = Type.Object({ instance_id: InstanceId }, { additionalProperties: false });

@@ -4,7 +4,7 @@ import { changeContext } from "../../http/context.ts";
 import { postOnce } from "../../http/idempotency.ts";
 import { pageRequest, splitPage } from "../../http/pagination.ts";
 import { versionEtag, versionFromIfMatch } from "../../http/preconditions.ts";
-import { json, noContent } from "../../http/respond.ts";
+import { noContent } from "../../http/respond.ts";
 import { IdempotencyHeaders, IfMatchHeaders } from "../../http/schemas.ts";
 import type { Services } from "../../services.ts";
 import { LicenseListQuery, licenseModels } from "./model.ts";
@@ -39,7 +39,7 @@ export const licensesController = ({ licenses, idempotency }: Services) => {
       ({ caller, body, headers, request }) =>
         postOnce(idempotency, ROUTE, { caller, headers, body }, () => {
           const row = licenses.create(body, changeContext(caller, request));
-          return json(201, { data: one(row) }, { etag: versionEtag(row.version) });
+          return { status: 201, body: { data: one(row) }, headers: { etag: versionEtag(row.version) } };
         }),
       {
         scope: "licenses:write",

@@ -1,7 +1,7 @@
 import { Type } from "@sinclair/typebox";
 import { LICENSE_TYPES, RENEWAL_AUTHORITIES } from "../../domain/policy-rules.ts";
 import { pageParams } from "../../http/pagination.ts";
-import { DateTime, dataOf, JsonObject, listOf, Nullable } from "../../http/schemas.ts";
+import { DateTime, dataOf, IdField, JsonObject, listOf, Metadata, Nullable } from "../../http/schemas.ts";
 import { StringEnum } from "../../http/schemas-enum.ts";
 
 const Override = (description: string) =>
@@ -9,13 +9,12 @@ const Override = (description: string) =>
 const Expiry = Nullable(
   DateTime("When the license expires; null for never. `expires_at` and `expiry` are the same field."),
 );
-const Metadata = JsonObject("Your own data, returned as stored (at most 50 keys).");
 
 export const LicenseCreate = Type.Object(
   {
-    product_id: Type.String({ maxLength: 64 }),
-    policy_id: Type.String({ maxLength: 64 }),
-    customer_id: Type.Optional(Nullable(Type.String({ maxLength: 64 }))),
+    product_id: IdField(),
+    policy_id: IdField(),
+    customer_id: Type.Optional(Nullable(IdField())),
     license_type: Type.Optional(
       StringEnum(LICENSE_TYPES, "Must equal the policy's license_type; defaults to it."),
     ),
@@ -26,7 +25,7 @@ export const LicenseCreate = Type.Object(
     max_concurrent: Type.Optional(Override("Overrides the policy's max_concurrent.")),
     license_unit_limit_override: Type.Optional(Override("Overrides the policy's license_unit_limit.")),
     entitlements: Type.Optional(JsonObject("Overrides merged over the policy's entitlements.")),
-    metadata: Type.Optional(Metadata),
+    metadata: Type.Optional(Metadata()),
   },
   { additionalProperties: false },
 );
@@ -40,7 +39,7 @@ export const LicenseUpdate = Type.Object(
     max_concurrent_override: Type.Optional(Override("null clears the override.")),
     license_unit_limit_override: Type.Optional(Override("null clears the override.")),
     entitlements: Type.Optional(JsonObject("Replaces the license's entitlement overrides.")),
-    metadata: Type.Optional(Metadata),
+    metadata: Type.Optional(Metadata()),
     status_action: Type.Optional(
       StringEnum(
         ["active", "suspended"] as const,
@@ -54,7 +53,7 @@ export const LicenseUpdate = Type.Object(
 
 export const ConvertTrial = Type.Object(
   {
-    target_policy_id: Type.String({ maxLength: 64 }),
+    target_policy_id: IdField(),
     expires_at: Type.Optional(Expiry),
     entitlement_overrides: Type.Optional(JsonObject("Merged into the license's entitlement overrides.")),
   },
@@ -84,7 +83,7 @@ export const License = Type.Object({
   license_unit_limit_override: Nullable(Type.Integer()),
   entitlements: JsonObject("Effective: the policy's entitlements with the license's overrides on top."),
   entitlement_overrides: JsonObject("The license's own overrides."),
-  metadata: Metadata,
+  metadata: Metadata(),
   version: Type.Integer({ description: "Concurrency token: send it as If-Match." }),
   created_at: DateTime(),
   updated_at: DateTime(),
@@ -95,8 +94,8 @@ export const License = Type.Object({
 
 export const LicenseListQuery = Type.Object({
   ...pageParams,
-  product_id: Type.Optional(Type.String({ maxLength: 64 })),
-  customer_id: Type.Optional(Type.String({ maxLength: 64 })),
+  product_id: Type.Optional(IdField()),
+  customer_id: Type.Optional(IdField()),
 });
 
 export const licenseModels = {

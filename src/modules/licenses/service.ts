@@ -1,4 +1,5 @@
 import { and, count, desc, eq, lt, ne } from "drizzle-orm";
+import { canonicalize } from "../../crypto/jcs.ts";
 import type { ChangeContext, Deps } from "../../deps.ts";
 import { canonicalLicenseKey, formatLicenseKey, generateLicenseKey } from "../../domain/license-key.ts";
 import { defaultExpiry, licenseStatus } from "../../domain/license-state.ts";
@@ -8,6 +9,7 @@ import type { Environment } from "../../domain/scopes.ts";
 import { ApiError, FieldErrorCollector } from "../../http/errors.ts";
 import type { PageRequest } from "../../http/pagination.ts";
 import { versionConflict, versionEtag } from "../../http/preconditions.ts";
+import { bodyReference } from "../../http/references.ts";
 import { licenses, policies } from "../../store/schema/index.ts";
 import type { CustomerService } from "../customers/service.ts";
 import { recordAudit } from "../events/service.ts";
@@ -16,10 +18,10 @@ import { settingsOf } from "../policies/service.ts";
 import { archived, type ProductService } from "../products/service.ts";
 import type { ConvertTrialBody, LicenseCreateBody, LicenseUpdateBody } from "./model.ts";
 import { presentLicense } from "./present.ts";
+import { checkEntitlementNames, checkExpiry, sentExpiry } from "./terms.ts";
 
 export type LicenseRow = typeof licenses.$inferSelect;
 
-const MAX_METADATA_KEYS = 50;
 const keyContext = (licenseId: string) => `license-key:${licenseId}`;
 
 export class LicenseService {
@@ -103,13 +105,13 @@ export class LicenseService {
     const now = this.deps.clock.now();
     const plan = this.plan();
     const errors = new FieldErrorCollector();
-    const product = this.bodyReference(
+    const product = bodyReference(
       () => this.products.get(body.product_id, ctx.environment),
       "product_id",
       errors,
     );
     if (product?.status === "archived") throw archived(product.id);
-    const policy = this.bodyReference(
+    const policy = bodyReference(
       () => this.policies.get(body.policy_id, ctx.environment),
       "policy_id",
       errors,
@@ -117,8 +119,8 @@ export class LicenseService {
     if (policy && product && policy.productId !== product.id)
       errors.add("policy_id", "belongs to another product");
     if (policy?.status === "retired") errors.add("policy_id", "is retired; choose an active policy");
-    if (body.customer_id) {
-      const customer = this.bodyReference(
+    if (body.customer_id !== undefined && body.customer_id !== null) {
+      const customer = bodyReference(
         () => this.customers.get(body.customer_id as string),
         "customer_id",
         errors,
@@ -128,14 +130,14 @@ export class LicenseService {
     if (policy && body.license_type !== undefined && body.license_type !== policy.licenseType) {
       errors.add("license_type", `must match the policy's license_type (${policy.licenseType})`);
     }
-    const sentExpiry = this.sentExpiry(body, errors);
-    this.checkMetadata(body.metadata, errors);
+    const expiry = sentExpiry(body, errors);
+    checkEntitlementNames("entitlements", body.entitlements, errors);
     errors.throwIfAny();
     if (!policy || !product) throw new Error("unreachable: references were checked above");
     const settings = settingsOf(policy);
-    const expiresAt = sentExpiry === undefined ? defaultExpiry(settings, now) : sentExpiry;
-    this.checkExpiry(expiresAt, now, plan);
-    this.checkQuota(plan, settings.license_type);
+    const expiresAt = expiry === undefined ? defaultExpiry(settings, now) : expiry;
+    checkExpiry(expiresAt, now, plan);
+    this.checkQuota(plan, settings.license_type, product.environment);
 
     const key = generateLicenseKey();
     const canonical = canonicalLicenseKey(key) as string;
@@ -186,27 +188,14 @@ export class LicenseService {
       if (from === "revoked")
         throw transition("revoked", body.status_action ?? "changed", "A revoked license cannot change.");
       const errors = new FieldErrorCollector();
-      const sentExpiry = this.sentExpiry(body, errors);
-      this.checkMetadata(body.metadata, errors);
+      const expiry = sentExpiry(body, errors);
+      checkEntitlementNames("entitlements", body.entitlements, errors);
       if (body.reason !== undefined && body.status_action === undefined)
         errors.add("reason", "is only accepted with status_action");
       errors.throwIfAny();
 
-      const changes: Partial<LicenseRow> = {};
-      if (sentExpiry !== undefined && sentExpiry?.getTime() !== current.expiresAt?.getTime()) {
-        this.checkExpiry(sentExpiry, now, this.plan());
-        changes.expiresAt = sentExpiry;
-      }
-      if (body.renewal_authority !== undefined && body.renewal_authority !== current.renewalAuthority) {
-        changes.renewalAuthority = body.renewal_authority;
-      }
-      if (body.max_machines_override !== undefined) changes.maxMachinesOverride = body.max_machines_override;
-      if (body.max_concurrent_override !== undefined)
-        changes.maxConcurrentOverride = body.max_concurrent_override;
-      if (body.license_unit_limit_override !== undefined)
-        changes.licenseUnitLimitOverride = body.license_unit_limit_override;
-      if (body.entitlements !== undefined) changes.entitlements = body.entitlements;
-      if (body.metadata !== undefined) changes.metadata = body.metadata;
+      const { changes, fields } = fieldChanges(current, body, expiry);
+      if (changes.expiresAt !== undefined) checkExpiry(changes.expiresAt, now, this.plan());
 
       const events: string[] = [];
       if (body.status_action === "suspended" && current.status !== "suspended") {
@@ -225,19 +214,16 @@ export class LicenseService {
           "The license has expired; extend expires_at to a future time in the same request.",
         );
       }
-      const fieldChanges = Object.keys(changes).filter(
-        (c) => !["status", "suspendedAt", "statusReason"].includes(c),
-      );
-      if (fieldChanges.length === 0 && events.length === 0) return current;
+      if (fields.length === 0 && events.length === 0) return current;
       if (from === "expired" && licenseStatus(next, now) === "active") events.push("license.renewed");
       next.version = current.version + 1;
       next.updatedAt = now;
       tx.update(licenses).set(next).where(eq(licenses.id, id)).run();
-      if (fieldChanges.length > 0) {
+      if (fields.length > 0) {
         recordAudit(tx, this.deps, ctx, {
           type: "license.updated",
           target: { type: "license", id },
-          data: { changes: fieldChanges },
+          data: { changes: fields },
         });
       }
       for (const type of events) {
@@ -283,7 +269,7 @@ export class LicenseService {
       if (current.licenseType !== "trial")
         throw transition(current.licenseType, "converted", "Only trial licenses can be converted.");
       const errors = new FieldErrorCollector();
-      const target = this.bodyReference(
+      const target = bodyReference(
         () => this.policies.get(body.target_policy_id, ctx.environment),
         "target_policy_id",
         errors,
@@ -293,12 +279,12 @@ export class LicenseService {
       if (target?.status === "retired") errors.add("target_policy_id", "is retired");
       if (target?.licenseType === "trial")
         errors.add("target_policy_id", "is a trial policy; choose a full one");
-      const sentExpiry = this.sentExpiry({ expires_at: body.expires_at }, errors);
+      const expiry = sentExpiry({ expires_at: body.expires_at }, errors);
       errors.throwIfAny();
       if (!target) throw new Error("unreachable: target policy was checked above");
       const settings = settingsOf(target);
-      const expiresAt = sentExpiry === undefined ? defaultExpiry(settings, now) : sentExpiry;
-      this.checkExpiry(expiresAt, now, this.plan());
+      const expiresAt = expiry === undefined ? defaultExpiry(settings, now) : expiry;
+      checkExpiry(expiresAt, now, this.plan());
       const next: LicenseRow = {
         ...current,
         policyId: target.id,
@@ -320,73 +306,20 @@ export class LicenseService {
     });
   }
 
-  /** A resource named in a body: unknown is a field error (422), not a 404 of the route. */
-  private bodyReference<T>(lookup: () => T, field: string, errors: FieldErrorCollector): T | undefined {
-    try {
-      return lookup();
-    } catch (error) {
-      if (error instanceof ApiError && error.code === "NOT_FOUND") {
-        errors.add(field, "does not exist for this key");
-        return undefined;
-      }
-      throw error;
-    }
-  }
-
-  /** `expires_at` and `expiry` are one field; undefined when neither was sent, null for "never". */
-  private sentExpiry(
-    body: { expires_at?: string | null; expiry?: string | null },
-    errors: FieldErrorCollector,
-  ): Date | null | undefined {
-    const parse = (field: string, value: string | null | undefined): Date | null | undefined => {
-      if (value === undefined || value === null) return value;
-      const date = new Date(value);
-      if (Number.isNaN(date.getTime())) {
-        errors.add(field, "must be an ISO 8601 date-time");
-        return undefined;
-      }
-      return date;
-    };
-    const a = parse("expires_at", body.expires_at);
-    const b = parse("expiry", body.expiry);
-    if (
-      body.expires_at !== undefined &&
-      body.expiry !== undefined &&
-      (a?.getTime() ?? null) !== (b?.getTime() ?? null)
-    ) {
-      errors.add(
-        "expires_at",
-        "expires_at and expiry are the same field and were sent with different values",
-      );
-    }
-    return body.expires_at !== undefined ? a : b;
-  }
-
-  private checkExpiry(expiresAt: Date | null, now: Date, plan: PlanDefinition): void {
-    if (expiresAt === null) return;
-    if (expiresAt.getTime() <= now.getTime())
-      throw ApiError.validation({ expires_at: ["must be in the future"] });
-    if (expiresAt.getTime() - now.getTime() > plan.license_duration_max_sec * 1000) {
-      throw ApiError.validation({
-        expires_at: [
-          `is beyond the plan's license_duration_max_sec (${plan.license_duration_max_sec}s from now)`,
-        ],
-      });
-    }
-  }
-
-  private checkMetadata(metadata: Record<string, unknown> | undefined, errors: FieldErrorCollector): void {
-    if (metadata && Object.keys(metadata).length > MAX_METADATA_KEYS)
-      errors.add("metadata", `at most ${MAX_METADATA_KEYS} keys`);
-  }
-
-  /** Plan quotas on licenses that are not revoked: all licenses, and trial licenses separately. */
-  private checkQuota(plan: PlanDefinition, licenseType: PolicySettings["license_type"]): void {
-    const checks: [string, ReturnType<typeof ne> | ReturnType<typeof and>][] = [
-      ["licenses", ne(licenses.status, "revoked")],
-    ];
+  /**
+   * Plan quotas count live licenses that are not revoked (all, and trials separately); test
+   * licenses are free, so a test key can never use up the live allowance.
+   */
+  private checkQuota(
+    plan: PlanDefinition,
+    licenseType: PolicySettings["license_type"],
+    environment: Environment,
+  ): void {
+    if (environment !== "live") return;
+    const live = and(eq(licenses.environment, "live"), ne(licenses.status, "revoked"));
+    const checks: [string, ReturnType<typeof and>][] = [["licenses", live]];
     if (licenseType === "trial")
-      checks.push(["trial_licenses", and(ne(licenses.status, "revoked"), eq(licenses.licenseType, "trial"))]);
+      checks.push(["trial_licenses", and(live, eq(licenses.licenseType, "trial"))]);
     for (const [quota, where] of checks) {
       const limit = plan.quotas[quota]?.limit;
       if (limit === undefined) continue;
@@ -400,6 +333,33 @@ export class LicenseService {
       }
     }
   }
+}
+
+/**
+ * What an update really changes, compared by value (objects canonically), with the API names of the
+ * changed fields for the audit trail. Sending a field's current value changes nothing.
+ */
+function fieldChanges(current: LicenseRow, body: LicenseUpdateBody, expiry: Date | null | undefined) {
+  const changes: Partial<LicenseRow> = {};
+  const fields: string[] = [];
+  const set = <K extends keyof LicenseRow>(field: string, column: K, value: LicenseRow[K] | undefined) => {
+    if (value === undefined) return;
+    const same =
+      value instanceof Date || current[column] instanceof Date
+        ? (value as Date | null)?.getTime() === (current[column] as Date | null)?.getTime()
+        : canonicalize(value ?? null) === canonicalize(current[column] ?? null);
+    if (same) return;
+    changes[column] = value;
+    fields.push(field);
+  };
+  set("expires_at", "expiresAt", expiry);
+  set("renewal_authority", "renewalAuthority", body.renewal_authority);
+  set("max_machines_override", "maxMachinesOverride", body.max_machines_override);
+  set("max_concurrent_override", "maxConcurrentOverride", body.max_concurrent_override);
+  set("license_unit_limit_override", "licenseUnitLimitOverride", body.license_unit_limit_override);
+  set("entitlements", "entitlements", body.entitlements);
+  set("metadata", "metadata", body.metadata);
+  return { changes, fields };
 }
 
 const transition = (from: string, to: string, message: string) =>

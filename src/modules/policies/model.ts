@@ -11,7 +11,7 @@ import {
   VALIDATION_MODES,
 } from "../../domain/policy-rules.ts";
 import { pageParams } from "../../http/pagination.ts";
-import { DateTime, dataOf, JsonObject, listOf, Nullable } from "../../http/schemas.ts";
+import { DateTime, dataOf, IdField, JsonObject, listOf, Nullable } from "../../http/schemas.ts";
 import { StringEnum } from "../../http/schemas-enum.ts";
 
 const Seconds = (description: string) =>
@@ -63,7 +63,7 @@ const settings = {
 
 export const PolicyCreate = Type.Object(
   {
-    product_id: Type.String({ maxLength: 64 }),
+    product_id: IdField(),
     name: Type.String({ minLength: 1, maxLength: 200 }),
     ...settings,
   },
@@ -72,7 +72,7 @@ export const PolicyCreate = Type.Object(
 
 export const PolicyUpdate = Type.Object(
   {
-    product_id: Type.Optional(Type.String({ maxLength: 64 })),
+    product_id: Type.Optional(IdField()),
     name: Type.Optional(Type.String({ minLength: 1, maxLength: 200 })),
     ...settings,
   },

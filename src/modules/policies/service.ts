@@ -1,4 +1,5 @@
 import { and, desc, eq, lt } from "drizzle-orm";
+import { canonicalize } from "../../crypto/jcs.ts";
 import type { ChangeContext, Deps } from "../../deps.ts";
 import type { PlanDefinition } from "../../domain/plans.ts";
 import {
@@ -12,7 +13,7 @@ import type { Environment } from "../../domain/scopes.ts";
 import { ApiError } from "../../http/errors.ts";
 import type { PageRequest } from "../../http/pagination.ts";
 import { ifMatchAccepts, opaqueEtag, versionConflict } from "../../http/preconditions.ts";
-import { policies } from "../../store/schema/index.ts";
+import { licenses, policies } from "../../store/schema/index.ts";
 import { recordAudit } from "../events/service.ts";
 import { archived, type ProductService } from "../products/service.ts";
 import type { PolicyCreateBody, PolicyUpdateBody } from "./model.ts";
@@ -192,11 +193,15 @@ export class PolicyService {
       }
       const before = settingsOf(current);
       const after: PolicySettings = { ...before, ...sentSettings(body) };
-      const changed = SETTING_KEYS.filter(
-        (key) => JSON.stringify(before[key]) !== JSON.stringify(after[key]),
-      );
+      const changed = SETTING_KEYS.filter((key) => canonicalize(before[key]) !== canonicalize(after[key]));
       const renamed = body.name !== undefined && body.name !== current.name;
       if (changed.length === 0 && !renamed) return current;
+      if (changed.includes("license_type") && this.hasLicenses(id)) {
+        // A license takes its type from its policy at creation; changing it under them would lie.
+        throw ApiError.validation({
+          license_type: ["cannot change while licenses use this policy; create a new policy instead"],
+        });
+      }
       this.assertValid(after, this.plan());
       const next: PolicyRow = {
         ...current,
@@ -228,6 +233,17 @@ export class PolicyService {
         .run();
       recordAudit(tx, this.deps, ctx, { type: "policy.retired", target: { type: "policy", id } });
     });
+  }
+
+  private hasLicenses(policyId: string): boolean {
+    return (
+      this.deps.db
+        .select({ id: licenses.id })
+        .from(licenses)
+        .where(eq(licenses.policyId, policyId))
+        .limit(1)
+        .get() !== undefined
+    );
   }
 
   /** A product named in a body: unknown is a field error (422), archived is 409. */

@@ -4,7 +4,7 @@ import { changeContext } from "../../http/context.ts";
 import { postOnce } from "../../http/idempotency.ts";
 import { PageQuery, pageRequest, toPage } from "../../http/pagination.ts";
 import { versionEtag, versionFromIfMatch } from "../../http/preconditions.ts";
-import { json, noContent } from "../../http/respond.ts";
+import { noContent } from "../../http/respond.ts";
 import { IdempotencyHeaders, IfMatchHeaders } from "../../http/schemas.ts";
 import type { Services } from "../../services.ts";
 import { productModels } from "./model.ts";
@@ -34,7 +34,11 @@ export const productsController = ({ products, idempotency }: Services) =>
       ({ caller, body, headers, request }) =>
         postOnce(idempotency, ROUTE, { caller, headers, body }, () => {
           const row = products.create(body, changeContext(caller, request));
-          return json(201, { data: presentProduct(row) }, { etag: versionEtag(row.version) });
+          return {
+            status: 201,
+            body: { data: presentProduct(row) },
+            headers: { etag: versionEtag(row.version) },
+          };
         }),
       {
         scope: "products:write",

@@ -3,7 +3,6 @@ import { managementAuth } from "../../http/auth.ts";
 import { changeContext } from "../../http/context.ts";
 import { postOnce } from "../../http/idempotency.ts";
 import { PageQuery, pageRequest, toPage } from "../../http/pagination.ts";
-import { json } from "../../http/respond.ts";
 import { IdempotencyHeaders } from "../../http/schemas.ts";
 import type { Services } from "../../services.ts";
 import { resellerModels } from "./model.ts";
@@ -35,7 +34,10 @@ export const resellersController = ({ resellers, idempotency }: Services) =>
           idempotency,
           ROUTE,
           { caller, headers, body },
-          () => json(201, { data: presentReseller(resellers.create(body, changeContext(caller, request))) }),
+          () => ({
+            status: 201,
+            body: { data: presentReseller(resellers.create(body, changeContext(caller, request))) },
+          }),
           { required: false },
         ),
       {

@@ -1,5 +1,5 @@
 import { Type } from "@sinclair/typebox";
-import { DateTime, dataOf, JsonObject, listOf, Nullable } from "../../http/schemas.ts";
+import { DateTime, dataOf, listOf, Metadata, Nullable } from "../../http/schemas.ts";
 import { StringEnum } from "../../http/schemas-enum.ts";
 import { EMAIL_PATTERN } from "../customers/model.ts";
 
@@ -17,7 +17,7 @@ const fields = {
   status: Type.Optional(
     StringEnum(RESELLER_STATUSES, "Default active. archived sets archived_at; moving back clears it."),
   ),
-  metadata: Type.Optional(JsonObject("Your own data (at most 50 keys).")),
+  metadata: Type.Optional(Metadata()),
 };
 
 export const ResellerCreate = Type.Object(
@@ -37,7 +37,7 @@ export const Reseller = Type.Object({
   status: StringEnum(RESELLER_STATUSES),
   organization_limit: Nullable(Type.Integer()),
   user_limit: Nullable(Type.Integer()),
-  metadata: JsonObject("Your own data."),
+  metadata: Metadata(),
   archived_at: Nullable(DateTime()),
   created_at: DateTime(),
   updated_at: DateTime(),

@@ -8,8 +8,6 @@ import type { ResellerCreateBody, ResellerUpdateBody } from "./model.ts";
 
 export type ResellerRow = typeof resellers.$inferSelect;
 
-const MAX_METADATA_KEYS = 50;
-
 export function presentReseller(row: ResellerRow) {
   return {
     public_id: row.id,
@@ -47,7 +45,6 @@ export class ResellerService {
   }
 
   create(body: ResellerCreateBody, ctx: ChangeContext): ResellerRow {
-    checkMetadata(body.metadata);
     const now = this.deps.clock.now();
     const status = body.status ?? "active";
     const row: ResellerRow = {
@@ -72,7 +69,6 @@ export class ResellerService {
   }
 
   update(id: string, body: ResellerUpdateBody, ctx: ChangeContext): ResellerRow {
-    checkMetadata(body.metadata);
     return this.deps.db.transaction((tx) => {
       const current = this.get(id);
       const now = this.deps.clock.now();
@@ -101,11 +97,5 @@ export class ResellerService {
       });
       return next;
     });
-  }
-}
-
-function checkMetadata(metadata: Record<string, unknown> | undefined): void {
-  if (metadata && Object.keys(metadata).length > MAX_METADATA_KEYS) {
-    throw ApiError.validation({ metadata: [`at most ${MAX_METADATA_KEYS} keys`] });
   }
 }

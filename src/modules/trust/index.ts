@@ -3,7 +3,7 @@ import { eq } from "drizzle-orm";
 import { Elysia } from "elysia";
 import { unixSeconds } from "../../domain/clock.ts";
 import { ApiError } from "../../http/errors.ts";
-import { dataOf } from "../../http/schemas.ts";
+import { dataOf, IdField } from "../../http/schemas.ts";
 import type { Services } from "../../services.ts";
 import { products } from "../../store/schema/index.ts";
 import { NONCE, signedString } from "../activations/model.ts";
@@ -66,9 +66,9 @@ export const runtimeTrustController = ({ trust, signer, deps }: Services) => {
       {
         body: Type.Object(
           {
-            product_id: Type.String({ maxLength: 64 }),
+            product_id: IdField(),
             nonce: NONCE,
-            sdk_version: Type.Optional(Type.String({ maxLength: 64 })),
+            sdk_version: Type.Optional(IdField()),
           },
           { additionalProperties: false },
         ),

@@ -1,0 +1,58 @@
+import { parseDateTime } from "../../domain/datetime.ts";
+import type { PlanDefinition } from "../../domain/plans.ts";
+import { ENTITLEMENT_NAME } from "../../domain/policy-rules.ts";
+import { ApiError, type FieldErrorCollector } from "../../http/errors.ts";
+
+/**
+ * `expires_at` and `expiry` are one field (DESIGN §4): undefined when neither was sent, null for
+ * "never", and a 422 when both were sent with different instants.
+ */
+export function sentExpiry(
+  body: { expires_at?: string | null; expiry?: string | null },
+  errors: FieldErrorCollector,
+): Date | null | undefined {
+  const parse = (field: string, value: string | null | undefined): Date | null | undefined => {
+    if (value === undefined || value === null) return value;
+    const date = parseDateTime(value);
+    if (!date)
+      errors.add(field, "must be an RFC 3339 date-time with a real calendar date, e.g. 2030-01-31T00:00:00Z");
+    return date ?? undefined;
+  };
+  const a = parse("expires_at", body.expires_at);
+  const b = parse("expiry", body.expiry);
+  if (
+    body.expires_at !== undefined &&
+    body.expiry !== undefined &&
+    (a?.getTime() ?? null) !== (b?.getTime() ?? null)
+  ) {
+    errors.add("expires_at", "expires_at and expiry are the same field and were sent with different values");
+  }
+  return body.expires_at !== undefined ? a : b;
+}
+
+/** A license's expiry lies in the future and within the plan's longest license. */
+export function checkExpiry(expiresAt: Date | null, now: Date, plan: PlanDefinition): void {
+  if (expiresAt === null) return;
+  if (expiresAt.getTime() <= now.getTime())
+    throw ApiError.validation({ expires_at: ["must be in the future"] });
+  if (expiresAt.getTime() - now.getTime() > plan.license_duration_max_sec * 1000) {
+    throw ApiError.validation({
+      expires_at: [
+        `is beyond the plan's license_duration_max_sec (${plan.license_duration_max_sec}s from now)`,
+      ],
+    });
+  }
+}
+
+/** License entitlement overrides follow the policy's naming rule. */
+export function checkEntitlementNames(
+  field: string,
+  entitlements: Record<string, unknown> | undefined,
+  errors: FieldErrorCollector,
+): void {
+  for (const name of Object.keys(entitlements ?? {})) {
+    if (!ENTITLEMENT_NAME.test(name)) {
+      errors.add(`${field}.${name}`, "names are 1-64 of a-z 0-9 _ . : - and start with a letter or digit");
+    }
+  }
+}
