@@ -1,5 +1,6 @@
 import { type AnyElysia, Elysia } from "elysia";
 import type { Deps } from "./deps.ts";
+import { scopeRegistry } from "./http/auth.ts";
 import { httpConventions } from "./http/conventions.ts";
 import { type Logger, silentLogger } from "./http/logger.ts";
 import { GcraLimiter, type RateLimitPolicy } from "./http/rate-limit.ts";
@@ -39,6 +40,7 @@ export function createApp(deps: Deps, options: AppOptions) {
   // The document describes the finished app, so it is built on first request, not here.
   let openApiCache: Record<string, unknown> | undefined;
   const root: { app?: AnyElysia } = {};
+  let scopes: ReturnType<typeof scopeRegistry> | undefined;
   const openApiDocument = () => {
     if (!root.app) throw new Error("the app is not built yet");
     openApiCache ??= buildOpenApiDocument(root.app, options.baseUrl);
@@ -54,6 +56,10 @@ export function createApp(deps: Deps, options: AppOptions) {
         managementLimiter: new GcraLimiter(options.managementRateLimit ?? DEFAULT_MANAGEMENT_RATE_LIMIT),
         baseUrl: options.baseUrl,
         testClock: options.testClock ?? false,
+        requiredScope: (method, route) => {
+          scopes ??= root.app ? scopeRegistry(root.app.routes) : undefined;
+          return scopes?.(method, route);
+        },
         signDenial: (signedFor, requestId, status, error) =>
           services.signer.signature(signedFor, requestId, status, error),
       }),

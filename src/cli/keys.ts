@@ -3,7 +3,7 @@ import { systemClock } from "../domain/clock.ts";
 import { IdGenerator } from "../domain/ids.ts";
 import { ENVIRONMENTS, type Environment, isScope, SCOPES, type Scope } from "../domain/scopes.ts";
 import { ApiKeyService } from "../modules/api-keys/service.ts";
-import { CliError, type Command, JSON_OPTION, openExistingStore, out } from "./shared.ts";
+import { CliError, type Command, cliActor, JSON_OPTION, openExistingStore, out } from "./shared.ts";
 
 const MAX_NAME = 100;
 
@@ -78,7 +78,7 @@ export const keysCreateCommand: Command = {
       throw new UsageError(`--name must be 1 to ${MAX_NAME} characters`);
     }
     const created = withApiKeys(line, (service) =>
-      service.create({ environment: env as Environment, scopes, name }),
+      service.create({ environment: env as Environment, scopes, name }, cliActor()),
     );
     if (line.flags.json === true) out(JSON.stringify({ api_key: created.apiKey, id: created.id }));
     else out(`Created ${created.id} (${env}, ${scopesFlag}).\nAPI key (shown only now): ${created.apiKey}`);
@@ -126,7 +126,7 @@ export const keysRevokeCommand: Command = {
     const [id] = line.positionals;
     if (id === undefined) throw new UsageError("give the id of the key to revoke (see licensing keys list)");
     noPositionals(line, 1);
-    const found = withApiKeys(line, (service) => service.revoke(id));
+    const found = withApiKeys(line, (service) => service.revoke(id, cliActor()));
     if (!found) throw new CliError(`no API key with id ${id}`);
     out(`Revoked ${id}.`);
     return 0;

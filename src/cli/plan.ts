@@ -1,15 +1,16 @@
 import { type CommandLine, UsageError } from "../config.ts";
 import { systemClock } from "../domain/clock.ts";
+import { IdGenerator } from "../domain/ids.ts";
 import { PLANS, type PlanDefinition, planByCode } from "../domain/plans.ts";
 import { WorkspaceService } from "../modules/workspace/service.ts";
 import { table } from "./keys.ts";
-import { CliError, type Command, JSON_OPTION, openExistingStore, out } from "./shared.ts";
+import { CliError, type Command, cliActor, JSON_OPTION, openExistingStore, out } from "./shared.ts";
 
 /** The plan lives in the workspace row only, so these commands need the store but not the keystore. */
 function withWorkspace<T>(line: CommandLine, work: (workspace: WorkspaceService) => T): T {
   const { store } = openExistingStore(line.config.dataDir);
   try {
-    const workspace = new WorkspaceService({ db: store.db, clock: systemClock });
+    const workspace = new WorkspaceService({ db: store.db, clock: systemClock, ids: new IdGenerator() });
     if (!workspace.exists()) {
       throw new CliError(`the store in ${line.config.dataDir} has no workspace; was init interrupted?`);
     }
@@ -66,7 +67,7 @@ export const planSetCommand: Command = {
     if (code === undefined) throw new UsageError(`give a plan code: ${codes()}`);
     if (extra !== undefined) throw new UsageError(`unexpected argument ${extra}`);
     if (!planByCode(code)) throw new UsageError(`unknown plan "${code}"; choose one of ${codes()}`);
-    const plan = withWorkspace(line, (workspace) => workspace.setPlan(code));
+    const plan = withWorkspace(line, (workspace) => workspace.setPlan(code, cliActor()));
     out(`The workspace plan is now ${plan.code} (${plan.name}).`);
     return 0;
   },

@@ -1,5 +1,6 @@
 import { randomBytes } from "node:crypto";
 import { existsSync, readFileSync, statSync, writeFileSync } from "node:fs";
+import { userInfo } from "node:os";
 import {
   CONFIG_OPTIONS,
   type CommandLine,
@@ -12,6 +13,7 @@ import {
 } from "../config.ts";
 import { openStore, type Store } from "../store/db.ts";
 import { migrate } from "../store/migrate.ts";
+import type { Actor } from "../store/schema/index.ts";
 
 /** A failure the operator can act on: printed as one line, no stack trace. */
 export class CliError extends Error {
@@ -153,4 +155,15 @@ export function helpText(command: Command): string {
     { name: "help", kind: "boolean", description: "show this help" } satisfies OptionSpec,
   ];
   return `${command.summary}\n\nUsage:\n  ${command.usage}\n\nOptions:\n${formatOptions(options)}\n`;
+}
+
+/** Who acted, for the audit trail of command-line changes: the operating-system user. */
+export function cliActor(): Actor {
+  let user = "unknown";
+  try {
+    user = userInfo().username;
+  } catch {
+    // No passwd entry (some containers): the audit still records that the command line acted.
+  }
+  return { type: "cli", id: user };
 }

@@ -16,9 +16,7 @@ export const managementAuth = new Elysia({ name: "management-auth" }).macro({
       const caller = requestState.get(request)?.caller;
       if (!caller) throw new ApiError("UNAUTHENTICATED", "Send an API key as 'Authorization: Bearer <key>'.");
       if (!caller.scopes.has(scope)) {
-        throw new ApiError("INSUFFICIENT_SCOPE", `This operation needs the ${scope} scope.`, {
-          required_scope: scope,
-        });
+        throw insufficientScope(scope);
       }
     },
     resolve({ request }): { caller: ApiKeyIdentity } {
@@ -28,3 +26,18 @@ export const managementAuth = new Elysia({ name: "management-auth" }).macro({
     },
   }),
 });
+
+export const insufficientScope = (scope: string) =>
+  new ApiError("INSUFFICIENT_SCOPE", `This operation needs the ${scope} scope.`, { required_scope: scope });
+
+/** Route (method + template) -> the scope its `scope` macro declared, read from the built app. */
+export function scopeRegistry(routes: readonly { method: string; path: string; hooks: unknown }[]) {
+  const scopes = new Map<string, string>();
+  for (const route of routes) {
+    const scope = (route.hooks as { detail?: Record<string, unknown> } | undefined)?.detail?.[
+      "x-required-scope"
+    ];
+    if (typeof scope === "string") scopes.set(`${route.method} ${route.path}`, scope);
+  }
+  return (method: string, route: string) => scopes.get(`${method} ${route}`);
+}

@@ -1,7 +1,9 @@
 import { Elysia } from "elysia";
 import type { Clock } from "../domain/clock.ts";
 import type { IdGenerator } from "../domain/ids.ts";
+import type { Scope } from "../domain/scopes.ts";
 import type { ApiKeyService } from "../modules/api-keys/service.ts";
+import { insufficientScope } from "./auth.ts";
 import { bodyLimitFor, parseJsonBody } from "./body.ts";
 import { type ErrorEnvelope, errorBody, toApiError } from "./envelope.ts";
 import { ApiError, type SignedFor } from "./errors.ts";
@@ -17,6 +19,8 @@ export interface ConventionDeps {
   managementLimiter: GcraLimiter;
   baseUrl: string;
   testClock: boolean;
+  /** The scope a route requires (from its `scope` macro), so it can be checked before the body is read. */
+  requiredScope?: (method: string, route: string) => string | undefined;
   /** Signs a license-state denial so the device can trust it (DESIGN §5). */
   signDenial?: (
     signedFor: SignedFor,
@@ -45,12 +49,15 @@ export function httpConventions(deps: ConventionDeps) {
       if (new URL(request.url).pathname.startsWith(MANAGEMENT_PREFIX))
         authenticate(request, set.headers, deps, now);
     })
-    .onParse({ as: "global" }, ({ request, path }) =>
-      parseJsonBody(request, bodyLimitFor(path), (bytes) => {
-        const state = requestState.get(request);
+    .onParse({ as: "global" }, ({ request, path, route }) => {
+      const state = requestState.get(request);
+      // A caller without the route's scope hears 403 before its body is read, parsed or measured.
+      const scope = deps.requiredScope?.(request.method, route);
+      if (scope && state?.caller && !state.caller.scopes.has(scope as Scope)) throw insufficientScope(scope);
+      return parseJsonBody(request, bodyLimitFor(path), (bytes) => {
         if (state) state.rawBody = bytes;
-      }),
-    )
+      });
+    })
     .onError({ as: "global" }, ({ error, code, request, set }) => {
       const apiError = toApiError(error, code, request);
       const requestId = requestState.get(request)?.requestId ?? "req_unknown";

@@ -6,7 +6,8 @@ import { ApiError } from "./errors.ts";
  * Undefined when the header is absent (the change is unconditional).
  */
 export function versionFromIfMatch(header: string | undefined | null): number | undefined {
-  if (header === undefined || header === null) return undefined;
+  // `*` matches whatever version exists: the change is as unconditional as without the header.
+  if (header === undefined || header === null || header.trim() === "*") return undefined;
   const match = /^\s*(?:W\/)?"?(\d{1,15})"?\s*$/.exec(header);
   if (!match?.[1]) {
     throw new ApiError("INVALID_REQUEST", 'If-Match must be the resource version, e.g. 7 or "7".', {

@@ -51,9 +51,18 @@ export const Metadata = (
     maxProperties: MAX_METADATA_KEYS,
   });
 
-export const IdempotencyHeaders = Type.Object({
-  "idempotency-key": Type.Optional(Type.String({ description: "16-255 characters; see DESIGN §4." })),
+const IdempotencyKey = Type.String({
+  minLength: 16,
+  maxLength: 255,
+  pattern: "^[\\x21-\\x7E]+$",
+  description: "16-255 visible ASCII characters; replays the first response for the same body (docs/api.md).",
 });
+
+/** Where the key is optional; a malformed one is still refused (400). */
+export const IdempotencyHeaders = Type.Object({ "idempotency-key": Type.Optional(IdempotencyKey) });
+
+/** Creates that must be safe to retry; checked with the other headers, before the body (400). */
+export const RequiredIdempotencyHeaders = Type.Object({ "idempotency-key": IdempotencyKey });
 
 export const IfMatchHeaders = Type.Object({
   "if-match": Type.Optional(

@@ -102,6 +102,16 @@ describe("the error envelope", () => {
     expect(reasonable.status).toBe(201);
   });
 
+  test("a number too large for a double (1e400) answers 422 naming its path", async () => {
+    const product = await t.call("POST", "/mgmt/v1/products", { body: productBody(), headers: t.idem() });
+    const response = await t.call("POST", "/mgmt/v1/policies", {
+      rawBody: `{"product_id":"${product.body.data.public_id}","name":"x","entitlements":{"seats":1e400}}`,
+      headers: { "content-type": "application/json", ...t.idem() },
+    });
+    expect(response.status).toBe(422);
+    expect(response.body.error.details.errors["entitlements.seats"]).toBeDefined();
+  });
+
   test("an unknown route answers 404 with the envelope", async () => {
     const response = await t.call("GET", "/mgmt/v1/nothing-here");
     expect(response.status).toBe(404);
@@ -122,6 +132,7 @@ describe("the error envelope", () => {
     expect(response.status).toBe(500);
     expect(response.body.error.code).toBe("INTERNAL_ERROR");
     expect(response.body.error.retryable).toBe(true);
+    expect(response.body.error.request_id).toBe(response.headers.get("x-request-id"));
     expect(response.text).not.toContain("at ");
     expect(response.text.toLowerCase()).not.toContain("sqlite");
   });
@@ -256,9 +267,13 @@ describe("Idempotency-Key", () => {
     expect(fixed.headers.get("idempotent-replayed")).toBeNull();
   });
 
-  test("a key is forgotten after 24 hours", async () => {
-    await t.call("POST", "/mgmt/v1/products", { body: productBody("first"), headers: key });
-    t.clock.advance(24 * 3600 + 1);
+  test("a key is kept for 24 hours and forgotten after", async () => {
+    const first = await t.call("POST", "/mgmt/v1/products", { body: productBody("first"), headers: key });
+    t.clock.advance(24 * 3600 - 1);
+    const replay = await t.call("POST", "/mgmt/v1/products", { body: productBody("first"), headers: key });
+    expect(replay.headers.get("idempotent-replayed")).toBe("true");
+    expect(replay.body.data.public_id).toBe(first.body.data.public_id);
+    t.clock.advance(2);
     const later = await t.call("POST", "/mgmt/v1/products", { body: productBody("second"), headers: key });
     expect(later.status).toBe(201);
     expect(countProducts()).toBe(2);

@@ -70,6 +70,27 @@ describe("audit events", () => {
   });
 });
 
+describe("command-line changes", () => {
+  test("keys and plan changes made from the command line are audited with a cli actor", async () => {
+    const actor = { type: "cli" as const, id: "ops" };
+    const created = t.apiKeys.create({ environment: "test", scopes: ["products:read"], name: "ci" }, actor);
+    t.apiKeys.revoke(created.id, actor);
+    t.workspace.setPlan("business", actor);
+    const test = (await t.call("GET", "/mgmt/v1/events", { key: t.keys.test })).body.data;
+    expect(test.map((e: { type: string }) => e.type)).toEqual([
+      "workspace.plan_changed",
+      "api_key.revoked",
+      "api_key.created",
+    ]);
+    expect(test[2]).toMatchObject({
+      actor,
+      target: { type: "api_key", id: created.id, environment: "test" },
+    });
+    const live = (await t.call("GET", "/mgmt/v1/events")).body.data;
+    expect(live.map((e: { type: string }) => e.type)).toEqual(["workspace.plan_changed"]);
+  });
+});
+
 describe("plan", () => {
   test("the default self-hosted plan has every feature and reports license usage", async () => {
     const f = factories(t);
@@ -148,7 +169,7 @@ describe("usage report", () => {
   });
 
   test("an unknown or future period answers 400", async () => {
-    for (const period of ["last_week", "2026-13", "2999-01"]) {
+    for (const period of ["last_week", "2026-13", "2999-01", "0000-01"]) {
       const response = await t.call("GET", `/mgmt/v1/reports/usage?period=${period}`);
       expect(response.status).toBe(400);
       expect(response.body.error.code).toBe("INVALID_REQUEST");

@@ -167,7 +167,73 @@ describe("happy path", () => {
   });
 });
 
+describe("concurrency tokens", () => {
+  test("a PATCH that resends current values changes nothing and keeps the version", async () => {
+    const id = (await create({ ...base(), metadata: { a: 1, b: [1, 2] }, max_machines: 3 })).body.data
+      .public_id;
+    for (const body of [
+      { metadata: { b: [1, 2], a: 1 } },
+      { max_machines_override: 3 },
+      { renewal_authority: "vendor" },
+    ]) {
+      const response = await t.call("PATCH", `/mgmt/v1/licenses/${id}`, { body });
+      expect(response.status).toBe(200);
+      expect(response.body.data.version).toBe(1);
+    }
+    const events = await t.call("GET", "/mgmt/v1/events");
+    expect(events.body.data.filter((e: { type: string }) => e.type === "license.updated")).toHaveLength(0);
+  });
+
+  test("audit events name changed fields as the API does", async () => {
+    const id = (await create(base())).body.data.public_id;
+    await t.call("PATCH", `/mgmt/v1/licenses/${id}`, {
+      body: { max_machines_override: 4, metadata: { k: "v" } },
+    });
+    const updated = (await t.call("GET", "/mgmt/v1/events")).body.data[0];
+    expect(updated).toMatchObject({
+      type: "license.updated",
+      data: { changes: ["max_machines_override", "metadata"] },
+    });
+  });
+
+  test("If-Match * matches any version", async () => {
+    const id = (await create(base())).body.data.public_id;
+    const response = await t.call("PATCH", `/mgmt/v1/licenses/${id}`, {
+      body: { metadata: { a: 1 } },
+      headers: { "if-match": "*" },
+    });
+    expect(response.body.data.version).toBe(2);
+  });
+
+  test("convert-trial honours If-Match: a stale version answers 409 and converts nothing", async () => {
+    const trialPolicy = f.policy({ productId, licenseType: "trial", trialDays: 7 });
+    const subPolicy = f.policy({ productId, licenseType: "subscription", billingCycle: "yearly" });
+    const trial = (await create({ product_id: productId, policy_id: trialPolicy.id })).body.data.public_id;
+    await t.call("PATCH", `/mgmt/v1/licenses/${trial}`, { body: { metadata: { touched: true } } });
+    const stale = await t.call("POST", `/mgmt/v1/licenses/${trial}/convert-trial`, {
+      body: { target_policy_id: subPolicy.id },
+      headers: { "if-match": "1" },
+    });
+    expect(stale.status).toBe(409);
+    expect((await t.call("GET", `/mgmt/v1/licenses/${trial}`)).body.data.license_type).toBe("trial");
+  });
+});
+
 describe("errors", () => {
+  test("an empty customer_id, an impossible date and a bad entitlement name answer 422", async () => {
+    for (const [body, field] of [
+      [{ ...base(), customer_id: "" }, "customer_id"],
+      [{ ...base(), expires_at: "2030-02-31T00:00:00Z" }, "expires_at"],
+      [{ ...base(), expires_at: "2030-06-30T24:00:00Z" }, "expires_at"],
+      [{ ...base(), expires_at: "2030-01-01" }, "expires_at"],
+      [{ ...base(), entitlements: { "BAD NAME!!": true } }, "entitlements.BAD NAME!!"],
+    ] as const) {
+      const response = await create(body);
+      expect(response.status).toBe(422);
+      expect(response.body.error.details.errors[field]).toBeDefined();
+    }
+  });
+
   test("references that do not fit answer 422 keyed by field", async () => {
     const otherProduct = f.catalog().policy.id;
     const retired = f.policy({ productId, status: "retired" }).id;

@@ -175,6 +175,37 @@ describe("errors", () => {
     expect(response.status).toBe(422);
   });
 
+  test("license_type cannot change once licenses use the policy", async () => {
+    const id = (await create({ product_id: productId, name: "Std" })).body.data.public_id;
+    expect(
+      (
+        await t.call("PATCH", `/mgmt/v1/policies/${id}`, {
+          body: { license_type: "subscription", billing_cycle: "yearly" },
+        })
+      ).status,
+    ).toBe(200);
+    factories(t).license({ productId, policyId: id, licenseType: "subscription" });
+    const response = await t.call("PATCH", `/mgmt/v1/policies/${id}`, {
+      body: { license_type: "perpetual", billing_cycle: "none" },
+    });
+    expect(response.status).toBe(422);
+    expect(response.body.error.details.errors.license_type).toBeDefined();
+  });
+
+  test("resending the same entitlements in another key order changes nothing", async () => {
+    const created = await create({
+      product_id: productId,
+      name: "Std",
+      entitlements: { a: true, b: { max: 2 } },
+    });
+    const id = created.body.data.public_id;
+    const response = await t.call("PATCH", `/mgmt/v1/policies/${id}`, {
+      body: { entitlements: { b: { max: 2 }, a: true } },
+    });
+    expect(response.body.data.version).toBe(1);
+    expect(response.headers.get("etag")).toBe(created.headers.get("etag"));
+  });
+
   test("integers sent as strings are refused, not coerced", async () => {
     const response = await create({ product_id: productId, name: "X", max_machines: "5" });
     expect(response.status).toBe(422);

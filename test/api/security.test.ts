@@ -1,4 +1,4 @@
-import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { afterEach, beforeEach, describe, expect, test } from "bun:test";
 import { SCOPES } from "../../src/domain/scopes.ts";
 import { createTestContext, type TestContext } from "../support/harness.ts";
 import { concretePath, type Ids, MANAGEMENT_ROUTES, seedResources } from "./route-table.ts";
@@ -11,11 +11,11 @@ import { concretePath, type Ids, MANAGEMENT_ROUTES, seedResources } from "./rout
 let t: TestContext;
 let ids: { live: Ids; test: Ids };
 
-beforeAll(() => {
+beforeEach(() => {
   t = createTestContext();
   ids = seedResources(t);
 });
-afterAll(() => t.close());
+afterEach(() => t.close());
 
 const pathFor = (route: (typeof MANAGEMENT_ROUTES)[number], env: "live" | "test" = "live") =>
   route.resource ? concretePath(route, ids[env][route.resource]) : route.path;
@@ -107,10 +107,14 @@ describe.each(MANAGEMENT_ROUTES.map((r) => [`${r.method} ${r.path}`, r] as const
   }
 
   if (route.idempotency === "required") {
-    test("without an Idempotency-Key answers 400 and creates nothing", async () => {
+    test("without an Idempotency-Key answers 400, even for an invalid body, and creates nothing", async () => {
       const eventsBefore = t.deps.sqlite.query("SELECT count(*) AS n FROM audit_events").get();
       const response = await t.call(route.method, pathFor(route), { body: bodyFor(route) });
       expectEnvelope(response, 400, "INVALID_REQUEST");
+      const invalid = await t.call(route.method, pathFor(route), {
+        body: { ...bodyFor(route), unknown_field: 1 },
+      });
+      expectEnvelope(invalid, 400, "INVALID_REQUEST");
       expect(t.deps.sqlite.query("SELECT count(*) AS n FROM audit_events").get()).toEqual(eventsBefore);
     });
   }
@@ -143,6 +147,35 @@ describe.each(MANAGEMENT_ROUTES.map((r) => [`${r.method} ${r.path}`, r] as const
       });
       expectEnvelope(response, 422, "VALIDATION_FAILED");
       expect(response.body.error.details.errors.unknown_field).toBeDefined();
+    });
+
+    test("with unknown fields named after Object.prototype members answers 422, not 500", async () => {
+      const text = JSON.stringify(bodyFor(route)).replace(
+        /^\{/,
+        '{"__proto__":{"x":1},"constructor":1,"toString":2,',
+      );
+      const response = await t.call(route.method, pathFor(route), {
+        rawBody: text.replace(/,\}$/, "}"),
+        headers: { "content-type": "application/json", ...t.idem() },
+      });
+      expectEnvelope(response, 422, "VALIDATION_FAILED");
+      expect(Object.keys(response.body.error.details.errors)).toEqual(
+        expect.arrayContaining(["constructor", "toString"]),
+      );
+    });
+
+    test("with a key lacking its scope answers 403 even when the body is malformed", async () => {
+      const key = t.keyFor(
+        "live",
+        SCOPES.filter((s) => s !== route.scope),
+        "no-scope",
+      );
+      const response = await t.call(route.method, pathFor(route), {
+        key,
+        rawBody: "{not json",
+        headers: { "content-type": "application/json", ...t.idem() },
+      });
+      expectEnvelope(response, 403, "INSUFFICIENT_SCOPE");
     });
   }
 });

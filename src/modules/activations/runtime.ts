@@ -2,7 +2,7 @@ import { Elysia } from "elysia";
 import { thumbprint } from "../../crypto/keys.ts";
 import { readDeviceProofHeaders } from "../../http/device-proof.ts";
 import { runtimeCall } from "../../http/runtime-call.ts";
-import { IdempotencyHeaders } from "../../http/schemas.ts";
+import { RequiredIdempotencyHeaders } from "../../http/schemas.ts";
 import type { Services } from "../../services.ts";
 import { activationModels } from "./model.ts";
 import { idempotentPartOf } from "./service.ts";
@@ -39,7 +39,7 @@ export const runtimeActivationsController = ({ activations, idempotency, signer 
       },
       {
         body: "activation.create",
-        headers: IdempotencyHeaders,
+        headers: RequiredIdempotencyHeaders,
         response: { 201: "activation.result" },
         detail: { summary: "Activate a device (license key and device proof in the body)" },
       },

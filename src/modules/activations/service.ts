@@ -91,9 +91,9 @@ export class ActivationService {
       const errors: Record<string, string[]> = {};
       if (!signingKey)
         errors.device_signing_public_key = ["must be ed25519:<b64u 32 bytes> or p256:<b64u 65-byte point>"];
-      if (!kemKey || kemKey.alg !== "p256")
+      if (kemKey?.alg !== "p256")
         errors.device_kem_public_key = ["must be p256:<b64u 65-byte uncompressed point>"];
-      if (!signingKey || !kemKey || kemKey.alg !== "p256") throw ApiError.validation(errors);
+      if (!signingKey || kemKey?.alg !== "p256") throw ApiError.validation(errors);
       const nowSec = unixSeconds(this.deps.clock.now());
       if (Math.abs(nowSec - body.client_time) > CLOCK_SKEW_SEC) {
         throw new ApiError(

@@ -3,7 +3,8 @@ import { desc, eq } from "drizzle-orm";
 import { sha256Hex } from "../../crypto/encoding.ts";
 import type { Deps } from "../../deps.ts";
 import type { Environment, Scope } from "../../domain/scopes.ts";
-import { apiKeys } from "../../store/schema/index.ts";
+import { type Actor, apiKeys } from "../../store/schema/index.ts";
+import { recordAudit } from "../events/service.ts";
 
 const BASE62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
 const SECRET_CHARS = 32;
@@ -56,7 +57,11 @@ export class ApiKeyService {
     );
   }
 
-  create(input: { environment: Environment; scopes: Scope[]; name: string }): { apiKey: string; id: string } {
+  /** With an `actor`, the creation is audited in the key's environment (the CLI passes one). */
+  create(
+    input: { environment: Environment; scopes: Scope[]; name: string },
+    actor?: Actor,
+  ): { apiKey: string; id: string } {
     const apiKey = newSecret(input.environment);
     const now = this.deps.clock.now();
     const id = this.deps.ids.next("apiKey", now.getTime());
@@ -72,6 +77,18 @@ export class ApiKeyService {
         createdAt: now,
       })
       .run();
+    if (actor) {
+      recordAudit(
+        this.deps.db,
+        this.deps,
+        { actor, environment: input.environment, requestId: null },
+        {
+          type: "api_key.created",
+          target: { type: "api_key", id },
+          data: { name: input.name, scopes: input.scopes },
+        },
+      );
+    }
     return { apiKey, id };
   }
 
@@ -112,11 +129,22 @@ export class ApiKeyService {
   }
 
   /** Returns false when no such key exists; revoking twice keeps the first revocation time. */
-  revoke(id: string): boolean {
+  revoke(id: string, actor?: Actor): boolean {
     const row = this.deps.db.select().from(apiKeys).where(eq(apiKeys.id, id)).get();
     if (!row) return false;
     if (row.revokedAt === null) {
       this.deps.db.update(apiKeys).set({ revokedAt: this.deps.clock.now() }).where(eq(apiKeys.id, id)).run();
+      if (actor) {
+        recordAudit(
+          this.deps.db,
+          this.deps,
+          { actor, environment: row.environment, requestId: null },
+          {
+            type: "api_key.revoked",
+            target: { type: "api_key", id },
+          },
+        );
+      }
     }
     return true;
   }

@@ -4,7 +4,7 @@ import { changeContext } from "../../http/context.ts";
 import { postOnce } from "../../http/idempotency.ts";
 import { pageRequest, toPage } from "../../http/pagination.ts";
 import { noContent } from "../../http/respond.ts";
-import { IdempotencyHeaders, IfMatchHeaders } from "../../http/schemas.ts";
+import { IfMatchHeaders, RequiredIdempotencyHeaders } from "../../http/schemas.ts";
 import type { Services } from "../../services.ts";
 import { CustomerListQuery, customerModels } from "./model.ts";
 import { customerEtag, presentCustomer } from "./service.ts";
@@ -38,7 +38,7 @@ export const customersController = ({ customers, idempotency }: Services) =>
       {
         scope: "customers:write",
         body: "customer.create",
-        headers: IdempotencyHeaders,
+        headers: RequiredIdempotencyHeaders,
         response: { 201: "customer.response" },
         detail: { summary: "Create a customer (name or email required)" },
       },

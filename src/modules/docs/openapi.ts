@@ -39,7 +39,7 @@ export function buildOpenApiDocument(app: AnyElysia, baseUrl: string): Record<st
     for (const method of METHODS) {
       const operation = item[method];
       if (!operation) continue;
-      operation.responses = { ...operation.responses, ...errorResponsesFor(path, method, operation) };
+      operation.responses = { ...operation.responses, ...errorResponsesFor(path, operation) };
       if (!path.startsWith("/mgmt/")) operation.security = [];
       if (operation.responses?.["204"] === undefined && method === "delete") {
         operation.responses = { "204": { description: "Done; no body." }, ...operation.responses };
@@ -105,20 +105,28 @@ function documentRequestBodies(app: AnyElysia, paths: Record<string, Record<stri
   }
 }
 
-function errorResponsesFor(path: string, method: string, operation: Operation): Record<string, unknown> {
-  const out: Record<string, unknown> = {};
+/**
+ * The failure statuses an operation can answer, derived from what it takes: every failure uses
+ * the error envelope, and each status lists the codes it carries.
+ */
+function errorResponsesFor(path: string, operation: Operation): Record<string, unknown> {
   const statuses = new Set<number>([429, 500]);
-  if (path.startsWith("/mgmt/")) {
-    statuses.add(401);
-    statuses.add(403);
-  }
+  const add = (...codes: number[]) => {
+    for (const code of codes) statuses.add(code);
+  };
+  const header = (name: string) =>
+    operation.parameters?.some((p) => p.in === "header" && p.name === name) ?? false;
+  const hasQuery = operation.parameters?.some((p) => p.in === "query") ?? false;
+  const deviceProof = JSON.stringify(operation.security ?? []).includes("deviceProof");
+  if (path.startsWith("/mgmt/")) add(401, 403);
   if (path.includes("{")) statuses.add(404);
-  if (operation.requestBody || method === "post" || method === "patch") {
-    statuses.add(400);
-    statuses.add(422);
-  }
-  if (method === "patch" || (method === "delete" && path.startsWith("/mgmt/v1/products"))) statuses.add(409);
-  if (method === "post" && !path.includes("{") && path.startsWith("/mgmt/")) statuses.add(409);
+  if (hasQuery) add(400, 422);
+  if (operation.requestBody) add(400, 413, 422);
+  if (header("if-match") || header("idempotency-key")) statuses.add(409);
+  if (deviceProof) add(400, 401, 403, 404, 410, 422);
+  if (path === "/runtime/v1/activations") add(401, 403, 404, 409, 422);
+  if (path.includes("/trust-bundle") || path === "/runtime/v1/time") add(404, 409);
+  const out: Record<string, unknown> = {};
   for (const status of [...statuses].sort()) {
     if (operation.responses?.[String(status)]) continue;
     const codes = Object.entries(ERROR_CODES)

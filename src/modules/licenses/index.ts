@@ -5,7 +5,7 @@ import { postOnce } from "../../http/idempotency.ts";
 import { pageRequest, splitPage } from "../../http/pagination.ts";
 import { versionEtag, versionFromIfMatch } from "../../http/preconditions.ts";
 import { noContent } from "../../http/respond.ts";
-import { IdempotencyHeaders, IfMatchHeaders } from "../../http/schemas.ts";
+import { IfMatchHeaders, RequiredIdempotencyHeaders } from "../../http/schemas.ts";
 import type { Services } from "../../services.ts";
 import { LicenseListQuery, licenseModels } from "./model.ts";
 
@@ -44,7 +44,7 @@ export const licensesController = ({ licenses, idempotency }: Services) => {
       {
         scope: "licenses:write",
         body: "license.create",
-        headers: IdempotencyHeaders,
+        headers: RequiredIdempotencyHeaders,
         response: { 201: "license.response" },
         detail: { summary: "Create a license (product_id and policy_id are required)" },
       },

@@ -4,7 +4,7 @@ import { changeContext } from "../../http/context.ts";
 import { postOnce } from "../../http/idempotency.ts";
 import { pageRequest, toPage } from "../../http/pagination.ts";
 import { noContent } from "../../http/respond.ts";
-import { IdempotencyHeaders, IfMatchHeaders } from "../../http/schemas.ts";
+import { IfMatchHeaders, RequiredIdempotencyHeaders } from "../../http/schemas.ts";
 import type { Services } from "../../services.ts";
 import { PolicyListQuery, policyModels } from "./model.ts";
 import { policyEtag, presentPolicy } from "./service.ts";
@@ -38,7 +38,7 @@ export const policiesController = ({ policies, idempotency }: Services) =>
       {
         scope: "policies:write",
         body: "policy.create",
-        headers: IdempotencyHeaders,
+        headers: RequiredIdempotencyHeaders,
         response: { 201: "policy.response" },
         detail: { summary: "Create a policy (only product_id and name are required)" },
       },

@@ -5,7 +5,7 @@ import { postOnce } from "../../http/idempotency.ts";
 import { PageQuery, pageRequest, toPage } from "../../http/pagination.ts";
 import { versionEtag, versionFromIfMatch } from "../../http/preconditions.ts";
 import { noContent } from "../../http/respond.ts";
-import { IdempotencyHeaders, IfMatchHeaders } from "../../http/schemas.ts";
+import { IfMatchHeaders, RequiredIdempotencyHeaders } from "../../http/schemas.ts";
 import type { Services } from "../../services.ts";
 import { productModels } from "./model.ts";
 import { presentProduct } from "./service.ts";
@@ -43,7 +43,7 @@ export const productsController = ({ products, idempotency }: Services) =>
       {
         scope: "products:write",
         body: "product.create",
-        headers: IdempotencyHeaders,
+        headers: RequiredIdempotencyHeaders,
         response: { 201: "product.response" },
         detail: { summary: "Create a product" },
       },

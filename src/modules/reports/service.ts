@@ -32,6 +32,7 @@ export function resolvePeriod(period: string | undefined, now: Date): ReportPeri
       period,
     });
   }
+  if (Number(match[1]) < 1970) throw new ApiError("INVALID_REQUEST", "period is before 1970.", { period });
   const start = new Date(Date.UTC(Number(match[1]), Number(match[2]) - 1, 1));
   if (start.getTime() > now.getTime())
     throw new ApiError("INVALID_REQUEST", "period has not started yet.", { period });

@@ -1,13 +1,15 @@
 import { eq } from "drizzle-orm";
 import type { Deps } from "../../deps.ts";
 import { DEFAULT_PLAN_CODE, PLANS, type PlanDefinition, planByCode } from "../../domain/plans.ts";
-import { workspace } from "../../store/schema/index.ts";
+import { ENVIRONMENTS } from "../../domain/scopes.ts";
+import { type Actor, workspace } from "../../store/schema/index.ts";
+import { recordAudit } from "../events/service.ts";
 
 export const WORKSPACE_ID = "default";
 
 /** The single workspace row of an install, and its plan. */
 export class WorkspaceService {
-  constructor(private readonly deps: Pick<Deps, "db" | "clock">) {}
+  constructor(private readonly deps: Pick<Deps, "db" | "clock" | "ids">) {}
 
   exists(): boolean {
     return this.deps.db.select({ id: workspace.id }).from(workspace).get() !== undefined;
@@ -33,7 +35,8 @@ export class WorkspaceService {
     return planByCode(row?.planCode ?? DEFAULT_PLAN_CODE) ?? (PLANS[DEFAULT_PLAN_CODE] as PlanDefinition);
   }
 
-  setPlan(code: string): PlanDefinition {
+  /** With an `actor`, the change is audited in both environments: the plan governs both. */
+  setPlan(code: string, actor?: Actor): PlanDefinition {
     const plan = planByCode(code);
     if (!plan) throw new Error(`unknown plan "${code}"; choose one of ${Object.keys(PLANS).join(", ")}`);
     this.deps.db
@@ -41,6 +44,20 @@ export class WorkspaceService {
       .set({ planCode: plan.code, updatedAt: this.deps.clock.now() })
       .where(eq(workspace.id, WORKSPACE_ID))
       .run();
+    if (actor) {
+      for (const environment of ENVIRONMENTS) {
+        recordAudit(
+          this.deps.db,
+          this.deps,
+          { actor, environment, requestId: null },
+          {
+            type: "workspace.plan_changed",
+            target: { type: "workspace", id: WORKSPACE_ID },
+            data: { plan: plan.code },
+          },
+        );
+      }
+    }
     return plan;
   }
 }
