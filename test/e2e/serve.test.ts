@@ -49,16 +49,18 @@ describe("a server's life on one data dir", () => {
   let keys: { live: string; test: string };
   const created: Record<string, string> = {};
 
-  test("the first start on a missing data dir initialises it and prints the API keys", async () => {
+  test("init --json prepares the data dir, and serve starts on it without initialising again", async () => {
     dataDir = join(tempDir(), "data");
-    server = await start(["--data-dir", dataDir]);
-    keys = keysIn(server.stdout());
+    const init = await runCli(["init", "--data-dir", dataDir, "--json"]);
+    expect(init.exitCode).toBe(0);
+    const output = JSON.parse(init.stdout) as { api_keys: { live: string; test: string }; data_dir: string };
+    keys = output.api_keys;
     expect(keys.live).toMatch(/^lsk_live_[0-9A-Za-z]{32}$/);
     expect(keys.test).toMatch(/^lsk_test_[0-9A-Za-z]{32}$/);
+    server = await start(["--data-dir", dataDir]);
     expect(server.stdout()).toContain(`listening on ${server.url}`);
-    expect(existsSync(join(dataDir, "keystore.json"))).toBe(true);
-    const initialised = server.logs().find((line) => line.msg === "data dir initialised");
-    expect((initialised?.migrations as string[] | undefined)?.length).toBeGreaterThan(0);
+    expect(keysIn(server.stdout()).live).toBe("");
+    expect(server.logs().some((line) => line.msg === "data dir initialised")).toBe(false);
   });
 
   test("health and readiness answer over real HTTP", async () => {
@@ -164,10 +166,16 @@ describe("a server's life on one data dir", () => {
     const product = await api(server.url, keys.live, "GET", `/mgmt/v1/products/${created.product}`);
     expect(product.status).toBe(200);
     expect(product.body.data.name).toBe("Desktop App");
-    if (created.license) {
-      const license = await api(server.url, keys.live, "GET", `/mgmt/v1/licenses/${created.license}`);
-      expect(license.status).toBe(200);
-    }
+    const policy = await api(server.url, keys.live, "GET", `/mgmt/v1/policies/${created.policy}`);
+    expect(policy.body.data).toMatchObject({ name: "Standard", product_id: created.product });
+    const customer = await api(server.url, keys.live, "GET", `/mgmt/v1/customers/${created.customer}`);
+    expect(customer.body.data.name).toBe("Acme Ltd");
+    const license = await api(server.url, keys.live, "GET", `/mgmt/v1/licenses/${created.license}`);
+    expect(license.body.data).toMatchObject({
+      policy_id: created.policy,
+      customer_id: created.customer,
+      status: "active",
+    });
     expect(await stop(server, "SIGINT")).toBe(0);
   });
 });
