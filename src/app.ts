@@ -22,7 +22,7 @@ import { resellersController } from "./modules/resellers/index.ts";
 import { runtimeEventsController } from "./modules/runtime-events/index.ts";
 import { runtimeTrustController } from "./modules/trust/index.ts";
 import { integrationConfigController } from "./modules/trust/management.ts";
-import { createServices } from "./services.ts";
+import { createServices, type Services } from "./services.ts";
 
 export interface AppOptions {
   baseUrl: string;
@@ -35,8 +35,11 @@ export interface AppOptions {
 export const DEFAULT_MANAGEMENT_RATE_LIMIT: RateLimitPolicy = { name: "mgmt", limit: 100, windowSec: 1 };
 
 /** Builds the HTTP application. Starts nothing: no listen, no migration, no timers. */
-export function createApp(deps: Deps, options: AppOptions) {
-  const services = createServices(deps, { baseUrl: options.baseUrl });
+export function createApp(
+  deps: Deps,
+  options: AppOptions,
+  services: Services = createServices(deps, options),
+) {
   // The document describes the finished app, so it is built on first request, not here.
   let openApiCache: Record<string, unknown> | undefined;
   const root: { app?: AnyElysia } = {};

@@ -13,6 +13,8 @@ import { errorBody } from "./http/envelope.ts";
 import { ApiError } from "./http/errors.ts";
 import { IdempotencyStore } from "./http/idempotency.ts";
 import type { Logger } from "./http/logger.ts";
+import { startSweeper } from "./jobs/sweeper.ts";
+import { createServices } from "./services.ts";
 import { openStore, type Store } from "./store/db.ts";
 import { migrate } from "./store/migrate.ts";
 
@@ -111,18 +113,26 @@ export function startServer({ config, passphrase, logger }: StartOptions): Runni
   let shuttingDown = false;
   let inFlight = 0;
   let server: Server<undefined> | undefined;
+  let stopSweeper: () => void = () => {};
   try {
     const clock: Clock = config.testClock ? new AdjustableClock() : systemClock;
     const deps = buildDeps(store, keystore, clock);
     const swept = new IdempotencyStore(store.sqlite, clock).sweep({ abandonInFlight: true });
     if (swept > 0) logger.log("info", "idempotency records swept", { removed: swept });
 
-    const base = createApp(deps, {
-      baseUrl: config.baseUrl,
-      testClock: config.testClock,
-      logger,
-      readiness: { ready: () => !shuttingDown },
-    });
+    const services = createServices(deps, { baseUrl: config.baseUrl });
+    const base = createApp(
+      deps,
+      {
+        baseUrl: config.baseUrl,
+        testClock: config.testClock,
+        logger,
+        readiness: { ready: () => !shuttingDown },
+      },
+      services,
+    );
+    // Products left pending by a crash get their keys, and stale records go, before any request.
+    stopSweeper = startSweeper(services, logger);
     const app = clock instanceof AdjustableClock ? base.use(testClockRoutes(clock)) : base;
     if (config.testClock) {
       logger.log(
@@ -178,6 +188,7 @@ export function startServer({ config, passphrase, logger }: StartOptions): Runni
       throw new StartupError(`cannot listen on ${config.host}:${config.port}: ${(error as Error).message}`);
     }
   } catch (error) {
+    stopSweeper();
     store.close();
     throw error;
   }
@@ -207,6 +218,7 @@ export function startServer({ config, passphrase, logger }: StartOptions): Runni
     shutdown(reason) {
       shutdownPromise ??= (async () => {
         shuttingDown = true;
+        stopSweeper();
         logger.log("info", "shutting down", { reason, in_flight: inFlight });
         try {
           await drain();

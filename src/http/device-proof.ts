@@ -99,9 +99,12 @@ export class DeviceProofVerifier {
     if (!verifySignature(deviceKey, message, proof.signature)) throw proofInvalid("invalid_signature");
     if (this.remember.run(proof.activationId, proof.nonce, nowSec).changes === 0)
       throw proofInvalid("replayed");
-    if (nowSec >= this.purgeAt) {
-      this.purgeAt = nowSec + 60;
-      this.purge.run(nowSec - 2 * CLOCK_SKEW_SEC);
-    }
+    if (nowSec >= this.purgeAt) this.purgeOld(nowSec);
+  }
+
+  /** A nonce can be replayed only while its timestamp is within the window: twice the skew is plenty. */
+  purgeOld(nowSec: number): number {
+    this.purgeAt = nowSec + 60;
+    return this.purge.run(nowSec - 2 * CLOCK_SKEW_SEC).changes;
   }
 }

@@ -294,6 +294,10 @@ export class ActivationService {
     });
   }
 
+  purgeNonces(): number {
+    return this.proofs.purgeOld(unixSeconds(this.deps.clock.now()));
+  }
+
   /** Ends an activation and releases its leases; pass the caller's transaction to join it. */
   end(
     activationId: string,

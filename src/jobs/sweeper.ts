@@ -1,0 +1,41 @@
+import type { Logger } from "../http/logger.ts";
+import type { Services } from "../services.ts";
+
+export const SWEEP_INTERVAL_MS = 10 * 60 * 1000;
+
+/**
+ * Housekeeping that keeps the store small and the key material current: expired idempotency
+ * records, runtime events past their 7 days, old device nonces, products whose signing keys are
+ * still pending, and retired keys whose retention ended. Each step is independent; one failing
+ * does not stop the others.
+ */
+export function sweepOnce(services: Services, logger: Logger): Record<string, number> {
+  const steps: Record<string, () => number> = {
+    idempotency_records: () => services.idempotency.sweep({ abandonInFlight: false }),
+    runtime_events: () => services.runtimeEvents.purgeExpired(),
+    device_nonces: () => services.activations.purgeNonces(),
+    pending_products: () => services.trust.provisionPending(),
+    retired_keys: () => services.trust.pruneExpiredKeys(),
+  };
+  const done: Record<string, number> = {};
+  for (const [name, step] of Object.entries(steps)) {
+    try {
+      done[name] = step();
+    } catch (error) {
+      logger.log("error", "sweep step failed", { step: name, error: (error as Error).message });
+    }
+  }
+  return done;
+}
+
+/** Runs the sweep now and then every interval; returns the stop function. */
+export function startSweeper(services: Services, logger: Logger, intervalMs = SWEEP_INTERVAL_MS): () => void {
+  const run = () => {
+    const done = sweepOnce(services, logger);
+    if (Object.values(done).some((n) => n > 0)) logger.log("info", "sweep", done);
+  };
+  run();
+  const timer = setInterval(run, intervalMs);
+  timer.unref?.();
+  return () => clearInterval(timer);
+}
