@@ -4,14 +4,22 @@ import { keysCommands } from "./cli/keys.ts";
 import { planCommands } from "./cli/plan.ts";
 import { serveCommand } from "./cli/serve.ts";
 import { CliError, type Command, helpText, parse } from "./cli/shared.ts";
+import { signingKeysCommands } from "./cli/signing-keys.ts";
 import { type Env, UsageError } from "./config.ts";
 import { KeystoreError } from "./crypto/keystore.ts";
 import { StartupError } from "./server.ts";
 
-const COMMANDS: readonly Command[] = [initCommand, serveCommand, ...keysCommands, ...planCommands];
+const COMMANDS: readonly Command[] = [
+  initCommand,
+  serveCommand,
+  ...keysCommands,
+  ...planCommands,
+  ...signingKeysCommands,
+];
 const GROUPS: Record<string, string> = {
   keys: "Create, list and revoke management API keys.",
   plan: "Show or change the workspace plan.",
+  "signing-keys": "List, rotate and retire a product's signing keys.",
 };
 
 const TOP_USAGE = `licensing ${pkg.version}: self-hosted software-licensing service

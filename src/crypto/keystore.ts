@@ -14,6 +14,7 @@ import {
   openSync,
   readFileSync,
   renameSync,
+  statSync,
   unlinkSync,
   writeSync,
 } from "node:fs";
@@ -183,23 +184,21 @@ export class Keystore {
     if (!check || Buffer.from(check).toString() !== CHECK_PLAINTEXT) {
       throw new KeystoreError("wrong_passphrase", "the keystore passphrase is wrong");
     }
-    const { mac, ...rest } = doc;
-    const expected = Buffer.from(documentMac(keys.mac, rest));
-    const actual = Buffer.from(mac);
-    if (expected.length !== actual.length || !timingSafeEqual(expected, actual)) {
-      throw new KeystoreError(
-        "tampered",
-        "the keystore file has been modified outside the service; refusing it",
-      );
-    }
-    const secrets = new Map<string, Uint8Array>();
-    for (const entry of doc.entries) {
-      const secret = open(keys.encryption, entry, canonicalize(metadataOf(entry)));
-      if (!secret)
-        throw new KeystoreError("tampered", `keystore entry ${entry.id} does not decrypt; refusing it`);
-      secrets.set(entry.id, secret);
-    }
-    return new Keystore(path, keys, doc.kdf, doc.check, doc.entries, secrets);
+    return new Keystore(path, keys, doc.kdf, doc.check, doc.entries, verifiedSecrets(doc, keys));
+  }
+
+  /**
+   * Re-reads the file after another process (the command line) added entries: the same keys
+   * still open it, so no scrypt runs. Refuses a file sealed under other keys or tampered with.
+   */
+  refresh(): void {
+    const doc = parseDocument(readFileSync(this.path, "utf8"));
+    if (doc.kdf.salt !== this.kdf.salt)
+      throw new KeystoreError("tampered", "the keystore was replaced by another one");
+    const secrets = verifiedSecrets(doc, this.keys);
+    this.sealed = doc.entries;
+    this.secrets.clear();
+    for (const [id, secret] of secrets) this.secrets.set(id, secret);
   }
 
   entries(): EntryMetadata[] {
@@ -218,20 +217,25 @@ export class Keystore {
 
   /** Adds entries and rewrites the file atomically; on failure the old file and state stay. */
   add(items: { metadata: EntryMetadata; secret: Uint8Array }[]): void {
-    const previous = [...this.sealed];
-    const staged: string[] = [];
-    try {
-      for (const item of items) {
-        this.stage(item.metadata, item.secret);
-        staged.push(item.metadata.id);
+    // The server and the command line both add entries: under the lock, start from the file as
+    // it is now, so neither overwrites what the other just wrote.
+    withLock(`${this.path}.lock`, () => {
+      if (existsSync(this.path)) this.refresh();
+      const previous = [...this.sealed];
+      const staged: string[] = [];
+      try {
+        for (const item of items) {
+          this.stage(item.metadata, item.secret);
+          staged.push(item.metadata.id);
+        }
+        this.persist();
+      } catch (error) {
+        // Forget only what this call added: an id that clashed belongs to an entry we must keep.
+        for (const id of staged) this.secrets.delete(id);
+        this.sealed = previous;
+        throw error;
       }
-      this.persist();
-    } catch (error) {
-      // Forget only what this call added: an id that clashed belongs to an entry we must keep.
-      for (const id of staged) this.secrets.delete(id);
-      this.sealed = previous;
-      throw error;
-    }
+    });
   }
 
   private stage(metadata: EntryMetadata, secret: Uint8Array): void {
@@ -270,6 +274,57 @@ export class Keystore {
       closeSync(dirFd);
     }
   }
+}
+
+const LOCK_WAIT_MS = 5_000;
+/** A lock older than this was left by a process that died while holding it. */
+const STALE_LOCK_MS = 30_000;
+
+/** An exclusive lock file (O_EXCL) around a keystore write, shared by every process on the data dir. */
+function withLock<T>(lockPath: string, work: () => T): T {
+  const deadline = Date.now() + LOCK_WAIT_MS;
+  for (;;) {
+    try {
+      closeSync(openSync(lockPath, "wx", 0o600));
+      break;
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code !== "EEXIST") throw error;
+      try {
+        if (Date.now() - statSync(lockPath).mtimeMs > STALE_LOCK_MS) unlinkSync(lockPath);
+      } catch {
+        // The holder released it between our two calls; try again.
+      }
+      if (Date.now() > deadline)
+        throw new KeystoreError("malformed", `the keystore is locked by another process (${lockPath})`);
+      Bun.sleepSync(10);
+    }
+  }
+  try {
+    return work();
+  } finally {
+    unlinkSync(lockPath);
+  }
+}
+
+/** Checks the whole-document MAC, then opens every entry with its metadata as associated data. */
+function verifiedSecrets(doc: KeystoreDocument, keys: DerivedKeys): Map<string, Uint8Array> {
+  const { mac, ...rest } = doc;
+  const expected = Buffer.from(documentMac(keys.mac, rest));
+  const actual = Buffer.from(mac);
+  if (expected.length !== actual.length || !timingSafeEqual(expected, actual)) {
+    throw new KeystoreError(
+      "tampered",
+      "the keystore file has been modified outside the service; refusing it",
+    );
+  }
+  const secrets = new Map<string, Uint8Array>();
+  for (const entry of doc.entries) {
+    const secret = open(keys.encryption, entry, canonicalize(metadataOf(entry)));
+    if (!secret)
+      throw new KeystoreError("tampered", `keystore entry ${entry.id} does not decrypt; refusing it`);
+    secrets.set(entry.id, secret);
+  }
+  return secrets;
 }
 
 function ed25519PrivateKeyDer(): Uint8Array {

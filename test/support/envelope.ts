@@ -33,8 +33,8 @@ export function expectValidBundle(
  * The client-side verification of DESIGN §5, done independently with node:crypto: delegation by a
  * bundle key, response signature by the delegated key, and nonce, status, product and body hash.
  */
-// biome-ignore lint/suspicious/noExplicitAny: response bodies are arbitrary JSON.
 export function expectSignedEnvelope(
+  // biome-ignore lint/suspicious/noExplicitAny: response bodies are arbitrary JSON.
   body: any,
   expected: { status: number; nonce: string; productId: string; bundle: TrustBundleBody },
 ): void {

@@ -215,3 +215,39 @@ describe("adding entries", () => {
     expect(Keystore.open(path, PASSPHRASE).has("signing-1")).toBe(false);
   });
 });
+
+describe("two processes on one keystore", () => {
+  const entryNamed = (id: string) => ({
+    metadata: {
+      id,
+      kind: "product_signing_key" as const,
+      environment: "live" as const,
+      alg: "ed25519",
+      created_at: "2026-01-01T00:00:00.000Z",
+    },
+    secret: new Uint8Array([1, 2, 3]),
+  });
+
+  test("adds from two open copies both survive: each starts from the file as it is", () => {
+    const server = Keystore.create(path, PASSPHRASE, FAST);
+    const cli = Keystore.open(path, PASSPHRASE);
+    cli.add([entryNamed("from-cli")]);
+    server.add([entryNamed("from-server")]);
+    const reopened = Keystore.open(path, PASSPHRASE);
+    expect(reopened.has("from-cli")).toBe(true);
+    expect(reopened.has("from-server")).toBe(true);
+    expect(readdirSync(dir).filter((name) => name.endsWith(".lock"))).toEqual([]);
+  });
+
+  test("refresh picks up an entry another process added, and refuses a tampered file", () => {
+    const server = Keystore.create(path, PASSPHRASE, FAST);
+    Keystore.open(path, PASSPHRASE).add([entryNamed("rotated")]);
+    expect(server.has("rotated")).toBe(false);
+    server.refresh();
+    expect(server.has("rotated")).toBe(true);
+    const doc = readDoc();
+    doc.entries[0].ciphertext = flipChar(doc.entries[0].ciphertext);
+    writeDoc(doc);
+    expect(reasonOf(() => server.refresh())).toBe("tampered");
+  });
+});

@@ -164,15 +164,18 @@ export class TrustService {
   }
 
   /** The product's active signing key, for certificates and offline packages. */
-  signingKey(productId: string): { keyId: string; privateKey: KeyObject } {
+  signingKey(productId: string): { keyId: string; privateKey: KeyObject; notBefore: number } {
     const row = this.activeKeyRow(productId);
     if (!row) throw signingPending(productId);
     let privateKey = this.signingKeyCache.get(row.keyId);
     if (!privateKey) {
-      privateKey = privateKeyFromPkcs8(this.deps.keystore.secret(`product-signing:${row.keyId}`));
+      const entry = `product-signing:${row.keyId}`;
+      // A key rotated from the command line is in the file, not yet in this process's copy.
+      if (!this.deps.keystore.has(entry)) this.deps.keystore.refresh();
+      privateKey = privateKeyFromPkcs8(this.deps.keystore.secret(entry));
       this.signingKeyCache.set(row.keyId, privateKey);
     }
-    return { keyId: row.keyId, privateKey };
+    return { keyId: row.keyId, privateKey, notBefore: row.notBefore };
   }
 
   /**
@@ -190,7 +193,8 @@ export class TrustService {
     );
     const privateKey = ed25519FromSeed(seed);
     const publicKey = publicKeyText(createPublicKey(privateKey));
-    const issuedAt = epoch * ONLINE_KEY_PERIOD_SEC;
+    // Issued within the parent's validity: a key created mid-period vouches only from its birth.
+    const issuedAt = Math.max(epoch * ONLINE_KEY_PERIOD_SEC, parent.notBefore);
     const signer: OnlineSigner = {
       productId,
       keyId: keyIdOf(publicKey),
@@ -205,7 +209,7 @@ export class TrustService {
           online_key_id: keyIdOf(publicKey),
           public_key: publicKey,
           issued_at: issuedAt,
-          expires_at: issuedAt + DELEGATION_LIFETIME_SEC,
+          expires_at: epoch * ONLINE_KEY_PERIOD_SEC + DELEGATION_LIFETIME_SEC,
         },
         parent.privateKey,
       ),
@@ -276,6 +280,10 @@ export class TrustService {
       );
     for (const { productId } of stale) this.rebuildBundle(productId);
     return stale.length;
+  }
+
+  signingKeyRow(keyId: string) {
+    return this.deps.db.select().from(signingKeys).where(eq(signingKeys.keyId, keyId)).get();
   }
 
   signingKeys(productId: string) {

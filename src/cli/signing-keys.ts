@@ -1,0 +1,184 @@
+import { eq } from "drizzle-orm";
+import { type CommandLine, UsageError } from "../config.ts";
+import { unixSeconds } from "../domain/clock.ts";
+import { recordAudit } from "../modules/events/service.ts";
+import { TrustService } from "../modules/trust/service.ts";
+import { buildDeps, openKeystore } from "../server.ts";
+import { products } from "../store/schema/index.ts";
+import { table } from "./keys.ts";
+import {
+  CliError,
+  type Command,
+  cliActor,
+  JSON_OPTION,
+  openExistingStore,
+  out,
+  resolvePassphrase,
+} from "./shared.ts";
+
+const PRODUCT_OPTION = {
+  name: "product",
+  kind: "string",
+  valueName: "ID",
+  description: "the product (prod_…)",
+} as const;
+const CONFIG_KEYS = ["dataDir", "passphraseFile"] as const;
+
+/** Signing keys live in the keystore, so these commands need the passphrase; a running server picks the change up. */
+function withTrust<T>(
+  line: CommandLine,
+  work: (trust: TrustService, deps: ReturnType<typeof buildDeps>) => T,
+): T {
+  const { passphrase } = resolvePassphrase(line.config, { generate: false });
+  const keystore = openKeystore(line.config.dataDir, passphrase);
+  const { store } = openExistingStore(line.config.dataDir);
+  try {
+    const deps = buildDeps(store, keystore);
+    return work(new TrustService(deps), deps);
+  } finally {
+    store.close();
+  }
+}
+
+function productFlag(line: CommandLine): string {
+  const product = line.flags.product;
+  if (typeof product !== "string" || product === "") throw new UsageError("--product is required");
+  return product;
+}
+
+function productEnvironment(deps: ReturnType<typeof buildDeps>, productId: string) {
+  const product = deps.db.select().from(products).where(eq(products.id, productId)).get();
+  if (!product) throw new CliError(`no product ${productId}`);
+  return product.environment;
+}
+
+export const signingKeysListCommand: Command = {
+  name: "signing-keys list",
+  summary: "List a product's signing keys and their status in its trust bundle.",
+  usage: "licensing signing-keys list --product ID [--json] [--data-dir DIR]",
+  configKeys: CONFIG_KEYS,
+  options: [PRODUCT_OPTION, JSON_OPTION],
+  run(line) {
+    const productId = productFlag(line);
+    const keys = withTrust(line, (trust, deps) => {
+      productEnvironment(deps, productId);
+      return trust.signingKeys(productId);
+    });
+    const rows = keys.map((k) => ({
+      key_id: k.keyId,
+      status: k.status,
+      public_key: k.publicKey,
+      not_before: k.notBefore,
+      not_after: k.notAfter,
+    }));
+    if (line.flags.json === true) out(JSON.stringify(rows));
+    else {
+      out(
+        table(
+          ["KEY", "STATUS", "NOT BEFORE", "NOT AFTER"],
+          rows.map((r) => [
+            r.key_id,
+            r.status,
+            String(r.not_before),
+            r.not_after === null ? "-" : String(r.not_after),
+          ]),
+        ),
+      );
+    }
+    return 0;
+  },
+};
+
+export const signingKeysRotateCommand: Command = {
+  name: "signing-keys rotate",
+  summary:
+    "Give a product a new signing key. The old one is retired and stays in the trust bundle for --retain-days (default: the longest certificate it may have signed).",
+  usage: "licensing signing-keys rotate --product ID [--retain-days N] [--json] [--data-dir DIR]",
+  configKeys: CONFIG_KEYS,
+  options: [
+    PRODUCT_OPTION,
+    {
+      name: "retain-days",
+      kind: "string",
+      valueName: "N",
+      description: "days the retired key stays in the bundle",
+    },
+    JSON_OPTION,
+  ],
+  run(line) {
+    const productId = productFlag(line);
+    const retainFlag = line.flags["retain-days"];
+    let retainSec: number | undefined;
+    if (typeof retainFlag === "string") {
+      if (!/^\d{1,4}$/.test(retainFlag)) throw new UsageError("--retain-days must be a whole number of days");
+      retainSec = Number(retainFlag) * 86_400;
+    }
+    const result = withTrust(line, (trust, deps) => {
+      const environment = productEnvironment(deps, productId);
+      const longestCertificate = deps.sqlite
+        .query<{ ttl: number | null }, [string]>(
+          "SELECT max(cert_ttl_sec) AS ttl FROM policies WHERE product_id = ?",
+        )
+        .get(productId)?.ttl;
+      const keyId = trust.rotate(productId, retainSec ?? longestCertificate ?? 30 * 86_400);
+      const sequence = trust.bundle(productId).bundle.sequence;
+      recordAudit(
+        deps.db,
+        deps,
+        { actor: cliActor(), environment, requestId: null },
+        {
+          type: "signing_key.rotated",
+          target: { type: "product", id: productId },
+          data: { key_id: keyId, trust_bundle_sequence: sequence },
+        },
+      );
+      return { key_id: keyId, trust_bundle_sequence: sequence, at: unixSeconds(deps.clock.now()) };
+    });
+    out(
+      line.flags.json === true
+        ? JSON.stringify(result)
+        : `New signing key ${result.key_id}; trust bundle sequence ${result.trust_bundle_sequence}.`,
+    );
+    return 0;
+  },
+};
+
+export const signingKeysRetireCommand: Command = {
+  name: "signing-keys retire",
+  summary:
+    "Retire a signing key now, or mark it --compromised: devices then refuse everything it signed. The product needs another active key first (rotate).",
+  usage: "licensing signing-keys retire KEY_ID [--compromised] [--data-dir DIR]",
+  configKeys: CONFIG_KEYS,
+  options: [{ name: "compromised", kind: "boolean", description: "the key leaked: list it as compromised" }],
+  run(line) {
+    const [keyId, extra] = line.positionals;
+    if (keyId === undefined) throw new UsageError("give the key id (see licensing signing-keys list)");
+    if (extra !== undefined) throw new UsageError(`unexpected argument ${extra}`);
+    withTrust(line, (trust, deps) => {
+      const key = trust.signingKeyRow(keyId);
+      if (!key) throw new CliError(`no signing key ${keyId}`);
+      if (key.status === "active")
+        throw new CliError(`${keyId} is the active key; rotate first, then retire the old one`);
+      const compromised = line.flags.compromised === true;
+      trust.retire(keyId, 0, { rebuild: true, compromised });
+      recordAudit(
+        deps.db,
+        deps,
+        { actor: cliActor(), environment: productEnvironment(deps, key.productId), requestId: null },
+        {
+          type: compromised ? "signing_key.compromised" : "signing_key.retired",
+          target: { type: "product", id: key.productId },
+          data: { key_id: keyId },
+        },
+      );
+    });
+    out(`Key ${keyId} ${line.flags.compromised === true ? "marked compromised" : "retired"}.`);
+    return 0;
+  },
+};
+
+export const signingKeysCommands = [
+  signingKeysListCommand,
+  signingKeysRotateCommand,
+  signingKeysRetireCommand,
+];

@@ -1,0 +1,355 @@
+/**
+ * LicensingClient: activation, heartbeats, deactivation, floating leases, signed server time and
+ * the offline license state. Every response passes the full verification chain (runtime.ts)
+ * before anything is stored or returned.
+ */
+import type { VerifiedCertificate } from "./certificate.ts";
+import {
+  type ActivateOptions,
+  type ActivationResult,
+  ClientCore,
+  checkMachineInfo,
+  type HeartbeatResult,
+  invalidResponse,
+  type Lease,
+  machineInfoDigest,
+} from "./core.ts";
+import { SdkError, usageError, verificationError } from "./errors.ts";
+import { importDeviceKeys } from "./keys.ts";
+import { evaluateLicense, type LicenseInfo, type LicenseState } from "./license.ts";
+import { HeartbeatLoop, type HeartbeatLoopCallbacks } from "./loop.ts";
+import { newIdempotencyKey, newNonce, signActivationProof } from "./proof.ts";
+import type { RuntimeResponse } from "./runtime.ts";
+import type { MachineInfo, StoredActivation, StoredDenial, StoredHeartbeat } from "./state.ts";
+import { isInt, isNonEmptyString, isNonNegativeInt, isRecord, isString, unixSeconds } from "./util.ts";
+
+export class LicensingClient extends ClientCore {
+  private loop: HeartbeatLoop<HeartbeatResult> | undefined;
+
+  /** POST /runtime/v1/activations. Generates device keys on first use. */
+  activate(options: ActivateOptions): Promise<ActivationResult> {
+    return this.exclusive(async () => {
+      if (!isNonEmptyString(options.licenseKey))
+        throw usageError("INVALID_ARGUMENT", "licenseKey is required");
+      const machineInfo = checkMachineInfo(options.machineInfo);
+      const signals = options.machineSignals ?? {};
+      if (!isRecord(signals) || !Object.values(signals).every(isString)) {
+        throw usageError("INVALID_ARGUMENT", "machineSignals must map strings to strings");
+      }
+      if (options.namedUserToken !== undefined && !isNonEmptyString(options.namedUserToken)) {
+        throw usageError("INVALID_ARGUMENT", "namedUserToken must be a string");
+      }
+      if (await this.storedActivation())
+        throw usageError("ALREADY_ACTIVATED", "this device is already activated");
+      const keys = await this.deviceKeys();
+      const digest = machineInfoDigest(machineInfo);
+
+      const res = await this.withClockSkewRetry(() => {
+        const nonce = newNonce();
+        const body: Record<string, unknown> = {
+          license_key: options.licenseKey,
+          product_id: this.config.productId,
+          device_signing_public_key: keys.signing.publicKey,
+          device_kem_public_key: keys.kem.publicKey,
+          machine_info: machineInfo,
+          machine_signals: signals,
+          app_version: this.appVersion,
+          sdk_version: this.sdkVersion,
+          client_time: this.timestamp(),
+          nonce,
+          ...(options.namedUserToken === undefined ? {} : { named_user_token: options.namedUserToken }),
+        };
+        body.device_proof = signActivationProof(keys, body);
+        const idempotencyKey = newIdempotencyKey();
+        return this.runtime.call({
+          method: "POST",
+          path: "/runtime/v1/activations",
+          body,
+          nonce,
+          idempotencyKey,
+        });
+      });
+
+      const data = res.data;
+      if (!isRecord(data) || !isNonEmptyString(data.activation_id))
+        throw invalidResponse("activation data malformed");
+      if (data.machine_info_digest !== digest) {
+        throw verificationError("MACHINE_INFO_DIGEST_MISMATCH", "server digest differs from ours", {
+          expected: digest,
+          received: data.machine_info_digest,
+        });
+      }
+      const cert = this.verifyCert(
+        data.certificate,
+        res.bundle,
+        keys,
+        data.activation_id,
+        res.assertion.server_time,
+      );
+      const activation: StoredActivation = {
+        activation_id: data.activation_id,
+        license_id: cert.claims.sub,
+        machine_info: machineInfo,
+        machine_info_digest: digest,
+      };
+      await this.state.setJson("activation", activation);
+      await this.state.set("certificate", cert.jws);
+      await this.state.delete("denial");
+      await this.state.delete("last_heartbeat");
+      return {
+        activationId: data.activation_id,
+        licenseId: cert.claims.sub,
+        machineInfoDigest: digest,
+        certificate: cert.claims,
+        serverTime: res.assertion.server_time,
+      };
+    });
+  }
+
+  /**
+   * POST /runtime/v1/activations/{id}/heartbeat. Sends the machine_info digest; when the server
+   * answers 422 MACHINE_INFO_REQUIRED, retries once with the full machine_info. Pass
+   * `machineInfo` to report a changed machine description directly.
+   */
+  heartbeat(options: { machineInfo?: MachineInfo } = {}): Promise<HeartbeatResult> {
+    return this.exclusive(async () => {
+      const act = await this.requireActivation();
+      const keys = await this.deviceKeys();
+      const path = `/runtime/v1/activations/${encodeURIComponent(act.activation_id)}/heartbeat`;
+      const machineInfo =
+        options.machineInfo === undefined ? act.machine_info : checkMachineInfo(options.machineInfo);
+      let full = options.machineInfo !== undefined;
+      const versions = { app_version: this.appVersion, sdk_version: this.sdkVersion };
+      let res: RuntimeResponse;
+      for (;;) {
+        const body = full
+          ? { machine_info: machineInfo, ...versions }
+          : { machine_info_digest: act.machine_info_digest, ...versions };
+        try {
+          res = await this.dpCall("POST", path, body, act, keys);
+          break;
+        } catch (error) {
+          if (
+            !full &&
+            error instanceof SdkError &&
+            error.kind === "server" &&
+            error.code === "MACHINE_INFO_REQUIRED"
+          ) {
+            full = true;
+            continue;
+          }
+          throw await this.recordDenial(error, act);
+        }
+      }
+      const expectedDigest = full ? machineInfoDigest(machineInfo) : act.machine_info_digest;
+      const data = res.data;
+      if (!isRecord(data)) throw invalidResponse("heartbeat data malformed");
+      if (data.activation_id !== act.activation_id) {
+        throw verificationError("ACTIVATION_MISMATCH", "heartbeat answer names another activation");
+      }
+      if (!isString(data.license_status) || !isNonNegativeInt(data.next_heartbeat_in)) {
+        throw invalidResponse("heartbeat data malformed");
+      }
+      if (data.machine_info_digest !== expectedDigest) {
+        throw verificationError("MACHINE_INFO_DIGEST_MISMATCH", "server digest differs from ours");
+      }
+      const cert = this.verifyCert(
+        data.certificate,
+        res.bundle,
+        keys,
+        act.activation_id,
+        res.assertion.server_time,
+      );
+      if (cert.claims.sub !== act.license_id) {
+        throw verificationError("CERTIFICATE_MISMATCH", "certificate is for another license", {
+          sub: cert.claims.sub,
+        });
+      }
+      await this.state.set("certificate", cert.jws);
+      if (full) {
+        await this.state.setJson("activation", {
+          ...act,
+          machine_info: machineInfo,
+          machine_info_digest: expectedDigest,
+        });
+      }
+      const heartbeat: StoredHeartbeat = {
+        license_status: data.license_status,
+        next_heartbeat_in: data.next_heartbeat_in,
+        server_time: res.assertion.server_time,
+        received_at_ms: this.now(),
+      };
+      await this.state.setJson("last_heartbeat", heartbeat);
+      await this.state.delete("denial");
+      return {
+        activationId: act.activation_id,
+        licenseStatus: data.license_status,
+        nextHeartbeatIn: data.next_heartbeat_in,
+        machineInfoDigest: expectedDigest,
+        certificate: cert.claims,
+        serverTime: res.assertion.server_time,
+      };
+    });
+  }
+
+  /**
+   * DELETE /runtime/v1/activations/{id}. Stops the heartbeat loop and forgets the activation
+   * (device keys stay). An authentic ACTIVATION_DEACTIVATED also counts as done.
+   */
+  deactivate(): Promise<void> {
+    return this.exclusive(async () => {
+      const act = await this.requireActivation();
+      const keys = await this.deviceKeys();
+      this.stop();
+      const path = `/runtime/v1/activations/${encodeURIComponent(act.activation_id)}`;
+      try {
+        const res = await this.dpCall("DELETE", path, undefined, act, keys);
+        if (res.data !== "deactivated") throw invalidResponse('deactivation data is not "deactivated"');
+      } catch (error) {
+        await this.recordDenial(error, act);
+        if (error instanceof SdkError && error.kind === "license" && error.code === "ACTIVATION_DEACTIVATED")
+          return;
+        throw error;
+      }
+      await this.state.clearActivation();
+      await this.state.delete("denial");
+    });
+  }
+
+  private async leaseCall(method: "POST" | "DELETE", path: string, body: Record<string, unknown>) {
+    const act = await this.requireActivation();
+    const keys = await this.deviceKeys();
+    try {
+      return await this.dpCall(method, path, body, act, keys);
+    } catch (error) {
+      throw await this.recordDenial(error, act);
+    }
+  }
+
+  private readLease(res: RuntimeResponse, instanceId: string, leaseId?: string): Lease {
+    const d = res.data;
+    if (
+      !isRecord(d) ||
+      !isNonEmptyString(d.lease_id) ||
+      !isInt(d.expires_at) ||
+      !isNonNegativeInt(d.heartbeat_in)
+    ) {
+      throw invalidResponse("lease data malformed");
+    }
+    if (d.instance_id !== instanceId || (leaseId !== undefined && d.lease_id !== leaseId)) {
+      throw verificationError("LEASE_MISMATCH", "lease answer names another lease or instance");
+    }
+    return {
+      leaseId: d.lease_id,
+      instanceId,
+      expiresAt: d.expires_at,
+      heartbeatIn: d.heartbeat_in,
+      serverTime: res.assertion.server_time,
+    };
+  }
+
+  /** POST /runtime/v1/leases: takes a floating seat (409 CONCURRENCY_LIMIT_REACHED when full). */
+  async acquireLease(instanceId: string): Promise<Lease> {
+    if (!isNonEmptyString(instanceId)) throw usageError("INVALID_ARGUMENT", "instanceId is required");
+    const act = await this.requireActivation();
+    const res = await this.leaseCall("POST", "/runtime/v1/leases", {
+      activation_id: act.activation_id,
+      instance_id: instanceId,
+    });
+    return this.readLease(res, instanceId);
+  }
+
+  /** POST /runtime/v1/leases/{lease_id}/heartbeat. */
+  async heartbeatLease(leaseId: string, instanceId: string): Promise<Lease> {
+    if (!isNonEmptyString(leaseId) || !isNonEmptyString(instanceId)) {
+      throw usageError("INVALID_ARGUMENT", "leaseId and instanceId are required");
+    }
+    const path = `/runtime/v1/leases/${encodeURIComponent(leaseId)}/heartbeat`;
+    const res = await this.leaseCall("POST", path, { instance_id: instanceId });
+    return this.readLease(res, instanceId, leaseId);
+  }
+
+  /** DELETE /runtime/v1/leases/{lease_id}. */
+  async releaseLease(leaseId: string, instanceId: string): Promise<{ leaseId: string; status: "released" }> {
+    if (!isNonEmptyString(leaseId) || !isNonEmptyString(instanceId)) {
+      throw usageError("INVALID_ARGUMENT", "leaseId and instanceId are required");
+    }
+    const res = await this.leaseCall("DELETE", `/runtime/v1/leases/${encodeURIComponent(leaseId)}`, {
+      instance_id: instanceId,
+    });
+    const d = res.data;
+    if (!isRecord(d) || d.status !== "released") throw invalidResponse("release data malformed");
+    if (d.lease_id !== leaseId)
+      throw verificationError("LEASE_MISMATCH", "release answer names another lease");
+    return { leaseId, status: "released" };
+  }
+
+  // ---- offline state -----------------------------------------------------------------------
+
+  /** The license state from the cached certificate, re-verified against the cached bundle. */
+  async licenseInfo(): Promise<LicenseInfo> {
+    const activation = await this.storedActivation();
+    const jws = await this.state.get("certificate");
+    let certificate: VerifiedCertificate | "invalid" | undefined;
+    if (activation && jws !== undefined) {
+      certificate = "invalid";
+      const bundle = await this.trust.cached();
+      const storedKeys = await this.state.get("device_keys");
+      if (bundle && storedKeys !== undefined) {
+        try {
+          certificate = this.verifyCert(jws, bundle, importDeviceKeys(storedKeys), activation.activation_id);
+          if (certificate.claims.sub !== activation.license_id) certificate = "invalid";
+        } catch {
+          certificate = "invalid";
+        }
+      }
+    }
+    return evaluateLicense({
+      nowSec: unixSeconds(this.now()),
+      highWater: await this.state.timeHighWater(),
+      activation,
+      denial: await this.state.getJson<StoredDenial>("denial"),
+      certificate,
+      lastHeartbeat: await this.state.getJson<StoredHeartbeat>("last_heartbeat"),
+    });
+  }
+
+  async licenseState(): Promise<LicenseState> {
+    return (await this.licenseInfo()).state;
+  }
+
+  /** True when the license is valid or in grace and the entitlement's value is `true`. */
+  async hasEntitlement(name: string): Promise<boolean> {
+    const info = await this.licenseInfo();
+    return (info.state === "valid" || info.state === "grace") && info.entitlements[name] === true;
+  }
+
+  // ---- heartbeat loop ----------------------------------------------------------------------
+
+  /**
+   * Starts heartbeating: now, or when the last verified heartbeat's next_heartbeat_in runs out.
+   * See loop.ts for retry and stop rules.
+   */
+  async startHeartbeatLoop(callbacks: HeartbeatLoopCallbacks<HeartbeatResult> = {}): Promise<void> {
+    await this.requireActivation();
+    if (this.loop?.running) return;
+    const last = await this.state.getJson<StoredHeartbeat>("last_heartbeat");
+    let delay = 0;
+    if (last) {
+      const interval = last.next_heartbeat_in * 1000;
+      delay = Math.min(interval, Math.max(0, last.received_at_ms + interval - this.now()));
+    }
+    if (this.loop?.running) return;
+    this.loop = new HeartbeatLoop(() => this.heartbeat(), this.timer, this.random, this.backoff, callbacks);
+    this.loop.start(delay);
+  }
+
+  /** Stops the heartbeat loop (an in-flight heartbeat finishes but schedules nothing). */
+  stop(): void {
+    this.loop?.stop();
+  }
+
+  get heartbeatLoopRunning(): boolean {
+    return this.loop?.running ?? false;
+  }
+}

@@ -1,0 +1,307 @@
+/**
+ * The client's plumbing: options, stored state, device keys, device-proof calls with the
+ * CLOCK_SKEW retry, denial recording, certificate checks and the signed server time.
+ * LicensingClient (client.ts) adds the operations.
+ */
+import { type CertificateClaims, verifyCertificate } from "./certificate.ts";
+import { type ResolvedConfig, resolveConfig, type ServiceConfig } from "./config.ts";
+import { sha256Hex, utf8 } from "./encoding.ts";
+import { SdkError, usageError, verificationError } from "./errors.ts";
+import type { FetchLike } from "./http.ts";
+import { canonicalize } from "./jcs.ts";
+import {
+  type DeviceKeys,
+  exportDeviceKeys,
+  generateDeviceKeys,
+  importDeviceKeys,
+  type KeyAlgorithm,
+  thumbprint,
+} from "./keys.ts";
+import { type BackoffOptions, defaultTimer, type Timer } from "./loop.ts";
+import { newNonce } from "./proof.ts";
+import { Runtime, type RuntimeResponse } from "./runtime.ts";
+import { ClientState, type MachineInfo, type StoredActivation, type StoredDenial } from "./state.ts";
+import { MemoryStorage, type Storage } from "./storage.ts";
+import { TrustManager } from "./trust.ts";
+import { isRecord, isString, unixSeconds } from "./util.ts";
+import type { TrustBundle } from "./verify.ts";
+
+export const SDK_VERSION = "0.1.0";
+/** A fresh certificate's nbf may be this far after the signed server_time of its response. */
+export const NBF_LEEWAY_SEC = 60;
+const ISO_SECONDS = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$/;
+
+export interface LicensingClientOptions {
+  /** The integration config (service.config.json), or the management response data around it. */
+  config: ServiceConfig | Record<string, unknown>;
+  fetch?: FetchLike;
+  /** Defaults to MemoryStorage (nothing survives a restart). */
+  storage?: Storage;
+  /** Local clock in milliseconds. */
+  now?: () => number;
+  sdkVersion?: string;
+  appVersion?: string;
+  /** Algorithm of a newly generated device signing key (default "ed25519"). */
+  signingAlgorithm?: KeyAlgorithm;
+  timer?: Timer;
+  /** Uniform [0, 1) source for back-off jitter (default Math.random). */
+  random?: () => number;
+  /** Refetch the trust bundle when the cached one is older than this (default 1 hour). */
+  trustBundleMaxAgeMs?: number;
+  backoff?: BackoffOptions;
+}
+
+export interface ActivateOptions {
+  licenseKey: string;
+  machineInfo: MachineInfo;
+  machineSignals?: Record<string, string>;
+  namedUserToken?: string;
+}
+
+export interface ActivationResult {
+  activationId: string;
+  licenseId: string;
+  machineInfoDigest: string;
+  certificate: CertificateClaims;
+  serverTime: number;
+}
+
+export interface HeartbeatResult {
+  activationId: string;
+  licenseStatus: string;
+  nextHeartbeatIn: number;
+  machineInfoDigest: string;
+  certificate: CertificateClaims;
+  serverTime: number;
+}
+
+export interface Lease {
+  leaseId: string;
+  instanceId: string;
+  expiresAt: number;
+  heartbeatIn: number;
+  serverTime: number;
+}
+
+export interface ServerTime {
+  /** Unix seconds. */
+  serverTime: number;
+  iso: string;
+}
+
+export function invalidResponse(message: string, details?: Record<string, unknown>): SdkError {
+  return verificationError("RESPONSE_INVALID", message, details);
+}
+
+/** hex(SHA-256(JCS(machine_info))). */
+export function machineInfoDigest(machineInfo: MachineInfo): string {
+  return sha256Hex(utf8(canonicalize(machineInfo)));
+}
+
+export function checkMachineInfo(value: unknown): MachineInfo {
+  if (!isRecord(value) || !isString(value.os) || !isString(value.arch)) {
+    throw usageError("INVALID_ARGUMENT", "machineInfo needs string os and arch");
+  }
+  try {
+    canonicalize(value);
+  } catch (cause) {
+    throw usageError("INVALID_ARGUMENT", "machineInfo is not JSON", { reason: String(cause) });
+  }
+  return value as MachineInfo;
+}
+
+export class ClientCore {
+  readonly config: ResolvedConfig;
+  protected readonly fetchImpl: FetchLike;
+  protected readonly now: () => number;
+  protected readonly sdkVersion: string;
+  protected readonly appVersion: string;
+  protected readonly signingAlgorithm: KeyAlgorithm;
+  protected readonly timer: Timer;
+  protected readonly random: () => number;
+  protected readonly backoff: BackoffOptions;
+  protected readonly state: ClientState;
+  protected readonly trust: TrustManager;
+  protected readonly runtime: Runtime;
+  protected keysPromise: Promise<DeviceKeys> | undefined;
+  protected clockOffsetSec = 0;
+  protected lock: Promise<unknown> = Promise.resolve();
+
+  constructor(options: LicensingClientOptions) {
+    this.config = resolveConfig(options.config);
+    const platformFetch = globalThis.fetch;
+    this.fetchImpl =
+      options.fetch ??
+      ((url, init) => {
+        if (typeof platformFetch !== "function") throw new Error("no fetch available; pass options.fetch");
+        return platformFetch(url, init);
+      });
+    this.now = options.now ?? (() => Date.now());
+    this.sdkVersion = options.sdkVersion ?? SDK_VERSION;
+    this.appVersion = options.appVersion ?? "0.0.0";
+    this.signingAlgorithm = options.signingAlgorithm ?? "ed25519";
+    this.timer = options.timer ?? defaultTimer;
+    this.random = options.random ?? Math.random;
+    this.backoff = options.backoff ?? {};
+    const prefix = `svc.v1.${this.config.environment}.${this.config.productId}.`;
+    this.state = new ClientState(options.storage ?? new MemoryStorage(), prefix);
+    this.trust = new TrustManager(
+      this.config,
+      this.fetchImpl,
+      this.state,
+      this.now,
+      options.trustBundleMaxAgeMs ?? 3_600_000,
+    );
+    this.runtime = new Runtime(
+      this.config,
+      this.fetchImpl,
+      this.trust,
+      this.now,
+      async (assertion, receivedAtMs) => {
+        await this.state.raiseTimeHighWater(assertion.server_time);
+        this.clockOffsetSec = assertion.server_time - unixSeconds(receivedAtMs);
+      },
+    );
+  }
+
+  // ---- keys and stored state -------------------------------------------------------------
+
+  /** This device's keys: loaded from storage, or generated and persisted on first use. */
+  deviceKeys(): Promise<DeviceKeys> {
+    this.keysPromise ??= (async () => {
+      const stored = await this.state.get("device_keys");
+      if (stored !== undefined) return importDeviceKeys(stored);
+      const keys = generateDeviceKeys(this.signingAlgorithm);
+      await this.state.set("device_keys", exportDeviceKeys(keys));
+      return keys;
+    })();
+    this.keysPromise.catch(() => {
+      this.keysPromise = undefined;
+    });
+    return this.keysPromise;
+  }
+
+  /** Replaces the device keys (e.g. restored from a backup). Refused while activated. */
+  async setDeviceKeys(keys: DeviceKeys): Promise<void> {
+    if (await this.storedActivation())
+      throw usageError("ALREADY_ACTIVATED", "deactivate before changing keys");
+    await this.state.set("device_keys", exportDeviceKeys(keys));
+    this.keysPromise = Promise.resolve(keys);
+  }
+
+  async activationId(): Promise<string | undefined> {
+    return (await this.storedActivation())?.activation_id;
+  }
+
+  /** The verified trust bundle (refetched when stale). */
+  trustBundle(): Promise<TrustBundle> {
+    return this.trust.current();
+  }
+
+  protected storedActivation(): Promise<StoredActivation | undefined> {
+    return this.state.getJson<StoredActivation>("activation");
+  }
+
+  protected async requireActivation(): Promise<StoredActivation> {
+    const act = await this.storedActivation();
+    if (!act) throw usageError("NOT_ACTIVATED", "this device is not activated");
+    return act;
+  }
+
+  protected exclusive<T>(fn: () => Promise<T>): Promise<T> {
+    const run = this.lock.then(fn, fn);
+    this.lock = run.catch(() => undefined);
+    return run;
+  }
+
+  /** Unix seconds, corrected by the offset learned from the last verified server_time. */
+  protected timestamp(): number {
+    return unixSeconds(this.now()) + this.clockOffsetSec;
+  }
+
+  /** Runs `attempt`; on an unsigned 401 CLOCK_SKEW, learns the signed server time and retries once. */
+  protected async withClockSkewRetry<T>(attempt: () => Promise<T>): Promise<T> {
+    try {
+      return await attempt();
+    } catch (error) {
+      if (!(error instanceof SdkError && error.kind === "server" && error.code === "CLOCK_SKEW")) throw error;
+      await this.serverTime();
+      return attempt();
+    }
+  }
+
+  protected dpCall(
+    method: "POST" | "DELETE",
+    path: string,
+    body: Record<string, unknown> | undefined,
+    act: StoredActivation,
+    keys: DeviceKeys,
+  ): Promise<RuntimeResponse> {
+    return this.withClockSkewRetry(() =>
+      this.runtime.call({
+        method,
+        path,
+        ...(body === undefined ? {} : { body }),
+        nonce: newNonce(),
+        deviceProof: { keys, activationId: act.activation_id, timestamp: this.timestamp() },
+      }),
+    );
+  }
+
+  /** Records an authentic license-state denial for this activation; returns the error to throw. */
+  protected async recordDenial(error: unknown, act: StoredActivation): Promise<unknown> {
+    if (!(error instanceof SdkError) || error.kind !== "license") return error;
+    const denial: StoredDenial = {
+      code: error.code,
+      activation_id: act.activation_id,
+      server_time: Number(error.details.server_time),
+      request_id: error.requestId ?? "",
+    };
+    await this.state.setJson("denial", denial);
+    if (error.code === "ACTIVATION_DEACTIVATED") await this.state.clearActivation();
+    return error;
+  }
+
+  protected verifyCert(
+    jws: unknown,
+    bundle: TrustBundle,
+    keys: DeviceKeys,
+    activationId: string,
+    at?: number,
+  ) {
+    if (!isString(jws)) throw invalidResponse("certificate missing");
+    return verifyCertificate(jws, {
+      bundle,
+      productId: this.config.productId,
+      deviceThumbprint: thumbprint(keys.signing.publicKey),
+      activationId,
+      ...(at === undefined ? {} : { notBeforeCheckAt: at, nbfLeewaySec: NBF_LEEWAY_SEC }),
+    });
+  }
+
+  // ---- runtime operations ----------------------------------------------------------------
+
+  /** POST /runtime/v1/time: the signed server time; also updates the tamper high-water mark. */
+  async serverTime(): Promise<ServerTime> {
+    const nonce = newNonce();
+    const res = await this.runtime.call({
+      method: "POST",
+      path: "/runtime/v1/time",
+      body: { product_id: this.config.productId, nonce, sdk_version: this.sdkVersion },
+      nonce,
+    });
+    const iso = res.data;
+    if (!isString(iso) || !ISO_SECONDS.test(iso))
+      throw invalidResponse("time data is not an ISO 8601 UTC time");
+    const ms = Date.parse(iso);
+    if (Number.isNaN(ms) || new Date(ms).toISOString() !== iso.replace("Z", ".000Z")) {
+      throw invalidResponse("time data is not a real date", { data: iso });
+    }
+    if (ms / 1000 !== res.assertion.server_time) {
+      throw verificationError("TIME_MISMATCH", "time data differs from the signed server_time", {
+        data: iso,
+      });
+    }
+    return { serverTime: ms / 1000, iso };
+  }
+}

@@ -1,0 +1,100 @@
+/**
+ * Client SDK of the licensing service. Browser-safe (browsers, Node, Bun, Deno): depends only on
+ * @noble/curves and @noble/hashes, uses Web Crypto random bytes and an injected or global fetch.
+ */
+
+export {
+  CERTIFICATE_TYP,
+  type CertificateClaims,
+  type CertificateHeader,
+  decodeCertificate,
+  type HeartbeatClaim,
+  type LicenseClaim,
+  type VerifiedCertificate,
+  type VerifyCertificateOptions,
+  verifyCertificate,
+} from "./certificate.ts";
+export { LicensingClient } from "./client.ts";
+export {
+  type Environment,
+  type ResolvedConfig,
+  resolveConfig,
+  type ServiceConfig,
+  type TrustAnchor,
+} from "./config.ts";
+export {
+  type ActivateOptions,
+  type ActivationResult,
+  type HeartbeatResult,
+  type Lease,
+  type LicensingClientOptions,
+  machineInfoDigest,
+  NBF_LEEWAY_SEC,
+  SDK_VERSION,
+  type ServerTime,
+} from "./core.ts";
+export { b64uDecode, b64uEncode, hex, sha256Hex } from "./encoding.ts";
+export {
+  isLicenseDenialCode,
+  LICENSE_DENIAL_CODES,
+  type LicenseDenialCode,
+  SdkError,
+  type SdkErrorCode,
+  type SdkErrorKind,
+  type ServerErrorBody,
+} from "./errors.ts";
+export type { FetchLike, RequestInitLike, ResponseLike } from "./http.ts";
+export { CanonicalizationError, canonicalize, type JsonValue } from "./jcs.ts";
+export {
+  type DeviceKeys,
+  type ExportedDeviceKeys,
+  exportDeviceKeys,
+  generateDeviceKeys,
+  importDeviceKeys,
+  type KeyAlgorithm,
+  type KeyPair,
+  keyIdOf,
+  keyPairFromSecret,
+  parsePublicKey,
+  sign,
+  thumbprint,
+  verifySignature,
+} from "./keys.ts";
+export {
+  CLOCK_TAMPER_TOLERANCE_SEC,
+  evaluateLicense,
+  type LicenseInfo,
+  type LicenseInputs,
+  type LicenseReason,
+  type LicenseState,
+} from "./license.ts";
+export {
+  type BackoffOptions,
+  delayAfterError,
+  type HeartbeatLoopCallbacks,
+  type LoopStopReason,
+  type Timer,
+} from "./loop.ts";
+export {
+  activationProofMessage,
+  type DeviceProofInput,
+  deviceProofHeaders,
+  deviceProofMessage,
+  NONCE_PATTERN,
+  newIdempotencyKey,
+  newNonce,
+  PREFIX,
+  signActivationProof,
+} from "./proof.ts";
+export type { MachineInfo } from "./state.ts";
+export { LocalStorageAdapter, MemoryStorage, type Storage, type WebStorageLike } from "./storage.ts";
+export {
+  type BundleKey,
+  type Delegation,
+  MAX_DELEGATION_SEC,
+  type ResponseAssertion,
+  type SignedTrustBundle,
+  type TrustBundle,
+  verifyEnvelope,
+  verifyTrustBundle,
+} from "./verify.ts";

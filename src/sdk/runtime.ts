@@ -1,0 +1,143 @@
+/**
+ * One runtime API call, end to end: build the request (JCS body, device-proof headers), send it,
+ * and accept the answer only after the full verification chain (trust bundle, delegation,
+ * response signature, nonce, status, product, body hash). Unsigned errors become SdkError of
+ * kind "server"; signed license-state denials become kind "license".
+ */
+import type { ResolvedConfig } from "./config.ts";
+import { utf8 } from "./encoding.ts";
+import { isLicenseDenialCode, SdkError } from "./errors.ts";
+import { type FetchLike, type HttpResult, readErrorEnvelope, send, serverError } from "./http.ts";
+import { canonicalize } from "./jcs.ts";
+import type { DeviceKeys } from "./keys.ts";
+import { deviceProofHeaders } from "./proof.ts";
+import type { TrustManager } from "./trust.ts";
+import {
+  hasSignatureFields,
+  type ResponseAssertion,
+  type TrustBundle,
+  type VerifiedEnvelope,
+  verifyEnvelope,
+} from "./verify.ts";
+
+export interface RuntimeRequest {
+  method: "GET" | "POST" | "DELETE";
+  /** Path below api_url, e.g. "/runtime/v1/time". */
+  path: string;
+  body?: Record<string, unknown>;
+  /** The nonce the response must echo (body nonce, or the X-Service-Nonce below). */
+  nonce: string;
+  idempotencyKey?: string;
+  /** Present on DP operations: signs the request with the device key. */
+  deviceProof?: { keys: DeviceKeys; activationId: string; timestamp: number };
+}
+
+export interface RuntimeResponse {
+  status: number;
+  data: unknown;
+  assertion: ResponseAssertion;
+  bundle: TrustBundle;
+}
+
+/** Called with every verified assertion (success or denial), before anything else happens. */
+export type AssertionObserver = (assertion: ResponseAssertion, receivedAtMs: number) => Promise<void>;
+
+export class Runtime {
+  constructor(
+    private readonly config: ResolvedConfig,
+    private readonly fetchImpl: FetchLike,
+    private readonly trust: TrustManager,
+    private readonly now: () => number,
+    private readonly onVerified: AssertionObserver,
+  ) {}
+
+  async call(req: RuntimeRequest): Promise<RuntimeResponse> {
+    const url = new URL(this.config.apiBase + req.path);
+    const bodyText = req.body === undefined ? undefined : canonicalize(req.body);
+    const headers: Record<string, string> = { accept: "application/json" };
+    if (bodyText !== undefined) headers["content-type"] = "application/json";
+    if (req.idempotencyKey !== undefined) headers["Idempotency-Key"] = req.idempotencyKey;
+    if (req.deviceProof) {
+      Object.assign(
+        headers,
+        deviceProofHeaders(req.deviceProof.keys, {
+          method: req.method,
+          pathAndQuery: url.pathname + url.search,
+          activationId: req.deviceProof.activationId,
+          timestamp: req.deviceProof.timestamp,
+          nonce: req.nonce,
+          body: utf8(bodyText ?? ""),
+        }),
+      );
+    }
+    const res = await send(this.fetchImpl, url.href, {
+      method: req.method,
+      headers,
+      ...(bodyText === undefined ? {} : { body: bodyText }),
+    });
+    if (res.status >= 200 && res.status < 300) {
+      if (res.malformed || res.body === undefined) {
+        throw new SdkError("RESPONSE_INVALID", "response body is not JSON", {
+          kind: "verification",
+          status: res.status,
+        });
+      }
+      const verified = await this.verify(res, req.nonce, "data");
+      return { status: res.status, data: verified.envelope.payload, ...verified.rest };
+    }
+    throw await this.errorFor(res, req.nonce);
+  }
+
+  private async errorFor(res: HttpResult, nonce: string): Promise<SdkError> {
+    const envelope = readErrorEnvelope(res.body);
+    if (envelope && hasSignatureFields(res.body)) {
+      const { envelope: verified } = await this.verify(res, nonce, "error");
+      const signedError = readErrorEnvelope({ error: verified.payload }) ?? envelope;
+      const kind = isLicenseDenialCode(signedError.code) ? "license" : "server";
+      return new SdkError(signedError.code, signedError.message || signedError.code, {
+        kind,
+        status: res.status,
+        retryable: signedError.retryable,
+        requestId: signedError.request_id,
+        serverError: signedError,
+        details: { ...signedError.details, signed: true, server_time: verified.assertion.server_time },
+      });
+    }
+    if (envelope && isLicenseDenialCode(envelope.code)) {
+      // A license-state denial must be signed; an unsigned one is never taken as license state.
+      return new SdkError("RESPONSE_UNSIGNED", `unsigned ${envelope.code} response refused`, {
+        kind: "verification",
+        status: res.status,
+        requestId: envelope.request_id,
+        details: { server_code: envelope.code },
+      });
+    }
+    return serverError(res, this.now());
+  }
+
+  private async verify(
+    res: HttpResult,
+    nonce: string,
+    payloadField: "data" | "error",
+  ): Promise<{ envelope: VerifiedEnvelope; rest: { assertion: ResponseAssertion; bundle: TrustBundle } }> {
+    const receivedAtMs = this.now();
+    let bundle = await this.trust.current();
+    let envelope: VerifiedEnvelope;
+    const opts = { productId: this.config.productId, nonce, status: res.status, payloadField };
+    try {
+      envelope = verifyEnvelope(res.body, { ...opts, bundle });
+    } catch (error) {
+      // A signing key we do not know yet: the bundle may have rotated. Refetch once and retry.
+      if (!(error instanceof SdkError && error.code === "KEY_UNKNOWN")) throw error;
+      try {
+        bundle = await this.trust.refresh();
+      } catch (refreshError) {
+        const offline = refreshError instanceof SdkError && refreshError.kind !== "verification";
+        throw offline ? error : refreshError;
+      }
+      envelope = verifyEnvelope(res.body, { ...opts, bundle });
+    }
+    await this.onVerified(envelope.assertion, receivedAtMs);
+    return { envelope, rest: { assertion: envelope.assertion, bundle } };
+  }
+}

@@ -1,0 +1,131 @@
+/**
+ * The client's persisted state, one storage entry per item under a prefix that names the
+ * environment and product: `svc.v1.<environment>.<product_id>.<item>`.
+ */
+import { SdkError } from "./errors.ts";
+import type { Storage } from "./storage.ts";
+import { isRecord } from "./util.ts";
+
+export interface MachineInfo {
+  os: string;
+  arch: string;
+  [field: string]: unknown;
+}
+
+export interface StoredActivation {
+  activation_id: string;
+  /** `sub` of the first verified certificate. */
+  license_id: string;
+  machine_info: MachineInfo;
+  machine_info_digest: string;
+}
+
+/** An authentic, verified license-state denial. */
+export interface StoredDenial {
+  code: string;
+  activation_id: string;
+  server_time: number;
+  request_id: string;
+}
+
+export interface StoredHeartbeat {
+  license_status: string;
+  next_heartbeat_in: number;
+  server_time: number;
+  /** Local clock (ms) when the verified answer arrived. */
+  received_at_ms: number;
+}
+
+export interface StoredBundle {
+  /** The `data` of the trust-bundle response exactly as received. */
+  signed: unknown;
+  /** Local clock (ms) when it was fetched. */
+  fetched_at_ms: number;
+}
+
+export const ITEMS = [
+  "device_keys",
+  "activation",
+  "certificate",
+  "bundle",
+  "bundle_sequence",
+  "time_high_water",
+  "denial",
+  "last_heartbeat",
+] as const;
+export type Item = (typeof ITEMS)[number];
+
+export class ClientState {
+  constructor(
+    private readonly storage: Storage,
+    readonly prefix: string,
+  ) {}
+
+  key(item: Item): string {
+    return this.prefix + item;
+  }
+
+  get(item: Item): Promise<string | undefined> {
+    return this.storage.get(this.key(item));
+  }
+
+  set(item: Item, value: string): Promise<void> {
+    return this.storage.set(this.key(item), value);
+  }
+
+  delete(item: Item): Promise<void> {
+    return this.storage.delete(this.key(item));
+  }
+
+  async getJson<T>(item: Item): Promise<T | undefined> {
+    const text = await this.get(item);
+    if (text === undefined) return undefined;
+    try {
+      const value: unknown = JSON.parse(text);
+      if (!isRecord(value)) throw new Error("not an object");
+      return value as T;
+    } catch (cause) {
+      throw new SdkError("STORAGE_CORRUPT", `stored ${item} cannot be read`, { kind: "storage", cause });
+    }
+  }
+
+  setJson(item: Item, value: object): Promise<void> {
+    return this.set(item, JSON.stringify(value));
+  }
+
+  private async getInt(item: Item): Promise<number | undefined> {
+    const text = await this.get(item);
+    if (text === undefined) return undefined;
+    const n = Number(text);
+    if (!Number.isSafeInteger(n)) {
+      throw new SdkError("STORAGE_CORRUPT", `stored ${item} is not an integer`, { kind: "storage" });
+    }
+    return n;
+  }
+
+  /** Highest trust-bundle sequence ever accepted on this device (0 when none). */
+  async bundleSequence(): Promise<number> {
+    return (await this.getInt("bundle_sequence")) ?? 0;
+  }
+
+  async raiseBundleSequence(sequence: number): Promise<void> {
+    if (sequence > (await this.bundleSequence())) await this.set("bundle_sequence", String(sequence));
+  }
+
+  /** Highest verified server_time seen (unix seconds), if any. */
+  timeHighWater(): Promise<number | undefined> {
+    return this.getInt("time_high_water");
+  }
+
+  async raiseTimeHighWater(serverTime: number): Promise<void> {
+    const current = await this.timeHighWater();
+    if (current === undefined || serverTime > current) await this.set("time_high_water", String(serverTime));
+  }
+
+  /** Forgets the activation and everything tied to it; keeps keys, bundle and time high-water. */
+  async clearActivation(): Promise<void> {
+    await this.delete("activation");
+    await this.delete("certificate");
+    await this.delete("last_heartbeat");
+  }
+}

@@ -1,0 +1,197 @@
+import { afterEach, beforeEach, describe, expect, test } from "bun:test";
+import { TrustService } from "../../src/modules/trust/service.ts";
+import { LicensingClient, MemoryStorage, SdkError } from "../../src/sdk/index.ts";
+import { createTestContext, type TestContext } from "../support/harness.ts";
+import { type RuntimeFixture, runtimeFixture } from "../support/runtime.ts";
+
+/**
+ * The SDK (an independent implementation of the contract, @noble only) against the real server
+ * in-process: every answer must pass its whole verification chain.
+ */
+let t: TestContext;
+let fx: RuntimeFixture;
+// biome-ignore lint/suspicious/noExplicitAny: the integration config is JSON from the API.
+let config: any;
+
+// biome-ignore lint/suspicious/noExplicitAny: the tests reach into arbitrary response JSON to alter it.
+type Json = Record<string, any>;
+type Rewrite = (url: string, body: string, status: number) => { body: string; status: number } | undefined;
+let rewrite: Rewrite | undefined;
+
+beforeEach(async () => {
+  t = createTestContext();
+  fx = await runtimeFixture(t, {
+    policy: {
+      license_type: "subscription",
+      max_machines: 5,
+      max_concurrent: 2,
+      concurrency_unit: "instance",
+      entitlements: { export: true },
+    },
+  });
+  config = (await t.call("GET", `/mgmt/v1/products/${fx.productId}/integration-config`)).body.data.config;
+  rewrite = undefined;
+});
+afterEach(() => t.close());
+
+/** The app's own handler as the SDK's fetch, with an optional man in the middle. */
+async function inProcessFetch(url: string, init?: RequestInit): Promise<Response> {
+  const response = await t.app.handle(new Request(url, init));
+  const text = await response.text();
+  const changed = rewrite?.(url, text, response.status);
+  return new Response(changed?.body ?? text, {
+    status: changed?.status ?? response.status,
+    headers: response.headers,
+  });
+}
+
+const client = (alg: "ed25519" | "p256" = "ed25519") =>
+  new LicensingClient({
+    config,
+    fetch: inProcessFetch as never,
+    now: () => t.clock.now().getTime(),
+    signingAlgorithm: alg,
+    appVersion: "2.0.0",
+  });
+
+const machineInfo = { os: "linux", arch: "x64" };
+
+async function sdkError(promise: Promise<unknown>): Promise<SdkError> {
+  try {
+    await promise;
+  } catch (error) {
+    if (error instanceof SdkError) return error;
+    throw error;
+  }
+  throw new Error("expected the SDK to refuse");
+}
+
+describe.each(["ed25519", "p256"] as const)("with %s device keys", (alg) => {
+  test("activate, check in, take and release a seat, read signed time, deactivate", async () => {
+    const app = client(alg);
+    const activation = await app.activate({ licenseKey: fx.licenseKey, machineInfo });
+    expect(activation.activationId).toMatch(/^act_/);
+    expect(await app.licenseState()).toBe("valid");
+    expect(await app.hasEntitlement("export")).toBe(true);
+    t.clock.advance(120);
+    const beat = await app.heartbeat();
+    expect(beat.licenseStatus).toBe("active");
+    const lease = await app.acquireLease("instance-1");
+    expect((await app.heartbeatLease(lease.leaseId, "instance-1")).leaseId).toBe(lease.leaseId);
+    expect((await app.releaseLease(lease.leaseId, "instance-1")).status).toBe("released");
+    const time = await app.serverTime();
+    expect(time.serverTime).toBe(Math.floor(t.clock.now().getTime() / 1000));
+    await app.deactivate();
+    const row = t.deps.sqlite
+      .query<{ status: string }, [string]>("SELECT status FROM activations WHERE id = ?")
+      .get(activation.activationId);
+    expect(row?.status).toBe("deactivated");
+  });
+
+  test("a revocation reaches the device as an authentic denial and the license turns invalid", async () => {
+    const app = client(alg);
+    await app.activate({ licenseKey: fx.licenseKey, machineInfo });
+    await t.call("DELETE", `/mgmt/v1/licenses/${fx.licenseId}`);
+    const error = await sdkError(app.heartbeat());
+    expect(error.kind).toBe("license");
+    expect(error.code).toBe("LICENSE_REVOKED");
+    expect(await app.licenseState()).toBe("invalid");
+  });
+});
+
+describe("the SDK refuses real responses that were altered in transit", () => {
+  const tamper =
+    (mutate: (body: Json) => void): Rewrite =>
+    (url, text, status) => {
+      if (!url.includes("/heartbeat")) return undefined;
+      const body = JSON.parse(text);
+      mutate(body);
+      return { body: JSON.stringify(body), status };
+    };
+
+  test.each([
+    [
+      "its data",
+      (b: Json) => {
+        b.data.license_status = "suspended";
+      },
+      "BODY_HASH_MISMATCH",
+    ],
+    [
+      "its nonce",
+      (b: Json) => {
+        b.response_assertion.nonce = "x".repeat(22);
+      },
+      "RESPONSE_SIGNATURE_INVALID",
+    ],
+    [
+      "its signature",
+      (b: Json) => {
+        b.response_signature = b.response_signature.replace(/^./, (c: string) => (c === "A" ? "B" : "A"));
+      },
+      "RESPONSE_SIGNATURE_INVALID",
+    ],
+    [
+      "its delegation",
+      (b: Json) => {
+        b.signing_delegation.delegation.expires_at += 86_400;
+      },
+      "DELEGATION_SIGNATURE_INVALID",
+    ],
+  ])("a heartbeat with altered %s is refused", async (_what, mutate, code) => {
+    const app = client();
+    await app.activate({ licenseKey: fx.licenseKey, machineInfo });
+    rewrite = tamper(mutate);
+    const error = await sdkError(app.heartbeat());
+    expect(error.kind).toBe("verification");
+    expect(error.code).toBe(code);
+  });
+
+  test("a heartbeat answer replayed to a later request (other nonce) is refused", async () => {
+    const app = client();
+    await app.activate({ licenseKey: fx.licenseKey, machineInfo });
+    let captured: string | undefined;
+    rewrite = (url, text, status) => {
+      if (!url.includes("/heartbeat")) return undefined;
+      if (!captured) {
+        captured = text;
+        return undefined;
+      }
+      return { body: captured, status };
+    };
+    await app.heartbeat();
+    expect((await sdkError(app.heartbeat())).code).toBe("NONCE_MISMATCH");
+  });
+
+  test("a signed success shown with another HTTP status is refused", async () => {
+    const app = client();
+    await app.activate({ licenseKey: fx.licenseKey, machineInfo });
+    rewrite = (url, text) => (url.includes("/heartbeat") ? { body: text, status: 201 } : undefined);
+    expect((await sdkError(app.heartbeat())).code).toBe("STATUS_MISMATCH");
+  });
+
+  test("a trust bundle older than the one the device holds is refused", async () => {
+    const storage = new MemoryStorage();
+    const app = new LicensingClient({
+      config,
+      fetch: inProcessFetch as never,
+      now: () => t.clock.now().getTime(),
+      storage,
+    });
+    const older = (await t.call("GET", `/runtime/v1/products/${fx.productId}/trust-bundle`, { key: null }))
+      .text;
+    new TrustService(t.deps).rotate(fx.productId, 86_400);
+    await app.activate({ licenseKey: fx.licenseKey, machineInfo });
+    expect((await app.trustBundle()).sequence).toBe(2);
+    // The same device later (same storage), when a man in the middle serves the older bundle.
+    const later = new LicensingClient({
+      config,
+      fetch: inProcessFetch as never,
+      now: () => t.clock.now().getTime(),
+      storage,
+    });
+    rewrite = (url) => (url.includes("/trust-bundle") ? { body: older, status: 200 } : undefined);
+    t.clock.advance(2 * 3600);
+    expect((await sdkError(later.heartbeat())).code).toBe("BUNDLE_SEQUENCE_ROLLBACK");
+  });
+});
