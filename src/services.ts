@@ -2,6 +2,7 @@ import type { Deps } from "./deps.ts";
 import { DeviceProofVerifier } from "./http/device-proof.ts";
 import { IdempotencyStore } from "./http/idempotency.ts";
 import { RuntimeSigner } from "./http/signed-response.ts";
+import { RuntimeGate } from "./modules/activations/gate.ts";
 import { ActivationManagementService } from "./modules/activations/management-service.ts";
 import { ActivationService } from "./modules/activations/service.ts";
 import { ApiKeyService } from "./modules/api-keys/service.ts";
@@ -36,21 +37,20 @@ export function createServices(deps: Deps, options: ServiceOptions) {
   const licenses = new LicenseService(deps, products, policies, customers, plan);
   const deviceBlocks = new DeviceBlockService(deps);
   const runtimeEvents = new RuntimeEventService(deps);
-  const activations = new ActivationService(
+  const idempotency = new IdempotencyStore(deps.sqlite, deps.clock);
+  const runtimeGate = new RuntimeGate(
     deps,
-    trust,
-    licenses,
     deviceBlocks,
     runtimeEvents,
     new DeviceProofVerifier(deps.sqlite),
-    options.baseUrl,
   );
+  const activations = new ActivationService(deps, trust, licenses, runtimeGate, idempotency, options.baseUrl);
   return {
     deps,
     apiKeys: new ApiKeyService(deps),
     workspace,
     audit: new AuditService(deps),
-    idempotency: new IdempotencyStore(deps.sqlite, deps.clock),
+    idempotency,
     trust,
     signer: new RuntimeSigner(trust, deps.clock),
     integrationConfig: new IntegrationConfigService(deps, products, trust, options.baseUrl),
@@ -65,7 +65,8 @@ export function createServices(deps: Deps, options: ServiceOptions) {
     runtimeEvents,
     activations,
     activationAdmin: new ActivationManagementService(deps, licenses, activations),
-    leases: new LeaseService(deps, activations),
+    runtimeGate,
+    leases: new LeaseService(deps, runtimeGate),
   };
 }
 

@@ -1,4 +1,4 @@
-import type { RuntimeCall } from "../modules/activations/service.ts";
+import type { RuntimeCall } from "../modules/activations/gate.ts";
 import { pathAndQueryOf } from "./device-proof.ts";
 import { requestState } from "./request-state.ts";
 

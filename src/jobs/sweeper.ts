@@ -13,7 +13,7 @@ export function sweepOnce(services: Services, logger: Logger): Record<string, nu
   const steps: Record<string, () => number> = {
     idempotency_records: () => services.idempotency.sweep({ abandonInFlight: false }),
     runtime_events: () => services.runtimeEvents.purgeExpired(),
-    device_nonces: () => services.activations.purgeNonces(),
+    device_nonces: () => services.runtimeGate.purgeNonces(),
     pending_products: () => services.trust.provisionPending(),
     retired_keys: () => services.trust.pruneExpiredKeys(),
   };

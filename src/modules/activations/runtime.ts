@@ -1,34 +1,20 @@
 import { Elysia } from "elysia";
-import { thumbprint } from "../../crypto/keys.ts";
 import { readDeviceProofHeaders } from "../../http/device-proof.ts";
 import { runtimeCall } from "../../http/runtime-call.ts";
 import { RequiredIdempotencyHeaders } from "../../http/schemas.ts";
 import type { Services } from "../../services.ts";
 import { activationModels } from "./model.ts";
-import { idempotentPartOf } from "./service.ts";
 
 const ROUTE = "/runtime/v1/activations";
 
 /** Activation create (license key + device proof in the body), heartbeat and deactivation (device proof headers). */
-export const runtimeActivationsController = ({ activations, idempotency, signer }: Services) =>
+export const runtimeActivationsController = ({ activations, signer }: Services) =>
   new Elysia({ prefix: ROUTE, detail: { tags: ["Runtime"], security: [] } })
     .model(activationModels)
     .post(
       "",
       ({ body, headers, request }) => {
-        const call = runtimeCall(request);
-        const deviceKey = activations.verifyActivationRequest(body, call);
-        const outcome = idempotency.execute(
-          {
-            scope: `device:${thumbprint(deviceKey.text)}`,
-            method: "POST",
-            route: ROUTE,
-            key: headers["idempotency-key"],
-            body: idempotentPartOf(body),
-            required: true,
-          },
-          () => ({ status: 201, body: activations.activate(body, deviceKey, call).data }),
-        );
+        const outcome = activations.activateOnce(body, headers["idempotency-key"], runtimeCall(request));
         // Stored unsigned: a replay is signed afresh for this request's nonce (DESIGN §4).
         const response = signer.respond(request, outcome.status, JSON.parse(outcome.body), {
           productId: body.product_id,

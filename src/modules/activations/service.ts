@@ -5,52 +5,20 @@ import { type PublicKeyInfo, parsePublicKey, thumbprint, verifySignature } from 
 import type { Deps } from "../../deps.ts";
 import { unixSeconds } from "../../domain/clock.ts";
 import { licenseStatus } from "../../domain/license-state.ts";
-import { type RuntimeOperation, runtimeDenial, SIGNED_DENIALS } from "../../domain/runtime-guards.ts";
-import type { Environment } from "../../domain/scopes.ts";
-import {
-  CLOCK_SKEW_SEC,
-  type DeviceProofHeaders,
-  type DeviceProofVerifier,
-  proofInvalid,
-} from "../../http/device-proof.ts";
+import { CLOCK_SKEW_SEC, type DeviceProofHeaders, proofInvalid } from "../../http/device-proof.ts";
 import { ApiError } from "../../http/errors.ts";
+import type { IdempotencyStore, Outcome } from "../../http/idempotency.ts";
 import type { Db } from "../../store/db.ts";
-import { activations, leases, licenses, policies, products } from "../../store/schema/index.ts";
-import type { DeviceBlockService } from "../device-blocks/service.ts";
+import { activations, leases, products } from "../../store/schema/index.ts";
 import type { LicenseRow, LicenseService } from "../licenses/service.ts";
-import { settingsOf } from "../policies/service.ts";
-import type { RuntimeEventService, RuntimeOperationName } from "../runtime-events/service.ts";
 import type { TrustService } from "../trust/service.ts";
 import { issueCertificate } from "./certificate.ts";
+import type { PolicyWithId, RuntimeCall, RuntimeGate, SignedResult, Target } from "./gate.ts";
 import { machineInfoCheck, machineInfoDigest } from "./machine.ts";
 import type { ActivationCreateBody, HeartbeatBody } from "./model.ts";
 
 export type ActivationRow = typeof activations.$inferSelect;
-type PolicyWithId = ReturnType<typeof settingsOf> & { id: string };
 
-export interface RuntimeCall {
-  requestId: string;
-  method: string;
-  pathAndQuery: string;
-  rawBody: Uint8Array;
-}
-
-/** What the controller needs to sign a success: the data, and the product and nonce it answers. */
-export interface SignedResult<T> {
-  data: T;
-  productId: string;
-  nonce: string;
-}
-
-/** What a rejection is recorded against (spec §6.2); filled in as the request is understood. */
-interface Target {
-  environment?: Environment;
-  productId?: string | null;
-  licenseId?: string | null;
-  activationId?: string | null;
-}
-
-const DEVICE_KEY_CACHE_LIMIT = 100_000;
 const HEARTBEAT_JITTER = 0.1;
 
 /**
@@ -58,16 +26,14 @@ const HEARTBEAT_JITTER = 0.1;
  * and keep that binding fresh.
  */
 export class ActivationService {
-  private readonly deviceKeys = new Map<string, PublicKeyInfo>();
   private readonly countSlots;
 
   constructor(
     private readonly deps: Deps,
     private readonly trust: TrustService,
     private readonly licenses: LicenseService,
-    private readonly blocks: DeviceBlockService,
-    private readonly events: RuntimeEventService,
-    private readonly proofs: DeviceProofVerifier,
+    private readonly gate: RuntimeGate,
+    private readonly idempotency: IdempotencyStore,
     private readonly issuer: string,
   ) {
     this.countSlots = deps.sqlite.prepare<{ n: number }, [string, number, number]>(
@@ -80,9 +46,8 @@ export class ActivationService {
    * Checks what can be checked before anything is stored: both device keys, the clock, and the
    * activation proof over the body. Runs before idempotency, so a replay needs a valid proof too.
    */
-  verifyActivationRequest(body: ActivationCreateBody, call: RuntimeCall): PublicKeyInfo {
-    const target: Target = {};
-    return this.observe("activation_create", target, call, () => {
+  private verifyActivationRequest(body: ActivationCreateBody, target: Target): PublicKeyInfo {
+    {
       const product = this.deps.db.select().from(products).where(eq(products.id, body.product_id)).get();
       if (!product) throw ApiError.notFound("product");
       Object.assign(target, { environment: product.environment, productId: product.id });
@@ -109,20 +74,38 @@ export class ActivationService {
         throw proofInvalid("invalid_signature");
       }
       return signingKey;
+    }
+  }
+
+  /**
+   * Activation create, at most once per Idempotency-Key: the proof is checked first (so a replay
+   * needs a valid proof too), then the activation runs inside the idempotency transaction. A
+   * refusal is recorded after that transaction has rolled back, so the record survives.
+   */
+  activateOnce(body: ActivationCreateBody, idempotencyKey: string | undefined, call: RuntimeCall): Outcome {
+    const target: Target = {};
+    return this.gate.observe("activation_create", target, call, () => {
+      const deviceKey = this.verifyActivationRequest(body, target);
+      return this.idempotency.execute(
+        {
+          scope: `device:${thumbprint(deviceKey.text)}`,
+          method: "POST",
+          route: "/runtime/v1/activations",
+          key: idempotencyKey,
+          body: idempotentPartOf(body),
+          required: true,
+        },
+        () => ({ status: 201, body: this.activate(body, deviceKey, target) }),
+      );
     });
   }
 
-  activate(
+  private activate(
     body: ActivationCreateBody,
     deviceKey: PublicKeyInfo,
-    call: RuntimeCall,
-  ): SignedResult<{
-    activation_id: string;
-    certificate: string;
-    machine_info_digest: string;
-  }> {
-    const target: Target = {};
-    return this.observe("activation_create", target, call, () => {
+    target: Target,
+  ): { activation_id: string; certificate: string; machine_info_digest: string } {
+    {
       const now = this.deps.clock.now();
       const product = this.deps.db.select().from(products).where(eq(products.id, body.product_id)).get();
       if (!product) throw ApiError.notFound("product");
@@ -133,10 +116,10 @@ export class ActivationService {
         throw new ApiError("LICENSE_KEY_INVALID", "No license with that key exists for this product.");
       }
       target.licenseId = license.id;
-      const policy = this.policyOf(license);
+      const policy = this.gate.policyOf(license);
       const deviceThumbprint = thumbprint(deviceKey.text);
       const signedFor = { productId: product.id, nonce: body.nonce };
-      this.deny("activate", license, null, deviceThumbprint, now, signedFor);
+      this.gate.deny("activate", license, null, deviceThumbprint, now, signedFor);
       if (policy.validation_mode === "offline" || policy.perpetual_mode === "unmanaged") {
         throw new ApiError(
           "OFFLINE_ACTIVATION_REQUIRED",
@@ -211,26 +194,23 @@ export class ActivationService {
         .where(eq(activations.id, activation.id))
         .run();
       return {
-        data: {
-          activation_id: activation.id,
-          certificate: issued.certificate,
-          machine_info_digest: activation.machineInfoDigest,
-        },
-        ...signedFor,
+        activation_id: activation.id,
+        certificate: issued.certificate,
+        machine_info_digest: activation.machineInfoDigest,
       };
-    });
+    }
   }
 
   heartbeat(activationId: string, proof: DeviceProofHeaders, body: HeartbeatBody, call: RuntimeCall) {
     const target: Target = { activationId };
-    return this.observe("heartbeat", target, call, () => {
-      const { activation, license, policy, now, signedFor } = this.authenticate(
+    return this.gate.observe("heartbeat", target, call, () => {
+      const { activation, license, policy, now, signedFor } = this.gate.authenticate(
         activationId,
         proof,
         call,
         target,
       );
-      this.deny("heartbeat", license, activation, activation.deviceThumbprint, now, signedFor);
+      this.gate.deny("heartbeat", license, activation, activation.deviceThumbprint, now, signedFor);
       if (policy.perpetual_mode === "unmanaged" || policy.validation_mode === "offline") {
         throw new ApiError(
           "OFFLINE_ACTIVATION_REQUIRED",
@@ -286,16 +266,17 @@ export class ActivationService {
 
   deactivate(activationId: string, proof: DeviceProofHeaders, call: RuntimeCall): SignedResult<string> {
     const target: Target = { activationId };
-    return this.observe("deactivation", target, call, () => {
-      const { activation, license, now, signedFor } = this.authenticate(activationId, proof, call, target);
-      this.deny("deactivate", license, activation, activation.deviceThumbprint, now, signedFor);
+    return this.gate.observe("deactivation", target, call, () => {
+      const { activation, license, now, signedFor } = this.gate.authenticate(
+        activationId,
+        proof,
+        call,
+        target,
+      );
+      this.gate.deny("deactivate", license, activation, activation.deviceThumbprint, now, signedFor);
       this.end(activation.id, "device", now);
       return { data: "deactivated", ...signedFor };
     });
-  }
-
-  purgeNonces(): number {
-    return this.proofs.purgeOld(unixSeconds(this.deps.clock.now()));
   }
 
   /** Ends an activation and releases its leases; pass the caller's transaction to join it. */
@@ -317,83 +298,6 @@ export class ActivationService {
     };
     if (writer === this.deps.db) this.deps.db.transaction(run);
     else run(writer);
-  }
-
-  /**
-   * A device-proof call: the activation named by the proof (and the path, when there is one),
-   * the clock window, the signature, then the nonce. Answers 404 for an unknown activation.
-   */
-  authenticate(activationId: string | null, proof: DeviceProofHeaders, call: RuntimeCall, target: Target) {
-    if (activationId !== null && proof.activationId !== activationId)
-      throw proofInvalid("activation_mismatch");
-    const activation = this.deps.db
-      .select()
-      .from(activations)
-      .where(eq(activations.id, proof.activationId))
-      .get();
-    if (!activation) throw ApiError.notFound("activation");
-    Object.assign(target, {
-      environment: activation.environment,
-      productId: activation.productId,
-      licenseId: activation.licenseId,
-      activationId: activation.id,
-    });
-    const now = this.deps.clock.now();
-    this.proofs.verify(
-      proof,
-      { method: call.method, pathAndQuery: call.pathAndQuery, body: call.rawBody },
-      this.deviceKey(activation.deviceSigningKey),
-      unixSeconds(now),
-    );
-    const license = this.deps.db.select().from(licenses).where(eq(licenses.id, activation.licenseId)).get();
-    if (!license) throw new Error(`activation ${activation.id} has no license`);
-    return {
-      activation,
-      license,
-      policy: this.policyOf(license),
-      now,
-      signedFor: { productId: activation.productId, nonce: proof.nonce },
-    };
-  }
-
-  /** Throws the first guard's denial (signed when it is a license-state denial). */
-  deny(
-    op: RuntimeOperation,
-    license: LicenseRow,
-    activation: ActivationRow | null,
-    deviceThumbprint: string,
-    now: Date,
-    signedFor: { productId: string; nonce: string },
-  ): void {
-    const code = runtimeDenial(
-      op,
-      {
-        license: { ...license, blocked: this.blocks.isBlocked(license.environment, "license", license.id) },
-        activation: activation
-          ? {
-              status: activation.status,
-              deviceBlocked: this.blocks.isBlocked(license.environment, "device_key", deviceThumbprint),
-            }
-          : {
-              status: "active",
-              deviceBlocked: this.blocks.isBlocked(license.environment, "device_key", deviceThumbprint),
-            },
-      },
-      now,
-    );
-    if (!code) return;
-    throw new ApiError(
-      code,
-      DENIAL_MESSAGES[code] ?? "This call is not allowed.",
-      {},
-      SIGNED_DENIALS.has(code) ? { signedFor } : {},
-    );
-  }
-
-  policyOf(license: LicenseRow): PolicyWithId {
-    const policy = this.deps.db.select().from(policies).where(eq(policies.id, license.policyId)).get();
-    if (!policy) throw new Error(`license ${license.id} has no policy`);
-    return { ...settingsOf(policy), id: policy.id };
   }
 
   /**
@@ -428,49 +332,7 @@ export class ActivationService {
       machineInfoDigest: activation.machineInfoDigest,
     };
   }
-
-  private deviceKey(text: string): PublicKeyInfo {
-    let key = this.deviceKeys.get(text);
-    if (!key) {
-      const parsed = parsePublicKey(text);
-      if (!parsed) throw new Error("a stored device key does not parse");
-      if (this.deviceKeys.size >= DEVICE_KEY_CACHE_LIMIT) this.deviceKeys.clear();
-      this.deviceKeys.set(text, parsed);
-      key = parsed;
-    }
-    return key;
-  }
-
-  /** Runs one runtime operation and records it in runtime_events if it is refused. */
-  observe<T>(operation: RuntimeOperationName, target: Target, call: RuntimeCall, work: () => T): T {
-    try {
-      return work();
-    } catch (error) {
-      if (error instanceof ApiError && target.environment) {
-        this.events.record({
-          environment: target.environment,
-          operation,
-          code: error.code,
-          httpStatus: error.status,
-          productId: target.productId ?? null,
-          licenseId: target.licenseId ?? null,
-          activationId: target.activationId ?? null,
-          requestId: call.requestId,
-        });
-      }
-      throw error;
-    }
-  }
 }
-
-const DENIAL_MESSAGES: Partial<Record<string, string>> = {
-  LICENSE_REVOKED: "The license has been revoked.",
-  LICENSE_EXPIRED: "The license has expired.",
-  LICENSE_SUSPENDED: "The license is suspended.",
-  LICENSE_BLOCKED: "The vendor blocked this license.",
-  DEVICE_BLOCKED: "The vendor blocked this device.",
-  ACTIVATION_DEACTIVATED: "This activation was deactivated.",
-};
 
 /** What idempotency compares: a retry carries a fresh nonce, proof and clock reading, and is otherwise the same. */
 export function idempotentPartOf(body: ActivationCreateBody) {

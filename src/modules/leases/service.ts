@@ -5,7 +5,7 @@ import type { DeviceProofHeaders } from "../../http/device-proof.ts";
 import { proofInvalid } from "../../http/device-proof.ts";
 import { ApiError } from "../../http/errors.ts";
 import { leases } from "../../store/schema/index.ts";
-import type { ActivationService, RuntimeCall, SignedResult } from "../activations/service.ts";
+import type { RuntimeCall, RuntimeGate, SignedResult } from "../activations/gate.ts";
 
 export type LeaseRow = typeof leases.$inferSelect;
 
@@ -27,7 +27,7 @@ export class LeaseService {
 
   constructor(
     private readonly deps: Deps,
-    private readonly activations: ActivationService,
+    private readonly gate: RuntimeGate,
   ) {
     this.seatsByInstance = deps.sqlite.prepare<{ n: number }, [string, number]>(
       "SELECT count(*) AS n FROM leases WHERE license_id = ? AND status = 'active' AND expires_at > ?",
@@ -46,15 +46,15 @@ export class LeaseService {
     call: RuntimeCall,
   ): SignedResult<LeaseData> {
     const target = { activationId: body.activation_id };
-    return this.activations.observe("lease_create", target, call, () => {
+    return this.gate.observe("lease_create", target, call, () => {
       if (proof.activationId !== body.activation_id) throw proofInvalid("activation_mismatch");
-      const { activation, license, policy, now, signedFor } = this.activations.authenticate(
+      const { activation, license, policy, now, signedFor } = this.gate.authenticate(
         body.activation_id,
         proof,
         call,
         target,
       );
-      this.activations.deny("lease", license, activation, activation.deviceThumbprint, now, signedFor);
+      this.gate.deny("lease", license, activation, activation.deviceThumbprint, now, signedFor);
       const expiresAt = new Date(now.getTime() + policy.lease_ttl_sec * 1000);
       const lease = this.deps.db.transaction(
         (tx) => {
@@ -116,7 +116,7 @@ export class LeaseService {
     call: RuntimeCall,
   ): SignedResult<LeaseData> {
     const target = {};
-    return this.activations.observe("lease_heartbeat", target, call, () => {
+    return this.gate.observe("lease_heartbeat", target, call, () => {
       const { lease, activation, license, policy, now, signedFor } = this.leaseFor(
         leaseId,
         proof,
@@ -127,7 +127,7 @@ export class LeaseService {
       if (lease.status === "released")
         throw new ApiError("LEASE_RELEASED", "The lease was released; acquire a new one.");
       if (lease.expiresAt.getTime() <= now.getTime()) throw expired();
-      this.activations.deny("lease", license, activation, activation.deviceThumbprint, now, signedFor);
+      this.gate.deny("lease", license, activation, activation.deviceThumbprint, now, signedFor);
       const expiresAt = new Date(now.getTime() + policy.lease_ttl_sec * 1000);
       this.deps.db.update(leases).set({ expiresAt }).where(eq(leases.id, lease.id)).run();
       return { data: present({ ...lease, expiresAt }, policy.lease_heartbeat_sec), ...signedFor };
@@ -142,7 +142,7 @@ export class LeaseService {
     call: RuntimeCall,
   ): SignedResult<{ lease_id: string; status: "released" }> {
     const target = {};
-    return this.activations.observe("lease_release", target, call, () => {
+    return this.gate.observe("lease_release", target, call, () => {
       const { lease, now, signedFor } = this.leaseFor(leaseId, proof, call, target);
       if (lease.instanceId !== instanceId) throw instanceMismatch();
       if (lease.status === "active") {
@@ -164,7 +164,7 @@ export class LeaseService {
     call: RuntimeCall,
     target: { activationId?: string | null },
   ) {
-    const auth = this.activations.authenticate(null, proof, call, target);
+    const auth = this.gate.authenticate(null, proof, call, target);
     const lease = this.deps.db.select().from(leases).where(eq(leases.id, leaseId)).get();
     if (!lease || lease.activationId !== auth.activation.id) throw ApiError.notFound("lease");
     return { lease, ...auth };

@@ -40,19 +40,40 @@ export function resolvePeriod(period: string | undefined, now: Date): ReportPeri
 }
 
 export class UsageReportService {
-  constructor(private readonly deps: Pick<Deps, "db" | "clock">) {}
+  constructor(private readonly deps: Pick<Deps, "db" | "sqlite" | "clock">) {}
 
   report(environment: Environment, period: string | undefined) {
     const now = this.deps.clock.now();
     const resolved = resolvePeriod(period, now);
     const at = resolved.end.getTime() < now.getTime() ? resolved.end : now;
+    const count = (sql: string, ...params: (string | number)[]) =>
+      this.deps.sqlite.query<{ n: number }, (string | number)[]>(sql).get(...params)?.n ?? 0;
     return {
       period: { label: resolved.label, start: resolved.start.toISOString(), end: resolved.end.toISOString() },
-      // Devices cannot activate until the runtime API exists; these count its tables once they do.
-      new_activations: 0,
-      active_machines: 0,
+      new_activations: count(
+        "SELECT count(*) AS n FROM activations WHERE environment = ? AND activated_at >= ? AND activated_at < ?",
+        environment,
+        resolved.start.getTime(),
+        resolved.end.getTime(),
+      ),
+      // Devices that held an activation at the end of the period (or now).
+      active_machines: count(
+        `SELECT count(*) AS n FROM activations WHERE environment = ? AND activated_at <= ?
+         AND (deactivated_at IS NULL OR deactivated_at > ?)`,
+        environment,
+        at.getTime(),
+        at.getTime(),
+      ),
       active_licenses: this.activeLicensesAt(environment, at),
-      active_leases: 0,
+      // Seats held at that moment: leases not released by then and not yet expired.
+      active_leases: count(
+        `SELECT count(*) AS n FROM leases l JOIN licenses c ON c.id = l.license_id WHERE c.environment = ?
+         AND l.created_at <= ? AND (l.released_at IS NULL OR l.released_at > ?) AND l.expires_at > ?`,
+        environment,
+        at.getTime(),
+        at.getTime(),
+        at.getTime(),
+      ),
     };
   }
 

@@ -1,0 +1,179 @@
+import { eq } from "drizzle-orm";
+import { type PublicKeyInfo, parsePublicKey } from "../../crypto/keys.ts";
+import type { Deps } from "../../deps.ts";
+import { unixSeconds } from "../../domain/clock.ts";
+import { type RuntimeOperation, runtimeDenial, SIGNED_DENIALS } from "../../domain/runtime-guards.ts";
+import type { Environment } from "../../domain/scopes.ts";
+import { type DeviceProofHeaders, type DeviceProofVerifier, proofInvalid } from "../../http/device-proof.ts";
+import { ApiError } from "../../http/errors.ts";
+import { activations, licenses, policies } from "../../store/schema/index.ts";
+import type { DeviceBlockService } from "../device-blocks/service.ts";
+import type { LicenseRow } from "../licenses/service.ts";
+import { settingsOf } from "../policies/service.ts";
+import type { RuntimeEventService, RuntimeOperationName } from "../runtime-events/service.ts";
+import type { ActivationRow } from "./service.ts";
+
+export interface RuntimeCall {
+  requestId: string;
+  method: string;
+  pathAndQuery: string;
+  rawBody: Uint8Array;
+}
+
+/** What the controller needs to sign a success: the data, and the product and nonce it answers. */
+export interface SignedResult<T> {
+  data: T;
+  productId: string;
+  nonce: string;
+}
+
+/** What a rejection is recorded against (spec §6.2); filled in as the request is understood. */
+export interface Target {
+  environment?: Environment;
+  productId?: string | null;
+  licenseId?: string | null;
+  activationId?: string | null;
+}
+
+const DEVICE_KEY_CACHE_LIMIT = 100_000;
+
+export type PolicyWithId = ReturnType<typeof settingsOf> & { id: string };
+
+/**
+ * What every device-proof call goes through, whatever it asks for: who the device is (proof,
+ * clock, nonce), the guards that decide whether it may proceed, and the runtime_events record of
+ * a refusal.
+ */
+export class RuntimeGate {
+  private readonly deviceKeys = new Map<string, PublicKeyInfo>();
+
+  constructor(
+    private readonly deps: Deps,
+    private readonly blocks: DeviceBlockService,
+    private readonly events: RuntimeEventService,
+    private readonly proofs: DeviceProofVerifier,
+  ) {}
+
+  /**
+   * A device-proof call: the activation named by the proof (and the path, when there is one),
+   * the clock window, the signature, then the nonce. Answers 404 for an unknown activation.
+   */
+  authenticate(activationId: string | null, proof: DeviceProofHeaders, call: RuntimeCall, target: Target) {
+    if (activationId !== null && proof.activationId !== activationId)
+      throw proofInvalid("activation_mismatch");
+    const activation = this.deps.db
+      .select()
+      .from(activations)
+      .where(eq(activations.id, proof.activationId))
+      .get();
+    if (!activation) throw ApiError.notFound("activation");
+    Object.assign(target, {
+      environment: activation.environment,
+      productId: activation.productId,
+      licenseId: activation.licenseId,
+      activationId: activation.id,
+    });
+    const now = this.deps.clock.now();
+    this.proofs.verify(
+      proof,
+      { method: call.method, pathAndQuery: call.pathAndQuery, body: call.rawBody },
+      this.deviceKey(activation.deviceSigningKey),
+      unixSeconds(now),
+    );
+    const license = this.deps.db.select().from(licenses).where(eq(licenses.id, activation.licenseId)).get();
+    if (!license) throw new Error(`activation ${activation.id} has no license`);
+    return {
+      activation,
+      license,
+      policy: this.policyOf(license),
+      now,
+      signedFor: { productId: activation.productId, nonce: proof.nonce },
+    };
+  }
+
+  /** Throws the first guard's denial (signed when it is a license-state denial). */
+  deny(
+    op: RuntimeOperation,
+    license: LicenseRow,
+    activation: ActivationRow | null,
+    deviceThumbprint: string,
+    now: Date,
+    signedFor: { productId: string; nonce: string },
+  ): void {
+    const code = runtimeDenial(
+      op,
+      {
+        license: { ...license, blocked: this.blocks.isBlocked(license.environment, "license", license.id) },
+        activation: activation
+          ? {
+              status: activation.status,
+              deviceBlocked: this.blocks.isBlocked(license.environment, "device_key", deviceThumbprint),
+            }
+          : {
+              status: "active",
+              deviceBlocked: this.blocks.isBlocked(license.environment, "device_key", deviceThumbprint),
+            },
+      },
+      now,
+    );
+    if (!code) return;
+    throw new ApiError(
+      code,
+      DENIAL_MESSAGES[code] ?? "This call is not allowed.",
+      {},
+      SIGNED_DENIALS.has(code) ? { signedFor } : {},
+    );
+  }
+
+  policyOf(license: LicenseRow): PolicyWithId {
+    const policy = this.deps.db.select().from(policies).where(eq(policies.id, license.policyId)).get();
+    if (!policy) throw new Error(`license ${license.id} has no policy`);
+    return { ...settingsOf(policy), id: policy.id };
+  }
+
+  private deviceKey(text: string): PublicKeyInfo {
+    let key = this.deviceKeys.get(text);
+    if (!key) {
+      const parsed = parsePublicKey(text);
+      if (!parsed) throw new Error("a stored device key does not parse");
+      if (this.deviceKeys.size >= DEVICE_KEY_CACHE_LIMIT) this.deviceKeys.clear();
+      this.deviceKeys.set(text, parsed);
+      key = parsed;
+    }
+    return key;
+  }
+
+  /** Runs one runtime operation and records it in runtime_events if it is refused. */
+  observe<T>(operation: RuntimeOperationName, target: Target, call: RuntimeCall, work: () => T): T {
+    try {
+      return work();
+    } catch (error) {
+      if (error instanceof ApiError && target.environment) {
+        this.events.record({
+          environment: target.environment,
+          operation,
+          code: error.code,
+          httpStatus: error.status,
+          productId: target.productId ?? null,
+          licenseId: target.licenseId ?? null,
+          activationId: target.activationId ?? null,
+          requestId: call.requestId,
+        });
+      }
+      throw error;
+    }
+  }
+
+  purgeNonces(): number {
+    return this.proofs.purgeOld(unixSeconds(this.deps.clock.now()));
+  }
+}
+
+const DENIAL_MESSAGES: Partial<Record<string, string>> = {
+  LICENSE_REVOKED: "The license has been revoked.",
+  LICENSE_EXPIRED: "The license has expired.",
+  LICENSE_SUSPENDED: "The license is suspended.",
+  LICENSE_BLOCKED: "The vendor blocked this license.",
+  DEVICE_BLOCKED: "The vendor blocked this device.",
+  ACTIVATION_DEACTIVATED: "This activation was deactivated.",
+};

@@ -1,0 +1,275 @@
+import { afterEach, beforeEach, describe, expect, test } from "bun:test";
+import { machineInfoDigest } from "../../src/modules/activations/machine.ts";
+import { DISTINCT_ENTRIES_PER_HOUR } from "../../src/modules/runtime-events/service.ts";
+import { createServices } from "../../src/services.ts";
+import { TestDevice } from "../support/device.ts";
+import { BASE_URL, createTestContext, type TestContext } from "../support/harness.ts";
+import {
+  activate,
+  activatedDevice,
+  heartbeatPath,
+  proofCall,
+  type RuntimeFixture,
+  runtimeFixture,
+} from "../support/runtime.ts";
+
+let t: TestContext;
+let fx: RuntimeFixture;
+beforeEach(async () => {
+  t = createTestContext();
+  fx = await runtimeFixture(t, {
+    policy: { license_type: "subscription", max_machines: 5, heartbeat_sec: 3600, max_concurrent: 5 },
+  });
+});
+afterEach(() => t.close());
+
+const DIGEST = machineInfoDigest({ os: "linux", arch: "x64" });
+
+describe("activations", () => {
+  test("a license lists its devices, newest first, with machine and key thumbprint", async () => {
+    const a = await activatedDevice(t, fx);
+    const b = await activatedDevice(t, fx, "p256");
+    const response = await t.call("GET", `/mgmt/v1/licenses/${fx.licenseId}/activations`);
+    expect(response.status).toBe(200);
+    expect(response.body.data.map((x: { id: string }) => x.id)).toEqual([b.activationId, a.activationId]);
+    expect(response.body.data[1]).toMatchObject({
+      license_id: fx.licenseId,
+      status: "active",
+      device_signing_key_thumbprint: a.device.thumbprint,
+      machine: {
+        info: { os: "linux", arch: "x64" },
+        info_digest: DIGEST,
+        signals: { hostname: "test-host" },
+      },
+    });
+  });
+
+  test("one activation shows its check-in state, and turns overdue when the device stays silent", async () => {
+    const { device, activationId } = await activatedDevice(t, fx);
+    await proofCall(t, device, "POST", heartbeatPath(activationId), activationId, {
+      machine_info_digest: DIGEST,
+      app_version: "3.2.1",
+    });
+    const fresh = (await t.call("GET", `/mgmt/v1/activations/${activationId}`)).body.data;
+    const beatAt = new Date(fresh.last_heartbeat_at).getTime();
+    expect(fresh).toMatchObject({
+      heartbeat_interval_sec: 3600,
+      heartbeat_overdue: false,
+      app_version: "3.2.1",
+      sdk_version: "test",
+    });
+    expect(new Date(fresh.next_heartbeat_due.earliest).getTime()).toBe(beatAt + 3240_000);
+    expect(new Date(fresh.next_heartbeat_due.latest).getTime()).toBe(beatAt + 3960_000);
+    expect(new Date(fresh.certificate_expires_at).getTime()).toBeGreaterThan(beatAt);
+    t.clock.advance(3961);
+    expect((await t.call("GET", `/mgmt/v1/activations/${activationId}`)).body.data.heartbeat_overdue).toBe(
+      true,
+    );
+  });
+
+  test("a forced deactivation frees the slot and the seats, is audited, and the device hears 410", async () => {
+    const { device, activationId } = await activatedDevice(t, fx);
+    await proofCall(t, device, "POST", "/runtime/v1/leases", activationId, {
+      activation_id: activationId,
+      instance_id: "i",
+    });
+    expect((await t.call("DELETE", `/mgmt/v1/activations/${activationId}`)).status).toBe(204);
+    expect((await t.call("DELETE", `/mgmt/v1/activations/${activationId}`)).status).toBe(204);
+    const leases = t.deps.sqlite.query("SELECT count(*) AS n FROM leases WHERE status = 'active'").get();
+    expect(leases).toEqual({ n: 0 });
+    const beat = await proofCall(t, device, "POST", heartbeatPath(activationId), activationId, {
+      machine_info_digest: DIGEST,
+    });
+    expect(beat.status).toBe(410);
+    const events = (await t.call("GET", "/mgmt/v1/events")).body.data;
+    expect(events[0]).toMatchObject({ type: "activation.deactivated", target: { id: activationId } });
+    expect((await t.call("GET", `/mgmt/v1/activations/${activationId}`)).body.data.deactivation_reason).toBe(
+      "vendor",
+    );
+  });
+});
+
+describe("runtime events", () => {
+  const failBeat = (device: TestDevice, id: string) =>
+    proofCall(
+      t,
+      device,
+      "POST",
+      heartbeatPath(id),
+      id,
+      { machine_info_digest: DIGEST },
+      { timestamp: Math.floor(t.clock.now().getTime() / 1000) - 1000 },
+    );
+
+  test("rejections are counted on one entry per target, operation and code per hour, oldest first", async () => {
+    const { device, activationId } = await activatedDevice(t, fx);
+    await failBeat(device, activationId);
+    await failBeat(device, activationId);
+    await activate(t, new TestDevice(), { ...fx, licenseKey: "ZZZZZ-ZZZZZ-ZZZZZ-ZZZZZ-ZZZZZ" });
+    t.clock.advance(3600);
+    const last = await failBeat(device, activationId);
+    const entries = (await t.call("GET", "/mgmt/v1/runtime_events")).body.data;
+    expect(entries).toHaveLength(3);
+    expect(entries[0]).toMatchObject({
+      operation: "heartbeat",
+      outcome: "rejected",
+      code: "CLOCK_SKEW",
+      http_status: 401,
+      occurrences: 2,
+      activation_id: activationId,
+      license_id: fx.licenseId,
+      product_id: fx.productId,
+      details_omitted: false,
+    });
+    expect(entries[1]).toMatchObject({
+      operation: "activation_create",
+      code: "LICENSE_KEY_INVALID",
+      license_id: null,
+      occurrences: 1,
+    });
+    expect(entries[2]).toMatchObject({
+      code: "CLOCK_SKEW",
+      occurrences: 1,
+      last_request_id: last.headers.get("x-request-id"),
+    });
+  });
+
+  test("successes, requests naming no known product or activation, and old entries are left out", async () => {
+    const { device, activationId } = await activatedDevice(t, fx);
+    await proofCall(t, device, "POST", heartbeatPath(activationId), activationId, {
+      machine_info_digest: DIGEST,
+    });
+    await activate(t, new TestDevice(), { ...fx, productId: "prod_01M81Z00000000000000000000" });
+    await failBeat(new TestDevice(), "act_01M81Z00000000000000000000");
+    expect((await t.call("GET", "/mgmt/v1/runtime_events")).body.data).toHaveLength(0);
+    await failBeat(device, activationId);
+    t.clock.advance(7 * 86_400 + 1);
+    expect((await t.call("GET", "/mgmt/v1/runtime_events")).body.data).toHaveLength(0);
+  });
+
+  test("filters narrow the list, and a filter naming something unknown answers 404", async () => {
+    const a = await activatedDevice(t, fx);
+    const b = await activatedDevice(t, fx);
+    await failBeat(a.device, a.activationId);
+    await failBeat(b.device, b.activationId);
+    const onlyA = await t.call("GET", `/mgmt/v1/runtime_events?activation_id=${a.activationId}`);
+    expect(onlyA.body.data.map((e: { activation_id: string }) => e.activation_id)).toEqual([a.activationId]);
+    expect(
+      (await t.call("GET", `/mgmt/v1/runtime_events?license_id=${fx.licenseId}`)).body.data,
+    ).toHaveLength(2);
+    const future = new Date(t.clock.now().getTime() + 60_000).toISOString();
+    expect((await t.call("GET", `/mgmt/v1/runtime_events?since=${future}`)).body.data).toHaveLength(0);
+    expect(
+      (await t.call("GET", "/mgmt/v1/runtime_events?license_id=lic_01M81Z00000000000000000000")).status,
+    ).toBe(404);
+    expect((await t.call("GET", "/mgmt/v1/runtime_events?since=yesterday")).status).toBe(400);
+    expect((await t.call("GET", "/mgmt/v1/runtime_events", { key: t.keys.test })).body.data).toHaveLength(0);
+  });
+
+  test("pages through entries oldest first", async () => {
+    const devices = await Promise.all([0, 1, 2].map(() => activatedDevice(t, fx)));
+    for (const d of devices) await failBeat(d.device, d.activationId);
+    const first = await t.call("GET", "/mgmt/v1/runtime_events?limit=2");
+    expect(first.body.pagination.has_more).toBe(true);
+    const second = await t.call(
+      "GET",
+      `/mgmt/v1/runtime_events?limit=2&cursor=${first.body.pagination.next_cursor}`,
+    );
+    const order = [...first.body.data, ...second.body.data].map(
+      (e: { activation_id: string }) => e.activation_id,
+    );
+    expect(order).toEqual(devices.map((d) => d.activationId));
+  });
+
+  test("past the hourly cap of distinct entries, the rest are counted on an entry without targets", async () => {
+    const events = createServices(t.deps, { baseUrl: BASE_URL }).runtimeEvents;
+    for (let i = 0; i <= DISTINCT_ENTRIES_PER_HOUR + 2; i++) {
+      events.record({
+        environment: "live",
+        operation: "heartbeat",
+        code: "DEVICE_PROOF_INVALID",
+        httpStatus: 401,
+        productId: fx.productId,
+        licenseId: fx.licenseId,
+        activationId: `act_${String(i).padStart(26, "0")}`,
+        requestId: `req_${i}`,
+      });
+    }
+    const all = (await t.call("GET", "/mgmt/v1/runtime_events?limit=200")).body;
+    let entries = all.data;
+    let cursor = all.pagination.next_cursor;
+    while (cursor) {
+      const page = (await t.call("GET", `/mgmt/v1/runtime_events?limit=200&cursor=${cursor}`)).body;
+      entries = [...entries, ...page.data];
+      cursor = page.pagination.next_cursor;
+    }
+    const omitted = entries.filter((e: { details_omitted: boolean }) => e.details_omitted);
+    expect(entries.length - omitted.length).toBe(DISTINCT_ENTRIES_PER_HOUR);
+    expect(omitted).toEqual([
+      expect.objectContaining({ occurrences: 3, activation_id: null, license_id: null, product_id: null }),
+    ]);
+  });
+});
+
+describe("device blocks", () => {
+  test("a block is listed, refuses the device at once, and lifting it lets the device back", async () => {
+    const { device, activationId } = await activatedDevice(t, fx);
+    const created = await t.call("POST", "/mgmt/v1/device-blocks", {
+      body: {
+        kind: "device_key",
+        device_signing_key_thumbprint: device.thumbprint,
+        reason: "chargeback fraud",
+      },
+    });
+    expect(created.status).toBe(201);
+    expect(created.body.data).toMatchObject({
+      kind: "device_key",
+      device_signing_key_thumbprint: device.thumbprint,
+      license_id: null,
+    });
+    const again = await t.call("POST", "/mgmt/v1/device-blocks", {
+      body: { kind: "device_key", device_signing_key_thumbprint: device.thumbprint },
+    });
+    expect(again.body.data.id).toBe(created.body.data.id);
+    expect((await t.call("GET", "/mgmt/v1/device-blocks")).body.data).toHaveLength(1);
+    const refused = await proofCall(t, device, "POST", heartbeatPath(activationId), activationId, {
+      machine_info_digest: DIGEST,
+    });
+    expect(refused.status).toBe(403);
+    expect(refused.body.error.code).toBe("DEVICE_BLOCKED");
+    expect((await t.call("DELETE", `/mgmt/v1/device-blocks/${created.body.data.id}`)).status).toBe(204);
+    const back = await proofCall(t, device, "POST", heartbeatPath(activationId), activationId, {
+      machine_info_digest: DIGEST,
+    });
+    expect(back.status).toBe(200);
+  });
+
+  test("a block needs the target its kind names", async () => {
+    const missing = await t.call("POST", "/mgmt/v1/device-blocks", { body: { kind: "license" } });
+    expect(missing.status).toBe(422);
+    expect(missing.body.error.details.errors.license_id).toBeDefined();
+    const unknown = await t.call("POST", "/mgmt/v1/device-blocks", {
+      body: { kind: "license", license_id: "lic_01M81Z00000000000000000000" },
+    });
+    expect(unknown.status).toBe(422);
+  });
+});
+
+describe("usage report", () => {
+  test("counts new activations, active machines and active leases of the period", async () => {
+    const a = await activatedDevice(t, fx);
+    await activatedDevice(t, fx);
+    await proofCall(t, a.device, "POST", "/runtime/v1/leases", a.activationId, {
+      activation_id: a.activationId,
+      instance_id: "i",
+    });
+    await t.call("DELETE", `/mgmt/v1/activations/${a.activationId}`);
+    const report = (await t.call("GET", "/mgmt/v1/reports/usage")).body.data;
+    expect(report).toMatchObject({
+      new_activations: 2,
+      active_machines: 1,
+      active_leases: 0,
+      active_licenses: 1,
+    });
+  });
+});
