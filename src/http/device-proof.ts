@@ -7,7 +7,8 @@ import { ApiError } from "./errors.ts";
 /** DESIGN §5: a proof more than 300 s from the server clock is refused, and nonces are kept that long. */
 export const CLOCK_SKEW_SEC = 300;
 const NONCE_PATTERN = /^[A-Za-z0-9_-]{22,255}$/;
-const TIMESTAMP_PATTERN = /^-?\d{1,15}$/;
+/** Canonical decimal only: the server signs its own rendering, so "0042" must not pass as 42. */
+const TIMESTAMP_PATTERN = /^(0|-?[1-9]\d{0,14})$/;
 
 export interface DeviceProofHeaders {
   activationId: string;

@@ -12,8 +12,15 @@ export class RuntimeSigner {
     private readonly clock: Clock,
   ) {}
 
-  signature(signedFor: SignedFor, requestId: string, status: number, body: unknown): EnvelopeSignature {
-    const now = this.clock.now();
+  /** `at` pins the signed server_time when the data already states the time (the time route). */
+  signature(
+    signedFor: SignedFor,
+    requestId: string,
+    status: number,
+    body: unknown,
+    at?: Date,
+  ): EnvelopeSignature {
+    const now = at ?? this.clock.now();
     return signResponse(this.trust.onlineSigner(signedFor.productId, now), {
       requestId,
       nonce: signedFor.nonce,
@@ -23,9 +30,9 @@ export class RuntimeSigner {
     });
   }
 
-  respond(request: Request, status: number, data: unknown, signedFor: SignedFor): Response {
+  respond(request: Request, status: number, data: unknown, signedFor: SignedFor, at?: Date): Response {
     const requestId = requestState.get(request)?.requestId ?? "req_unknown";
-    const body = { data, ...this.signature(signedFor, requestId, status, data) };
+    const body = { data, ...this.signature(signedFor, requestId, status, data, at) };
     return new Response(JSON.stringify(body), { status, headers: { "content-type": "application/json" } });
   }
 }

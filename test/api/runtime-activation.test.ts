@@ -112,6 +112,42 @@ describe("happy path", () => {
   });
 });
 
+describe("replays and repeats", () => {
+  test("a replayed activation after the license was revoked answers the signed denial, not the stored 201", async () => {
+    const device = new TestDevice();
+    expect((await activate(t, device, fx, { idempotencyKey: "activation-replay-0001" })).status).toBe(201);
+    await t.call("DELETE", `/mgmt/v1/licenses/${fx.licenseId}`);
+    const replay = await activate(t, device, fx, { idempotencyKey: "activation-replay-0001" });
+    expect(replay.status).toBe(403);
+    expect(replay.body.error.code).toBe("LICENSE_REVOKED");
+    expect(replay.body.response_signature).toBeDefined();
+  });
+
+  test("activating again refreshes the machine baseline and check-in of the existing activation", async () => {
+    const device = new TestDevice();
+    const first = await activate(t, device, fx);
+    t.clock.advance(3600);
+    const moved = { os: "linux", arch: "arm64" };
+    const again = await activate(t, device, fx, { body: { machine_info: moved } });
+    expect(again.body.data.activation_id).toBe(first.body.data.activation_id);
+    expect(again.body.data.machine_info_digest).not.toBe(first.body.data.machine_info_digest);
+    const seen = (await t.call("GET", `/mgmt/v1/activations/${first.body.data.activation_id}`)).body.data;
+    expect(seen.machine.info).toEqual(moved);
+    // The test clock runs with real time too; the check-in is "now", to within the test's run time.
+    expect(Math.abs(new Date(seen.last_heartbeat_at).getTime() - t.clock.now().getTime())).toBeLessThan(2000);
+    expect(new Date(seen.last_heartbeat_at).getTime()).toBeGreaterThan(
+      new Date(seen.activated_at).getTime() + 3_000_000,
+    );
+  });
+
+  test("machine_info takes integers, not fractions (the body is signed as JCS)", async () => {
+    const response = await activate(t, new TestDevice(), fx, {
+      body: { machine_info: { os: "linux", arch: "x64", cores: 2.5 } },
+    });
+    expect(response.status).toBe(422);
+  });
+});
+
 describe("errors", () => {
   const codeOf = async (response: Promise<{ status: number; body: { error: { code: string } } }>) => {
     const r = await response;

@@ -347,6 +347,19 @@ describe("machine slots of heartbeat-required policies", () => {
     expect(back.body.error).toMatchObject({ code: "ACTIVATION_DEACTIVATED", details: { reason: "culled" } });
   });
 
+  test("a stale device activating again on a full license competes as a new device and is refused", async () => {
+    const strict = await runtimeFixture(t, {
+      policy: { license_type: "subscription", max_machines: 1, heartbeat_sec: 3600, network_grace_sec: 7200 },
+    });
+    const first = new TestDevice();
+    expect((await activate(t, first, strict)).status).toBe(201);
+    t.clock.advance(3600 + 7200 + 1);
+    expect((await activate(t, new TestDevice(), strict)).status).toBe(201);
+    const back = await activate(t, first, strict);
+    expect(back.status).toBe(409);
+    expect(back.body.error.code).toBe("MACHINE_LIMIT_REACHED");
+  });
+
   test("a device that checks in keeps its slot however long it runs", async () => {
     const strict = await runtimeFixture(t, {
       policy: { license_type: "subscription", max_machines: 1, heartbeat_sec: 3600, network_grace_sec: 7200 },

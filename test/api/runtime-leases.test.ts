@@ -152,6 +152,17 @@ describe("errors", () => {
     expect(response.body.error.details.reason).toBe("activation_mismatch");
   });
 
+  test("license state comes before lease state: a released lease of a revoked license hears LICENSE_REVOKED", async () => {
+    const d = await activatedDevice(t, fx);
+    const a = (await acquire(d, "a")).body.data;
+    await release(d, a.lease_id, "a");
+    await t.call("DELETE", `/mgmt/v1/licenses/${fx.licenseId}`);
+    const response = await keep(d, a.lease_id, "a");
+    expect(response.status).toBe(403);
+    expect(response.body.error.code).toBe("LICENSE_REVOKED");
+    expect(response.body.response_signature).toBeDefined();
+  });
+
   test("a suspended or revoked license gets no seat, with a signed denial", async () => {
     const d = await activatedDevice(t, fx);
     await t.call("PATCH", `/mgmt/v1/licenses/${fx.licenseId}`, { body: { status_action: "suspended" } });

@@ -14,7 +14,8 @@ export const MachineInfo = Type.Object(
     arch: Type.String({ minLength: 1, maxLength: 64 }),
   },
   {
-    additionalProperties: Type.Union([Type.String({ maxLength: 256 }), Type.Number(), Type.Boolean()]),
+    // Integers, not floats: the body is signed as JCS, and float formatting is easy to get wrong.
+    additionalProperties: Type.Union([Type.String({ maxLength: 256 }), Type.Integer(), Type.Boolean()]),
     maxProperties: 32,
     description:
       "os and arch, plus up to 30 more scalar facts; machine_info_digest = hex(SHA-256(JCS(machine_info))).",

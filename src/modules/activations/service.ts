@@ -86,7 +86,7 @@ export class ActivationService {
     const target: Target = {};
     return this.gate.observe("activation_create", target, call, () => {
       const deviceKey = this.verifyActivationRequest(body, target);
-      return this.idempotency.execute(
+      const outcome = this.idempotency.execute(
         {
           scope: `device:${thumbprint(deviceKey.text)}`,
           method: "POST",
@@ -97,6 +97,22 @@ export class ActivationService {
         },
         () => ({ status: 201, body: this.activate(body, deviceKey, target) }),
       );
+      if (outcome.replayed) this.recheckReplay(body, deviceKey);
+      return outcome;
+    });
+  }
+
+  /**
+   * A replay repeats an earlier answer, but never past a change of the license's fate: a license
+   * revoked, expired, suspended or blocked since then gets its denial, not the stored 201.
+   */
+  private recheckReplay(body: ActivationCreateBody, deviceKey: PublicKeyInfo): void {
+    const license = this.licenses.findByKey(body.license_key);
+    if (!license)
+      throw new ApiError("LICENSE_KEY_INVALID", "No license with that key exists for this product.");
+    this.gate.deny("activate", license, null, thumbprint(deviceKey.text), this.deps.clock.now(), {
+      productId: body.product_id,
+      nonce: body.nonce,
     });
   }
 
@@ -147,7 +163,28 @@ export class ActivationService {
               ),
             )
             .get();
-          if (existing) return existing;
+          if (existing && !this.culled(existing, license, policy, now)) {
+            // Activating again is a check-in with the full machine_info: it refreshes the slot
+            // and the baseline, and takes no second slot.
+            const refreshed = {
+              machineInfo: body.machine_info,
+              machineInfoDigest: digest,
+              machineBaselineAt: now,
+              lastSeenAt: now,
+              lastHeartbeatAt: now,
+              appVersion: body.app_version ?? existing.appVersion,
+              sdkVersion: body.sdk_version ?? existing.sdkVersion,
+            };
+            tx.update(activations).set(refreshed).where(eq(activations.id, existing.id)).run();
+            return { ...existing, ...refreshed };
+          }
+          if (existing) {
+            // Silent past its grace while others filled the license: it competes as a new device.
+            tx.update(activations)
+              .set({ status: "deactivated", deactivatedAt: now, deactivationReason: "culled" })
+              .where(eq(activations.id, existing.id))
+              .run();
+          }
           const maxMachines = license.maxMachinesOverride ?? policy.max_machines;
           if (this.slotsInUse(license.id, policy, now) >= maxMachines) {
             throw new ApiError("MACHINE_LIMIT_REACHED", "Every machine slot of this license is in use.", {
@@ -336,6 +373,14 @@ export class ActivationService {
 
 /** What idempotency compares: a retry carries a fresh nonce, proof and clock reading, and is otherwise the same. */
 export function idempotentPartOf(body: ActivationCreateBody) {
-  const { nonce: _nonce, device_proof: _proof, client_time: _time, request_id: _request, ...rest } = body;
+  const {
+    nonce: _nonce,
+    device_proof: _proof,
+    client_time: _time,
+    request_id: _request,
+    // Single use: a retry after a lost answer carries a fresh one.
+    named_user_token: _token,
+    ...rest
+  } = body;
   return rest;
 }

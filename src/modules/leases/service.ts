@@ -123,11 +123,12 @@ export class LeaseService {
         call,
         target,
       );
+      // License and activation state first (spec §3.2 rule 1), then the lease's own state.
+      this.gate.deny("lease", license, activation, activation.deviceThumbprint, now, signedFor);
       if (lease.instanceId !== instanceId) throw instanceMismatch();
       if (lease.status === "released")
         throw new ApiError("LEASE_RELEASED", "The lease was released; acquire a new one.");
       if (lease.expiresAt.getTime() <= now.getTime()) throw expired();
-      this.gate.deny("lease", license, activation, activation.deviceThumbprint, now, signedFor);
       const expiresAt = new Date(now.getTime() + policy.lease_ttl_sec * 1000);
       this.deps.db.update(leases).set({ expiresAt }).where(eq(leases.id, lease.id)).run();
       return { data: present({ ...lease, expiresAt }, policy.lease_heartbeat_sec), ...signedFor };

@@ -57,11 +57,15 @@ export const runtimeTrustController = ({ trust, signer, deps }: Services) => {
       "/time",
       ({ body, request }) => {
         productExists(body.product_id);
-        const now = unixSeconds(deps.clock.now());
-        return signer.respond(request, 200, isoSeconds(now), {
-          productId: body.product_id,
-          nonce: body.nonce,
-        });
+        // One reading of the clock for both the data and the signed server_time.
+        const now = deps.clock.now();
+        return signer.respond(
+          request,
+          200,
+          isoSeconds(unixSeconds(now)),
+          { productId: body.product_id, nonce: body.nonce },
+          now,
+        );
       },
       {
         body: Type.Object(
