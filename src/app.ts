@@ -57,6 +57,7 @@ export function createApp(
         apiKeys: services.apiKeys,
         logger: options.logger ?? silentLogger,
         managementLimiter: new GcraLimiter(options.managementRateLimit ?? DEFAULT_MANAGEMENT_RATE_LIMIT),
+        managementQuota: services.managementQuota,
         baseUrl: options.baseUrl,
         testClock: options.testClock ?? false,
         requiredScope: (method, route) => {

@@ -114,6 +114,7 @@ export function startServer({ config, passphrase, logger }: StartOptions): Runni
   let inFlight = 0;
   let server: Server<undefined> | undefined;
   let stopSweeper: () => void = () => {};
+  let flushUsage: () => void = () => {};
   try {
     const clock: Clock = config.testClock ? new AdjustableClock() : systemClock;
     const deps = buildDeps(store, keystore, clock);
@@ -133,6 +134,7 @@ export function startServer({ config, passphrase, logger }: StartOptions): Runni
     );
     // Products left pending by a crash get their keys, and stale records go, before any request.
     stopSweeper = startSweeper(services, logger);
+    flushUsage = () => services.usageMeter.flush();
     const app = clock instanceof AdjustableClock ? base.use(testClockRoutes(clock)) : base;
     if (config.testClock) {
       logger.log(
@@ -223,6 +225,8 @@ export function startServer({ config, passphrase, logger }: StartOptions): Runni
         try {
           await drain();
         } finally {
+          // After the drain, so the requests that finished during it are counted too.
+          flushUsage();
           store.close();
           logger.log("info", "stopped");
           resolveClosed();

@@ -11,7 +11,9 @@ import { DeviceBlockService } from "./modules/device-blocks/service.ts";
 import { AuditService } from "./modules/events/service.ts";
 import { LeaseService } from "./modules/leases/service.ts";
 import { LicenseService } from "./modules/licenses/service.ts";
+import { ManagementQuota } from "./modules/plan/quota.ts";
 import { PlanReportService } from "./modules/plan/service.ts";
+import { UsageMeter } from "./modules/plan/usage-meter.ts";
 import { PolicyService } from "./modules/policies/service.ts";
 import { ProductService } from "./modules/products/service.ts";
 import { UsageReportService } from "./modules/reports/service.ts";
@@ -38,6 +40,7 @@ export function createServices(deps: Deps, options: ServiceOptions) {
   const deviceBlocks = new DeviceBlockService(deps);
   const runtimeEvents = new RuntimeEventService(deps);
   const idempotency = new IdempotencyStore(deps.sqlite, deps.clock);
+  const usageMeter = new UsageMeter(deps.sqlite, deps.clock);
   const runtimeGate = new RuntimeGate(
     deps,
     deviceBlocks,
@@ -59,7 +62,9 @@ export function createServices(deps: Deps, options: ServiceOptions) {
     customers,
     licenses,
     resellers: new ResellerService(deps),
-    planReport: new PlanReportService(deps, plan),
+    usageMeter,
+    managementQuota: new ManagementQuota(usageMeter, plan),
+    planReport: new PlanReportService(deps, plan, usageMeter),
     usageReport: new UsageReportService(deps),
     deviceBlocks,
     runtimeEvents,

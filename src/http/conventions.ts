@@ -17,6 +17,8 @@ export interface ConventionDeps {
   apiKeys: ApiKeyService;
   logger: Logger;
   managementLimiter: GcraLimiter;
+  /** The monthly allowance of the workspace plan; counts each admitted management request. */
+  managementQuota?: { admit(method: string, path: string, now: Date): void };
   baseUrl: string;
   testClock: boolean;
   /** The scope a route requires (from its `scope` macro), so it can be checked before the body is read. */
@@ -103,6 +105,7 @@ function authenticate(
       retry_after_sec: decision.retryAfterSec,
     });
   }
+  deps.managementQuota?.admit(request.method, new URL(request.url).pathname, now);
   const state = requestState.get(request);
   if (state) state.caller = caller;
 }

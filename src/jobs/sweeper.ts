@@ -16,6 +16,10 @@ export function sweepOnce(services: Services, logger: Logger): Record<string, nu
     device_nonces: () => services.runtimeGate.purgeNonces(),
     pending_products: () => services.trust.provisionPending(),
     retired_keys: () => services.trust.pruneExpiredKeys(),
+    usage_meter: () => {
+      services.usageMeter.flush();
+      return 0;
+    },
   };
   const done: Record<string, number> = {};
   for (const [name, step] of Object.entries(steps)) {

@@ -2,20 +2,26 @@ import { and, count, eq, ne } from "drizzle-orm";
 import type { Deps } from "../../deps.ts";
 import { FEATURES, minimumPlanFor, PLANS, type PlanDefinition } from "../../domain/plans.ts";
 import { licenses } from "../../store/schema/index.ts";
+import { MANAGEMENT_REQUESTS } from "./quota.ts";
+import { nextMonthStart, type UsageMeter } from "./usage-meter.ts";
 
-/** Usage counters the plan report can state exactly today; request quotas join them with metering. */
+/** The plan report: limits from the plan, usage from the store and the request meter. */
 export class PlanReportService {
   constructor(
-    private readonly deps: Pick<Deps, "db">,
+    private readonly deps: Pick<Deps, "db" | "clock">,
     private readonly plan: () => PlanDefinition,
+    private readonly meter: UsageMeter,
   ) {}
 
   report() {
     const plan = this.plan();
+    const now = this.deps.clock.now();
     const used: Record<string, number> = {
       licenses: this.countLicenses(),
       trial_licenses: this.countLicenses("trial"),
+      [MANAGEMENT_REQUESTS]: this.meter.used(MANAGEMENT_REQUESTS, now),
     };
+    const monthly = nextMonthStart(now).toISOString();
     const quotas = Object.fromEntries(
       Object.entries(plan.quotas)
         .filter(([key]) => used[key] !== undefined)
@@ -28,7 +34,7 @@ export class PlanReportService {
               used: usedNow,
               remaining: Math.max(0, quota.limit - usedNow),
               limit_with_overage: quota.limit + quota.overage,
-              resets_at: null,
+              resets_at: quota.period === "month" ? monthly : null,
             },
           ];
         }),
@@ -56,6 +62,8 @@ export class PlanReportService {
         .from(licenses)
         .where(
           and(
+            // Live licenses only, as the quota counts them: test licenses are free.
+            eq(licenses.environment, "live"),
             ne(licenses.status, "revoked"),
             licenseType ? eq(licenses.licenseType, licenseType) : undefined,
           ),

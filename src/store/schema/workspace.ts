@@ -1,5 +1,5 @@
 import { sql } from "drizzle-orm";
-import { check, index, integer, sqliteTable, text } from "drizzle-orm/sqlite-core";
+import { check, index, integer, primaryKey, sqliteTable, text } from "drizzle-orm/sqlite-core";
 import { timestamp } from "./columns.ts";
 
 /** A self-hosted install serves exactly one workspace; the row is created by `licensing init`. */
@@ -32,4 +32,15 @@ export const apiKeys = sqliteTable(
     usageCount: integer("usage_count").notNull().default(0),
   },
   (t) => [index("api_keys_environment").on(t.environment)],
+);
+
+/** Metered usage per calendar month (UTC), e.g. ("management_requests", "2026-11"). */
+export const usageCounters = sqliteTable(
+  "usage_counters",
+  {
+    metric: text("metric").notNull(),
+    period: text("period").notNull(),
+    count: integer("count").notNull().default(0),
+  },
+  (t) => [primaryKey({ columns: [t.metric, t.period] })],
 );

@@ -1,0 +1,74 @@
+import type { Database } from "bun:sqlite";
+import type { Clock } from "../../domain/clock.ts";
+
+/** Writes are batched: at most this many counts, or this long, are held in memory. */
+const FLUSH_EVERY_COUNTS = 100;
+const FLUSH_EVERY_MS = 5_000;
+
+export const monthOf = (date: Date): string => date.toISOString().slice(0, 7);
+
+/** The first instant of the next calendar month (UTC): when a monthly allowance resets. */
+export function nextMonthStart(date: Date): Date {
+  return new Date(Date.UTC(date.getUTCFullYear(), date.getUTCMonth() + 1, 1));
+}
+
+/**
+ * Monthly request counters for plan quotas. Counting every request with its own write would cost
+ * a write per call, so counts gather in memory and are flushed in batches (and at shutdown); a
+ * crash can forget the last few, which only ever errs in the customer's favour.
+ */
+export class UsageMeter {
+  private readonly persisted = new Map<string, number>();
+  private readonly pending = new Map<string, number>();
+  private pendingTotal = 0;
+  private lastFlush = 0;
+  private readonly read;
+  private readonly add;
+
+  constructor(
+    private readonly sqlite: Database,
+    private readonly clock: Clock,
+  ) {
+    this.read = sqlite.prepare<{ count: number }, [string, string]>(
+      "SELECT count FROM usage_counters WHERE metric = ? AND period = ?",
+    );
+    this.add = sqlite.prepare<unknown, [string, string, number]>(
+      `INSERT INTO usage_counters (metric, period, count) VALUES (?, ?, ?)
+       ON CONFLICT (metric, period) DO UPDATE SET count = count + excluded.count`,
+    );
+  }
+
+  /** How many were counted this month, including what is still in memory. */
+  used(metric: string, at: Date = this.clock.now()): number {
+    const key = `${metric}|${monthOf(at)}`;
+    let stored = this.persisted.get(key);
+    if (stored === undefined) {
+      stored = this.read.get(metric, monthOf(at))?.count ?? 0;
+      this.persisted.set(key, stored);
+    }
+    return stored + (this.pending.get(key) ?? 0);
+  }
+
+  count(metric: string, at: Date = this.clock.now()): void {
+    this.used(metric, at);
+    const key = `${metric}|${monthOf(at)}`;
+    this.pending.set(key, (this.pending.get(key) ?? 0) + 1);
+    this.pendingTotal++;
+    if (this.pendingTotal >= FLUSH_EVERY_COUNTS || at.getTime() - this.lastFlush >= FLUSH_EVERY_MS)
+      this.flush(at);
+  }
+
+  flush(at: Date = this.clock.now()): void {
+    this.lastFlush = at.getTime();
+    if (this.pendingTotal === 0) return;
+    this.sqlite.transaction(() => {
+      for (const [key, n] of this.pending) {
+        const [metric, period] = key.split("|") as [string, string];
+        this.add.run(metric, period, n);
+        this.persisted.set(key, (this.persisted.get(key) ?? 0) + n);
+      }
+    })();
+    this.pending.clear();
+    this.pendingTotal = 0;
+  }
+}
