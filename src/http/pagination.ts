@@ -25,77 +25,61 @@ export interface PageRequest {
   before?: string;
 }
 
-/** The cursor is base64url JSON `{"before": "<id>"}`; its id must have the listing's prefix. */
-export function pageRequest(query: { limit?: number; cursor?: string }, idPrefix: string): PageRequest {
-  const limit = query.limit ?? DEFAULT_PAGE_SIZE;
-  if (query.cursor === undefined) return { limit };
-  let before: unknown;
+/**
+ * Cursors are base64url JSON naming the last id of the previous page: `{"before": id}` for the
+ * newest-first lists, `{"after": id}` for the oldest-first ones. The id must have the listing's
+ * prefix, so a cursor from another listing is refused.
+ */
+type Direction = "before" | "after";
+
+function decodeCursor(cursor: string, direction: Direction, idPrefix: string): string {
+  let id: unknown;
   try {
-    before = (JSON.parse(Buffer.from(query.cursor, "base64url").toString("utf8")) as { before?: unknown })
-      .before;
+    id = (JSON.parse(Buffer.from(cursor, "base64url").toString("utf8")) as Record<string, unknown>)[
+      direction
+    ];
   } catch {
-    before = undefined;
+    id = undefined;
   }
-  if (typeof before !== "string" || !before.startsWith(`${idPrefix}_`) || before.length > 64) {
-    throw new ApiError("INVALID_REQUEST", "The cursor is not one this listing issued.", {
-      cursor: query.cursor,
-    });
+  if (typeof id !== "string" || !id.startsWith(`${idPrefix}_`) || id.length > 64) {
+    throw new ApiError("INVALID_REQUEST", "The cursor is not one this listing issued.", { cursor });
   }
-  return { limit, before };
+  return id;
 }
 
-/** `rows` must hold up to limit + 1 items, fetched newest first; the extra one only signals "more". */
-export function splitPage<T extends { id: string }>(rows: T[], limit: number) {
+function split<T extends { id: string }>(rows: T[], limit: number, direction: Direction) {
   const hasMore = rows.length > limit;
   const pageRows = hasMore ? rows.slice(0, limit) : rows;
   const last = pageRows.at(-1);
-  return {
-    rows: pageRows,
-    pagination: {
-      next_cursor:
-        hasMore && last ? Buffer.from(JSON.stringify({ before: last.id })).toString("base64url") : null,
-      has_more: hasMore,
-    },
-  };
+  const next =
+    hasMore && last ? Buffer.from(JSON.stringify({ [direction]: last.id })).toString("base64url") : null;
+  return { rows: pageRows, pagination: { next_cursor: next, has_more: hasMore } };
 }
 
-export function toPage<T extends { id: string }, U>(rows: T[], limit: number, present: (row: T) => U) {
-  const page = splitPage(rows, limit);
-  return { data: page.rows.map(present), pagination: page.pagination };
+export function pageRequest(query: { limit?: number; cursor?: string }, idPrefix: string): PageRequest {
+  const limit = query.limit ?? DEFAULT_PAGE_SIZE;
+  return query.cursor === undefined
+    ? { limit }
+    : { limit, before: decodeCursor(query.cursor, "before", idPrefix) };
 }
 
-/** For oldest-first lists (runtime_events): the cursor carries the last id seen, `{"after": id}`. */
+/** For oldest-first lists (runtime_events). */
 export function pageRequestAfter(
   query: { limit?: number; cursor?: string },
   idPrefix: string,
 ): { limit: number; after?: string } {
   const limit = query.limit ?? DEFAULT_PAGE_SIZE;
-  if (query.cursor === undefined) return { limit };
-  let after: unknown;
-  try {
-    after = (JSON.parse(Buffer.from(query.cursor, "base64url").toString("utf8")) as { after?: unknown })
-      .after;
-  } catch {
-    after = undefined;
-  }
-  if (typeof after !== "string" || !after.startsWith(`${idPrefix}_`) || after.length > 64) {
-    throw new ApiError("INVALID_REQUEST", "The cursor is not one this listing issued.", {
-      cursor: query.cursor,
-    });
-  }
-  return { limit, after };
+  return query.cursor === undefined
+    ? { limit }
+    : { limit, after: decodeCursor(query.cursor, "after", idPrefix) };
 }
 
-export function splitPageAfter<T extends { id: string }>(rows: T[], limit: number) {
-  const hasMore = rows.length > limit;
-  const pageRows = hasMore ? rows.slice(0, limit) : rows;
-  const last = pageRows.at(-1);
-  return {
-    rows: pageRows,
-    pagination: {
-      next_cursor:
-        hasMore && last ? Buffer.from(JSON.stringify({ after: last.id })).toString("base64url") : null,
-      has_more: hasMore,
-    },
-  };
+/** `rows` must hold up to limit + 1 items, fetched in list order; the extra one only signals "more". */
+export const splitPage = <T extends { id: string }>(rows: T[], limit: number) => split(rows, limit, "before");
+export const splitPageAfter = <T extends { id: string }>(rows: T[], limit: number) =>
+  split(rows, limit, "after");
+
+export function toPage<T extends { id: string }, U>(rows: T[], limit: number, present: (row: T) => U) {
+  const page = splitPage(rows, limit);
+  return { data: page.rows.map(present), pagination: page.pagination };
 }
