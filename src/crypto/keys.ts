@@ -1,4 +1,5 @@
 import { createPrivateKey, createPublicKey, type KeyObject, sign, verify } from "node:crypto";
+import { ed25519 } from "@noble/curves/ed25519.js";
 import { b64u, sha256Hex } from "./encoding.ts";
 
 /**
@@ -27,6 +28,7 @@ export function parsePublicKey(text: string): PublicKeyInfo | null {
     if (text.startsWith(ED25519_PREFIX)) {
       const raw = b64u.decode(text.slice(ED25519_PREFIX.length));
       if (raw.length !== 32 || b64u.encode(raw) !== text.slice(ED25519_PREFIX.length)) return null;
+      if (!isSafeEd25519Point(raw)) return null;
       const key = createPublicKey({
         key: { kty: "OKP", crv: "Ed25519", x: b64u.encode(raw) },
         format: "jwk",
@@ -52,6 +54,20 @@ export function parsePublicKey(text: string): PublicKeyInfo | null {
     return null;
   }
   return null;
+}
+
+/**
+ * A device key must be a proper point of the prime-order subgroup. A small-order key (the
+ * identity, say) "verifies" a forged signature over any message with node:crypto, which would let
+ * anyone sign as that device. Decoding also refuses non-canonical encodings.
+ */
+function isSafeEd25519Point(raw: Uint8Array): boolean {
+  try {
+    const point = ed25519.Point.fromBytes(raw);
+    return !point.isSmallOrder() && point.isTorsionFree();
+  } catch {
+    return false;
+  }
 }
 
 /** The contract string of a public key object. */
