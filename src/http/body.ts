@@ -59,6 +59,9 @@ export async function parseJsonBody(
   if (problem?.kind === "number") {
     throw ApiError.validation({ [problem.path]: ["must be a finite number (I-JSON)"] });
   }
+  if (problem?.kind === "unicode") {
+    throw ApiError.validation({ [problem.path]: ["must be valid Unicode (no lone surrogates, I-JSON)"] });
+  }
   return parsed;
 }
 
@@ -66,18 +69,25 @@ export async function parseJsonBody(
 export const MAX_DEPTH = 32;
 
 /**
- * Depth beyond MAX_DEPTH, or a number JSON.parse turned into ±Infinity (`1e400`): both would break
- * later work (canonical JSON, storage). Iterative, so the check cannot overflow the stack itself.
+ * Depth beyond MAX_DEPTH, a number JSON.parse turned into ±Infinity (`1e400`), or a string with a
+ * lone surrogate: each would break later work (canonical JSON, signatures, storage). Iterative, so the check cannot overflow the stack itself.
  */
-function shapeProblem(value: unknown): { kind: "depth" } | { kind: "number"; path: string } | null {
+function shapeProblem(
+  value: unknown,
+): { kind: "depth" } | { kind: "number" | "unicode"; path: string } | null {
   const stack: [unknown, number, string][] = [[value, 1, ""]];
   while (stack.length > 0) {
     const [node, depth, path] = stack.pop() as [unknown, number, string];
     if (typeof node === "number" && !Number.isFinite(node)) return { kind: "number", path: path || "body" };
+    // A lone surrogate cannot be encoded as UTF-8, so no two parties could agree on its JCS form.
+    if (typeof node === "string" && !node.isWellFormed()) return { kind: "unicode", path: path || "body" };
     if (typeof node !== "object" || node === null) continue;
     if (depth > MAX_DEPTH) return { kind: "depth" };
-    for (const [key, child] of Object.entries(node))
-      stack.push([child, depth + 1, path ? `${path}.${key}` : key]);
+    for (const [key, child] of Object.entries(node)) {
+      const childPath = path ? `${path}.${key}` : key;
+      if (!key.isWellFormed()) return { kind: "unicode", path: path || "body" };
+      stack.push([child, depth + 1, childPath]);
+    }
   }
   return null;
 }

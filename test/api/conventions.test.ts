@@ -112,6 +112,21 @@ describe("the error envelope", () => {
     expect(response.body.error.details.errors["entitlements.seats"]).toBeDefined();
   });
 
+  test("a lone surrogate in a string or a key answers 422 naming where", async () => {
+    for (const raw of [
+      '{"name":"\\ud800","code":"x","environment":"live"}',
+      '{"name":"A","code":"x","environment":"live","\\udc00":1}',
+    ]) {
+      const response = await t.call("POST", "/mgmt/v1/products", {
+        rawBody: raw,
+        headers: { "content-type": "application/json", ...t.idem() },
+      });
+      expect(response.status).toBe(422);
+      expect(response.body.error.details.errors).toBeDefined();
+    }
+    expect(countProducts()).toBe(0);
+  });
+
   test("an unknown route answers 404 with the envelope", async () => {
     const response = await t.call("GET", "/mgmt/v1/nothing-here");
     expect(response.status).toBe(404);
