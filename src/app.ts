@@ -1,8 +1,10 @@
 import { type AnyElysia, Elysia } from "elysia";
 import type { Deps } from "./deps.ts";
+import type { Environment } from "./domain/scopes.ts";
 import { scopeRegistry } from "./http/auth.ts";
 import { httpConventions } from "./http/conventions.ts";
 import { type Logger, silentLogger } from "./http/logger.ts";
+import type { Metrics } from "./http/metrics.ts";
 import { GcraLimiter, type RateLimitPolicy } from "./http/rate-limit.ts";
 import { managementActivationsController } from "./modules/activations/management.ts";
 import { runtimeActivationsController } from "./modules/activations/runtime.ts";
@@ -14,22 +16,30 @@ import { eventsController } from "./modules/events/index.ts";
 import { healthController, type Readiness } from "./modules/health/index.ts";
 import { leasesController } from "./modules/leases/index.ts";
 import { licensesController } from "./modules/licenses/index.ts";
+import { metricsController } from "./modules/metrics/index.ts";
+import { offlineController } from "./modules/offline/index.ts";
 import { planController } from "./modules/plan/index.ts";
 import { policiesController } from "./modules/policies/index.ts";
 import { productsController } from "./modules/products/index.ts";
 import { reportsController } from "./modules/reports/index.ts";
 import { resellersController } from "./modules/resellers/index.ts";
 import { runtimeEventsController } from "./modules/runtime-events/index.ts";
+import { sealedFilesController } from "./modules/sealed-files/index.ts";
+import { sealedFileKeysController } from "./modules/sealed-files/runtime.ts";
 import { runtimeTrustController } from "./modules/trust/index.ts";
 import { integrationConfigController } from "./modules/trust/management.ts";
 import { createServices, type Services } from "./services.ts";
 
 export interface AppOptions {
   baseUrl: string;
+  /** Environments that offer sealed files; both when not given. */
+  sealedFileEnvironments?: readonly Environment[];
   testClock?: boolean;
   logger?: Logger;
   readiness?: Readiness;
   managementRateLimit?: RateLimitPolicy;
+  /** Mounts GET /metrics behind this token; without it the route does not exist. */
+  metrics?: { registry: Metrics; token: string };
 }
 
 export const DEFAULT_MANAGEMENT_RATE_LIMIT: RateLimitPolicy = { name: "mgmt", limit: 100, windowSec: 1 };
@@ -69,6 +79,11 @@ export function createApp(
       }),
     )
     .use(healthController(options.readiness ?? { ready: () => true }))
+    .use(
+      options.metrics
+        ? metricsController(options.metrics.registry, options.metrics.token)
+        : new Elysia({ name: "metrics-off" }),
+    )
     .use(docsController(openApiDocument))
     .use(productsController(services))
     .use(policiesController(services))
@@ -84,7 +99,10 @@ export function createApp(
     .use(deviceBlocksController(services))
     .use(runtimeTrustController(services))
     .use(runtimeActivationsController(services))
-    .use(leasesController(services));
+    .use(leasesController(services))
+    .use(offlineController(services))
+    .use(sealedFilesController(services))
+    .use(sealedFileKeysController(services));
   root.app = app;
   return app;
 }

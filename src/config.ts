@@ -119,6 +119,10 @@ export interface Config {
   webhookAllowPrivateNetworks: boolean;
   testClock: boolean;
   logLevel: LogLevel;
+  /** Environments that offer sealed files; both by default. */
+  sealedFileEnvironments: ("live" | "test")[];
+  /** When set, GET /metrics answers to `Authorization: Bearer <token>`; when null it does not exist. */
+  metricsToken: string | null;
 }
 
 /** Every configuration option that has a flag. Commands pick the ones they accept by name. */
@@ -184,12 +188,26 @@ export const CONFIG_OPTIONS = {
     env: "LICENSING_TEST_CLOCK",
     description: "mount POST /testing/v1/clock so tests can move time forward (never in production)",
   },
+  sealedFileEnvironments: {
+    name: "sealed-files-environments",
+    kind: "string",
+    valueName: "LIST",
+    env: "LICENSING_SEALED_FILES_ENVIRONMENTS",
+    description: "environments that offer sealed files: live,test (default), live, test or none",
+  },
   logLevel: {
     name: "log-level",
     kind: "string",
     valueName: "LEVEL",
     env: "LICENSING_LOG_LEVEL",
     description: "debug, info, warn or error; default info",
+  },
+  metricsToken: {
+    name: "metrics-token",
+    kind: "string",
+    valueName: "TOKEN",
+    env: "LICENSING_METRICS_TOKEN",
+    description: "serve GET /metrics to requests bearing this token (16+ characters); off when unset",
   },
 } as const satisfies Record<string, OptionSpec & { env: string }>;
 
@@ -246,6 +264,8 @@ export function resolveConfig(flags: FlagValues, env: Env, cwd: string): Config 
   const smtpUrl = text("smtpUrl");
   const mailFrom = text("mailFrom");
   const logLevel = text("logLevel");
+  const sealedFiles = text("sealedFileEnvironments");
+  const metricsToken = text("metricsToken");
   const passphrase = env.LICENSING_KEYSTORE_PASSPHRASE;
 
   return {
@@ -262,6 +282,10 @@ export function resolveConfig(flags: FlagValues, env: Env, cwd: string): Config 
     webhookAllowPrivateNetworks: bool("webhookAllowPrivateNetworks"),
     testClock: bool("testClock"),
     logLevel: logLevel ? parseLogLevel(logLevel.value, logLevel.source) : "info",
+    sealedFileEnvironments: sealedFiles
+      ? parseEnvironments(sealedFiles.value, sealedFiles.source)
+      : ["live", "test"],
+    metricsToken: metricsToken ? parseMetricsToken(metricsToken.value, metricsToken.source) : null,
   };
 }
 
@@ -330,12 +354,31 @@ function parseMailFrom(value: string, source: string): string {
   return value.trim();
 }
 
+/** A short token could be guessed by anyone who can reach the port; one with spaces cannot be sent as a bearer token. */
+function parseMetricsToken(value: string, source: string): string {
+  if (!/^[\x21-\x7E]{16,256}$/.test(value)) {
+    throw new UsageError(`${source} must be 16 to 256 visible ASCII characters without spaces`);
+  }
+  return value;
+}
+
 function parseLogLevel(value: string, source: string): LogLevel {
   const level = value.toLowerCase();
   if (!(LOG_LEVELS as readonly string[]).includes(level)) {
     throw new UsageError(`${source} must be one of ${LOG_LEVELS.join(", ")}, not "${value}"`);
   }
   return level as LogLevel;
+}
+
+/** `live,test`, `live`, `test` or `none`. */
+function parseEnvironments(value: string, source: string): ("live" | "test")[] {
+  const text = value.trim().toLowerCase();
+  if (text === "none") return [];
+  const items = text.split(",").map((item) => item.trim());
+  if (items.some((item) => item !== "live" && item !== "test") || new Set(items).size !== items.length) {
+    throw new UsageError(`${source} must be live,test, live, test or none, not "${value}"`);
+  }
+  return items as ("live" | "test")[];
 }
 
 /** Help text for a set of options: flag, env twin, description. */

@@ -1,7 +1,10 @@
 import pkg from "../package.json" with { type: "json" };
+import { backupCommands } from "./cli/backup.ts";
 import { initCommand } from "./cli/init.ts";
 import { keysCommands } from "./cli/keys.ts";
+import { offlineCommands } from "./cli/offline.ts";
 import { planCommands } from "./cli/plan.ts";
+import { sealCommand } from "./cli/seal.ts";
 import { serveCommand } from "./cli/serve.ts";
 import { CliError, type Command, helpText, parse } from "./cli/shared.ts";
 import { signingKeysCommands } from "./cli/signing-keys.ts";
@@ -15,11 +18,15 @@ const COMMANDS: readonly Command[] = [
   ...keysCommands,
   ...planCommands,
   ...signingKeysCommands,
+  sealCommand,
+  ...offlineCommands,
+  ...backupCommands,
 ];
 const GROUPS: Record<string, string> = {
   keys: "Create, list and revoke management API keys.",
   plan: "Show or change the workspace plan.",
   "signing-keys": "List, rotate and retire a product's signing keys.",
+  offline: "Issue offline packages from the data directory, without a server (air-gapped).",
 };
 
 const TOP_USAGE = `licensing ${pkg.version}: self-hosted software-licensing service

@@ -2,6 +2,7 @@ import { existsSync } from "node:fs";
 import { Type } from "@sinclair/typebox";
 import type { Server } from "bun";
 import { Elysia } from "elysia";
+import pkg from "../package.json" with { type: "json" };
 import { createApp } from "./app.ts";
 import { type Config, dataPaths } from "./config.ts";
 import { Keystore, KeystoreError } from "./crypto/keystore.ts";
@@ -12,7 +13,8 @@ import { IdGenerator } from "./domain/ids.ts";
 import { errorBody } from "./http/envelope.ts";
 import { ApiError } from "./http/errors.ts";
 import { IdempotencyStore } from "./http/idempotency.ts";
-import type { Logger } from "./http/logger.ts";
+import { type Logger, redactPath } from "./http/logger.ts";
+import { Metrics } from "./http/metrics.ts";
 import { startSweeper } from "./jobs/sweeper.ts";
 import { createServices } from "./services.ts";
 import { openStore, type Store } from "./store/db.ts";
@@ -92,7 +94,13 @@ function openMigratedStore(config: Config, logger: Logger): Store {
   if (!existsSync(path)) {
     throw new StartupError(`no store at ${path}, but a keystore exists; restore the store from a backup`);
   }
-  const store = openStore(path);
+  let store: Store;
+  try {
+    store = openStore(path);
+  } catch (error) {
+    // Not SQLite at all (overwritten, truncated to nothing useful): say which file.
+    throw new StartupError(`cannot use the store ${path}: ${(error as Error).message}`);
+  }
   try {
     const result = migrate(store.sqlite);
     logger.log("info", "store ready", { path, applied: result.applied, schema: result.current });
@@ -121,7 +129,12 @@ export function startServer({ config, passphrase, logger }: StartOptions): Runni
     const swept = new IdempotencyStore(store.sqlite, clock).sweep({ abandonInFlight: true });
     if (swept > 0) logger.log("info", "idempotency records swept", { removed: swept });
 
-    const services = createServices(deps, { baseUrl: config.baseUrl });
+    const services = createServices(deps, {
+      baseUrl: config.baseUrl,
+      sealedFileEnvironments: config.sealedFileEnvironments,
+    });
+    // Kept only when someone may scrape them: otherwise no request pays for counting.
+    const metrics = config.metricsToken ? new Metrics({ version: pkg.version, sqlite: store.sqlite }) : null;
     const base = createApp(
       deps,
       {
@@ -129,6 +142,8 @@ export function startServer({ config, passphrase, logger }: StartOptions): Runni
         testClock: config.testClock,
         logger,
         readiness: { ready: () => !shuttingDown },
+        metrics:
+          metrics && config.metricsToken ? { registry: metrics, token: config.metricsToken } : undefined,
       },
       services,
     );
@@ -136,6 +151,7 @@ export function startServer({ config, passphrase, logger }: StartOptions): Runni
     stopSweeper = startSweeper(services, logger);
     flushUsage = () => services.usageMeter.flush();
     const app = clock instanceof AdjustableClock ? base.use(testClockRoutes(clock)) : base;
+    metrics?.useRoutes(app.routes);
     if (config.testClock) {
       logger.log(
         "warn",
@@ -169,10 +185,11 @@ export function startServer({ config, passphrase, logger }: StartOptions): Runni
       logger.log("info", "request", {
         request_id: response.headers.get("x-request-id"),
         method: request.method,
-        path: pathOf(request.url),
+        path: redactPath(pathOf(request.url)),
         status: response.status,
         duration_ms: Math.round((performance.now() - started) * 1000) / 1000,
       });
+      metrics?.observe(request.method, pathOf(request.url), response, (performance.now() - started) / 1000);
       return response;
     };
 

@@ -1,4 +1,5 @@
 import type { Deps } from "./deps.ts";
+import type { Environment } from "./domain/scopes.ts";
 import { DeviceProofVerifier } from "./http/device-proof.ts";
 import { IdempotencyStore } from "./http/idempotency.ts";
 import { RuntimeSigner } from "./http/signed-response.ts";
@@ -11,6 +12,7 @@ import { DeviceBlockService } from "./modules/device-blocks/service.ts";
 import { AuditService } from "./modules/events/service.ts";
 import { LeaseService } from "./modules/leases/service.ts";
 import { LicenseService } from "./modules/licenses/service.ts";
+import { OfflinePackageService } from "./modules/offline/service.ts";
 import { ManagementQuota } from "./modules/plan/quota.ts";
 import { PlanReportService } from "./modules/plan/service.ts";
 import { UsageMeter } from "./modules/plan/usage-meter.ts";
@@ -19,6 +21,8 @@ import { ProductService } from "./modules/products/service.ts";
 import { UsageReportService } from "./modules/reports/service.ts";
 import { ResellerService } from "./modules/resellers/service.ts";
 import { RuntimeEventService } from "./modules/runtime-events/service.ts";
+import { SealedFileKeyService } from "./modules/sealed-files/key-release.ts";
+import { SealedFileService } from "./modules/sealed-files/service.ts";
 import { IntegrationConfigService } from "./modules/trust/integration-config.ts";
 import { TrustService } from "./modules/trust/service.ts";
 import { WorkspaceService } from "./modules/workspace/service.ts";
@@ -26,6 +30,8 @@ import { WorkspaceService } from "./modules/workspace/service.ts";
 export interface ServiceOptions {
   /** The public URL: certificate issuer, integration config, error links. */
   baseUrl: string;
+  /** Environments that offer sealed files (configuration); both when not given. */
+  sealedFileEnvironments?: readonly Environment[];
 }
 
 /** Every service, built once from the same deps. Constructing them prepares statements; nothing else. */
@@ -39,7 +45,7 @@ export function createServices(deps: Deps, options: ServiceOptions) {
   const licenses = new LicenseService(deps, products, policies, customers, plan);
   const deviceBlocks = new DeviceBlockService(deps);
   const runtimeEvents = new RuntimeEventService(deps);
-  const idempotency = new IdempotencyStore(deps.sqlite, deps.clock);
+  const idempotency = new IdempotencyStore(deps.sqlite, deps.clock, deps.secrets);
   const usageMeter = new UsageMeter(deps.sqlite, deps.clock);
   const runtimeGate = new RuntimeGate(
     deps,
@@ -48,6 +54,7 @@ export function createServices(deps: Deps, options: ServiceOptions) {
     new DeviceProofVerifier(deps.sqlite),
   );
   const activations = new ActivationService(deps, trust, licenses, runtimeGate, idempotency, options.baseUrl);
+  const sealedFiles = new SealedFileService(deps, products, plan, options.sealedFileEnvironments);
   return {
     deps,
     apiKeys: new ApiKeyService(deps),
@@ -71,7 +78,18 @@ export function createServices(deps: Deps, options: ServiceOptions) {
     activations,
     activationAdmin: new ActivationManagementService(deps, licenses, activations),
     runtimeGate,
-    leases: new LeaseService(deps, runtimeGate),
+    leases: new LeaseService(deps, runtimeGate, activations),
+    offlinePackages: new OfflinePackageService(
+      deps,
+      trust,
+      licenses,
+      runtimeGate,
+      activations,
+      plan,
+      options.baseUrl,
+    ),
+    sealedFiles,
+    sealedFileKeys: new SealedFileKeyService(runtimeGate, sealedFiles, plan),
   };
 }
 

@@ -100,7 +100,7 @@ const refuseExisting = (to: string, error: unknown): never => {
 };
 
 /** link() fails instead of replacing an existing file, unlike rename(). */
-function place(from: string, to: string): void {
+export function place(from: string, to: string): void {
   try {
     linkSync(from, to);
   } catch (error) {
@@ -114,7 +114,7 @@ function place(from: string, to: string): void {
  * the same process right after init. Under a hard link that state would still name the staging
  * -shm file, and the server would never see writes made by other processes (the CLI).
  */
-function copyStore(from: string, to: string): void {
+export function copyStore(from: string, to: string): void {
   try {
     copyFileSync(from, to, constants.COPYFILE_EXCL);
   } catch (error) {
@@ -129,7 +129,7 @@ function copyStore(from: string, to: string): void {
   }
 }
 
-function fsyncDir(path: string): void {
+export function fsyncDir(path: string): void {
   const fd = openSync(path, "r");
   try {
     fsyncSync(fd);

@@ -21,6 +21,8 @@ export const serveCommand: Command = {
     "webhookAllowPrivateNetworks",
     "testClock",
     "logLevel",
+    "sealedFileEnvironments",
+    "metricsToken",
   ],
   options: [],
   async run(line) {

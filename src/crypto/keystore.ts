@@ -14,12 +14,12 @@ import {
   openSync,
   readFileSync,
   renameSync,
-  statSync,
   unlinkSync,
   writeSync,
 } from "node:fs";
 import { dirname } from "node:path";
 import { b64u } from "./encoding.ts";
+import { withLock } from "./file-lock.ts";
 import { canonicalize } from "./jcs.ts";
 
 /**
@@ -219,23 +219,27 @@ export class Keystore {
   add(items: { metadata: EntryMetadata; secret: Uint8Array }[]): void {
     // The server and the command line both add entries: under the lock, start from the file as
     // it is now, so neither overwrites what the other just wrote.
-    withLock(`${this.path}.lock`, () => {
-      if (existsSync(this.path)) this.refresh();
-      const previous = [...this.sealed];
-      const staged: string[] = [];
-      try {
-        for (const item of items) {
-          this.stage(item.metadata, item.secret);
-          staged.push(item.metadata.id);
+    withLock(
+      `${this.path}.lock`,
+      () => {
+        if (existsSync(this.path)) this.refresh();
+        const previous = [...this.sealed];
+        const staged: string[] = [];
+        try {
+          for (const item of items) {
+            this.stage(item.metadata, item.secret);
+            staged.push(item.metadata.id);
+          }
+          this.persist();
+        } catch (error) {
+          // Forget only what this call added: an id that clashed belongs to an entry we must keep.
+          for (const id of staged) this.secrets.delete(id);
+          this.sealed = previous;
+          throw error;
         }
-        this.persist();
-      } catch (error) {
-        // Forget only what this call added: an id that clashed belongs to an entry we must keep.
-        for (const id of staged) this.secrets.delete(id);
-        this.sealed = previous;
-        throw error;
-      }
-    });
+      },
+      () => new KeystoreError("malformed", `the keystore is locked by another process (${this.path}.lock)`),
+    );
   }
 
   private stage(metadata: EntryMetadata, secret: Uint8Array): void {
@@ -273,36 +277,6 @@ export class Keystore {
     } finally {
       closeSync(dirFd);
     }
-  }
-}
-
-const LOCK_WAIT_MS = 5_000;
-/** A lock older than this was left by a process that died while holding it. */
-const STALE_LOCK_MS = 30_000;
-
-/** An exclusive lock file (O_EXCL) around a keystore write, shared by every process on the data dir. */
-function withLock<T>(lockPath: string, work: () => T): T {
-  const deadline = Date.now() + LOCK_WAIT_MS;
-  for (;;) {
-    try {
-      closeSync(openSync(lockPath, "wx", 0o600));
-      break;
-    } catch (error) {
-      if ((error as NodeJS.ErrnoException).code !== "EEXIST") throw error;
-      try {
-        if (Date.now() - statSync(lockPath).mtimeMs > STALE_LOCK_MS) unlinkSync(lockPath);
-      } catch {
-        // The holder released it between our two calls; try again.
-      }
-      if (Date.now() > deadline)
-        throw new KeystoreError("malformed", `the keystore is locked by another process (${lockPath})`);
-      Bun.sleepSync(10);
-    }
-  }
-  try {
-    return work();
-  } finally {
-    unlinkSync(lockPath);
   }
 }
 

@@ -16,6 +16,7 @@ export const ID_PREFIXES = {
   request: "req",
   apiKey: "key",
   block: "blk",
+  offlinePackage: "olp",
 } as const;
 
 export type IdKind = keyof typeof ID_PREFIXES;

@@ -1,7 +1,13 @@
 import type { ErrorCode } from "../http/errors.ts";
 import { type LicenseFacts, licenseStatus } from "./license-state.ts";
 
-export type RuntimeOperation = "activate" | "heartbeat" | "deactivate" | "lease" | "sealed_file_key";
+export type RuntimeOperation =
+  | "activate"
+  | "heartbeat"
+  | "deactivate"
+  | "lease"
+  | "sealed_file_key"
+  | "offline_package";
 
 export interface RuntimeFacts {
   license: LicenseFacts & { blocked: boolean };

@@ -62,7 +62,29 @@ export async function parseJsonBody(
   if (problem?.kind === "unicode") {
     throw ApiError.validation({ [problem.path]: ["must be valid Unicode (no lone surrogates, I-JSON)"] });
   }
+  defuseConversions(parsed);
   return parsed;
+}
+
+const PRIMITIVE_HOOKS = ["toString", "valueOf"];
+
+/**
+ * `{"name": {"toString": null}}` gives an object that cannot be turned into a string: its own
+ * `toString` shadows the inherited one. Schema error messages interpolate the offending value
+ * (Elysia's do), and would throw instead of reporting a 422. Such objects get a hidden
+ * `Symbol.toPrimitive`, invisible to JSON, key listing and validation, so they print as any other
+ * object; the fields themselves stay, and are refused as unknown or mistyped like any other.
+ */
+function defuseConversions(value: unknown): void {
+  const stack: unknown[] = [value];
+  while (stack.length > 0) {
+    const node = stack.pop();
+    if (typeof node !== "object" || node === null) continue;
+    if (!Array.isArray(node) && PRIMITIVE_HOOKS.some((name) => Object.hasOwn(node, name))) {
+      Object.defineProperty(node, Symbol.toPrimitive, { value: () => "[object Object]", enumerable: false });
+    }
+    for (const child of Object.values(node)) stack.push(child);
+  }
 }
 
 /** Far beyond any real payload; stops recursive work later (canonical JSON, storage) from blowing the stack. */

@@ -103,6 +103,14 @@ export class DeviceProofVerifier {
     if (nowSec >= this.purgeAt) this.purgeOld(nowSec);
   }
 
+  /**
+   * Records a nonce under a scope other than an activation (an activation request, keyed by the
+   * device key); false when it was already used within the window.
+   */
+  rememberOnce(scope: string, nonce: string, nowSec: number): boolean {
+    return this.remember.run(scope, nonce, nowSec).changes === 1;
+  }
+
   /** A nonce can be replayed only while its timestamp is within the window: twice the skew is plenty. */
   purgeOld(nowSec: number): number {
     this.purgeAt = nowSec + 60;

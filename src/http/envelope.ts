@@ -1,3 +1,4 @@
+import { SQLiteError } from "bun:sqlite";
 import { ParseError, ValidationError } from "elysia";
 import { ApiError, addFieldError, type FieldErrors, newFieldErrors } from "./errors.ts";
 
@@ -20,12 +21,26 @@ export function toApiError(error: unknown, elysiaCode: unknown, request?: Reques
     return new ApiError("INVALID_REQUEST", "The request body could not be read.");
   }
   if (error instanceof ValidationError) return fromValidation(error, request);
+  if (error instanceof SQLiteError && STORE_UNAVAILABLE.test(error.code ?? "")) {
+    return new ApiError(
+      "SERVICE_UNAVAILABLE",
+      "The store cannot take this write now (disk full, I/O error or locked); nothing was changed. Retry later.",
+      {},
+      { headers: { "retry-after": "5" } },
+    );
+  }
   if (elysiaCode === "NOT_FOUND") return new ApiError("NOT_FOUND", "No route matches this method and path.");
   if (elysiaCode === "INVALID_COOKIE_SIGNATURE" || elysiaCode === "INVALID_FILE_TYPE") {
     return new ApiError("INVALID_REQUEST", "The request is malformed.");
   }
   return new ApiError("INTERNAL_ERROR", "Something went wrong on our side; it has been logged.");
 }
+
+/**
+ * The store failing for reasons outside the request: a full disk, an I/O error, a lock held too
+ * long. The transaction rolled back, so the client may retry; it is not a bug (500).
+ */
+const STORE_UNAVAILABLE = /^SQLITE_(FULL|IOERR|BUSY|LOCKED|READONLY)/;
 
 function fromValidation(error: ValidationError, request?: Request): ApiError {
   if (error.type === "response") {

@@ -79,6 +79,11 @@ export const ERROR_CODES = {
     retryable: true,
     title: "The product's signing keys are not ready yet",
   },
+  OFFLINE_REQUEST_USED: {
+    status: 409,
+    retryable: false,
+    title: "This offline request was used before; the device must generate a new one",
+  },
   SEALED_FILES_UNAVAILABLE: {
     status: 409,
     retryable: false,
@@ -98,6 +103,11 @@ export const ERROR_CODES = {
     status: 422,
     retryable: false,
     title: "The license is used only through offline packages",
+  },
+  OFFLINE_PACKAGE_NOT_ALLOWED: {
+    status: 422,
+    retryable: false,
+    title: "The license's policy does not allow offline packages",
   },
   MACHINE_INFO_REQUIRED: {
     status: 422,

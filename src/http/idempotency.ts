@@ -1,6 +1,7 @@
 import type { Database } from "bun:sqlite";
 import { sha256Hex } from "../crypto/encoding.ts";
 import { canonicalize } from "../crypto/jcs.ts";
+import type { SecretBox } from "../crypto/secret-box.ts";
 import type { Clock } from "../domain/clock.ts";
 import { ApiError } from "./errors.ts";
 
@@ -68,9 +69,16 @@ export class IdempotencyStore {
   private readonly purgeExpired;
   private readonly deleteExpiredOne;
 
+  /**
+   * With `secrets`, stored response bodies are encrypted: a replayed create answers with what it
+   * first answered, and for a license that includes its key, which must not sit in the store (and
+   * its backups) in the clear. Bodies stored without encryption (by a sweeper-only instance, or
+   * before this was added) are still replayed.
+   */
   constructor(
     private readonly sqlite: Database,
     private readonly clock: Clock,
+    private readonly secrets?: SecretBox,
   ) {
     this.insert = sqlite.prepare<unknown, [string, string, string, string, string, number, number]>(
       `INSERT INTO idempotency_records (scope, method, route, idempotency_key, fingerprint, state, created_at, expires_at)
@@ -137,7 +145,8 @@ export class IdempotencyStore {
         .transaction((): Outcome => {
           const result = serialize(work());
           if (result.status >= 200 && result.status <= 299) {
-            this.complete.run(result.status, result.body, JSON.stringify(result.headers), ...ids);
+            const stored = this.secrets ? this.secrets.encrypt(result.body, bodyContext(ids)) : result.body;
+            this.complete.run(result.status, stored, JSON.stringify(result.headers), ...ids);
           } else {
             this.release.run(...ids);
           }
@@ -178,11 +187,18 @@ export class IdempotencyStore {
         return {
           kind: "replay",
           status: row.response_status ?? 200,
-          body: row.response_body ?? "",
+          body: this.readBody(row.response_body ?? "", ids),
           headers: row.response_headers ? (JSON.parse(row.response_headers) as Record<string, string>) : {},
         };
       })
       .immediate();
+  }
+
+  /** A JSON body starts with `{` or `[`; an encrypted one with the SecretBox's `v1.`. */
+  private readBody(stored: string, ids: readonly [string, string, string, string]): string {
+    if (!stored.startsWith("v1.")) return stored;
+    if (!this.secrets) throw new Error("an encrypted idempotency record needs the data key to replay");
+    return this.secrets.decrypt(stored, bodyContext(ids));
   }
 
   /** Expired records, and claims left in flight by a process that died, are dropped. */
@@ -194,6 +210,10 @@ export class IdempotencyStore {
     return removed;
   }
 }
+
+/** Binds an encrypted body to its record, so it cannot be moved to another key's record and replayed there. */
+const bodyContext = (ids: readonly [string, string, string, string]) =>
+  `idempotency-response:${ids.join("\n")}`;
 
 /** A management POST, made at most once per (API key, route, Idempotency-Key). */
 export function postOnce(

@@ -15,6 +15,12 @@ export const ErrorEnvelope = Type.Object(
   { description: "The error envelope of every failed request." },
 );
 
+/** An OpenAPI response whose body is the error envelope, for statuses a route documents itself. */
+export const errorEnvelopeResponse = (description: string) => ({
+  description,
+  content: { "application/json": { schema: { $ref: "#/components/schemas/ErrorEnvelope" } } },
+});
+
 /** A reference to another resource by its public id. */
 export const IdField = (description?: string) =>
   Type.String({ minLength: 1, maxLength: 64, ...(description ? { description } : {}) });

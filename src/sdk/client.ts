@@ -4,10 +4,10 @@
  * before anything is stored or returned.
  */
 import type { VerifiedCertificate } from "./certificate.ts";
+import { OfflineCapableClient } from "./client-offline.ts";
 import {
   type ActivateOptions,
   type ActivationResult,
-  ClientCore,
   checkMachineInfo,
   type HeartbeatResult,
   invalidResponse,
@@ -23,7 +23,7 @@ import type { RuntimeResponse } from "./runtime.ts";
 import type { MachineInfo, StoredActivation, StoredDenial, StoredHeartbeat } from "./state.ts";
 import { isInt, isNonEmptyString, isNonNegativeInt, isRecord, isString, unixSeconds } from "./util.ts";
 
-export class LicensingClient extends ClientCore {
+export class LicensingClient extends OfflineCapableClient {
   private loop: HeartbeatLoop<HeartbeatResult> | undefined;
 
   /** POST /runtime/v1/activations. Generates device keys on first use. */

@@ -59,7 +59,20 @@ export type SdkErrorCode =
   | "CERTIFICATE_SIGNATURE_INVALID"
   | "CERTIFICATE_MISMATCH"
   | "CERTIFICATE_DEVICE_MISMATCH"
-  | "CERTIFICATE_NOT_YET_VALID";
+  | "CERTIFICATE_NOT_YET_VALID"
+  // offline package
+  | "PACKAGE_INVALID"
+  | "PACKAGE_SIGNATURE_INVALID"
+  | "PACKAGE_HASH_MISMATCH"
+  | "PACKAGE_DEVICE_MISMATCH"
+  | "PACKAGE_EXPIRED"
+  // sealed file
+  | "SEALED_FILE_FORMAT"
+  | "SEALED_FILE_MISMATCH"
+  | "SEALED_FILE_KEY_INVALID"
+  | "SEALED_FILE_TRUNCATED"
+  | "SEALED_FILE_TRAILING_DATA"
+  | "SEALED_FILE_TAMPERED";
 
 /** The error envelope of spec §7.1, as the server sent it. */
 export interface ServerErrorBody {

@@ -1,6 +1,7 @@
 /**
  * Client SDK of the licensing service. Browser-safe (browsers, Node, Bun, Deno): depends only on
- * @noble/curves and @noble/hashes, uses Web Crypto random bytes and an injected or global fetch.
+ * @noble/curves, @noble/hashes and @hpke/core (Web Crypto), uses Web Crypto random bytes and
+ * AES-GCM, and an injected or global fetch.
  */
 
 export {
@@ -15,6 +16,7 @@ export {
   verifyCertificate,
 } from "./certificate.ts";
 export { LicensingClient } from "./client.ts";
+export type { OfflinePackageInfo, OpenedSealedFile } from "./client-offline.ts";
 export {
   type Environment,
   type ResolvedConfig,
@@ -76,6 +78,17 @@ export {
   type Timer,
 } from "./loop.ts";
 export {
+  createOfflineRequest,
+  OFFLINE_PACKAGE_FORMAT,
+  OFFLINE_REQUEST_FORMAT,
+  type OfflineManifest,
+  type OfflineRequest,
+  PACKAGE_ENTRIES,
+  type VerifiedOfflinePackage,
+  type VerifyOfflinePackageOptions,
+  verifyOfflinePackage,
+} from "./offline.ts";
+export {
   activationProofMessage,
   type DeviceProofInput,
   deviceProofHeaders,
@@ -86,6 +99,17 @@ export {
   PREFIX,
   signActivationProof,
 } from "./proof.ts";
+export {
+  ByteReader,
+  type ByteSource,
+  decryptSealedPayload,
+  parseSealedHeader,
+  readSealedHeader,
+  SEALED_CHUNK_SIZE,
+  SEALED_MAGIC,
+  type SealedHeader,
+  sealedCore,
+} from "./sealed.ts";
 export type { MachineInfo } from "./state.ts";
 export { LocalStorageAdapter, MemoryStorage, type Storage, type WebStorageLike } from "./storage.ts";
 export {

@@ -12,6 +12,8 @@ export const PREFIX = {
   response: "Service-Response-v1\n",
   activationProof: "Service-Activation-Proof-v1\n",
   deviceProof: "Service-Device-Proof-v1\n",
+  offlineRequest: "Service-Offline-Request-v1\n",
+  offlinePackage: "Service-Offline-Package-v1\n",
 } as const;
 
 export const NONCE_PATTERN = /^[A-Za-z0-9_-]{22,255}$/;

@@ -52,6 +52,8 @@ export const ITEMS = [
   "time_high_water",
   "denial",
   "last_heartbeat",
+  "offline_request",
+  "sealed_file_keys",
 ] as const;
 export type Item = (typeof ITEMS)[number];
 

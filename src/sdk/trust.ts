@@ -62,6 +62,19 @@ export class TrustManager {
     }
   }
 
+  /**
+   * Takes a bundle that arrived another way (inside an offline package) and was verified by the
+   * caller; kept only when it is not older than the one held.
+   */
+  async adopt(signed: unknown, bundle: TrustBundle): Promise<void> {
+    if (bundle.sequence < (await this.state.bundleSequence())) return;
+    const fetchedAtMs = this.now();
+    await this.state.raiseBundleSequence(bundle.sequence);
+    const stored: StoredBundle = { signed, fetched_at_ms: fetchedAtMs };
+    await this.state.setJson("bundle", stored);
+    this.memo = { bundle, fetchedAtMs };
+  }
+
   /** Fetches, verifies and persists the bundle; throws on any failure. */
   async refresh(): Promise<TrustBundle> {
     const res = await send(this.fetchImpl, this.config.trustBundleUrl, {

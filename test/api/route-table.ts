@@ -201,6 +201,40 @@ export const MANAGEMENT_ROUTES: RouteCase[] = [
     resource: "block",
     environmentScoped: true,
   },
+  {
+    method: "POST",
+    path: "/mgmt/v1/licenses/:id/offline-certificates",
+    scope: "licenses:write",
+    resource: "license",
+    environmentScoped: true,
+    // Valid for the schema only: the suite's checks all answer before the device proof is read.
+    body: (ids) => ({
+      request: {
+        format: "service-offline-request-v1",
+        product_id: ids.productId,
+        device_signing_public_key: "ed25519:placeholder",
+        device_kem_public_key: "p256:placeholder",
+        device_proof: "placeholder",
+        machine_info: { os: "linux", arch: "x64" },
+        nonce: "n".repeat(22),
+        generated_at: 0,
+      },
+    }),
+  },
+  {
+    method: "GET",
+    path: "/mgmt/v1/products/:id/sealed-files",
+    scope: "products:read",
+    resource: "product",
+    environmentScoped: true,
+  },
+  {
+    method: "POST",
+    path: "/mgmt/v1/products/:id/sealed-files",
+    scope: "products:write",
+    resource: "product",
+    environmentScoped: true,
+  },
   { method: "GET", path: "/mgmt/v1/plan", scope: "reports:read" },
   { method: "GET", path: "/mgmt/v1/reports/usage", scope: "reports:read" },
 ];

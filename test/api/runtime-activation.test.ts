@@ -123,6 +123,40 @@ describe("replays and repeats", () => {
     expect(replay.body.response_signature).toBeDefined();
   });
 
+  test("a captured activation request sent again under a new Idempotency-Key is a replay (401)", async () => {
+    const device = new TestDevice();
+    const body = device.activationBody({
+      licenseKey: fx.licenseKey,
+      productId: fx.productId,
+      clientTime: nowSec(t),
+    });
+    const first = await t.call("POST", "/runtime/v1/activations", { key: null, body, headers: t.idem() });
+    expect(first.status).toBe(201);
+    await t.call("DELETE", `/mgmt/v1/activations/${first.body.data.activation_id}`);
+    const replay = await t.call("POST", "/runtime/v1/activations", { key: null, body, headers: t.idem() });
+    expect(replay.status).toBe(401);
+    expect(replay.body.error).toMatchObject({
+      code: "DEVICE_PROOF_INVALID",
+      details: { reason: "replayed" },
+    });
+    expect(activations()).toBe(1);
+  });
+
+  test("an idempotent replay after the activation was deactivated answers a signed 410, not the stored 201", async () => {
+    const device = new TestDevice();
+    const first = await activate(t, device, fx, { idempotencyKey: "activation-replay-0002" });
+    await t.call("DELETE", `/mgmt/v1/activations/${first.body.data.activation_id}`);
+    const replay = await activate(t, device, fx, { idempotencyKey: "activation-replay-0002" });
+    expect(replay.status).toBe(410);
+    expect(replay.body.error.code).toBe("ACTIVATION_DEACTIVATED");
+    expectSignedEnvelope(replay.body, {
+      status: 410,
+      nonce: replay.body.response_assertion.nonce,
+      productId: fx.productId,
+      bundle: fx.bundle,
+    });
+  });
+
   test("activating again refreshes the machine baseline and check-in of the existing activation", async () => {
     const device = new TestDevice();
     const first = await activate(t, device, fx);

@@ -125,6 +125,32 @@ describe("seats", () => {
   });
 });
 
+describe("seats follow machine slots", () => {
+  test("a device culled from its slot gets no seat and loses the ones it held", async () => {
+    const slots = await runtimeFixture(t, {
+      policy: {
+        license_type: "subscription",
+        max_machines: 1,
+        max_concurrent: 1,
+        heartbeat_sec: 3600,
+        network_grace_sec: 7200,
+        lease_ttl_sec: 86_400,
+        lease_heartbeat_sec: 3600,
+      },
+    });
+    const stale = await activatedDevice(t, slots);
+    const held = (await acquire(stale, "a")).body.data;
+    t.clock.advance(3600 + 7200 + 1);
+    const fresh = await activatedDevice(t, slots);
+    const renew = await keep(stale, held.lease_id, "a");
+    expect(renew.status).toBe(410);
+    expect(renew.body.error).toMatchObject({ code: "ACTIVATION_DEACTIVATED", details: { reason: "culled" } });
+    expect(renew.body.response_signature).toBeDefined();
+    expect((await acquire(stale, "b")).status).toBe(410);
+    expect((await acquire(fresh, "c")).status).toBe(201);
+  });
+});
+
 describe("errors", () => {
   test("another instance id answers 422 and changes nothing", async () => {
     const d = await activatedDevice(t, fx);

@@ -8,6 +8,7 @@ import type { Deps } from "../../src/deps.ts";
 import { AdjustableClock } from "../../src/domain/clock.ts";
 import { IdGenerator } from "../../src/domain/ids.ts";
 import { SCOPES, type Scope } from "../../src/domain/scopes.ts";
+import { Metrics } from "../../src/http/metrics.ts";
 import { ApiKeyService } from "../../src/modules/api-keys/service.ts";
 import { WorkspaceService } from "../../src/modules/workspace/service.ts";
 import { openStore } from "../../src/store/db.ts";
@@ -35,7 +36,7 @@ export interface CallResult {
  * only the scrypt cost is lowered so each test's keystore takes milliseconds.
  */
 export function createTestContext(
-  options: { managementRateLimit?: { limit: number; windowSec: number } } = {},
+  options: { managementRateLimit?: { limit: number; windowSec: number }; metricsToken?: string } = {},
 ) {
   const dir = mkdtempSync(join(tmpdir(), "licensing-test-"));
   const store = openStore(join(dir, "licensing.db"));
@@ -64,6 +65,9 @@ export function createTestContext(
     managementRateLimit: options.managementRateLimit
       ? { name: "mgmt", ...options.managementRateLimit }
       : { name: "mgmt", limit: 100_000, windowSec: 1 },
+    metrics: options.metricsToken
+      ? { registry: new Metrics({ version: "test", sqlite: store.sqlite }), token: options.metricsToken }
+      : undefined,
   });
 
   async function call(method: string, path: string, opts: CallOptions = {}): Promise<CallResult> {

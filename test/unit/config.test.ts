@@ -27,6 +27,8 @@ describe("configuration defaults", () => {
       webhookAllowPrivateNetworks: false,
       testClock: false,
       logLevel: "info",
+      metricsToken: null,
+      sealedFileEnvironments: ["live", "test"],
     });
   });
 
@@ -58,6 +60,8 @@ describe("environment twins", () => {
     LICENSING_WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true",
     LICENSING_TEST_CLOCK: "1",
     LICENSING_LOG_LEVEL: "WARN",
+    LICENSING_METRICS_TOKEN: "scrape-token-0123456789",
+    LICENSING_SEALED_FILES_ENVIRONMENTS: "live",
   };
 
   test("every option is read from its environment variable", () => {
@@ -73,6 +77,8 @@ describe("environment twins", () => {
       webhookAllowPrivateNetworks: true,
       testClock: true,
       logLevel: "warn",
+      metricsToken: "scrape-token-0123456789",
+      sealedFileEnvironments: ["live"],
     });
   });
 
@@ -122,6 +128,28 @@ describe("validation", () => {
     expect(() => serve(["--smtp-url", "http://mail"])).toThrow(/smtp/);
     expect(() => serve(["--mail-from", "nobody"])).toThrow(/email address/);
     expect(() => serve(["--log-level", "loud"])).toThrow(/debug, info, warn, error/);
+  });
+
+  test("a metrics token must be 16 to 256 visible characters", () => {
+    expect(() => serve(["--metrics-token", "short"])).toThrow(/--metrics-token must be 16 to 256/);
+    expect(() => serve([], { LICENSING_METRICS_TOKEN: "has a space in it!" })).toThrow(
+      /LICENSING_METRICS_TOKEN/,
+    );
+    expect(serve(["--metrics-token", "t".repeat(16)]).metricsToken).toBe("t".repeat(16));
+  });
+
+  test("the environments offering sealed files are a list of live and test, or none", () => {
+    expect(serve(["--sealed-files-environments", "test,live"]).sealedFileEnvironments).toEqual([
+      "test",
+      "live",
+    ]);
+    expect(serve(["--sealed-files-environments", "none"]).sealedFileEnvironments).toEqual([]);
+    expect(() => serve(["--sealed-files-environments", "prod"])).toThrow(
+      /--sealed-files-environments must be/,
+    );
+    expect(() => serve([], { LICENSING_SEALED_FILES_ENVIRONMENTS: "live,live" })).toThrow(
+      /LICENSING_SEALED_FILES_ENVIRONMENTS/,
+    );
   });
 
   test("a host with brackets or a path is refused", () => {

@@ -17,7 +17,7 @@ describe("id format", () => {
     }
   });
 
-  test("the prefixes are the ones the design lists, plus blk for device blocks", () => {
+  test("the prefixes are the ones the design lists, plus blk for device blocks and olp for offline packages", () => {
     expect(Object.values(ID_PREFIXES).sort() as string[]).toEqual(
       [
         "prod",
@@ -34,6 +34,7 @@ describe("id format", () => {
         "req",
         "key",
         "blk",
+        "olp",
       ].sort(),
     );
   });

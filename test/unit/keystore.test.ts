@@ -239,6 +239,33 @@ describe("two processes on one keystore", () => {
     expect(readdirSync(dir).filter((name) => name.endsWith(".lock"))).toEqual([]);
   });
 
+  test("a lock left by a killed process is taken over at once, not after the 30 s stale age", () => {
+    const keystore = Keystore.create(path, PASSPHRASE, FAST);
+    const dead = Bun.spawnSync(["true"]).pid;
+    writeFileSync(`${path}.lock`, String(dead));
+    const started = performance.now();
+    keystore.add([entryNamed("after-crash")]);
+    expect(performance.now() - started).toBeLessThan(1_000);
+    expect(Keystore.open(path, PASSPHRASE).has("after-crash")).toBe(true);
+    expect(readdirSync(dir).filter((name) => name.endsWith(".lock"))).toEqual([]);
+  });
+
+  test("a lock held by a live process is waited for, not taken over", () => {
+    const keystore = Keystore.create(path, PASSPHRASE, FAST);
+    const lock = `${path}.lock`;
+    // A live holder that lets go after 300 ms.
+    const holder = Bun.spawn(["sh", "-c", `sleep 0.3; rm -f '${lock}'; sleep 5`]);
+    try {
+      writeFileSync(lock, String(holder.pid));
+      const started = performance.now();
+      keystore.add([entryNamed("after-wait")]);
+      expect(performance.now() - started).toBeGreaterThanOrEqual(250);
+      expect(Keystore.open(path, PASSPHRASE).has("after-wait")).toBe(true);
+    } finally {
+      holder.kill();
+    }
+  });
+
   test("refresh picks up an entry another process added, and refuses a tampered file", () => {
     const server = Keystore.create(path, PASSPHRASE, FAST);
     Keystore.open(path, PASSPHRASE).add([entryNamed("rotated")]);

@@ -74,9 +74,12 @@ const EXPECTED_VECTORS = [
   "jcs",
   "keys",
   "machine-info-rules",
+  "offline-package",
+  "offline-request",
   "response-denial",
   "response-object",
   "response-string",
+  "sealed-file",
   "trust-bundle",
 ] as const;
 type VectorName = (typeof EXPECTED_VECTORS)[number];
@@ -546,7 +549,7 @@ describe("trust bundle, delegation and signed envelope", () => {
   });
 
   test("the signing prefixes in use and reserved are exactly the server's", () => {
-    const section = /## 17\. Reserved formats([\s\S]*?)\n## /.exec(DOC)?.[1] ?? "";
+    const section = /## 20\. Reserved formats([\s\S]*?)\n## /.exec(DOC)?.[1] ?? "";
     const documented = [...new Set([...section.matchAll(/`(Service-[A-Za-z-]+-v1)\\n`/g)].map((m) => m[1]))];
     expect(documented.sort()).toEqual(
       Object.values(PREFIX)

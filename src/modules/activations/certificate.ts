@@ -21,18 +21,25 @@ export interface CertificateSubject {
 /**
  * The license certificate of DESIGN §5: a JWS (EdDSA) by the product's active signing key,
  * bound to the device key by `cnf.jkt`. It never outlives the license.
+ *
+ * `offlineUntil` makes the certificate of an offline package: its `exp` is the package expiry
+ * (the caller keeps that within the license's), and it asks for no heartbeats and grants no grace,
+ * because a device that never goes online has nothing to renew it with.
  */
 export function issueCertificate(
-  trust: TrustService,
+  trust: Pick<TrustService, "signingKey">,
   issuer: string,
   subject: CertificateSubject,
   now: Date,
+  options: { offlineUntil?: number } = {},
 ): { certificate: string; expiresAt: Date } {
   const { license, policy } = subject;
   const iat = unixSeconds(now);
   const licenseExpiry = license.expiresAt ? unixSeconds(license.expiresAt) : null;
-  const exp =
+  const online =
     licenseExpiry === null ? iat + policy.cert_ttl_sec : Math.min(iat + policy.cert_ttl_sec, licenseExpiry);
+  const offline = options.offlineUntil !== undefined;
+  const exp = options.offlineUntil ?? online;
   const key = trust.signingKey(license.productId);
   const certificate = signCompactJws(
     { alg: "EdDSA", kid: key.keyId, typ: "service-license+jwt" },
@@ -56,10 +63,10 @@ export function issueCertificate(
         max_concurrent: license.maxConcurrentOverride ?? policy.max_concurrent,
       },
       heartbeat: {
-        required: policy.heartbeat_required,
+        required: offline ? false : policy.heartbeat_required,
         interval_sec: policy.heartbeat_sec,
         // A device failing closed gets no grace: the certificate's expiry is the end.
-        grace_sec: policy.fail_mode === "open" ? policy.network_grace_sec : 0,
+        grace_sec: !offline && policy.fail_mode === "open" ? policy.network_grace_sec : 0,
       },
     },
     key.privateKey,

@@ -5,7 +5,7 @@ import { unixSeconds } from "../../domain/clock.ts";
 import { type RuntimeOperation, runtimeDenial, SIGNED_DENIALS } from "../../domain/runtime-guards.ts";
 import type { Environment } from "../../domain/scopes.ts";
 import { type DeviceProofHeaders, type DeviceProofVerifier, proofInvalid } from "../../http/device-proof.ts";
-import { ApiError } from "../../http/errors.ts";
+import { ApiError, type ErrorCode, type SignedFor } from "../../http/errors.ts";
 import { activations, licenses, policies } from "../../store/schema/index.ts";
 import type { DeviceBlockService } from "../device-blocks/service.ts";
 import type { LicenseRow } from "../licenses/service.ts";
@@ -100,7 +100,20 @@ export class RuntimeGate {
     now: Date,
     signedFor: { productId: string; nonce: string },
   ): void {
-    const code = runtimeDenial(
+    const code = this.denial(op, license, activation, deviceThumbprint, now);
+    if (!code) return;
+    throw denialError(code, SIGNED_DENIALS.has(code) ? signedFor : undefined);
+  }
+
+  /** The first guard's denial code, or null; for callers that answer outside the runtime API. */
+  denial(
+    op: RuntimeOperation,
+    license: LicenseRow,
+    activation: ActivationRow | null,
+    deviceThumbprint: string,
+    now: Date,
+  ): ErrorCode | null {
+    return runtimeDenial(
       op,
       {
         license: { ...license, blocked: this.blocks.isBlocked(license.environment, "license", license.id) },
@@ -115,13 +128,6 @@ export class RuntimeGate {
             },
       },
       now,
-    );
-    if (!code) return;
-    throw new ApiError(
-      code,
-      DENIAL_MESSAGES[code] ?? "This call is not allowed.",
-      {},
-      SIGNED_DENIALS.has(code) ? { signedFor } : {},
     );
   }
 
@@ -164,10 +170,29 @@ export class RuntimeGate {
     }
   }
 
+  /**
+   * An activation request's nonce, remembered per device key like a proof's: a captured request
+   * sent again (under a new Idempotency-Key) is a replay, not a fresh activation.
+   */
+  rememberActivationNonce(deviceThumbprint: string, nonce: string, now: Date): void {
+    if (!this.proofs.rememberOnce(`device:${deviceThumbprint}`, nonce, unixSeconds(now))) {
+      throw proofInvalid("replayed");
+    }
+  }
+
   purgeNonces(): number {
     return this.proofs.purgeOld(unixSeconds(this.deps.clock.now()));
   }
 }
+
+/** A guard's denial as an error; signed only when `signedFor` is given (runtime responses). */
+export const denialError = (code: ErrorCode, signedFor?: SignedFor): ApiError =>
+  new ApiError(
+    code,
+    DENIAL_MESSAGES[code] ?? "This call is not allowed.",
+    {},
+    signedFor ? { signedFor } : {},
+  );
 
 const DENIAL_MESSAGES: Partial<Record<string, string>> = {
   LICENSE_REVOKED: "The license has been revoked.",

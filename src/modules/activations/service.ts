@@ -36,9 +36,9 @@ export class ActivationService {
     private readonly idempotency: IdempotencyStore,
     private readonly issuer: string,
   ) {
-    this.countSlots = deps.sqlite.prepare<{ n: number }, [string, number, number]>(
+    this.countSlots = deps.sqlite.prepare<{ n: number }, [string, number, number, number]>(
       `SELECT count(*) AS n FROM activations WHERE license_id = ? AND status = 'active'
-       AND (? = 0 OR coalesce(last_heartbeat_at, activated_at) >= ?)`,
+       AND (? = 0 OR coalesce(last_heartbeat_at, activated_at) >= ? OR offline_until > ?)`,
     );
   }
 
@@ -97,23 +97,33 @@ export class ActivationService {
         },
         () => ({ status: 201, body: this.activate(body, deviceKey, target) }),
       );
-      if (outcome.replayed) this.recheckReplay(body, deviceKey);
+      if (outcome.replayed) this.recheckReplay(body, deviceKey, outcome);
       return outcome;
     });
   }
 
   /**
-   * A replay repeats an earlier answer, but never past a change of the license's fate: a license
-   * revoked, expired, suspended or blocked since then gets its denial, not the stored 201.
+   * A replay repeats an earlier answer, but never past a change of fate: a license revoked,
+   * expired, suspended or blocked since then gets its denial, and an activation deactivated since
+   * then gets its signed 410, instead of the stored 201.
    */
-  private recheckReplay(body: ActivationCreateBody, deviceKey: PublicKeyInfo): void {
+  private recheckReplay(body: ActivationCreateBody, deviceKey: PublicKeyInfo, outcome: Outcome): void {
     const license = this.licenses.findByKey(body.license_key);
     if (!license)
       throw new ApiError("LICENSE_KEY_INVALID", "No license with that key exists for this product.");
-    this.gate.deny("activate", license, null, thumbprint(deviceKey.text), this.deps.clock.now(), {
-      productId: body.product_id,
-      nonce: body.nonce,
-    });
+    const signedFor = { productId: body.product_id, nonce: body.nonce };
+    const now = this.deps.clock.now();
+    this.gate.deny("activate", license, null, thumbprint(deviceKey.text), now, signedFor);
+    const { activation_id: activationId } = JSON.parse(outcome.body) as { activation_id: string };
+    const stored = this.deps.db.select().from(activations).where(eq(activations.id, activationId)).get();
+    if (stored?.status !== "active") {
+      throw new ApiError(
+        "ACTIVATION_DEACTIVATED",
+        "This activation was deactivated; activate anew.",
+        {},
+        { signedFor },
+      );
+    }
   }
 
   private activate(
@@ -134,6 +144,8 @@ export class ActivationService {
       target.licenseId = license.id;
       const policy = this.gate.policyOf(license);
       const deviceThumbprint = thumbprint(deviceKey.text);
+      // Inside the idempotency transaction: a refused activation forgets the nonce with it.
+      this.gate.rememberActivationNonce(deviceThumbprint, body.nonce, now);
       const signedFor = { productId: product.id, nonce: body.nonce };
       this.gate.deny("activate", license, null, deviceThumbprint, now, signedFor);
       if (policy.validation_mode === "offline" || policy.perpetual_mode === "unmanaged") {
@@ -180,10 +192,7 @@ export class ActivationService {
           }
           if (existing) {
             // Silent past its grace while others filled the license: it competes as a new device.
-            tx.update(activations)
-              .set({ status: "deactivated", deactivatedAt: now, deactivationReason: "culled" })
-              .where(eq(activations.id, existing.id))
-              .run();
+            this.end(existing.id, "culled", now, tx);
           }
           const maxMachines = license.maxMachinesOverride ?? policy.max_machines;
           if (this.slotsInUse(license.id, policy, now) >= maxMachines) {
@@ -212,6 +221,7 @@ export class ActivationService {
             certificateExpiresAt: now,
             deactivatedAt: null,
             deactivationReason: null,
+            offlineUntil: null,
           };
           tx.insert(activations).values(row).run();
           return row;
@@ -255,19 +265,7 @@ export class ActivationService {
         );
       }
       const machine = machineInfoCheck(activation, body, policy.fingerprint_profile, now);
-      if (this.culled(activation, license, policy, now)) {
-        this.deps.db
-          .update(activations)
-          .set({ status: "deactivated", deactivatedAt: now, deactivationReason: "culled" })
-          .where(eq(activations.id, activation.id))
-          .run();
-        throw new ApiError(
-          "ACTIVATION_DEACTIVATED",
-          "This device stopped checking in and its slot was taken.",
-          { reason: "culled" },
-          { signedFor },
-        );
-      }
+      this.cullIfDisplaced(activation, license, policy, now, signedFor);
       const issued = issueCertificate(
         this.trust,
         this.issuer,
@@ -316,10 +314,32 @@ export class ActivationService {
     });
   }
 
+  /**
+   * A stale device whose slot the fresh ones have filled is culled: deactivated with its leases
+   * released, and told so with a signed 410. Heartbeats and lease calls both go through this, so
+   * a displaced device cannot keep using seats either.
+   */
+  cullIfDisplaced(
+    activation: ActivationRow,
+    license: LicenseRow,
+    policy: PolicyWithId,
+    now: Date,
+    signedFor: { productId: string; nonce: string },
+  ): void {
+    if (!this.culled(activation, license, policy, now)) return;
+    this.end(activation.id, "culled", now);
+    throw new ApiError(
+      "ACTIVATION_DEACTIVATED",
+      "This device stopped checking in and its slot was taken.",
+      { reason: "culled" },
+      { signedFor },
+    );
+  }
+
   /** Ends an activation and releases its leases; pass the caller's transaction to join it. */
   end(
     activationId: string,
-    reason: "device" | "vendor",
+    reason: "device" | "vendor" | "culled",
     now: Date,
     writer: Pick<Db, "update"> = this.deps.db,
   ): void {
@@ -339,18 +359,22 @@ export class ActivationService {
 
   /**
    * Slots held on a license. For policies that require heartbeats, a device stops holding its
-   * slot once heartbeat_sec + network_grace_sec have passed since it last checked in.
+   * slot once heartbeat_sec + network_grace_sec have passed since it last checked in, unless an
+   * unexpired offline package binds it (it cannot check in, and holds its slot until then).
    */
-  private slotsInUse(licenseId: string, policy: PolicyWithId, now: Date): number {
+  slotsInUse(licenseId: string, policy: PolicyWithId, now: Date): number {
     const freshSince = policy.heartbeat_required
       ? now.getTime() - (policy.heartbeat_sec + policy.network_grace_sec) * 1000
       : 0;
-    return this.countSlots.get(licenseId, policy.heartbeat_required ? 1 : 0, freshSince)?.n ?? 0;
+    return (
+      this.countSlots.get(licenseId, policy.heartbeat_required ? 1 : 0, freshSince, now.getTime())?.n ?? 0
+    );
   }
 
   /** A stale device coming back finds its slot taken when the fresh ones already fill the license. */
   private culled(activation: ActivationRow, license: LicenseRow, policy: PolicyWithId, now: Date): boolean {
     if (!policy.heartbeat_required) return false;
+    if (activation.offlineUntil && activation.offlineUntil.getTime() > now.getTime()) return false;
     const lastSeen = (activation.lastHeartbeatAt ?? activation.activatedAt).getTime();
     if (lastSeen >= now.getTime() - (policy.heartbeat_sec + policy.network_grace_sec) * 1000) return false;
     return this.slotsInUse(license.id, policy, now) >= (license.maxMachinesOverride ?? policy.max_machines);

@@ -6,6 +6,7 @@ import { proofInvalid } from "../../http/device-proof.ts";
 import { ApiError } from "../../http/errors.ts";
 import { leases } from "../../store/schema/index.ts";
 import type { RuntimeCall, RuntimeGate, SignedResult } from "../activations/gate.ts";
+import type { ActivationService } from "../activations/service.ts";
 
 export type LeaseRow = typeof leases.$inferSelect;
 
@@ -28,6 +29,8 @@ export class LeaseService {
   constructor(
     private readonly deps: Deps,
     private readonly gate: RuntimeGate,
+    /** Seats follow slots: a device culled from its machine slot gets no seat either. */
+    private readonly slots: Pick<ActivationService, "cullIfDisplaced">,
   ) {
     this.seatsByInstance = deps.sqlite.prepare<{ n: number }, [string, number]>(
       "SELECT count(*) AS n FROM leases WHERE license_id = ? AND status = 'active' AND expires_at > ?",
@@ -55,6 +58,7 @@ export class LeaseService {
         target,
       );
       this.gate.deny("lease", license, activation, activation.deviceThumbprint, now, signedFor);
+      this.slots.cullIfDisplaced(activation, license, policy, now, signedFor);
       const expiresAt = new Date(now.getTime() + policy.lease_ttl_sec * 1000);
       const lease = this.deps.db.transaction(
         (tx) => {
@@ -125,6 +129,7 @@ export class LeaseService {
       );
       // License and activation state first (spec §3.2 rule 1), then the lease's own state.
       this.gate.deny("lease", license, activation, activation.deviceThumbprint, now, signedFor);
+      this.slots.cullIfDisplaced(activation, license, policy, now, signedFor);
       if (lease.instanceId !== instanceId) throw instanceMismatch();
       if (lease.status === "released")
         throw new ApiError("LEASE_RELEASED", "The lease was released; acquire a new one.");

@@ -31,6 +31,8 @@ export const activations = sqliteTable(
     certificateExpiresAt: timestamp("certificate_expires_at").notNull(),
     deactivatedAt: timestamp("deactivated_at"),
     deactivationReason: text("deactivation_reason", { enum: ["device", "vendor", "culled"] }),
+    /** Set for a device bound by an offline package: it holds its machine slot until then. */
+    offlineUntil: timestamp("offline_until"),
   },
   (t) => [
     index("activations_license_status").on(t.licenseId, t.status),

@@ -1,0 +1,305 @@
+import { Database } from "bun:sqlite";
+import { randomBytes } from "node:crypto";
+import {
+  chmodSync,
+  copyFileSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  renameSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from "node:fs";
+import { dirname, isAbsolute, join, normalize } from "node:path";
+import pkg from "../../package.json" with { type: "json" };
+import { type Config, dataPaths, UsageError } from "../config.ts";
+import { Keystore, KeystoreError } from "../crypto/keystore.ts";
+import {
+  BACKUP_FORMAT,
+  type BackupManifest,
+  checkStore,
+  describeFile,
+  fsyncFile,
+  MANIFEST_NAME,
+  parseManifest,
+  snapshotStore,
+} from "../store/backup.ts";
+import { openStore } from "../store/db.ts";
+import { migrate } from "../store/migrate.ts";
+import { copyStore, fsyncDir, place } from "./init.ts";
+import { CliError, type Command, err, JSON_OPTION, out, resolvePassphrase } from "./shared.ts";
+
+const STORE = "licensing.db";
+const KEYSTORE = "keystore.json";
+const PASSPHRASE = "keystore.passphrase";
+/** The only names a backup may hold, so a doctored manifest cannot make restore read elsewhere. */
+const KNOWN_FILES = new Set([STORE, KEYSTORE, PASSPHRASE]);
+
+export interface BackupResult {
+  dir: string;
+  manifest: BackupManifest;
+}
+
+/**
+ * Store first, keystore second: the keystore only gains entries, and each key enters it before
+ * the store mentions it, so a keystore copied after the snapshot has every key the snapshot needs.
+ * Everything is written to a sibling `.partial-*` folder and renamed into place last, so a backup
+ * that was interrupted never looks complete.
+ */
+export function takeBackup(
+  config: Config,
+  outDir: string,
+  options: { includePassphrase: boolean },
+): BackupResult {
+  const paths = dataPaths(config.dataDir);
+  for (const [what, path] of [
+    ["store", paths.store],
+    ["keystore", paths.keystore],
+  ] as const) {
+    if (!existsSync(path))
+      throw new CliError(`no ${what} at ${path}; is ${config.dataDir} a data directory?`);
+  }
+  const { passphrase } = resolvePassphrase(config, { generate: false });
+  if (existsSync(outDir) && (!statSync(outDir).isDirectory() || readdirSync(outDir).length > 0)) {
+    throw new CliError(`${outDir} exists and is not an empty directory; choose a new place for the backup`);
+  }
+  mkdirSync(dirname(outDir), { recursive: true, mode: 0o700 });
+  const staging = `${outDir}.partial-${process.pid}-${randomBytes(4).toString("hex")}`;
+  mkdirSync(staging, { mode: 0o700 });
+  try {
+    const createdAt = new Date().toISOString();
+    snapshotStore(paths.store, join(staging, STORE));
+    chmodSync(join(staging, STORE), 0o600);
+    writeFileSync(join(staging, KEYSTORE), readFileSync(paths.keystore), { mode: 0o600, flag: "wx" });
+    fsyncFile(join(staging, KEYSTORE));
+    const keystore = openVerified(join(staging, KEYSTORE), passphrase, "the data directory's keystore");
+    const report = readOnly(join(staging, STORE), (sqlite) => checkStore(sqlite, keystore));
+    if (options.includePassphrase) {
+      writeFileSync(join(staging, PASSPHRASE), `${passphrase}\n`, { mode: 0o600, flag: "wx" });
+      fsyncFile(join(staging, PASSPHRASE));
+    }
+    const files: BackupManifest["files"] = {};
+    for (const name of [STORE, KEYSTORE, ...(options.includePassphrase ? [PASSPHRASE] : [])]) {
+      files[name] = describeFile(join(staging, name));
+    }
+    const manifest: BackupManifest = {
+      format: BACKUP_FORMAT,
+      created_at: createdAt,
+      licensing_version: pkg.version,
+      schema: report.schema,
+      files,
+      rows: report.rows,
+      passphrase_included: options.includePassphrase,
+    };
+    writeFileSync(join(staging, MANIFEST_NAME), `${JSON.stringify(manifest, null, 2)}\n`, { mode: 0o600 });
+    fsyncFile(join(staging, MANIFEST_NAME));
+    fsyncDir(staging);
+    // rename(2) replaces an empty directory and fails on a non-empty one: no backup is overwritten.
+    renameSync(staging, outDir);
+    fsyncDir(dirname(outDir));
+    return { dir: outDir, manifest };
+  } catch (error) {
+    rmSync(staging, { recursive: true, force: true });
+    throw error;
+  }
+}
+
+export interface RestoreResult {
+  dataDir: string;
+  schema: string[];
+  applied: string[];
+  /** Where serve finds the passphrase by default; null when the operator gave it another way. */
+  passphraseFile: string | null;
+}
+
+/**
+ * Checks the whole backup (checksums, keystore with the passphrase, store integrity, keys the
+ * store needs, migrations) in a staging folder inside the target, and only then puts the files in
+ * place, keystore last, as `init` does. The target must be new or empty: nothing is overwritten.
+ */
+export function restoreBackup(config: Config, inDir: string): RestoreResult {
+  const manifest = readManifest(inDir);
+  const dataDir = config.dataDir;
+  if (existsSync(dataDir)) {
+    if (!statSync(dataDir).isDirectory()) throw new CliError(`${dataDir} is not a directory`);
+    if (readdirSync(dataDir).length > 0) {
+      throw new CliError(`${dataDir} is not empty; restore only into a new or empty directory`);
+    }
+  }
+  const fromBackup = config.passphraseFile === null && config.passphrase === null;
+  if (fromBackup && !manifest.files[PASSPHRASE]) {
+    throw new CliError(
+      "the backup holds no passphrase; give the one its keystore was sealed with " +
+        "(--passphrase-file, LICENSING_KEYSTORE_PASSPHRASE_FILE or LICENSING_KEYSTORE_PASSPHRASE)",
+    );
+  }
+  const passphrase = fromBackup
+    ? readFileSync(join(inDir, PASSPHRASE), "utf8").replace(/[\r\n]+$/, "")
+    : resolvePassphrase(config, { generate: false }).passphrase;
+  mkdirSync(dataDir, { recursive: true, mode: 0o700 });
+  const paths = dataPaths(dataDir);
+  const staging = mkdtempSync(join(dataDir, ".restore-"));
+  try {
+    copyFileSync(join(inDir, STORE), join(staging, STORE));
+    copyFileSync(join(inDir, KEYSTORE), join(staging, KEYSTORE));
+    chmodSync(join(staging, KEYSTORE), 0o600);
+    const keystore = openVerified(join(staging, KEYSTORE), passphrase, "the backup's keystore");
+    const store = openStore(join(staging, STORE));
+    let applied: string[];
+    let schema: string[];
+    try {
+      checkStore(store.sqlite, keystore);
+      try {
+        applied = migrate(store.sqlite).applied;
+      } catch (error) {
+        throw new CliError(`cannot restore this backup: ${(error as Error).message}`);
+      }
+      schema = checkStore(store.sqlite, keystore).schema;
+      // One self-contained file before it is copied into place, as init leaves it.
+      store.sqlite.run("PRAGMA wal_checkpoint(TRUNCATE)");
+    } catch (error) {
+      if (error instanceof CliError) throw error;
+      throw new CliError(`the backup's store cannot be used: ${(error as Error).message}`);
+    } finally {
+      store.close();
+    }
+    copyStore(join(staging, STORE), paths.store);
+    place(join(staging, KEYSTORE), paths.keystore);
+    let passphraseFile: string | null = null;
+    if (fromBackup) {
+      writeFileSync(paths.passphrase, `${passphrase}\n`, { mode: 0o600, flag: "wx" });
+      fsyncFile(paths.passphrase);
+      passphraseFile = paths.passphrase;
+    }
+    fsyncDir(dataDir);
+    return { dataDir, schema, applied, passphraseFile };
+  } finally {
+    rmSync(staging, { recursive: true, force: true });
+  }
+}
+
+function readManifest(inDir: string): BackupManifest {
+  const manifestPath = join(inDir, MANIFEST_NAME);
+  if (!existsSync(manifestPath)) {
+    throw new CliError(`${inDir} has no ${MANIFEST_NAME}; give a directory written by "licensing backup"`);
+  }
+  let manifest: BackupManifest;
+  try {
+    manifest = parseManifest(readFileSync(manifestPath, "utf8"));
+  } catch (error) {
+    throw new CliError(`${inDir}: ${(error as Error).message}`);
+  }
+  for (const name of Object.keys(manifest.files)) {
+    if (!KNOWN_FILES.has(name)) throw new CliError(`${MANIFEST_NAME} lists an unknown file "${name}"`);
+  }
+  for (const name of [STORE, KEYSTORE]) {
+    if (!manifest.files[name]) throw new CliError(`${MANIFEST_NAME} does not list ${name}`);
+  }
+  for (const [name, expected] of Object.entries(manifest.files)) {
+    const path = join(inDir, name);
+    if (!existsSync(path)) throw new CliError(`${path} is missing; the backup is incomplete`);
+    const actual = describeFile(path);
+    if (actual.sha256 !== expected.sha256 || actual.bytes !== expected.bytes) {
+      throw new CliError(`${path} does not match its checksum in ${MANIFEST_NAME}; the backup is damaged`);
+    }
+  }
+  return manifest;
+}
+
+function openVerified(path: string, passphrase: string, what: string): Keystore {
+  try {
+    return Keystore.open(path, passphrase);
+  } catch (error) {
+    if (error instanceof KeystoreError) throw new CliError(`${what} does not open: ${error.message}`);
+    throw error;
+  }
+}
+
+function readOnly<T>(path: string, work: (sqlite: Database) => T): T {
+  const sqlite = new Database(path, { readonly: true });
+  try {
+    return work(sqlite);
+  } finally {
+    sqlite.close();
+  }
+}
+
+const resolvePath = (path: string, cwd: string) => normalize(isAbsolute(path) ? path : join(cwd, path));
+
+function onePositional(positionals: readonly string[], what: string): string {
+  const [first, extra] = positionals;
+  if (first === undefined) throw new UsageError(`give the ${what}`);
+  if (extra !== undefined) throw new UsageError(`unexpected argument ${extra}`);
+  return first;
+}
+
+export const backupCommand: Command = {
+  name: "backup",
+  summary:
+    "Write a consistent copy of the store and the keystore into a new directory, while the server runs. " +
+    "The keystore is checked with the passphrase; the passphrase itself is left out unless asked for.",
+  usage: "licensing backup OUT [--data-dir DIR] [--passphrase-file FILE] [--include-passphrase] [--json]",
+  configKeys: ["dataDir", "passphraseFile"],
+  options: [
+    {
+      name: "include-passphrase",
+      kind: "boolean",
+      description: "also copy the passphrase into the backup (whoever holds it then holds every key)",
+    },
+    JSON_OPTION,
+  ],
+  run(line, context) {
+    const outDir = resolvePath(
+      onePositional(line.positionals, "directory to write the backup to"),
+      context.cwd,
+    );
+    const includePassphrase = line.flags["include-passphrase"] === true;
+    const { dir, manifest } = takeBackup(line.config, outDir, { includePassphrase });
+    if (line.flags.json === true) {
+      out(JSON.stringify({ backup_dir: dir, ...manifest }));
+    } else {
+      const store = manifest.files[STORE];
+      out(
+        `Backup written to ${dir}: store ${store?.bytes ?? 0} bytes (schema ${manifest.schema.at(-1) ?? "none"}), keystore checked.`,
+      );
+    }
+    if (!includePassphrase) err("The passphrase is not in the backup; keep it safe, restore needs it.");
+    return 0;
+  },
+};
+
+export const restoreCommand: Command = {
+  name: "restore",
+  summary:
+    "Restore a backup into a new or empty data directory, after checking it: checksums, the keystore " +
+    "with the passphrase, the store's integrity and migrations.",
+  usage: "licensing restore IN --data-dir DIR [--passphrase-file FILE] [--json]",
+  configKeys: ["dataDir", "passphraseFile"],
+  options: [JSON_OPTION],
+  run(line, context) {
+    const inDir = resolvePath(onePositional(line.positionals, "backup directory to restore"), context.cwd);
+    const result = restoreBackup(line.config, inDir);
+    if (line.flags.json === true) {
+      out(
+        JSON.stringify({
+          data_dir: result.dataDir,
+          schema: result.schema,
+          applied: result.applied,
+          passphrase_file: result.passphraseFile,
+        }),
+      );
+    } else {
+      out(
+        `Restored into ${result.dataDir} (schema ${result.schema.at(-1) ?? "none"}` +
+          `${result.applied.length > 0 ? `, migrated: ${result.applied.join(", ")}` : ""}). ` +
+          `Start it with: licensing serve --data-dir ${result.dataDir}`,
+      );
+    }
+    return 0;
+  },
+};
+
+export const backupCommands = [backupCommand, restoreCommand];

@@ -1,0 +1,156 @@
+import { randomBytes } from "node:crypto";
+import { closeSync, fsyncSync, openSync, readFileSync, renameSync, unlinkSync, writeSync } from "node:fs";
+import { resolve } from "node:path";
+import { Value } from "@sinclair/typebox/value";
+import { eq } from "drizzle-orm";
+import { UsageError } from "../config.ts";
+import { ApiError } from "../http/errors.ts";
+import { type OfflineCertificateBody, OfflineCertificateCreate } from "../modules/offline/model.ts";
+import { buildDeps, openKeystore } from "../server.ts";
+import { createServices } from "../services.ts";
+import { licenses } from "../store/schema/index.ts";
+import {
+  CliError,
+  type Command,
+  cliActor,
+  JSON_OPTION,
+  openExistingStore,
+  out,
+  resolvePassphrase,
+} from "./shared.ts";
+
+/** The body the API route would take, from the device's request file; schema errors as the route words them. */
+function bodyFrom(requestText: string, expiresAt: string | undefined): OfflineCertificateBody {
+  let request: unknown;
+  try {
+    request = JSON.parse(requestText);
+  } catch {
+    throw new CliError("the request file is not JSON; it is the file the device's app exported");
+  }
+  const body = { request, ...(expiresAt === undefined ? {} : { expires_at: expiresAt }) };
+  const problems = [...Value.Errors(OfflineCertificateCreate, body)]
+    .slice(0, 5)
+    .map((e) => `${e.path.replace(/^\//, "").replaceAll("/", ".") || "request"}: ${e.message}`);
+  if (problems.length > 0)
+    throw new CliError(`the request is not a device offline request: ${problems.join("; ")}`);
+  return body as OfflineCertificateBody;
+}
+
+/** temp file, fsync, rename: a package file under its name is always whole. */
+function writeAtomically(path: string, bytes: Uint8Array): void {
+  const temp = `${path}.tmp-${randomBytes(6).toString("hex")}`;
+  const fd = openSync(temp, "wx", 0o644);
+  try {
+    writeSync(fd, bytes);
+    fsyncSync(fd);
+  } finally {
+    closeSync(fd);
+  }
+  try {
+    renameSync(temp, path);
+  } catch (error) {
+    unlinkSync(temp);
+    throw error;
+  }
+}
+
+const describe = (error: ApiError): string => {
+  const fields = error.details.errors as Record<string, string[]> | undefined;
+  const extra = fields
+    ? `: ${Object.entries(fields)
+        .map(([field, messages]) => `${field} ${messages.join(", ")}`)
+        .join("; ")}`
+    : Object.keys(error.details).length > 0
+      ? ` (${JSON.stringify(error.details)})`
+      : "";
+  return `${error.code}: ${error.message}${extra}`;
+};
+
+/**
+ * `licensing offline issue`: the API route's offline package, made from the data dir with no server
+ * and no network (an air-gapped host). It runs the same service code, so the package and its audit
+ * record are the route's; the actor is the operating-system user.
+ */
+export const offlineIssueCommand: Command = {
+  name: "offline issue",
+  summary:
+    "Issue a device-bound offline package from the data directory, without a server or network (air-gapped). Give the same --base-url as the server so certificates name the same issuer.",
+  usage:
+    "licensing offline issue --license ID --request FILE --out FILE.zip [--expires-at ISO] [--json] [--data-dir DIR] [--base-url URL]",
+  configKeys: ["dataDir", "passphraseFile", "baseUrl"],
+  options: [
+    { name: "license", kind: "string", valueName: "ID", description: "the license (lic_…)" },
+    {
+      name: "request",
+      kind: "string",
+      valueName: "FILE",
+      description: "the device's offline request (JSON, service-offline-request-v1)",
+    },
+    { name: "out", kind: "string", valueName: "FILE", description: "where to write the package (.zip)" },
+    {
+      name: "expires-at",
+      kind: "string",
+      valueName: "ISO",
+      description: "package expiry (RFC 3339); default: the license's expiry, or the plan's longest license",
+    },
+    JSON_OPTION,
+  ],
+  run(line, context) {
+    if (line.positionals.length > 0) throw new UsageError(`unexpected argument ${line.positionals[0]}`);
+    const { license: licenseId, request: requestFile, out: outFile } = line.flags;
+    if (typeof licenseId !== "string") throw new UsageError("--license is required");
+    if (typeof requestFile !== "string") throw new UsageError("--request is required");
+    if (typeof outFile !== "string") throw new UsageError("--out is required");
+    const expiresAt = line.flags["expires-at"];
+    let requestText: string;
+    try {
+      requestText = readFileSync(resolve(context.cwd, requestFile), "utf8");
+    } catch (error) {
+      throw new CliError(`cannot read ${requestFile}: ${(error as Error).message}`);
+    }
+    const body = bodyFrom(requestText, typeof expiresAt === "string" ? expiresAt : undefined);
+
+    const { passphrase } = resolvePassphrase(line.config, { generate: false });
+    const keystore = openKeystore(line.config.dataDir, passphrase);
+    const { store } = openExistingStore(line.config.dataDir);
+    try {
+      const deps = buildDeps(store, keystore);
+      const license = deps.db.select().from(licenses).where(eq(licenses.id, licenseId)).get();
+      if (!license) throw new CliError(`no license ${licenseId}`);
+      const services = createServices(deps, { baseUrl: line.config.baseUrl });
+      let issued: ReturnType<typeof services.offlinePackages.issue>;
+      try {
+        issued = services.offlinePackages.issue(license.id, body, {
+          actor: cliActor(),
+          environment: license.environment,
+          requestId: null,
+        });
+      } catch (error) {
+        if (error instanceof ApiError) throw new CliError(describe(error));
+        throw error;
+      }
+      const path = resolve(context.cwd, outFile);
+      writeAtomically(path, issued.bytes);
+      if (line.flags.json === true) {
+        out(
+          JSON.stringify({
+            package_id: issued.id,
+            license_id: license.id,
+            out: path,
+            bytes: issued.bytes.length,
+            replayed: issued.replayed,
+          }),
+        );
+      } else {
+        out(
+          `${issued.replayed ? "The package issued earlier for this identical request" : "Offline package"} ${issued.id} for license ${license.id} written to ${path} (${issued.bytes.length} bytes).`,
+        );
+      }
+      return 0;
+    } finally {
+      store.close();
+    }
+  },
+};
+
+export const offlineCommands = [offlineIssueCommand];

@@ -1,0 +1,75 @@
+import { existsSync, realpathSync } from "node:fs";
+import { resolve } from "node:path";
+import { UsageError } from "../config.ts";
+import { parseSealingKeyLine, sealFile } from "../crypto/sealed-file.ts";
+import { CliError, type Command, JSON_OPTION, out } from "./shared.ts";
+
+/**
+ * `licensing seal`: seals a file for a product's licensed devices. It needs nothing but the
+ * public sealing-key line: no data dir, no keystore, no network, so it runs on a build machine.
+ */
+export const sealCommand: Command = {
+  name: "seal",
+  summary:
+    "Seal a file so that only licensed devices can open it. Streams: memory use does not grow with the file. Needs only the product's public sealing key (GET /mgmt/v1/products/{id}/sealed-files, current_key.sealing_key).",
+  usage: "licensing seal --sealing-key LINE [--entitlement NAME] [--json] IN OUT",
+  configKeys: [],
+  options: [
+    {
+      name: "sealing-key",
+      kind: "string",
+      valueName: "LINE",
+      description: "the product's sealing key line, service-sealing-key-v1:…",
+    },
+    {
+      name: "entitlement",
+      kind: "string",
+      valueName: "NAME",
+      description: "devices also need this entitlement to be true for their license",
+    },
+    JSON_OPTION,
+  ],
+  async run(line, context) {
+    const [input, output, extra] = line.positionals;
+    if (input === undefined || output === undefined) throw new UsageError("give the input and output files");
+    if (extra !== undefined) throw new UsageError(`unexpected argument ${extra}`);
+    const keyLine = line.flags["sealing-key"];
+    if (typeof keyLine !== "string") throw new UsageError("--sealing-key is required");
+    const entitlement = line.flags.entitlement;
+    let key: ReturnType<typeof parseSealingKeyLine>;
+    try {
+      key = parseSealingKeyLine(keyLine);
+    } catch (error) {
+      throw new UsageError(`--sealing-key: ${(error as Error).message}`);
+    }
+    const inPath = resolve(context.cwd, input);
+    const outPath = resolve(context.cwd, output);
+    if (!existsSync(inPath)) throw new CliError(`cannot read ${input}: no such file`);
+    if (existsSync(outPath) && realpathSync(outPath) === realpathSync(inPath))
+      throw new CliError("the output must be another file than the input");
+    let result: Awaited<ReturnType<typeof sealFile>>;
+    try {
+      result = await sealFile(inPath, outPath, key, typeof entitlement === "string" ? { entitlement } : {});
+    } catch (error) {
+      throw new CliError(`cannot seal ${input}: ${(error as Error).message}`);
+    }
+    if (line.flags.json === true) {
+      out(
+        JSON.stringify({
+          file_id: result.header.file_id,
+          product_id: result.header.product_id,
+          key_id: result.header.key_id,
+          entitlement: result.header.entitlement ?? null,
+          header_sha256: result.headerSha256,
+          plaintext_bytes: result.plaintextBytes,
+          chunks: result.chunks,
+        }),
+      );
+    } else {
+      out(
+        `Sealed ${input} to ${output}: file ${result.header.file_id}, ${result.plaintextBytes} bytes in ${result.chunks} chunk(s), for product ${result.header.product_id}${result.header.entitlement ? ` with entitlement ${result.header.entitlement}` : ""}.`,
+      );
+    }
+    return 0;
+  },
+};

@@ -1,0 +1,337 @@
+import { and, eq } from "drizzle-orm";
+import { sha256Hex } from "../../crypto/encoding.ts";
+import { thumbprint } from "../../crypto/keys.ts";
+import { buildOfflinePackage } from "../../crypto/offline-package.ts";
+import type { ChangeContext, Deps } from "../../deps.ts";
+import { unixSeconds } from "../../domain/clock.ts";
+import { hasFeature, type PlanDefinition } from "../../domain/plans.ts";
+import { ApiError, FieldErrorCollector } from "../../http/errors.ts";
+import { activations, offlinePackages } from "../../store/schema/index.ts";
+import { issueCertificate } from "../activations/certificate.ts";
+import { denialError, type PolicyWithId, type RuntimeGate } from "../activations/gate.ts";
+import { machineInfoDigest } from "../activations/machine.ts";
+import type { ActivationRow, ActivationService } from "../activations/service.ts";
+import { recordAudit } from "../events/service.ts";
+import type { LicenseRow, LicenseService } from "../licenses/service.ts";
+import type { TrustService } from "../trust/service.ts";
+import type { OfflineCertificateBody } from "./model.ts";
+import { checkFreshness, requestedExpiry, type VerifiedRequest, verifyOfflineRequest } from "./request.ts";
+
+export type OfflinePackageRow = typeof offlinePackages.$inferSelect;
+
+export interface IssuedPackage {
+  id: string;
+  bytes: Uint8Array;
+  /** True when an identical request was answered with the package issued before. */
+  replayed: boolean;
+}
+
+/** Spec §4.2 rules 2 and 5 and DESIGN §4: offline use is for these policies only. */
+export const allowsOffline = (policy: Pick<PolicyWithId, "validation_mode" | "perpetual_mode">): boolean =>
+  policy.validation_mode === "offline" ||
+  policy.validation_mode === "hybrid" ||
+  policy.perpetual_mode === "unmanaged";
+
+const used = (reason: string, message: string, details: Record<string, unknown> = {}) =>
+  new ApiError("OFFLINE_REQUEST_USED", message, { reason, ...details });
+
+/**
+ * Offline packages (DESIGN §5, spec §4.3): a device's signed request in, a signed, device-bound
+ * ZIP out. The API route and the air-gapped command both call `issue`, so both make the same
+ * package and the same audit record.
+ */
+export class OfflinePackageService {
+  constructor(
+    private readonly deps: Deps,
+    private readonly trust: TrustService,
+    private readonly licenses: LicenseService,
+    private readonly gate: RuntimeGate,
+    private readonly activationService: ActivationService,
+    private readonly plan: () => PlanDefinition,
+    private readonly issuer: string,
+  ) {}
+
+  issue(licenseId: string, body: OfflineCertificateBody, ctx: ChangeContext): IssuedPackage {
+    const now = this.deps.clock.now();
+    const license = this.licenses.get(licenseId, ctx.environment);
+    const plan = this.plan();
+    if (!hasFeature(plan, "offline_packages")) {
+      throw new ApiError(
+        "PLAN_ENTITLEMENT_REQUIRED",
+        "The workspace plan does not include offline packages.",
+        {
+          entitlement: "offline_packages",
+        },
+      );
+    }
+    const errors = new FieldErrorCollector();
+    const request = verifyOfflineRequest(body.request, license.productId, errors);
+    const asked = requestedExpiry(body, errors);
+    if (body.license_assignment_id !== undefined && body.license_assignment_id !== null)
+      errors.add(
+        "license_assignment_id",
+        "is only for named-user licenses, which take no offline packages yet",
+      );
+    errors.throwIfAny();
+    if (!request) throw new Error("unreachable: a failed request check adds a field error");
+
+    const deviceThumbprint = thumbprint(request.signingKey.text);
+    // The runtime's license guards, answered unsigned: this is the vendor's API, not a device's.
+    const denied = this.gate.denial("offline_package", license, null, deviceThumbprint, now);
+    if (denied) throw denialError(denied);
+    const policy = this.gate.policyOf(license);
+    if (!allowsOffline(policy)) {
+      throw new ApiError(
+        "OFFLINE_PACKAGE_NOT_ALLOWED",
+        "The license's policy is online only; offline packages need validation_mode offline or hybrid, or perpetual_mode unmanaged.",
+        { validation_mode: policy.validation_mode, perpetual_mode: policy.perpetual_mode },
+      );
+    }
+    if (policy.identity_mode === "named_user") {
+      throw new ApiError(
+        "OFFLINE_PACKAGE_NOT_ALLOWED",
+        "Named-user licenses take no offline packages yet: they need a license assignment.",
+        { identity_mode: "named_user" },
+      );
+    }
+
+    const earlier = this.earlier(license.id, request.sha256);
+    if (earlier) return this.replay(earlier, asked, now);
+
+    const fresh = new FieldErrorCollector();
+    checkFreshness(body.request.generated_at, unixSeconds(now), fresh);
+    const expiresAt = this.packageExpiry(license, asked, now, plan, fresh);
+    fresh.throwIfAny();
+    return this.create(license, policy, body, request, { asked, expiresAt, now }, ctx);
+  }
+
+  private earlier(licenseId: string, requestSha256: string): OfflinePackageRow | undefined {
+    return this.deps.db
+      .select()
+      .from(offlinePackages)
+      .where(and(eq(offlinePackages.licenseId, licenseId), eq(offlinePackages.requestSha256, requestSha256)))
+      .get();
+  }
+
+  /**
+   * An identical request gets the stored bytes while the package is still good for the same
+   * active device: not expired, its activation still active, its signing key still the active
+   * one, asked with the same options. Otherwise the device must make a new request.
+   */
+  private replay(earlier: OfflinePackageRow, asked: Date | undefined, now: Date): IssuedPackage {
+    if ((asked?.getTime() ?? null) !== (earlier.requestedExpiresAt?.getTime() ?? null)) {
+      throw used(
+        "options_differ",
+        "This request was already used with another expires_at; generate a new request.",
+      );
+    }
+    const activation = this.deps.db
+      .select({ status: activations.status })
+      .from(activations)
+      .where(eq(activations.id, earlier.activationId))
+      .get();
+    const why =
+      earlier.expiresAt.getTime() <= now.getTime()
+        ? "package_expired"
+        : activation?.status !== "active"
+          ? "device_deactivated"
+          : this.trust.signingKey(earlier.productId).keyId !== earlier.signingKeyId
+            ? "signing_key_rotated"
+            : null;
+    if (why) {
+      throw used(
+        why,
+        "The package made from this request is no longer valid; generate a new request on the device.",
+        {
+          package_id: earlier.id,
+        },
+      );
+    }
+    return { id: earlier.id, bytes: new Uint8Array(earlier.body), replayed: true };
+  }
+
+  /** As asked (within the license), else the license's expiry, else the plan's longest license. */
+  private packageExpiry(
+    license: LicenseRow,
+    asked: Date | undefined,
+    now: Date,
+    plan: PlanDefinition,
+    errors: FieldErrorCollector,
+  ): Date {
+    const longest = new Date(now.getTime() + plan.license_duration_max_sec * 1000);
+    const cap = license.expiresAt && license.expiresAt < longest ? license.expiresAt : longest;
+    if (asked === undefined) return cap;
+    if (asked.getTime() <= now.getTime()) errors.add("expires_at", "must be in the future");
+    else if (asked.getTime() > cap.getTime())
+      errors.add(
+        "expires_at",
+        license.expiresAt && license.expiresAt.getTime() === cap.getTime()
+          ? "must not be after the license's expires_at"
+          : `is beyond the plan's license_duration_max_sec (${plan.license_duration_max_sec}s from now)`,
+      );
+    return asked;
+  }
+
+  private create(
+    license: LicenseRow,
+    policy: PolicyWithId,
+    body: OfflineCertificateBody,
+    request: VerifiedRequest,
+    times: { asked: Date | undefined; expiresAt: Date; now: Date },
+    ctx: ChangeContext,
+  ): IssuedPackage {
+    const { now, expiresAt } = times;
+    const signing = this.trust.signingKey(license.productId);
+    const deviceThumbprint = thumbprint(request.signingKey.text);
+    const digest = machineInfoDigest(body.request.machine_info);
+    const id = this.deps.ids.next("offlinePackage", now.getTime());
+    return this.deps.db.transaction(
+      (tx) => {
+        // Another process (the command line, a second server) may have answered the same request
+        // since the lookup above; under this write lock its package is the answer.
+        const raced = this.earlier(license.id, request.sha256);
+        if (raced) return this.replay(raced, times.asked, now);
+        const activation = this.bindDevice(license, policy, body, request, digest, expiresAt, now);
+        const exp = unixSeconds(expiresAt);
+        const { certificate } = issueCertificate(
+          this.trust,
+          this.issuer,
+          {
+            license,
+            policy,
+            activationId: activation.id,
+            deviceThumbprint,
+            machineInfoDigest: digest,
+          },
+          now,
+          { offlineUntil: exp },
+        );
+        const built = buildOfflinePackage(
+          {
+            manifest: {
+              product_id: license.productId,
+              license_id: license.id,
+              assignment_id: null,
+              device_signing_key_thumbprint: deviceThumbprint,
+              device_kem_key_thumbprint: thumbprint(request.kemKey.text),
+              issued_at: unixSeconds(now),
+              expires_at: exp,
+            },
+            licenseJwt: certificate,
+            trustBundle: this.trust.bundle(license.productId),
+          },
+          signing.privateKey,
+        );
+        const packageSha256 = sha256Hex(built.bytes);
+        tx.insert(offlinePackages)
+          .values({
+            id,
+            environment: license.environment,
+            productId: license.productId,
+            licenseId: license.id,
+            activationId: activation.id,
+            requestSha256: request.sha256,
+            requestedExpiresAt: times.asked ?? null,
+            assignmentId: null,
+            signingKeyId: signing.keyId,
+            issuedAt: now,
+            expiresAt,
+            packageSha256,
+            body: Buffer.from(built.bytes),
+          })
+          .run();
+        recordAudit(
+          tx,
+          this.deps,
+          { ...ctx, environment: license.environment },
+          {
+            type: "license.offline_package_issued",
+            target: { type: "license", id: license.id },
+            data: {
+              package_id: id,
+              activation_id: activation.id,
+              device_signing_key_thumbprint: deviceThumbprint,
+              expires_at: expiresAt.toISOString(),
+              package_sha256: packageSha256,
+            },
+          },
+        );
+        return { id, bytes: built.bytes, replayed: false };
+      },
+      { behavior: "immediate" },
+    );
+  }
+
+  /**
+   * The device's activation: its existing active one (a device that also activated online, or got
+   * an earlier package), or a new one that takes a machine slot. A package keeps the slot held
+   * until it expires, since the device cannot check in.
+   */
+  private bindDevice(
+    license: LicenseRow,
+    policy: PolicyWithId,
+    body: OfflineCertificateBody,
+    request: VerifiedRequest,
+    digest: string,
+    expiresAt: Date,
+    now: Date,
+  ): ActivationRow {
+    const deviceThumbprint = thumbprint(request.signingKey.text);
+    const existing = this.deps.db
+      .select()
+      .from(activations)
+      .where(
+        and(
+          eq(activations.licenseId, license.id),
+          eq(activations.deviceThumbprint, deviceThumbprint),
+          eq(activations.status, "active"),
+        ),
+      )
+      .get();
+    if (existing) {
+      if (existing.deviceKemKey !== request.kemKey.text) {
+        throw new ApiError(
+          "DEVICE_KEY_MISMATCH",
+          "This device is active with another KEM key; deactivate it first or use the same keys.",
+          { activation_id: existing.id },
+        );
+      }
+      const offlineUntil =
+        existing.offlineUntil && existing.offlineUntil > expiresAt ? existing.offlineUntil : expiresAt;
+      const changes = { offlineUntil, lastSeenAt: now, certificateExpiresAt: expiresAt };
+      this.deps.db.update(activations).set(changes).where(eq(activations.id, existing.id)).run();
+      return { ...existing, ...changes };
+    }
+    const maxMachines = license.maxMachinesOverride ?? policy.max_machines;
+    if (this.activationService.slotsInUse(license.id, policy, now) >= maxMachines) {
+      throw new ApiError("MACHINE_LIMIT_REACHED", "Every machine slot of this license is in use.", {
+        max_machines: maxMachines,
+      });
+    }
+    const row: ActivationRow = {
+      id: this.deps.ids.next("activation", now.getTime()),
+      environment: license.environment,
+      productId: license.productId,
+      licenseId: license.id,
+      status: "active",
+      deviceSigningKey: request.signingKey.text,
+      deviceThumbprint,
+      deviceKemKey: request.kemKey.text,
+      machineInfo: body.request.machine_info,
+      machineInfoDigest: digest,
+      machineBaselineAt: now,
+      machineSignals: {},
+      appVersion: null,
+      sdkVersion: null,
+      activatedAt: now,
+      lastSeenAt: now,
+      lastHeartbeatAt: null,
+      certificateExpiresAt: expiresAt,
+      deactivatedAt: null,
+      deactivationReason: null,
+      offlineUntil: expiresAt,
+    };
+    this.deps.db.insert(activations).values(row).run();
+    return row;
+  }
+}

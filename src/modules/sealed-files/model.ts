@@ -1,0 +1,58 @@
+import { Type } from "@sinclair/typebox";
+import { DateTime, dataOf, IdField, Nullable } from "../../http/schemas.ts";
+import { StringEnum } from "../../http/schemas-enum.ts";
+import { signed } from "../activations/model.ts";
+
+export const SEALED_FILE_STATUSES = ["enabled", "disabled", "not_entitled", "unavailable"] as const;
+
+export const SealedFileStatus = Type.Object({
+  product_id: Type.String(),
+  status: StringEnum(
+    SEALED_FILE_STATUSES,
+    "enabled: a key exists and devices get file keys; disabled: no key yet; not_entitled: the plan lacks sealed_files (an existing key stays, devices get no file keys); unavailable: this environment does not offer sealed files.",
+  ),
+  current_key: Nullable(
+    Type.Object({
+      key_id: Type.String(),
+      public_key: Type.String({ description: "p256:<b64u 65-byte uncompressed point>" }),
+      sealing_key: Type.String({
+        description:
+          "One public line for `licensing seal --sealing-key`: service-sealing-key-v1:<product_id>:<key_id>:<b64u point>.",
+      }),
+      created_at: DateTime(),
+    }),
+  ),
+});
+
+export const SealedFileKeyRequest = Type.Object(
+  {
+    header: Type.String({
+      minLength: 1,
+      maxLength: 4096,
+      description: "The sealed file's header line: the text between `SVCSEAL1\\n` and the next newline.",
+    }),
+    sdk_version: Type.Optional(IdField()),
+  },
+  { additionalProperties: false },
+);
+
+export const SealedFileKeyResult = signed({
+  activation_id: Type.String(),
+  file_id: Type.String(),
+  header_sha256: Type.String({ description: "hex SHA-256 of the header line's bytes." }),
+  enc: Type.String({ description: "b64u HPKE encapsulated key (65 bytes)." }),
+  wrapped_key: Type.String({
+    description: "b64u of the data key sealed to the activation's KEM key (48 bytes).",
+  }),
+});
+
+export const sealedFileModels = {
+  "sealed-files.response": dataOf(SealedFileStatus),
+};
+
+export const sealedFileKeyModels = {
+  "sealed-file-key.request": SealedFileKeyRequest,
+  "sealed-file-key.result": SealedFileKeyResult,
+};
+
+export type SealedFileKeyBody = typeof SealedFileKeyRequest.static;

@@ -1,0 +1,149 @@
+import { Database } from "bun:sqlite";
+import { createHash } from "node:crypto";
+import { closeSync, fsyncSync, openSync, readFileSync, statSync } from "node:fs";
+import type { Keystore } from "../crypto/keystore.ts";
+
+/**
+ * The store half of `licensing backup` and `licensing restore`: a consistent snapshot of a live
+ * store, and the checks that a snapshot (or a restored store) really is usable with its keystore.
+ */
+export const BACKUP_FORMAT = "licensing-backup-v1";
+export const MANIFEST_NAME = "backup.json";
+
+export interface BackupFile {
+  sha256: string;
+  bytes: number;
+}
+
+export interface BackupManifest {
+  format: typeof BACKUP_FORMAT;
+  created_at: string;
+  licensing_version: string;
+  /** Migration tags recorded in the snapshot, oldest first. */
+  schema: string[];
+  files: Record<string, BackupFile>;
+  /** Rows per table in the snapshot, so an operator can see what a backup holds without opening it. */
+  rows: Record<string, number>;
+  passphrase_included: boolean;
+}
+
+/**
+ * `VACUUM INTO` runs inside one read transaction, so the copy is the store exactly as it was at
+ * one commit, including everything committed to the WAL and not yet checkpointed. In WAL mode a
+ * reader blocks no writer: a running server keeps answering while it is taken. The output is a
+ * single rollback-journal file (no -wal/-shm beside it), fsynced before this returns.
+ */
+export function snapshotStore(livePath: string, outPath: string): void {
+  // No migration and no schema change: a backup must never alter the store it copies, even when
+  // this binary is newer than the server that owns it.
+  const live = new Database(livePath, { readwrite: true, create: false });
+  try {
+    live.run("PRAGMA busy_timeout = 5000");
+    live.run("VACUUM INTO ?", [outPath]);
+  } finally {
+    live.close();
+  }
+  fsyncFile(outPath);
+}
+
+/** Tables whose rows name a private key in the keystore, and the keystore id prefix of each. */
+const KEYSTORE_ENTRIES: Record<string, string> = {
+  signing_keys: "product-signing:",
+  sealing_keys: "product-sealing:",
+};
+
+export interface StoreReport {
+  schema: string[];
+  rows: Record<string, number>;
+}
+
+/**
+ * A store is usable with a keystore when SQLite finds no corruption, and every product signing or
+ * sealing key it lists has its private half in the keystore. The keystore only ever gains entries, and a key
+ * goes into the keystore before its row goes into the store, so a keystore copied after the store
+ * snapshot always passes; one copied before can miss keys made in between.
+ */
+export function checkStore(sqlite: Database, keystore: Keystore | null): StoreReport {
+  const integrity = sqlite.query<{ integrity_check: string }, []>("PRAGMA integrity_check").all();
+  const verdict = integrity.map((row) => row.integrity_check).join("; ");
+  if (verdict !== "ok") throw new Error(`the store is damaged: ${verdict}`);
+  const tables = sqlite
+    .query<{ name: string }, []>(
+      "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name",
+    )
+    .all()
+    .map((row) => row.name);
+  if (!tables.includes("schema_migrations")) throw new Error("the file is not a licensing store");
+  const rows: Record<string, number> = {};
+  for (const table of tables) {
+    // Table names come from sqlite_master of this very file; quoted so any name is one identifier.
+    const count = sqlite.query<{ n: number }, []>(
+      `SELECT count(*) AS n FROM "${table.replaceAll('"', '""')}"`,
+    );
+    rows[table] = count.get()?.n ?? 0;
+  }
+  const schema = sqlite
+    .query<{ tag: string }, []>("SELECT tag FROM schema_migrations ORDER BY tag")
+    .all()
+    .map((row) => row.tag);
+  if (keystore) {
+    if (!keystore.has("data-key")) throw new Error("the keystore has no data key");
+    const missing = Object.entries(KEYSTORE_ENTRIES)
+      .filter(([table]) => tables.includes(table))
+      .flatMap(([table, prefix]) =>
+        sqlite
+          // The table name comes from the constant map above, never from input.
+          .query<{ key_id: string }, []>(`SELECT key_id FROM "${table}" ORDER BY key_id`)
+          .all()
+          .map((row) => `${prefix}${row.key_id}`),
+      )
+      .filter((entry) => !keystore.has(entry));
+    if (missing.length > 0) {
+      throw new Error(
+        `the keystore lacks the private half of key(s) ${missing.join(", ")} that the store lists; ` +
+          "the two do not belong together",
+      );
+    }
+  }
+  return { schema, rows };
+}
+
+export function describeFile(path: string): BackupFile {
+  const bytes = readFileSync(path);
+  return { sha256: createHash("sha256").update(bytes).digest("hex"), bytes: bytes.byteLength };
+}
+
+export function fsyncFile(path: string): void {
+  const fd = openSync(path, statSync(path).isDirectory() ? "r" : "r+");
+  try {
+    fsyncSync(fd);
+  } finally {
+    closeSync(fd);
+  }
+}
+
+/** The manifest as written by `backup`; anything else is refused before a byte is restored. */
+export function parseManifest(text: string): BackupManifest {
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch {
+    throw new Error(`${MANIFEST_NAME} is not valid JSON (truncated or corrupted)`);
+  }
+  const m = value as Partial<BackupManifest> | null;
+  const filesOk =
+    typeof m?.files === "object" &&
+    m.files !== null &&
+    Object.values(m.files).every(
+      (f) => typeof f?.sha256 === "string" && /^[0-9a-f]{64}$/.test(f.sha256) && Number.isInteger(f.bytes),
+    );
+  if (
+    m?.format !== BACKUP_FORMAT ||
+    !filesOk ||
+    !Array.isArray(m.schema) ||
+    typeof m.passphrase_included !== "boolean"
+  ) {
+    throw new Error(`${MANIFEST_NAME} is not a ${BACKUP_FORMAT} manifest`);
+  }
+  return m as BackupManifest;
+}

@@ -1,0 +1,63 @@
+import { blob, index, sqliteTable, text, uniqueIndex } from "drizzle-orm/sqlite-core";
+import { products } from "./catalog.ts";
+import { timestamp } from "./columns.ts";
+import { licenses } from "./licenses.ts";
+import { activations } from "./runtime.ts";
+
+/**
+ * Public halves and lifecycle of product sealing keys (P-256, DESIGN §5 "Sealed file"); the
+ * private halves live in the keystore under `product-sealing:<key_id>`. A product has sealed files
+ * enabled once it has an active key; nothing turns them off (spec §3.2).
+ */
+export const sealingKeys = sqliteTable(
+  "sealing_keys",
+  {
+    keyId: text("key_id").primaryKey(),
+    productId: text("product_id")
+      .notNull()
+      .references(() => products.id),
+    environment: text("environment", { enum: ["live", "test"] }).notNull(),
+    /** `p256:<b64u 65-byte point>`. */
+    publicKey: text("public_key").notNull(),
+    /** `retired`: kept for deletion, no longer releases keys; `compromised`: never again. */
+    status: text("status", { enum: ["active", "retired", "compromised"] }).notNull(),
+    createdAt: timestamp("created_at").notNull(),
+    retiredAt: timestamp("retired_at"),
+  },
+  (t) => [index("sealing_keys_product").on(t.productId)],
+);
+
+/**
+ * Every offline package issued, with its exact bytes: an identical device request is answered
+ * with the same bytes while the package stays eligible (docs/api.md "Offline packages").
+ */
+export const offlinePackages = sqliteTable(
+  "offline_packages",
+  {
+    id: text("id").primaryKey(),
+    environment: text("environment", { enum: ["live", "test"] }).notNull(),
+    productId: text("product_id")
+      .notNull()
+      .references(() => products.id),
+    licenseId: text("license_id")
+      .notNull()
+      .references(() => licenses.id),
+    activationId: text("activation_id")
+      .notNull()
+      .references(() => activations.id),
+    /** hex SHA-256 of JCS(request): what "an identical device request" means. */
+    requestSha256: text("request_sha256").notNull(),
+    /** The `expires_at` the vendor asked for; null when the default applied. */
+    requestedExpiresAt: timestamp("requested_expires_at"),
+    assignmentId: text("assignment_id"),
+    signingKeyId: text("signing_key_id").notNull(),
+    issuedAt: timestamp("issued_at").notNull(),
+    expiresAt: timestamp("expires_at").notNull(),
+    packageSha256: text("package_sha256").notNull(),
+    body: blob("body", { mode: "buffer" }).notNull(),
+  },
+  (t) => [
+    uniqueIndex("offline_packages_request").on(t.licenseId, t.requestSha256),
+    index("offline_packages_activation").on(t.activationId),
+  ],
+);

@@ -1,0 +1,143 @@
+import { afterEach, beforeEach, describe, expect, test } from "bun:test";
+import { closeSync, openSync, unlinkSync } from "node:fs";
+import { createApp } from "../../src/app.ts";
+import { keyIdOf } from "../../src/crypto/keys.ts";
+import { parseSealingKeyLine } from "../../src/crypto/sealed-file.ts";
+import { BASE_URL, createTestContext, type TestContext } from "../support/harness.ts";
+
+/** GET/POST /mgmt/v1/products/{id}/sealed-files: status, one-way enabling, and its refusals. */
+let t: TestContext;
+let productId: string;
+
+async function product(environment: "live" | "test" = "live") {
+  const key = environment === "live" ? t.keys.live : t.keys.test;
+  const response = await t.call("POST", "/mgmt/v1/products", {
+    key,
+    body: { name: "Desk", code: `desk-${Math.random().toString(36).slice(2, 10)}`, environment },
+    headers: t.idem(),
+  });
+  return response.body.data.public_id as string;
+}
+
+beforeEach(async () => {
+  t = createTestContext();
+  productId = await product();
+});
+afterEach(() => t.close());
+
+const path = (id = productId) => `/mgmt/v1/products/${id}/sealed-files`;
+const enabledEvents = () =>
+  t.deps.sqlite
+    .query<{ n: number }, []>(
+      "SELECT count(*) AS n FROM audit_events WHERE type = 'product.sealed_files_enabled'",
+    )
+    .get()?.n;
+
+describe("status and enabling", () => {
+  test("a new product has sealed files disabled and no key", async () => {
+    const response = await t.call("GET", path());
+    expect(response.status).toBe(200);
+    expect(response.body.data).toEqual({ product_id: productId, status: "disabled", current_key: null });
+  });
+
+  test("enabling creates a P-256 key whose one-line sealing key the sealing tool accepts", async () => {
+    const response = await t.call("POST", path());
+    expect(response.status).toBe(200);
+    const { status, current_key: key } = response.body.data;
+    expect(status).toBe("enabled");
+    expect(key.public_key).toMatch(/^p256:[A-Za-z0-9_-]{87}$/);
+    expect(key.key_id).toBe(keyIdOf(key.public_key));
+    expect(key.sealing_key).toBe(
+      `service-sealing-key-v1:${productId}:${key.key_id}:${key.public_key.slice("p256:".length)}`,
+    );
+    expect(key.sealing_key).not.toContain("\n");
+    expect(parseSealingKeyLine(key.sealing_key).productId).toBe(productId);
+    expect(t.deps.keystore.has(`product-sealing:${key.key_id}`)).toBe(true);
+    expect((await t.call("GET", path())).body.data).toEqual(response.body.data);
+  });
+
+  test("enabling again changes nothing: same key, and only the first enabling is audited", async () => {
+    const first = await t.call("POST", path());
+    const second = await t.call("POST", path());
+    expect(second.status).toBe(200);
+    expect(second.body.data).toEqual(first.body.data);
+    expect(enabledEvents()).toBe(1);
+    const event = (await t.call("GET", "/mgmt/v1/events")).body.data.find(
+      (e: { type: string }) => e.type === "product.sealed_files_enabled",
+    );
+    expect(event).toMatchObject({
+      target: { type: "product", id: productId, environment: "live" },
+      data: { key_id: first.body.data.current_key.key_id },
+    });
+  });
+
+  test("there is no way to turn sealed files off", async () => {
+    await t.call("POST", path());
+    expect((await t.call("DELETE", path())).status).toBe(404);
+    expect((await t.call("PATCH", path(), { body: { status: "disabled" } })).status).toBe(404);
+    expect((await t.call("GET", path())).body.data.status).toBe("enabled");
+  });
+
+  test("an archived product answers 409 PRODUCT_ARCHIVED to both, and another environment's 404", async () => {
+    const testProduct = await product("test");
+    expect((await t.call("GET", path(testProduct))).status).toBe(404);
+    expect((await t.call("POST", path(testProduct))).status).toBe(404);
+    await t.call("DELETE", `/mgmt/v1/products/${productId}`);
+    for (const method of ["GET", "POST"]) {
+      const response = await t.call(method, path());
+      expect([response.status, response.body.error.code]).toEqual([409, "PRODUCT_ARCHIVED"]);
+    }
+  });
+});
+
+describe("what stops enabling", () => {
+  test("a plan without sealed files answers 403 PLAN_ENTITLEMENT_REQUIRED; the status says not_entitled and keeps the key", async () => {
+    await t.call("POST", path());
+    const other = await product();
+    t.workspace.setPlan("personal", { type: "system" });
+    const response = await t.call("POST", path(other));
+    expect([response.status, response.body.error.code]).toEqual([403, "PLAN_ENTITLEMENT_REQUIRED"]);
+    expect(response.body.error.details).toEqual({ entitlement: "sealed_files" });
+    expect((await t.call("GET", path(other))).body.data).toMatchObject({
+      status: "not_entitled",
+      current_key: null,
+    });
+    const kept = (await t.call("GET", path())).body.data;
+    expect(kept.status).toBe("not_entitled");
+    expect(kept.current_key.key_id).toMatch(/^k_/);
+  });
+
+  test("an environment that does not offer sealed files answers 409 SEALED_FILES_UNAVAILABLE; its status is unavailable", async () => {
+    const liveOnly = createApp(t.deps, { baseUrl: BASE_URL, sealedFileEnvironments: ["live"] });
+    const call = async (method: string, id: string, key: string) => {
+      const response = await liveOnly.handle(
+        new Request(`${BASE_URL}${path(id)}`, { method, headers: { authorization: `Bearer ${key}` } }),
+      );
+      return { status: response.status, body: await response.json() };
+    };
+    const testProduct = await product("test");
+    const refused = await call("POST", testProduct, t.keys.test);
+    expect([refused.status, refused.body.error.code]).toEqual([409, "SEALED_FILES_UNAVAILABLE"]);
+    expect(refused.body.error.details).toEqual({ environment: "test" });
+    expect((await call("GET", testProduct, t.keys.test)).body.data.status).toBe("unavailable");
+    expect((await call("POST", productId, t.keys.live)).body.data.status).toBe("enabled");
+  });
+
+  test("a keystore held by another process answers 503 SEALED_FILES_KEY_UNAVAILABLE, retryable, and creates nothing", async () => {
+    const lock = `${t.deps.keystore.path}.lock`;
+    closeSync(openSync(lock, "wx"));
+    try {
+      const response = await t.call("POST", path());
+      expect([response.status, response.body.error.code, response.body.error.retryable]).toEqual([
+        503,
+        "SEALED_FILES_KEY_UNAVAILABLE",
+        true,
+      ]);
+    } finally {
+      unlinkSync(lock);
+    }
+    expect((await t.call("GET", path())).body.data.status).toBe("disabled");
+    expect(enabledEvents()).toBe(0);
+    expect((await t.call("POST", path())).body.data.status).toBe("enabled");
+  }, 20_000);
+});

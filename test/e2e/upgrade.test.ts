@@ -1,0 +1,62 @@
+import { Database } from "bun:sqlite";
+import { afterAll, beforeAll, expect, test } from "bun:test";
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import { embeddedMigrations } from "../../src/store/migrations.macro.ts";
+import {
+  createFirstSchemaDataDir,
+  expectUpgradedDataIntact,
+  FIRST_SCHEMA_PASSPHRASE,
+} from "../support/first-schema.ts";
+import {
+  BUILD_TIMEOUT_MS,
+  executable,
+  removeTempDirs,
+  runServeToExit,
+  type ServerProcess,
+  startServe,
+  tempDir,
+} from "./binary.ts";
+
+/**
+ * The acceptance test of issue 8: a data dir created by the first released schema (migration 0000
+ * only, rows written in its columns) is opened by the current executable, and all data is intact.
+ */
+let server: ServerProcess | undefined;
+beforeAll(() => {
+  executable();
+}, BUILD_TIMEOUT_MS);
+afterAll(async () => {
+  await server?.stop("SIGKILL");
+  removeTempDirs();
+});
+
+test("the executable migrates a first-schema data dir forward and every row reads back intact", async () => {
+  const data = createFirstSchemaDataDir(join(tempDir(), "data"));
+  server = await startServe(["--data-dir", data.dataDir], {
+    env: { LICENSING_KEYSTORE_PASSPHRASE: FIRST_SCHEMA_PASSPHRASE },
+  });
+  const ready = server.logs().find((line) => line.msg === "store ready");
+  expect(ready?.applied).toEqual(
+    embeddedMigrations()
+      .slice(1)
+      .map((m) => m.tag),
+  );
+  await expectUpgradedDataIntact(server.url, data);
+  expect(await server.stop("SIGTERM")).toBe(0);
+  server = undefined;
+}, 60_000);
+
+test("the executable refuses a store migrated by a newer version, and leaves it untouched", async () => {
+  const data = createFirstSchemaDataDir(join(tempDir(), "data"));
+  const store = new Database(join(data.dataDir, "licensing.db"));
+  store.run("INSERT INTO schema_migrations (tag, hash, applied_at) VALUES ('9999_from_the_future', 'x', 0)");
+  store.close();
+  const before = readFileSync(join(data.dataDir, "licensing.db"));
+  const result = await runServeToExit(["--data-dir", data.dataDir], {
+    env: { LICENSING_KEYSTORE_PASSPHRASE: FIRST_SCHEMA_PASSPHRASE },
+  });
+  expect(result.exitCode).toBe(1);
+  expect(result.stderr).toContain("migrated by a newer version (9999_from_the_future); upgrade this binary");
+  expect(readFileSync(join(data.dataDir, "licensing.db")).equals(before)).toBe(true);
+});

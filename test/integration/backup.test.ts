@@ -1,0 +1,238 @@
+import { Database } from "bun:sqlite";
+import { afterEach, beforeEach, describe, expect, test } from "bun:test";
+import {
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  writeFileSync,
+} from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { restoreBackup, takeBackup } from "../../src/cli/backup.ts";
+import { CliError } from "../../src/cli/shared.ts";
+import { resolveConfig } from "../../src/config.ts";
+import { Keystore } from "../../src/crypto/keystore.ts";
+import { SecretBox } from "../../src/crypto/secret-box.ts";
+import { describeFile } from "../../src/store/backup.ts";
+import { createTestContext, type TestContext } from "../support/harness.ts";
+
+/**
+ * `licensing backup` and `licensing restore` in-process, over a real store and keystore. The
+ * end-to-end test (test/e2e/backup.test.ts) takes one from the executable while it is under load.
+ */
+const PASSPHRASE = "test passphrase";
+let t: TestContext;
+let scratch: string;
+
+beforeEach(() => {
+  t = createTestContext();
+  scratch = mkdtempSync(join(tmpdir(), "licensing-backup-"));
+});
+afterEach(() => {
+  t.close();
+  rmSync(scratch, { recursive: true, force: true });
+});
+
+const configFor = (
+  dataDir: string,
+  env: Record<string, string> = { LICENSING_KEYSTORE_PASSPHRASE: PASSPHRASE },
+) => resolveConfig({ "data-dir": dataDir }, env, scratch);
+
+async function seed() {
+  const product = await t.call("POST", "/mgmt/v1/products", {
+    body: { name: "Desk", code: `desk-${Math.random().toString(36).slice(2, 8)}`, environment: "live" },
+    headers: t.idem(),
+  });
+  const policy = await t.call("POST", "/mgmt/v1/policies", {
+    body: { product_id: product.body.data.public_id, name: "Std" },
+    headers: t.idem(),
+  });
+  const license = await t.call("POST", "/mgmt/v1/licenses", {
+    body: { product_id: product.body.data.public_id, policy_id: policy.body.data.public_id },
+    headers: t.idem(),
+  });
+  expect(license.status).toBe(201);
+  return { productId: product.body.data.public_id as string, license: license.body.data };
+}
+
+function rowsOf(path: string, sql: string) {
+  const db = new Database(path, { readonly: true });
+  try {
+    return db.query(sql).all();
+  } finally {
+    db.close();
+  }
+}
+
+/** Rewrites a backup's manifest checksums after a test altered its files on purpose. */
+function reseal(dir: string): void {
+  const manifest = JSON.parse(readFileSync(join(dir, "backup.json"), "utf8"));
+  for (const name of Object.keys(manifest.files)) manifest.files[name] = describeFile(join(dir, name));
+  writeFileSync(join(dir, "backup.json"), JSON.stringify(manifest));
+}
+
+function expectCliError(work: () => unknown, message: RegExp): void {
+  let thrown: unknown;
+  try {
+    work();
+  } catch (error) {
+    thrown = error;
+  }
+  expect(thrown).toBeInstanceOf(CliError);
+  expect((thrown as Error).message).toMatch(message);
+}
+
+describe("backup", () => {
+  test("writes the store, the keystore and a manifest whose checksums and row counts match", async () => {
+    await seed();
+    const out = join(scratch, "backup");
+    const { manifest } = takeBackup(configFor(t.dir), out, { includePassphrase: false });
+    expect(readdirSync(out).sort()).toEqual(["backup.json", "keystore.json", "licensing.db"]);
+    expect(manifest.files["licensing.db"]).toEqual(describeFile(join(out, "licensing.db")));
+    expect(manifest.files["keystore.json"]).toEqual(describeFile(join(out, "keystore.json")));
+    expect(manifest.rows.licenses).toBe(1);
+    expect(manifest.rows.products).toBe(1);
+    expect(manifest.schema).toEqual(
+      t.deps.sqlite
+        .query<{ tag: string }, []>("SELECT tag FROM schema_migrations ORDER BY tag")
+        .all()
+        .map((r) => r.tag),
+    );
+    expect(manifest.passphrase_included).toBe(false);
+    // The snapshot is one self-contained file: no WAL beside it, readable on its own.
+    expect(rowsOf(join(out, "licensing.db"), "PRAGMA journal_mode")).toEqual([{ journal_mode: "delete" }]);
+  });
+
+  test("includes the passphrase only when asked", async () => {
+    const out = join(scratch, "with-passphrase");
+    takeBackup(configFor(t.dir), out, { includePassphrase: true });
+    expect(readFileSync(join(out, "keystore.passphrase"), "utf8")).toBe(`${PASSPHRASE}\n`);
+  });
+
+  test("refuses a non-empty output directory and leaves no partial folder behind", () => {
+    const out = join(scratch, "taken");
+    mkdirSync(out);
+    writeFileSync(join(out, "precious"), "x");
+    expectCliError(() => takeBackup(configFor(t.dir), out, { includePassphrase: false }), /not an empty/);
+    expect(readdirSync(out)).toEqual(["precious"]);
+    expect(readdirSync(scratch)).toEqual(["taken"]);
+  });
+
+  test("with the wrong passphrase fails, because the keystore copy cannot be verified", () => {
+    const out = join(scratch, "wrong");
+    expectCliError(
+      () =>
+        takeBackup(configFor(t.dir, { LICENSING_KEYSTORE_PASSPHRASE: "not the passphrase" }), out, {
+          includePassphrase: false,
+        }),
+      /passphrase is wrong/,
+    );
+    expect(existsSync(out)).toBe(false);
+    expect(readdirSync(scratch)).toEqual([]);
+  });
+});
+
+describe("restore", () => {
+  test("brings back every row, and license keys decrypt with the restored keystore", async () => {
+    const { license } = await seed();
+    const out = join(scratch, "backup");
+    takeBackup(configFor(t.dir), out, { includePassphrase: false });
+    const target = join(scratch, "restored");
+    const result = restoreBackup(configFor(target), out);
+    expect(result.applied).toEqual([]);
+    expect(result.passphraseFile).toBeNull();
+    const tables = ["products", "policies", "licenses", "signing_keys", "api_keys", "audit_events"];
+    for (const table of tables) {
+      expect(rowsOf(join(target, "licensing.db"), `SELECT * FROM ${table} ORDER BY 1`)).toEqual(
+        t.deps.sqlite.query(`SELECT * FROM ${table} ORDER BY 1`).all(),
+      );
+    }
+    const keystore = Keystore.open(join(target, "keystore.json"), PASSPHRASE);
+    const [row] = rowsOf(
+      join(target, "licensing.db"),
+      `SELECT key_ciphertext FROM licenses WHERE id = '${license.public_id}'`,
+    ) as { key_ciphertext: string }[];
+    const secrets = new SecretBox(keystore.secret("data-key"));
+    expect(secrets.decrypt(row?.key_ciphertext ?? "", `license-key:${license.public_id}`)).toBe(
+      license.key.replaceAll("-", ""),
+    );
+  });
+
+  test("takes the passphrase from the backup when it holds one, and leaves it where serve looks", () => {
+    const out = join(scratch, "backup");
+    takeBackup(configFor(t.dir), out, { includePassphrase: true });
+    const target = join(scratch, "restored");
+    const result = restoreBackup(configFor(target, {}), out);
+    expect(result.passphraseFile).toBe(join(target, "keystore.passphrase"));
+    expect(readFileSync(join(target, "keystore.passphrase"), "utf8")).toBe(`${PASSPHRASE}\n`);
+  });
+
+  test("refuses a non-empty target and leaves it as it was", () => {
+    const out = join(scratch, "backup");
+    takeBackup(configFor(t.dir), out, { includePassphrase: false });
+    const target = join(scratch, "busy");
+    mkdirSync(target);
+    writeFileSync(join(target, "licensing.db"), "someone else's store");
+    expectCliError(() => restoreBackup(configFor(target), out), /not empty/);
+    expect(readdirSync(target)).toEqual(["licensing.db"]);
+    expect(readFileSync(join(target, "licensing.db"), "utf8")).toBe("someone else's store");
+  });
+
+  test("refuses a backup whose files do not match the manifest", () => {
+    const out = join(scratch, "backup");
+    takeBackup(configFor(t.dir), out, { includePassphrase: false });
+    const bytes = readFileSync(join(out, "licensing.db"));
+    bytes[bytes.length - 1] = (bytes[bytes.length - 1] ?? 0) ^ 0xff;
+    writeFileSync(join(out, "licensing.db"), bytes);
+    const target = join(scratch, "restored");
+    expectCliError(() => restoreBackup(configFor(target), out), /does not match its checksum/);
+    expect(existsSync(target)).toBe(false);
+  });
+
+  test("refuses a manifest that names a file outside the backup", () => {
+    const out = join(scratch, "backup");
+    takeBackup(configFor(t.dir), out, { includePassphrase: false });
+    const manifest = JSON.parse(readFileSync(join(out, "backup.json"), "utf8"));
+    manifest.files["../escape"] = manifest.files["keystore.json"];
+    writeFileSync(join(out, "backup.json"), JSON.stringify(manifest));
+    expectCliError(() => restoreBackup(configFor(join(scratch, "restored")), out), /unknown file/);
+  });
+
+  test("with the wrong passphrase is refused and leaves the target empty", () => {
+    const out = join(scratch, "backup");
+    takeBackup(configFor(t.dir), out, { includePassphrase: false });
+    const target = join(scratch, "restored");
+    expectCliError(
+      () => restoreBackup(configFor(target, { LICENSING_KEYSTORE_PASSPHRASE: "another passphrase" }), out),
+      /passphrase is wrong/,
+    );
+    expect(readdirSync(target)).toEqual([]);
+  });
+
+  test("refuses a store whose signing keys are missing from the keystore beside it", async () => {
+    // A keystore copied before the store snapshot, as a careless hand-made backup would be.
+    const early = join(scratch, "early");
+    takeBackup(configFor(t.dir), early, { includePassphrase: false });
+    await seed();
+    const late = join(scratch, "late");
+    takeBackup(configFor(t.dir), late, { includePassphrase: false });
+    writeFileSync(join(late, "keystore.json"), readFileSync(join(early, "keystore.json")));
+    reseal(late);
+    const target = join(scratch, "restored");
+    expectCliError(
+      () => restoreBackup(configFor(target), late),
+      /lacks the private half of key\(s\) product-signing:/,
+    );
+    expect(readdirSync(target)).toEqual([]);
+  });
+
+  test("refuses a backup of a store migrated by a newer version", () => {
+    t.deps.sqlite.run("INSERT INTO schema_migrations (tag, hash, applied_at) VALUES ('9999_future', 'x', 0)");
+    const out = join(scratch, "backup");
+    takeBackup(configFor(t.dir), out, { includePassphrase: false });
+    expectCliError(() => restoreBackup(configFor(join(scratch, "restored")), out), /newer version/);
+  });
+});

@@ -1,0 +1,269 @@
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { createApp } from "../../src/app.ts";
+import { initialise } from "../../src/cli/init.ts";
+import { resolveConfig } from "../../src/config.ts";
+import { main } from "../../src/main.ts";
+import { LicensingClient, MemoryStorage } from "../../src/sdk/index.ts";
+import { buildDeps, openKeystore } from "../../src/server.ts";
+import { openStore, type Store } from "../../src/store/db.ts";
+import { MACHINE } from "../support/offline.ts";
+
+/**
+ * The air-gapped command and the API route, side by side on one data dir: `licensing offline
+ * issue` and `licensing seal` run through the real command-line entry point, and the same SDK code
+ * accepts what each produced.
+ */
+const BASE = "http://licensing.test";
+const work = mkdtempSync(join(tmpdir(), "offline-cli-"));
+const dataDir = join(work, "data");
+let store: Store;
+let app: ReturnType<typeof createApp>;
+let liveKey: string;
+let ids: { productId: string; licenseId: string; licenseKey: string };
+// biome-ignore lint/suspicious/noExplicitAny: the integration config is JSON from the API.
+let config: any;
+
+async function api(method: string, path: string, body?: unknown) {
+  const response = await app.handle(
+    new Request(`${BASE}${path}`, {
+      method,
+      headers: {
+        authorization: `Bearer ${liveKey}`,
+        "content-type": "application/json",
+        "idempotency-key": `cli-test-${Math.random()}-key`,
+      },
+      body: body === undefined ? undefined : JSON.stringify(body),
+    }),
+  );
+  return { status: response.status, bytes: new Uint8Array(await response.arrayBuffer()) };
+}
+const json = (bytes: Uint8Array) => JSON.parse(new TextDecoder().decode(bytes));
+
+/** Runs the command line in this process and captures what it prints. */
+async function cli(args: string[]) {
+  let stdout = "";
+  let stderr = "";
+  const out = process.stdout.write.bind(process.stdout);
+  const err = process.stderr.write.bind(process.stderr);
+  process.stdout.write = ((chunk: string) => {
+    stdout += chunk;
+    return true;
+  }) as typeof process.stdout.write;
+  process.stderr.write = ((chunk: string) => {
+    stderr += chunk;
+    return true;
+  }) as typeof process.stderr.write;
+  try {
+    return { code: await main(args, {}, work), stdout, stderr };
+  } finally {
+    process.stdout.write = out;
+    process.stderr.write = err;
+  }
+}
+
+const device = () =>
+  new LicensingClient({
+    config,
+    storage: new MemoryStorage(),
+    fetch: ((url: string, init?: RequestInit) => app.handle(new Request(url, init))) as never,
+  });
+
+beforeAll(async () => {
+  const init = initialise(resolveConfig({ "data-dir": dataDir }, {}, work));
+  liveKey = init.apiKeys.live;
+  const passphrase = readFileSync(join(dataDir, "keystore.passphrase"), "utf8").trim();
+  store = openStore(join(dataDir, "licensing.db"));
+  app = createApp(buildDeps(store, openKeystore(dataDir, passphrase)), { baseUrl: BASE });
+  const product = json(
+    (await api("POST", "/mgmt/v1/products", { name: "Air", code: "air", environment: "live" })).bytes,
+  ).data;
+  const policy = json(
+    (
+      await api("POST", "/mgmt/v1/policies", {
+        product_id: product.public_id,
+        name: "Off",
+        validation_mode: "hybrid",
+        max_machines: 5,
+        entitlements: { pro: true },
+      })
+    ).bytes,
+  ).data;
+  const license = json(
+    (await api("POST", "/mgmt/v1/licenses", { product_id: product.public_id, policy_id: policy.public_id }))
+      .bytes,
+  ).data;
+  ids = { productId: product.public_id, licenseId: license.public_id, licenseKey: license.key };
+  config = json((await api("GET", `/mgmt/v1/products/${product.public_id}/integration-config`)).bytes).data
+    .config;
+});
+afterAll(() => {
+  store?.close();
+  rmSync(work, { recursive: true, force: true });
+});
+
+describe("licensing offline issue", () => {
+  test("the command and the API route make packages the same SDK code accepts", async () => {
+    const viaCli = device();
+    writeFileSync(
+      join(work, "request.json"),
+      JSON.stringify(await viaCli.createOfflineRequest({ machineInfo: MACHINE })),
+    );
+    const run = await cli([
+      "offline",
+      "issue",
+      "--data-dir",
+      dataDir,
+      "--base-url",
+      BASE,
+      "--license",
+      ids.licenseId,
+      "--request",
+      "request.json",
+      "--out",
+      "package.zip",
+    ]);
+    expect(run.stderr).toBe("");
+    expect(run.code).toBe(0);
+    expect(run.stdout).toMatch(/^Offline package olp_\w+ for license lic_\w+ written to /);
+    const fromCli = new Uint8Array(readFileSync(join(work, "package.zip")));
+    expect((await viaCli.loadOfflinePackage(fromCli)).licenseId).toBe(ids.licenseId);
+    expect(await viaCli.licenseState()).toBe("valid");
+
+    const viaApi = device();
+    const response = await api("POST", `/mgmt/v1/licenses/${ids.licenseId}/offline-certificates`, {
+      request: await viaApi.createOfflineRequest({ machineInfo: MACHINE }),
+    });
+    expect(response.status).toBe(200);
+    expect((await viaApi.loadOfflinePackage(response.bytes)).licenseId).toBe(ids.licenseId);
+    expect(await viaApi.hasEntitlement("pro")).toBe(true);
+  });
+
+  test("it is audited like the route, with the operating-system user as the actor", async () => {
+    const events = json((await api("GET", "/mgmt/v1/events")).bytes).data.filter(
+      (e: { type: string }) => e.type === "license.offline_package_issued",
+    );
+    expect(events.map((e: { actor: { type: string } }) => e.actor.type).sort()).toEqual(["api_key", "cli"]);
+  });
+
+  test("an identical request gives the same bytes again; --json says so", async () => {
+    const again = await cli([
+      "offline",
+      "issue",
+      "--data-dir",
+      dataDir,
+      "--license",
+      ids.licenseId,
+      "--request",
+      "request.json",
+      "--out",
+      "again.zip",
+      "--json",
+    ]);
+    expect(again.code).toBe(0);
+    expect(JSON.parse(again.stdout)).toMatchObject({ license_id: ids.licenseId, replayed: true });
+    expect(readFileSync(join(work, "again.zip")).equals(readFileSync(join(work, "package.zip")))).toBe(true);
+  });
+
+  test("the service's refusals come back as one line and exit 1; a missing flag is a usage error", async () => {
+    writeFileSync(join(work, "bad.json"), JSON.stringify({ format: "service-offline-request-v1" }));
+    const bad = await cli([
+      "offline",
+      "issue",
+      "--data-dir",
+      dataDir,
+      "--license",
+      ids.licenseId,
+      "--request",
+      "bad.json",
+      "--out",
+      "x.zip",
+    ]);
+    expect([bad.code, bad.stderr]).toEqual([1, expect.stringContaining("is not a device offline request")]);
+    const unknown = await cli([
+      "offline",
+      "issue",
+      "--data-dir",
+      dataDir,
+      "--license",
+      "lic_01M81Z00000000000000000000",
+      "--request",
+      "request.json",
+      "--out",
+      "x.zip",
+    ]);
+    expect([unknown.code, unknown.stderr]).toEqual([1, expect.stringContaining("no license")]);
+    const other = device();
+    const request = await other.createOfflineRequest({ machineInfo: MACHINE });
+    writeFileSync(join(work, "tampered.json"), JSON.stringify({ ...request, nonce: `${request.nonce}x` }));
+    const tampered = await cli([
+      "offline",
+      "issue",
+      "--data-dir",
+      dataDir,
+      "--license",
+      ids.licenseId,
+      "--request",
+      "tampered.json",
+      "--out",
+      "x.zip",
+    ]);
+    expect([tampered.code, tampered.stderr]).toEqual([1, expect.stringContaining("VALIDATION_FAILED")]);
+    expect(tampered.stderr).toContain("request.device_proof");
+    expect(existsSync(join(work, "x.zip"))).toBe(false);
+    expect((await cli(["offline", "issue", "--data-dir", dataDir])).code).toBe(2);
+  });
+});
+
+describe("licensing seal", () => {
+  test("it needs only the public line, and what it writes opens on a licensed device", async () => {
+    const enabled = json((await api("POST", `/mgmt/v1/products/${ids.productId}/sealed-files`)).bytes).data;
+    const plain = new Uint8Array(150_000).map((_, i) => i % 241);
+    writeFileSync(join(work, "asset.bin"), plain);
+    const run = await cli([
+      "seal",
+      "--sealing-key",
+      enabled.current_key.sealing_key,
+      "--entitlement",
+      "pro",
+      "--json",
+      "asset.bin",
+      "asset.sealed",
+    ]);
+    expect(run.code).toBe(0);
+    expect(JSON.parse(run.stdout)).toMatchObject({
+      product_id: ids.productId,
+      entitlement: "pro",
+      plaintext_bytes: 150_000,
+      chunks: 3,
+    });
+    const app = device();
+    await app.activate({ licenseKey: ids.licenseKey, machineInfo: MACHINE });
+    const opened = await app.openSealedFile(new Uint8Array(readFileSync(join(work, "asset.sealed"))));
+    expect(new Uint8Array(await new Response(opened.stream).arrayBuffer())).toEqual(plain);
+  });
+
+  test("a mistyped sealing key or a missing file is refused before anything is written", async () => {
+    const typo = await cli([
+      "seal",
+      "--sealing-key",
+      "service-sealing-key-v1:prod_x:k_00:AAAA",
+      "asset.bin",
+      "out.sealed",
+    ]);
+    expect([typo.code, typo.stderr]).toEqual([2, expect.stringContaining("--sealing-key")]);
+    const enabled = json((await api("GET", `/mgmt/v1/products/${ids.productId}/sealed-files`)).bytes).data;
+    const missing = await cli([
+      "seal",
+      "--sealing-key",
+      enabled.current_key.sealing_key,
+      "nothing.bin",
+      "out.sealed",
+    ]);
+    expect([missing.code, missing.stderr]).toEqual([1, expect.stringContaining("no such file")]);
+    expect(existsSync(join(work, "out.sealed"))).toBe(false);
+    expect((await cli(["seal", "--data-dir", dataDir, "asset.bin", "out.sealed"])).code).toBe(2);
+  });
+});

@@ -1,0 +1,236 @@
+import { afterEach, beforeEach, describe, expect, test } from "bun:test";
+import { zipSync } from "fflate";
+import type { ChangeContext } from "../../src/deps.ts";
+import { type PlanDefinition, planByCode } from "../../src/domain/plans.ts";
+import { ApiError } from "../../src/http/errors.ts";
+import { OfflinePackageService } from "../../src/modules/offline/service.ts";
+import { TrustService } from "../../src/modules/trust/service.ts";
+import { resolveConfig, SdkError, verifyOfflinePackage } from "../../src/sdk/index.ts";
+import { readStoredZip } from "../../src/sdk/zip.ts";
+import { createServices } from "../../src/services.ts";
+import { BASE_URL, createTestContext, type TestContext } from "../support/harness.ts";
+import { integrationConfig, MACHINE, requestPackage, sdkClient } from "../support/offline.ts";
+import { type RuntimeFixture, runtimeFixture } from "../support/runtime.ts";
+
+/** The SDK's end-to-end check of an offline package: everything it must refuse, and what it keeps. */
+let t: TestContext;
+let fx: RuntimeFixture;
+let config: Record<string, unknown>;
+
+beforeEach(async () => {
+  t = createTestContext();
+  fx = await runtimeFixture(t, {
+    policy: {
+      validation_mode: "hybrid",
+      heartbeat_required: true,
+      max_machines: 1,
+      entitlements: { pro: true },
+    },
+  });
+  config = await integrationConfig(t, fx.productId);
+});
+afterEach(() => t.close());
+
+const ENTRIES = ["manifest.json", "manifest.sig", "license.jwt", "trust-bundle.json"] as const;
+
+async function issued(app = sdkClient(t, config)) {
+  const response = await requestPackage(
+    t,
+    fx.licenseId,
+    await app.createOfflineRequest({ machineInfo: MACHINE }),
+  );
+  if (response.status !== 200) throw new Error(JSON.stringify(response.error));
+  return { app, bytes: response.bytes };
+}
+
+/** The same archive with one entry's content replaced; still a well-formed stored ZIP. */
+function replaced(
+  bytes: Uint8Array,
+  name: (typeof ENTRIES)[number],
+  change: (text: string) => string,
+): Uint8Array {
+  const entries = readStoredZip(bytes, ENTRIES);
+  const files: Record<string, [Uint8Array, { level: 0; mtime: Date }]> = {};
+  for (const entry of ENTRIES) {
+    const text = new TextDecoder().decode(entries.get(entry));
+    files[entry] = [
+      new TextEncoder().encode(entry === name ? change(text) : text),
+      { level: 0, mtime: new Date(1980, 0, 1) },
+    ];
+  }
+  return zipSync(files);
+}
+
+async function refusal(promise: Promise<unknown>): Promise<SdkError> {
+  try {
+    await promise;
+  } catch (error) {
+    if (error instanceof SdkError) return error;
+    throw error;
+  }
+  throw new Error("expected the SDK to refuse the package");
+}
+
+describe("tampering with any entry is refused", () => {
+  const flipLast = (text: string) => `${text.slice(0, -2)}${text.at(-2) === "A" ? "B" : "A"}${text.at(-1)}`;
+  test.each([
+    [
+      "manifest.json",
+      (text: string) => text.replace(/"expires_at":(\d+)/, (_, n) => `"expires_at":${Number(n) + 86_400}`),
+      "PACKAGE_SIGNATURE_INVALID",
+    ],
+    ["manifest.sig", flipLast, "PACKAGE_SIGNATURE_INVALID"],
+    [
+      "license.jwt",
+      (text: string) => text.replace(/\.[^.]+$/, (sig) => flipLast(sig)),
+      "PACKAGE_HASH_MISMATCH",
+    ],
+    [
+      "trust-bundle.json",
+      (text: string) => text.replace(/"sequence":(\d+)/, (_, n) => `"sequence":${Number(n) + 5}`),
+      "BUNDLE_SIGNATURE_INVALID",
+    ],
+  ] as const)("a changed %s answers %s and nothing is stored", async (name, change, code) => {
+    const { app, bytes } = await issued();
+    const error = await refusal(app.loadOfflinePackage(replaced(bytes, name, change)));
+    expect([error.kind, error.code]).toEqual(["verification", code]);
+    expect(await app.activationId()).toBeUndefined();
+    expect(await app.licenseState()).toBe("invalid");
+  });
+
+  test("a flipped byte anywhere in the archive is refused", async () => {
+    const { app, bytes } = await issued();
+    const keys = await app.deviceKeys();
+    const opts = {
+      config: resolveConfig(config),
+      device: { signingPublicKey: keys.signing.publicKey, kemPublicKey: keys.kem.publicKey },
+    };
+    expect(verifyOfflinePackage(bytes, opts).manifest.license_id).toBe(fx.licenseId);
+    for (let at = 0; at < bytes.length; at += 1) {
+      const copy = bytes.slice();
+      copy[at] = (copy[at] ?? 0) ^ 0x01;
+      let refused = false;
+      try {
+        verifyOfflinePackage(copy, opts);
+      } catch (error) {
+        refused = error instanceof SdkError && error.kind === "verification";
+      }
+      expect(`${at}:${refused}`).toBe(`${at}:true`);
+    }
+  });
+
+  test("an archive with an extra entry, a missing entry or a deflated entry is not a package", async () => {
+    const { app, bytes } = await issued();
+    const entries = readStoredZip(bytes, ENTRIES);
+    const stored = (data: Uint8Array | undefined) =>
+      [data ?? new Uint8Array(), { level: 0 as const }] as [Uint8Array, { level: 0 }];
+    const all = Object.fromEntries(ENTRIES.map((name) => [name, stored(entries.get(name))]));
+    const variants = [
+      zipSync({ ...all, "extra.txt": stored(new Uint8Array([1])) }),
+      zipSync(Object.fromEntries(ENTRIES.slice(1).map((name) => [name, stored(entries.get(name))]))),
+      zipSync({ ...all, "license.jwt": [entries.get("license.jwt") ?? new Uint8Array(), { level: 6 }] }),
+    ];
+    for (const variant of variants)
+      expect((await refusal(app.loadOfflinePackage(variant))).code).toBe("PACKAGE_INVALID");
+  });
+});
+
+describe("the package is bound to one device and one product", () => {
+  test("another device's keys answer PACKAGE_DEVICE_MISMATCH", async () => {
+    const { bytes } = await issued();
+    expect((await refusal(sdkClient(t, config).loadOfflinePackage(bytes))).code).toBe(
+      "PACKAGE_DEVICE_MISMATCH",
+    );
+  });
+
+  test("an app configured for another product refuses the package's bundle", async () => {
+    const { bytes } = await issued();
+    const other = await runtimeFixture(t);
+    const otherApp = sdkClient(t, await integrationConfig(t, other.productId));
+    expect((await refusal(otherApp.loadOfflinePackage(bytes))).code).toBe("PRODUCT_MISMATCH");
+  });
+
+  test("an app configured for the test environment refuses a live package at its root key", async () => {
+    const { bytes } = await issued();
+    const test = await runtimeFixture(t, { key: t.keys.test });
+    const testConfig = {
+      ...(await integrationConfig(t, test.productId, t.keys.test)),
+      product: { id: fx.productId },
+    };
+    expect((await refusal(sdkClient(t, testConfig).loadOfflinePackage(bytes))).code).toBe(
+      "BUNDLE_ROOT_MISMATCH",
+    );
+  });
+});
+
+describe("what the SDK does with a verified package", () => {
+  test("the license is valid until the package expires, then invalid; an earlier clock is clock tampering", async () => {
+    const { app, bytes } = await issued();
+    const info = await app.loadOfflinePackage(bytes, { machineInfo: MACHINE });
+    expect(await app.licenseState()).toBe("valid");
+    t.clock.advance(info.expiresAt - Math.floor(t.clock.now().getTime() / 1000));
+    expect(await app.licenseState()).toBe("invalid");
+    const behind = sdkClient(t, config);
+    const late = await issued(behind);
+    await behind.loadOfflinePackage(late.bytes);
+    t.clock.advance(-3600);
+    expect(await behind.licenseState()).toBe("clock_tampered");
+  });
+
+  test("an expired package is refused when loaded", async () => {
+    const app = sdkClient(t, config);
+    const request = await app.createOfflineRequest({ machineInfo: MACHINE });
+    const response = await requestPackage(t, fx.licenseId, request, {
+      expires_at: new Date(t.clock.now().getTime() + 3_600_000).toISOString(),
+    });
+    t.clock.advance(3601);
+    expect((await refusal(app.loadOfflinePackage(response.bytes))).code).toBe("PACKAGE_EXPIRED");
+  });
+
+  test("a package issued before a key rotation still loads on a device that holds the newer bundle", async () => {
+    const { app, bytes } = await issued();
+    new TrustService(t.deps).rotate(fx.productId, 30 * 86_400);
+    const fresh = sdkClient(t, config);
+    await fresh.setDeviceKeys(await app.deviceKeys());
+    await fresh.trustBundle();
+    await fresh.loadOfflinePackage(bytes, { machineInfo: MACHINE });
+    expect((await fresh.trustBundle()).sequence).toBe(fx.bundle.sequence + 1);
+    expect(await fresh.licenseState()).toBe("valid");
+  });
+
+  test("a hybrid device holds its slot while its package lasts, and can later check in online", async () => {
+    const { app, bytes } = await issued();
+    await app.loadOfflinePackage(bytes);
+    t.clock.advance(10 * 86_400);
+    const online = sdkClient(t, config);
+    const refused = await refusal(online.activate({ licenseKey: fx.licenseKey, machineInfo: MACHINE }));
+    expect(refused.code).toBe("MACHINE_LIMIT_REACHED");
+    const beat = await app.heartbeat();
+    expect(beat.licenseStatus).toBe("active");
+  });
+});
+
+test("a plan without offline packages answers 403 PLAN_ENTITLEMENT_REQUIRED naming the entitlement", async () => {
+  const services = createServices(t.deps, { baseUrl: BASE_URL });
+  const plan = (): PlanDefinition => ({ ...(planByCode("free") as PlanDefinition), features: [] });
+  const offline = new OfflinePackageService(
+    t.deps,
+    services.trust,
+    services.licenses,
+    services.runtimeGate,
+    services.activations,
+    plan,
+    BASE_URL,
+  );
+  const request = await sdkClient(t, config).createOfflineRequest({ machineInfo: MACHINE });
+  const ctx: ChangeContext = { actor: { type: "system" }, environment: "live", requestId: null };
+  let error: unknown;
+  try {
+    offline.issue(fx.licenseId, { request: request as never }, ctx);
+  } catch (caught) {
+    error = caught;
+  }
+  expect(error).toBeInstanceOf(ApiError);
+  expect((error as ApiError).code).toBe("PLAN_ENTITLEMENT_REQUIRED");
+  expect((error as ApiError).details).toEqual({ entitlement: "offline_packages" });
+});
