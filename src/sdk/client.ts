@@ -304,9 +304,13 @@ export class LicensingClient extends OfflineCapableClient {
         }
       }
     }
+    const nowSec = unixSeconds(this.now());
+    const localHighWater = await this.state.localHighWater();
+    await this.state.setLocalHighWater(nowSec);
     return evaluateLicense({
-      nowSec: unixSeconds(this.now()),
+      nowSec,
       highWater: await this.state.timeHighWater(),
+      localHighWater,
       activation,
       denial: await this.state.getJson<StoredDenial>("denial"),
       certificate,

@@ -159,6 +159,8 @@ export class ClientCore {
       this.now,
       async (assertion, receivedAtMs) => {
         await this.state.raiseTimeHighWater(assertion.server_time);
+        // Verified time is the truth: a local clock that ran ahead and was corrected is forgiven.
+        await this.state.setLocalHighWater(unixSeconds(receivedAtMs), { reset: true });
         this.clockOffsetSec = assertion.server_time - unixSeconds(receivedAtMs);
       },
     );

@@ -50,7 +50,10 @@ export const CLOCK_TAMPER_TOLERANCE_SEC = 300;
 
 export interface LicenseInputs {
   nowSec: number;
+  /** Highest verified server_time. */
   highWater: number | undefined;
+  /** Highest local clock reading since the last verified server time (catches offline set-backs). */
+  localHighWater?: number | undefined;
   activation: StoredActivation | undefined;
   denial: StoredDenial | undefined;
   certificate: VerifiedCertificate | "invalid" | undefined;
@@ -71,13 +74,17 @@ const STATUS_REASON: Record<string, LicenseReason> = {
 };
 
 export function evaluateLicense(input: LicenseInputs): LicenseInfo {
-  const { nowSec, highWater, activation, denial } = input;
+  const { nowSec, highWater, localHighWater, activation, denial } = input;
   const base = {
     now: nowSec,
     entitlements: {},
     ...(highWater === undefined ? {} : { serverTimeHighWater: highWater }),
   };
-  if (highWater !== undefined && nowSec < highWater - CLOCK_TAMPER_TOLERANCE_SEC) {
+  const latestSeen = Math.max(
+    highWater ?? Number.NEGATIVE_INFINITY,
+    localHighWater ?? Number.NEGATIVE_INFINITY,
+  );
+  if (nowSec < latestSeen - CLOCK_TAMPER_TOLERANCE_SEC) {
     return { ...base, state: "clock_tampered", reason: "clock_tampered" };
   }
   const denialReason = denial ? DENIAL_REASON[denial.code] : undefined;

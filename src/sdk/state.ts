@@ -50,6 +50,7 @@ export const ITEMS = [
   "bundle",
   "bundle_sequence",
   "time_high_water",
+  "local_high_water",
   "denial",
   "last_heartbeat",
   "offline_request",
@@ -122,6 +123,21 @@ export class ClientState {
   async raiseTimeHighWater(serverTime: number): Promise<void> {
     const current = await this.timeHighWater();
     if (current === undefined || serverTime > current) await this.set("time_high_water", String(serverTime));
+  }
+
+  /**
+   * Highest local clock reading seen since the last verified server time. A clock set back while
+   * offline goes behind it, even when the signed high-water is older than the jump.
+   */
+  localHighWater(): Promise<number | undefined> {
+    return this.getInt("local_high_water");
+  }
+
+  /** Raises the local high-water, or (`reset`) sets it to a verified server time, the truth. */
+  async setLocalHighWater(seconds: number, options: { reset: boolean } = { reset: false }): Promise<void> {
+    const current = await this.localHighWater();
+    if (options.reset || current === undefined || seconds > current)
+      await this.set("local_high_water", String(seconds));
   }
 
   /** Forgets the activation and everything tied to it; keeps keys, bundle and time high-water. */

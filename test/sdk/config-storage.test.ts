@@ -106,9 +106,15 @@ describe("storage", () => {
     await client.activate({ licenseKey: "LK", machineInfo: MACHINE });
     const prefix = `svc.v1.live.${server.authority.productId}.`;
     expect([...web.items.keys()].sort()).toEqual(
-      ["activation", "bundle", "bundle_sequence", "certificate", "device_keys", "time_high_water"].map(
-        (k) => prefix + k,
-      ),
+      [
+        "activation",
+        "bundle",
+        "bundle_sequence",
+        "certificate",
+        "device_keys",
+        "local_high_water",
+        "time_high_water",
+      ].map((k) => prefix + k),
     );
   });
 

@@ -172,3 +172,24 @@ describe("evaluateLicense", () => {
     expect(evaluateLicense({ ...base, nowSec: 1100 }).state).toBe("invalid");
   });
 });
+
+describe("a clock set back while offline", () => {
+  test("is caught by the local high-water mark even when no server time was seen since", () => {
+    const base = {
+      activation: undefined,
+      denial: undefined,
+      certificate: undefined,
+      lastHeartbeat: undefined,
+    };
+    // Signed time is old (activation), the device has since run two days offline, then the clock goes back.
+    const twoDaysLater = 1_000 + 2 * 86_400;
+    expect(
+      evaluateLicense({ ...base, nowSec: 1_000 + 3_600, highWater: 1_000, localHighWater: twoDaysLater })
+        .state,
+    ).toBe("clock_tampered");
+    expect(
+      evaluateLicense({ ...base, nowSec: twoDaysLater + 10, highWater: 1_000, localHighWater: twoDaysLater })
+        .state,
+    ).not.toBe("clock_tampered");
+  });
+});
