@@ -1,4 +1,4 @@
-import { eq } from "drizzle-orm";
+import { eq, sql } from "drizzle-orm";
 import { type PublicKeyInfo, parsePublicKey } from "../../crypto/keys.ts";
 import type { Deps } from "../../deps.ts";
 import { unixSeconds } from "../../domain/clock.ts";
@@ -46,13 +46,25 @@ export type PolicyWithId = ReturnType<typeof settingsOf> & { id: string };
  */
 export class RuntimeGate {
   private readonly deviceKeys = new Map<string, PublicKeyInfo>();
+  /**
+   * The hot path's reads, prepared once: building a Drizzle query per request costs several times
+   * the read itself (DESIGN §7).
+   */
+  private readonly byId;
 
   constructor(
     private readonly deps: Deps,
     private readonly blocks: DeviceBlockService,
     private readonly events: RuntimeEventService,
     private readonly proofs: DeviceProofVerifier,
-  ) {}
+  ) {
+    const id = sql.placeholder("id");
+    this.byId = {
+      activation: deps.db.select().from(activations).where(eq(activations.id, id)).prepare(),
+      license: deps.db.select().from(licenses).where(eq(licenses.id, id)).prepare(),
+      policy: deps.db.select().from(policies).where(eq(policies.id, id)).prepare(),
+    };
+  }
 
   /**
    * A device-proof call: the activation named by the proof (and the path, when there is one),
@@ -61,11 +73,7 @@ export class RuntimeGate {
   authenticate(activationId: string | null, proof: DeviceProofHeaders, call: RuntimeCall, target: Target) {
     if (activationId !== null && proof.activationId !== activationId)
       throw proofInvalid("activation_mismatch");
-    const activation = this.deps.db
-      .select()
-      .from(activations)
-      .where(eq(activations.id, proof.activationId))
-      .get();
+    const activation = this.byId.activation.get({ id: proof.activationId });
     if (!activation) throw ApiError.notFound("activation");
     Object.assign(target, {
       environment: activation.environment,
@@ -80,7 +88,7 @@ export class RuntimeGate {
       this.deviceKey(activation.deviceSigningKey),
       unixSeconds(now),
     );
-    const license = this.deps.db.select().from(licenses).where(eq(licenses.id, activation.licenseId)).get();
+    const license = this.byId.license.get({ id: activation.licenseId });
     if (!license) throw new Error(`activation ${activation.id} has no license`);
     return {
       activation,
@@ -132,7 +140,7 @@ export class RuntimeGate {
   }
 
   policyOf(license: LicenseRow): PolicyWithId {
-    const policy = this.deps.db.select().from(policies).where(eq(policies.id, license.policyId)).get();
+    const policy = this.byId.policy.get({ id: license.policyId });
     if (!policy) throw new Error(`license ${license.id} has no policy`);
     return { ...settingsOf(policy), id: policy.id };
   }

@@ -27,6 +27,7 @@ const HEARTBEAT_JITTER = 0.1;
  */
 export class ActivationService {
   private readonly countSlots;
+  private readonly checkIn;
 
   constructor(
     private readonly deps: Deps,
@@ -36,6 +37,13 @@ export class ActivationService {
     private readonly idempotency: IdempotencyStore,
     private readonly issuer: string,
   ) {
+    this.checkIn = deps.sqlite.prepare<
+      unknown,
+      [number, number, number, string | null, string | null, string]
+    >(
+      `UPDATE activations SET last_heartbeat_at = ?, last_seen_at = ?, certificate_expires_at = ?,
+       app_version = coalesce(?, app_version), sdk_version = coalesce(?, sdk_version) WHERE id = ?`,
+    );
     this.countSlots = deps.sqlite.prepare<{ n: number }, [string, number, number, number]>(
       `SELECT count(*) AS n FROM activations WHERE license_id = ? AND status = 'active'
        AND (? = 0 OR coalesce(last_heartbeat_at, activated_at) >= ? OR offline_until > ?)`,
@@ -272,18 +280,30 @@ export class ActivationService {
         this.subject(license, policy, { ...activation, machineInfoDigest: machine.digest }),
         now,
       );
-      this.deps.db
-        .update(activations)
-        .set({
-          lastHeartbeatAt: now,
-          lastSeenAt: now,
-          certificateExpiresAt: issued.expiresAt,
-          appVersion: body.app_version ?? activation.appVersion,
-          sdkVersion: body.sdk_version ?? activation.sdkVersion,
-          ...machine.changes,
-        })
-        .where(eq(activations.id, activation.id))
-        .run();
+      if (Object.keys(machine.changes).length === 0) {
+        // The common check-in, on the hot path: one prepared statement.
+        this.checkIn.run(
+          now.getTime(),
+          now.getTime(),
+          issued.expiresAt.getTime(),
+          body.app_version ?? null,
+          body.sdk_version ?? null,
+          activation.id,
+        );
+      } else {
+        this.deps.db
+          .update(activations)
+          .set({
+            lastHeartbeatAt: now,
+            lastSeenAt: now,
+            certificateExpiresAt: issued.expiresAt,
+            appVersion: body.app_version ?? activation.appVersion,
+            sdkVersion: body.sdk_version ?? activation.sdkVersion,
+            ...machine.changes,
+          })
+          .where(eq(activations.id, activation.id))
+          .run();
+      }
       const jitter = 1 + (Math.random() * 2 - 1) * HEARTBEAT_JITTER;
       return {
         data: {

@@ -1,5 +1,5 @@
 import { createPublicKey, generateKeyPairSync, hkdfSync, type KeyObject, randomBytes } from "node:crypto";
-import { and, eq } from "drizzle-orm";
+import { and, eq, sql } from "drizzle-orm";
 import { type OnlineSigner, PREFIX, signDelegation } from "../../crypto/envelope.ts";
 import { canonicalize } from "../../crypto/jcs.ts";
 import {
@@ -58,8 +58,15 @@ export class TrustService {
   private readonly onlineSigners = new Map<string, OnlineSigner>();
   private readonly bundles = new Map<string, SignedTrustBundle>();
   private readonly onlineMaster: Uint8Array;
+  /** Read on every signed response, so prepared once (not cached: the CLI may rotate meanwhile). */
+  private readonly activeKey;
 
   constructor(private readonly deps: Deps) {
+    this.activeKey = deps.db
+      .select()
+      .from(signingKeys)
+      .where(and(eq(signingKeys.productId, sql.placeholder("productId")), eq(signingKeys.status, "active")))
+      .prepare();
     for (const environment of ["live", "test"] as const) {
       const privateKey = privateKeyFromPkcs8(deps.keystore.secret(`root-${environment}`));
       const publicKey = publicKeyText(createPublicKey(privateKey));
@@ -291,11 +298,7 @@ export class TrustService {
   }
 
   private activeKeyRow(productId: string) {
-    return this.deps.db
-      .select()
-      .from(signingKeys)
-      .where(and(eq(signingKeys.productId, productId), eq(signingKeys.status, "active")))
-      .get();
+    return this.activeKey.get({ productId });
   }
 
   /** Keystore first, then the store: a crash in between leaves an unused key, never a key-less row. */
