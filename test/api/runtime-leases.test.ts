@@ -55,7 +55,9 @@ describe("happy path", () => {
     const released = await release(d, lease.lease_id, "instance-a");
     expect(released.status).toBe(200);
     expect(released.body.data).toEqual({ lease_id: lease.lease_id, status: "released" });
-    expect((await release(d, lease.lease_id, "instance-a")).status).toBe(200);
+    const twice = await release(d, lease.lease_id, "instance-a");
+    expect(twice.status).toBe(422);
+    expect(twice.body.error).toMatchObject({ code: "INVALID_TRANSITION", details: { from: "released" } });
   });
 
   test("acquiring again for the same instance returns its lease instead of a second seat", async () => {

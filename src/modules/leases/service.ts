@@ -140,7 +140,10 @@ export class LeaseService {
     });
   }
 
-  /** Releasing twice answers the same; releasing an expired lease is refused (it is already gone). */
+  /**
+   * A lease is released once: releasing a released or expired lease is a failed transition (422),
+   * as the spec's release errors say; the seat is free either way.
+   */
   release(
     leaseId: string,
     instanceId: string,
@@ -151,14 +154,18 @@ export class LeaseService {
     return this.gate.observe("lease_release", target, call, () => {
       const { lease, now, signedFor } = this.leaseFor(leaseId, proof, call, target);
       if (lease.instanceId !== instanceId) throw instanceMismatch();
-      if (lease.status === "active") {
-        if (lease.expiresAt.getTime() <= now.getTime()) throw expired();
-        this.deps.db
-          .update(leases)
-          .set({ status: "released", releasedAt: now })
-          .where(eq(leases.id, lease.id))
-          .run();
+      if (lease.status === "released") {
+        throw new ApiError("INVALID_TRANSITION", "The lease was already released.", {
+          from: "released",
+          to: "released",
+        });
       }
+      if (lease.expiresAt.getTime() <= now.getTime()) throw expired();
+      this.deps.db
+        .update(leases)
+        .set({ status: "released", releasedAt: now })
+        .where(eq(leases.id, lease.id))
+        .run();
       return { data: { lease_id: lease.id, status: "released" as const }, ...signedFor };
     });
   }
