@@ -148,7 +148,7 @@ export class RuntimeGate {
   private deviceKey(text: string): PublicKeyInfo {
     let key = this.deviceKeys.get(text);
     if (!key) {
-      const parsed = parsePublicKey(text);
+      const parsed = parsePublicKey(text, { vetted: true });
       if (!parsed) throw new Error("a stored device key does not parse");
       if (this.deviceKeys.size >= DEVICE_KEY_CACHE_LIMIT) this.deviceKeys.clear();
       this.deviceKeys.set(text, parsed);

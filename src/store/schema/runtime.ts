@@ -38,6 +38,8 @@ export const activations = sqliteTable(
     index("activations_license_status").on(t.licenseId, t.status),
     index("activations_env_id").on(t.environment, t.id),
     index("activations_device").on(t.deviceThumbprint),
+    // Re-activation looks a device up on its license; without this SQLite scans the license's rows.
+    index("activations_license_device").on(t.licenseId, t.deviceThumbprint, t.status),
   ],
 );
 
@@ -68,7 +70,11 @@ export const leases = sqliteTable(
     expiresAt: timestamp("expires_at").notNull(),
     releasedAt: timestamp("released_at"),
   },
-  (t) => [index("leases_license_status").on(t.licenseId, t.status, t.expiresAt)],
+  (t) => [
+    index("leases_license_status").on(t.licenseId, t.status, t.expiresAt),
+    // Lease acquire checks what this activation already holds; without it, a scan of every lease.
+    index("leases_activation_status").on(t.activationId, t.status, t.expiresAt),
+  ],
 );
 
 /** Rejected runtime requests, one row per (target, operation, code, hour) (spec §6.2). */

@@ -1,0 +1,2 @@
+CREATE INDEX `activations_license_device` ON `activations` (`license_id`,`device_thumbprint`,`status`);--> statement-breakpoint
+CREATE INDEX `leases_activation_status` ON `leases` (`activation_id`,`status`,`expires_at`);

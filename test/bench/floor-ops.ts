@@ -1,0 +1,122 @@
+import { Database } from "bun:sqlite";
+import { createHash, generateKeyPairSync, randomBytes, sign, verify } from "node:crypto";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+
+/**
+ * The per-operation floor on one core (run pinned by run.ts): one Ed25519 verify and one sign
+ * (node:crypto, keys imported once), one indexed SQLite read and one write (bun:sqlite prepared
+ * statements, WAL, synchronous=NORMAL, on a file, each write its own transaction, as an
+ * acknowledged request needs). Prints one JSON object of microseconds per operation.
+ *
+ * Usage: bun test/bench/floor-ops.ts [ROWS]
+ */
+const ROWS = Number(process.argv[2] ?? 100_000);
+const RUN_MS = 400;
+const REPEATS = 3;
+
+/** Median over REPEATS runs of µs per call, each run at least RUN_MS after a warm-up. */
+function measure(op: (i: number) => void): number {
+  for (let i = 0; i < 2000; i++) op(i);
+  const results: number[] = [];
+  let i = 0;
+  for (let r = 0; r < REPEATS; r++) {
+    let calls = 0;
+    const started = performance.now();
+    let elapsed = 0;
+    while (elapsed < RUN_MS) {
+      for (let k = 0; k < 200; k++) op(i++);
+      calls += 200;
+      elapsed = performance.now() - started;
+    }
+    results.push((elapsed * 1000) / calls);
+  }
+  results.sort((a, b) => a - b);
+  return results[Math.floor(REPEATS / 2)] as number;
+}
+
+// Crypto: a device-proof signing string (~230 bytes) and a response assertion (~400 bytes).
+const device = generateKeyPairSync("ed25519");
+const online = generateKeyPairSync("ed25519");
+const proofMessage = Buffer.from(
+  `Service-Device-Proof-v1\nPOST\n/runtime/v1/activations/act_01JZ8X5A7C9E1G3H5J7K9M1N3P/heartbeat\nact_01JZ8X5A7C9E1G3H5J7K9M1N3P\n1767315945\n${randomBytes(16).toString("base64url")}\n${createHash("sha256").update("{}").digest("hex")}`,
+);
+const proofSignature = sign(null, proofMessage, device.privateKey);
+const assertion = Buffer.from(
+  `Service-Response-v1\n{"body_sha256":"${"a".repeat(64)}","key_id":"k_75287d70be868e978c0e","nonce":"kW3nR8tZ2vQ6xB1mY5cL9dH4","parent_key_id":"k_e624138449fffda15bc1","product_id":"prod_01JZ8X4M6Q2T9V3B7N5K1R0W8Y","request_id":"req_01JZ8X5B2D4F6H8K0M2P4R6T8V","server_time":1767312345,"status":200,"v":1}`,
+);
+
+const verifyUs = measure(() => {
+  if (!verify(null, proofMessage, device.publicKey, proofSignature)) throw new Error("verify failed");
+});
+const signUs = measure(() => {
+  sign(null, assertion, online.privateKey);
+});
+
+// SQLite: a table shaped like activations (text primary key, ~400-byte rows), ROWS rows.
+const dir = mkdtempSync(join(tmpdir(), "bench-floor-"));
+const db = new Database(join(dir, "floor.db"), { create: true, strict: true });
+db.run("PRAGMA journal_mode = WAL");
+db.run("PRAGMA synchronous = NORMAL");
+db.run(`CREATE TABLE rows (
+  id TEXT PRIMARY KEY NOT NULL, license_id TEXT NOT NULL, status TEXT NOT NULL, device_key TEXT NOT NULL,
+  thumbprint TEXT NOT NULL, machine_info TEXT NOT NULL, digest TEXT NOT NULL, activated_at INTEGER NOT NULL,
+  last_seen_at INTEGER NOT NULL, last_heartbeat_at INTEGER)`);
+db.run("CREATE INDEX rows_license ON rows (license_id, status)");
+db.run(
+  "CREATE TABLE nonces (activation_id TEXT NOT NULL, nonce TEXT NOT NULL, seen_at INTEGER NOT NULL, PRIMARY KEY (activation_id, nonce))",
+);
+const ids: string[] = [];
+const insertRow = db.prepare(
+  "INSERT INTO rows VALUES (?, 'lic_01JZ8X4N0A1B2C3D4E5F6G7H8J', 'active', ?, ?, ?, ?, ?, ?, NULL)",
+);
+db.transaction(() => {
+  for (let i = 0; i < ROWS; i++) {
+    const id = `act_${String(i).padStart(26, "0")}`;
+    ids.push(id);
+    const key = `ed25519:${randomBytes(32).toString("base64url")}`;
+    insertRow.run(
+      id,
+      key,
+      createHash("sha256").update(key).digest("hex"),
+      '{"os":"linux","arch":"x64","os_version":"6.1","cpu_cores":8}',
+      "f".repeat(64),
+      Date.now(),
+      Date.now(),
+    );
+  }
+})();
+db.run("PRAGMA wal_checkpoint(TRUNCATE)");
+const pick = (i: number) => ids[(i * 7919) % ROWS] as string;
+
+const read = db.prepare("SELECT * FROM rows WHERE id = ?");
+const readUs = measure((i) => {
+  if (!read.get(pick(i))) throw new Error("row not found");
+});
+const update = db.prepare("UPDATE rows SET last_heartbeat_at = ?, last_seen_at = ? WHERE id = ?");
+const writeUs = measure((i) => {
+  update.run(i, i, pick(i));
+});
+const insertNonce = db.prepare("INSERT INTO nonces (activation_id, nonce, seen_at) VALUES (?, ?, ?)");
+const appendUs = measure((i) => {
+  insertNonce.run(pick(i), `n${i}-${randomBytes(8).toString("hex")}`, i);
+});
+const page = db.prepare("SELECT * FROM rows WHERE id < ? ORDER BY id DESC LIMIT 50");
+const pageUs = measure((i) => {
+  page.all(pick(i + ROWS / 2));
+});
+db.close();
+rmSync(dir, { recursive: true, force: true });
+
+console.log(
+  JSON.stringify({
+    verify_us: verifyUs,
+    sign_us: signUs,
+    read_us: readUs,
+    write_us: writeUs,
+    append_us: appendUs,
+    page50_us: pageUs,
+    rows: ROWS,
+  }),
+);

@@ -1,0 +1,82 @@
+import { mkdirSync, mkdtempSync, readdirSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+import { freePort } from "../e2e/binary.ts";
+import { activateDevices, createFixture } from "./lib/fixture.ts";
+import {
+  activationRequest,
+  type BenchRequest,
+  heartbeatRequest,
+  leaseAcquireRequest,
+  writeRequestFile,
+} from "./lib/requests.ts";
+import { runCli, startServer } from "./lib/server.ts";
+import { runWrk } from "./lib/wrk.ts";
+
+/**
+ * Where a route spends its time: runs the server from the sources under Bun's sampling profiler
+ * (--cpu-prof-md, readable markdown with file:line), pinned to core 0, drives one route with wrk
+ * from core 1, stops the server and prints where the profile is.
+ *
+ * Usage: bun test/bench/profile.ts [heartbeat|activation|lease-acquire] [SECONDS]
+ * PROFILE_ROOT=<dir> profiles another checkout's sources (default: this repository);
+ * PROFILE_DEVICES (500) devices are activated first (their cost is in the profile too), on the
+ * first of PROFILE_LICENSES (1) licenses; profiled activations go to a random one of them.
+ */
+const routeName = process.argv[2] ?? "heartbeat";
+const seconds = Number(process.argv[3] ?? 10);
+const deviceCount = Number(process.env.PROFILE_DEVICES ?? 500);
+const licenseCount = Number(process.env.PROFILE_LICENSES ?? 1);
+const root = resolve(process.env.PROFILE_ROOT ?? join(import.meta.dir, "..", ".."));
+const work = mkdtempSync(join(tmpdir(), "licensing-profile-"));
+const dataDir = join(work, "data");
+const profileDir = join(work, "profile");
+mkdirSync(profileDir);
+Bun.spawnSync(["taskset", "-a", "-p", "-c", "1", String(process.pid)], { stdout: "ignore" });
+
+const init = await runCli(["init", "--data-dir", dataDir, "--json"]);
+const liveKey = JSON.parse(init.stdout).api_keys.live as string;
+const server = await startServer({
+  dataDir,
+  port: await freePort(),
+  cpus: "0",
+  logDir: work,
+  command: [
+    process.execPath,
+    "--cpu-prof-md",
+    "--cpu-prof-interval=250",
+    `--cpu-prof-dir=${profileDir}`,
+    join(root, "src/main.ts"),
+  ],
+});
+try {
+  const fixture = await createFixture(server.url, liveKey, licenseCount);
+  const devices = await activateDevices(server.url, fixture, deviceCount, 16);
+  const pick = () => devices[Math.floor(Math.random() * devices.length)] as (typeof devices)[number];
+  let instance = 0;
+  const builders: Record<string, () => BenchRequest> = {
+    heartbeat: () => heartbeatRequest(pick()),
+    activation: () =>
+      activationRequest(
+        fixture.licenseKeys[Math.floor(Math.random() * fixture.licenseKeys.length)] as string,
+        fixture.productId,
+      ).request,
+    "lease-acquire": () => leaseAcquireRequest(pick(), `profile-${++instance}`),
+  };
+  const build = builders[routeName];
+  if (!build) throw new Error(`unknown route ${routeName}`);
+  const file = join(work, "requests.txt");
+  writeRequestFile(
+    file,
+    Array.from({ length: seconds * 3000 }, () => build()),
+  );
+  const result = await runWrk({ url: server.url, file, durationSec: seconds, connections: 32, cpus: "1" });
+  console.log(`${routeName}: ${result.rps.toFixed(0)} req/s, statuses ${JSON.stringify(result.statuses)}`);
+} finally {
+  await server.stop("SIGTERM");
+}
+console.log(
+  `profile: ${readdirSync(profileDir)
+    .map((f) => join(profileDir, f))
+    .join(", ")}`,
+);
