@@ -74,6 +74,23 @@ describe("happy path", () => {
     expect(response.body.data.license_status).toBe("suspended");
   });
 
+  test("a suspended license past its expiry gets a certificate that is already over, never one ending before it begins", async () => {
+    const expiring = await runtimeFixture(t, {
+      policy: { max_machines: 2 },
+      license: { expires_at: new Date(t.clock.now().getTime() + 3_600_000).toISOString() },
+    });
+    const { device, activationId } = await activatedDevice(t, expiring);
+    await t.call("PATCH", `/mgmt/v1/licenses/${expiring.licenseId}`, {
+      body: { status_action: "suspended" },
+    });
+    t.clock.advance(7200);
+    const response = await beat(device, activationId, { machine_info: { os: "linux", arch: "x64" } });
+    expect(response.status).toBe(200);
+    expect(response.body.data.license_status).toBe("suspended");
+    const { claims } = verifiedCertificate(response.body.data.certificate, expiring.bundle);
+    expect(claims.exp).toBe(claims.iat);
+  });
+
   test("heartbeat intervals spread out instead of synchronising the fleet", async () => {
     const { device, activationId } = await activatedDevice(t, fx);
     const seen = new Set<number>();

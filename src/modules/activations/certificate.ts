@@ -36,8 +36,12 @@ export function issueCertificate(
   const { license, policy } = subject;
   const iat = unixSeconds(now);
   const licenseExpiry = license.expiresAt ? unixSeconds(license.expiresAt) : null;
-  const online =
-    licenseExpiry === null ? iat + policy.cert_ttl_sec : Math.min(iat + policy.cert_ttl_sec, licenseExpiry);
+  // Never past the license's expiry, and never before iat: a suspended license whose expiry has
+  // passed gets a certificate that is already over, not one that ends before it begins.
+  const online = Math.max(
+    iat,
+    licenseExpiry === null ? iat + policy.cert_ttl_sec : Math.min(iat + policy.cert_ttl_sec, licenseExpiry),
+  );
   const offline = options.offlineUntil !== undefined;
   const exp = options.offlineUntil ?? online;
   const key = trust.signingKey(license.productId);
