@@ -1,4 +1,4 @@
-import { and, eq } from "drizzle-orm";
+import { and, eq, sql } from "drizzle-orm";
 import { PREFIX } from "../../crypto/envelope.ts";
 import { canonicalize } from "../../crypto/jcs.ts";
 import { type PublicKeyInfo, parsePublicKey, thumbprint, verifySignature } from "../../crypto/keys.ts";
@@ -28,6 +28,7 @@ const HEARTBEAT_JITTER = 0.1;
 export class ActivationService {
   private readonly countSlots;
   private readonly checkIn;
+  private readonly activeOnLicense;
 
   constructor(
     private readonly deps: Deps,
@@ -37,6 +38,17 @@ export class ActivationService {
     private readonly idempotency: IdempotencyStore,
     private readonly issuer: string,
   ) {
+    this.activeOnLicense = deps.db
+      .select()
+      .from(activations)
+      .where(
+        and(
+          eq(activations.licenseId, sql.placeholder("licenseId")),
+          eq(activations.deviceThumbprint, sql.placeholder("thumbprint")),
+          eq(activations.status, "active"),
+        ),
+      )
+      .prepare();
     this.checkIn = deps.sqlite.prepare<
       unknown,
       [number, number, number, string | null, string | null, string]
@@ -172,17 +184,7 @@ export class ActivationService {
       const digest = machineInfoDigest(body.machine_info);
       const activation = this.deps.db.transaction(
         (tx) => {
-          const existing = tx
-            .select()
-            .from(activations)
-            .where(
-              and(
-                eq(activations.licenseId, license.id),
-                eq(activations.deviceThumbprint, deviceThumbprint),
-                eq(activations.status, "active"),
-              ),
-            )
-            .get();
+          const existing = this.activeActivation(license.id, deviceThumbprint);
           if (existing && !this.culled(existing, license, policy, now)) {
             // Activating again is a check-in with the full machine_info: it refreshes the slot
             // and the baseline, and takes no second slot.
@@ -332,6 +334,11 @@ export class ActivationService {
       this.end(activation.id, "device", now);
       return { data: "deactivated", ...signedFor };
     });
+  }
+
+  /** The device's active activation on the license, if it has one (at most one: re-activation reuses it). */
+  activeActivation(licenseId: string, deviceThumbprint: string): ActivationRow | undefined {
+    return this.activeOnLicense.get({ licenseId, thumbprint: deviceThumbprint });
   }
 
   /**

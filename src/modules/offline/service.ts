@@ -277,17 +277,7 @@ export class OfflinePackageService {
     now: Date,
   ): ActivationRow {
     const deviceThumbprint = thumbprint(request.signingKey.text);
-    const existing = this.deps.db
-      .select()
-      .from(activations)
-      .where(
-        and(
-          eq(activations.licenseId, license.id),
-          eq(activations.deviceThumbprint, deviceThumbprint),
-          eq(activations.status, "active"),
-        ),
-      )
-      .get();
+    const existing = this.activationService.activeActivation(license.id, deviceThumbprint);
     if (existing) {
       if (existing.deviceKemKey !== request.kemKey.text) {
         throw new ApiError(
