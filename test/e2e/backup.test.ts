@@ -5,7 +5,7 @@ import { TestDevice } from "../support/device.ts";
 import {
   api,
   BUILD_TIMEOUT_MS,
-  executable,
+  initialisedDataDir,
   removeTempDirs,
   runCli,
   type ServerProcess,
@@ -24,10 +24,7 @@ let dataDir: string;
 let liveKey: string;
 
 beforeAll(async () => {
-  executable();
-  dataDir = join(tempDir(), "data");
-  const init = await runCli(["init", "--data-dir", dataDir, "--json"]);
-  liveKey = JSON.parse(init.stdout).api_keys.live;
+  ({ dataDir, liveKey } = await initialisedDataDir());
   servers.push(await startServe(["--data-dir", dataDir]));
 }, BUILD_TIMEOUT_MS);
 

@@ -209,3 +209,12 @@ export async function isListening(port: number): Promise<boolean> {
     return false;
   }
 }
+
+/** A fresh data dir made by `licensing init --json` (builds the executable first if needed). */
+export async function initialisedDataDir(): Promise<{ dataDir: string; liveKey: string }> {
+  executable();
+  const dataDir = join(tempDir(), "data");
+  const init = await runCli(["init", "--data-dir", dataDir, "--json"]);
+  if (init.exitCode !== 0) throw new Error(`init failed: ${init.stderr}`);
+  return { dataDir, liveKey: (JSON.parse(init.stdout) as { api_keys: { live: string } }).api_keys.live };
+}

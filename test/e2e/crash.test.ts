@@ -6,7 +6,7 @@ import { TestDevice } from "../support/device.ts";
 import {
   api,
   BUILD_TIMEOUT_MS,
-  executable,
+  initialisedDataDir,
   isListening,
   removeTempDirs,
   runCli,
@@ -28,10 +28,7 @@ let dataDir: string;
 let liveKey: string;
 
 beforeAll(async () => {
-  executable();
-  dataDir = join(tempDir(), "data");
-  const init = await runCli(["init", "--data-dir", dataDir, "--json"]);
-  liveKey = JSON.parse(init.stdout).api_keys.live;
+  ({ dataDir, liveKey } = await initialisedDataDir());
 }, BUILD_TIMEOUT_MS);
 
 afterAll(async () => {

@@ -1,17 +1,15 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { join } from "node:path";
 import { machineInfoDigest } from "../../src/modules/activations/machine.ts";
 import { LicensingClient, type SdkError } from "../../src/sdk/index.ts";
 import { TestDevice } from "../support/device.ts";
 import {
   api,
   BUILD_TIMEOUT_MS,
-  executable,
+  initialisedDataDir,
   removeTempDirs,
   runCli,
   type ServerProcess,
   startServe,
-  tempDir,
 } from "./binary.ts";
 
 /**
@@ -24,10 +22,7 @@ let server: ServerProcess;
 let liveKey: string;
 
 beforeAll(async () => {
-  executable();
-  dataDir = join(tempDir(), "data");
-  const init = await runCli(["init", "--data-dir", dataDir, "--json"]);
-  liveKey = JSON.parse(init.stdout).api_keys.live;
+  ({ dataDir, liveKey } = await initialisedDataDir());
   server = await startServe(["--data-dir", dataDir]);
 }, BUILD_TIMEOUT_MS);
 
