@@ -1,4 +1,5 @@
 import { existsSync } from "node:fs";
+import { join } from "node:path";
 import { Type } from "@sinclair/typebox";
 import type { Server } from "bun";
 import { Elysia } from "elysia";
@@ -16,6 +17,8 @@ import { IdempotencyStore } from "./http/idempotency.ts";
 import { type Logger, redactPath } from "./http/logger.ts";
 import { Metrics } from "./http/metrics.ts";
 import { startSweeper } from "./jobs/sweeper.ts";
+import { createMailTransport, DEFAULT_MAIL_FROM } from "./mail/transport.ts";
+import { MailWorker } from "./mail/worker.ts";
 import { createServices } from "./services.ts";
 import { openStore, type Store } from "./store/db.ts";
 import { migrate } from "./store/migrate.ts";
@@ -123,6 +126,7 @@ export function startServer({ config, passphrase, logger }: StartOptions): Runni
   let server: Server<undefined> | undefined;
   let stopSweeper: () => void = () => {};
   let flushUsage: () => void = () => {};
+  let stopMail: () => Promise<void> = async () => {};
   try {
     const clock: Clock = config.testClock ? new AdjustableClock() : systemClock;
     const deps = buildDeps(store, keystore, clock);
@@ -149,6 +153,16 @@ export function startServer({ config, passphrase, logger }: StartOptions): Runni
     );
     // Products left pending by a crash get their keys, and stale records go, before any request.
     stopSweeper = startSweeper(services, logger);
+    // Mail left pending by an earlier process (a crash, an SMTP outage) goes out now.
+    const mailTransport = createMailTransport({
+      smtpUrl: config.smtpUrl,
+      outboxDir: join(config.dataDir, "outbox"),
+    });
+    stopMail = new MailWorker(deps, mailTransport, {
+      from: config.mailFrom ?? DEFAULT_MAIL_FROM,
+      logger,
+    }).start(services.mail);
+    logger.log("info", "mail transport", { transport: mailTransport.description });
     flushUsage = () => services.usageMeter.flush();
     const app = clock instanceof AdjustableClock ? base.use(testClockRoutes(clock)) : base;
     metrics?.useRoutes(app.routes);
@@ -208,6 +222,7 @@ export function startServer({ config, passphrase, logger }: StartOptions): Runni
     }
   } catch (error) {
     stopSweeper();
+    void stopMail();
     store.close();
     throw error;
   }
@@ -241,6 +256,8 @@ export function startServer({ config, passphrase, logger }: StartOptions): Runni
         logger.log("info", "shutting down", { reason, in_flight: inFlight });
         try {
           await drain();
+          // A send in progress finishes and is marked; anything left stays pending for the next start.
+          await stopMail();
         } finally {
           // After the drain, so the requests that finished during it are counted too.
           flushUsage();

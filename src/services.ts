@@ -3,6 +3,7 @@ import type { Environment } from "./domain/scopes.ts";
 import { DeviceProofVerifier } from "./http/device-proof.ts";
 import { IdempotencyStore } from "./http/idempotency.ts";
 import { RuntimeSigner } from "./http/signed-response.ts";
+import { MailOutbox } from "./mail/outbox.ts";
 import { RuntimeGate } from "./modules/activations/gate.ts";
 import { ActivationManagementService } from "./modules/activations/management-service.ts";
 import { ActivationService } from "./modules/activations/service.ts";
@@ -55,6 +56,7 @@ export function createServices(deps: Deps, options: ServiceOptions) {
   );
   const activations = new ActivationService(deps, trust, licenses, runtimeGate, idempotency, options.baseUrl);
   const sealedFiles = new SealedFileService(deps, products, plan, options.sealedFileEnvironments);
+  const mail = new MailOutbox(deps);
   return {
     deps,
     apiKeys: new ApiKeyService(deps),
@@ -90,6 +92,7 @@ export function createServices(deps: Deps, options: ServiceOptions) {
     ),
     sealedFiles,
     sealedFileKeys: new SealedFileKeyService(runtimeGate, sealedFiles, plan),
+    mail,
   };
 }
 

@@ -1,6 +1,7 @@
 export * from "./audit.ts";
 export * from "./catalog.ts";
 export * from "./licenses.ts";
+export * from "./mail.ts";
 export * from "./parties.ts";
 export * from "./runtime.ts";
 export * from "./sealed.ts";

@@ -1,0 +1,60 @@
+import type { Deps } from "../deps.ts";
+import type { Db } from "../store/db.ts";
+import { mailOutbox } from "../store/schema/index.ts";
+import type { MailTemplateName } from "./templates.ts";
+
+/** A transaction handle or the database itself. */
+type Writer = Pick<Db, "insert">;
+
+export interface MailRequest {
+  to: string;
+  template: MailTemplateName;
+  locale?: string;
+  data: Record<string, string>;
+}
+
+/** The payload's encryption context: binds the ciphertext to its row. */
+export const mailPayloadContext = (id: string): string => `mail_outbox:${id}`;
+
+/**
+ * Puts mail into the durable outbox. `enqueue` writes inside the caller's transaction, so the mail
+ * exists exactly when the change it reports was committed; the worker (worker.ts) sends it.
+ */
+export class MailOutbox {
+  private readonly listeners = new Set<() => void>();
+
+  constructor(private readonly deps: Pick<Deps, "clock" | "ids" | "secrets">) {}
+
+  /** Writes the row with the caller's writer and returns its id; the worker is nudged after the current task. */
+  enqueue(tx: Writer, mail: MailRequest): string {
+    const now = this.deps.clock.now();
+    const id = `mail_${this.deps.ids.ulid(now.getTime())}`;
+    tx.insert(mailOutbox)
+      .values({
+        id,
+        template: mail.template,
+        locale: mail.locale ?? "",
+        recipient: mail.to,
+        payload: this.deps.secrets.encrypt(JSON.stringify(mail.data), mailPayloadContext(id)),
+        status: "pending",
+        attempts: 0,
+        nextAttemptAt: now,
+        createdAt: now,
+      })
+      .run();
+    // A microtask runs after the caller's synchronous transaction has committed (or rolled back,
+    // in which case the worker simply finds nothing).
+    if (this.listeners.size > 0) queueMicrotask(() => this.notify());
+    return id;
+  }
+
+  /** The worker subscribes to send new mail at once instead of at its next poll. */
+  onEnqueue(listener: () => void): () => void {
+    this.listeners.add(listener);
+    return () => this.listeners.delete(listener);
+  }
+
+  private notify(): void {
+    for (const listener of this.listeners) listener();
+  }
+}

@@ -1,0 +1,138 @@
+import { and, asc, eq, lte } from "drizzle-orm";
+import type { Deps } from "../deps.ts";
+import type { Logger } from "../http/logger.ts";
+import { mailOutbox } from "../store/schema/index.ts";
+import { type MailOutbox, mailPayloadContext } from "./outbox.ts";
+import { isMailTemplateName, renderMail } from "./templates.ts";
+import type { MailTransport } from "./transport.ts";
+
+/** Seconds before the 1st, 2nd, ... retry; after the last, the mail is marked failed (about a day in all). */
+export const MAIL_RETRY_DELAYS_SEC = [10, 30, 60, 120, 300, 600, 1800, 3600, 7200, 14_400, 28_800, 43_200];
+const BATCH = 20;
+const POLL_MS = 2_000;
+
+export interface MailWorkerOptions {
+  from: string;
+  logger: Logger;
+  retryDelaysSec?: readonly number[];
+  pollMs?: number;
+}
+
+/**
+ * Sends what the outbox holds, oldest due first, one mail at a time. A failed send (SMTP down,
+ * refused, timed out) is retried with backoff; the row stays the source of truth throughout, so a
+ * restart picks up exactly where the last process stopped. A crash between sending and marking
+ * sent resends that one mail: the same Message-ID, which receivers can deduplicate.
+ */
+export class MailWorker {
+  private running: Promise<number> | null = null;
+  private again = false;
+  private readonly retryDelays: readonly number[];
+
+  constructor(
+    private readonly deps: Pick<Deps, "db" | "clock" | "secrets">,
+    private readonly transport: MailTransport,
+    private readonly options: MailWorkerOptions,
+  ) {
+    this.retryDelays = options.retryDelaysSec ?? MAIL_RETRY_DELAYS_SEC;
+  }
+
+  /** Sends every due mail; resolves with how many were sent. Calls made meanwhile join the run and trigger one more. */
+  runOnce(): Promise<number> {
+    if (this.running) {
+      this.again = true;
+      return this.running;
+    }
+    this.running = (async () => {
+      let sent = 0;
+      try {
+        do {
+          this.again = false;
+          sent += await this.sendDue();
+        } while (this.again);
+      } finally {
+        this.running = null;
+      }
+      return sent;
+    })();
+    return this.running;
+  }
+
+  /** Polls, and sends at once whenever the outbox gets a row. Returns a stop function that waits for the current send. */
+  start(outbox?: MailOutbox): () => Promise<void> {
+    const kick = () => {
+      this.runOnce().catch((error: Error) =>
+        this.options.logger.log("error", "mail worker failed", { error: error.message }),
+      );
+    };
+    const unsubscribe = outbox?.onEnqueue(kick) ?? (() => false);
+    const timer = setInterval(kick, this.options.pollMs ?? POLL_MS);
+    timer.unref?.();
+    kick();
+    return async () => {
+      unsubscribe();
+      clearInterval(timer);
+      // Bounded: an SMTP server that hangs must not hold up a shutdown; the row stays pending.
+      await Promise.race([this.running?.catch(() => 0), Bun.sleep(5_000)]);
+      this.transport.close();
+    };
+  }
+
+  private async sendDue(): Promise<number> {
+    const now = this.deps.clock.now();
+    const due = this.deps.db
+      .select()
+      .from(mailOutbox)
+      .where(and(eq(mailOutbox.status, "pending"), lte(mailOutbox.nextAttemptAt, now)))
+      .orderBy(asc(mailOutbox.nextAttemptAt), asc(mailOutbox.id))
+      .limit(BATCH)
+      .all();
+    let sent = 0;
+    for (const row of due) {
+      try {
+        if (!isMailTemplateName(row.template) || row.payload === null) throw new Error("unknown template");
+        const data = JSON.parse(this.deps.secrets.decrypt(row.payload, mailPayloadContext(row.id)));
+        const rendered = renderMail(row.template, row.locale, data);
+        await this.transport.send({ id: row.id, from: this.options.from, to: row.recipient, ...rendered });
+      } catch (error) {
+        this.failed(row.id, row.attempts + 1, error as Error);
+        continue;
+      }
+      this.deps.db
+        .update(mailOutbox)
+        .set({ status: "sent", payload: null, sentAt: this.deps.clock.now(), attempts: row.attempts + 1 })
+        .where(eq(mailOutbox.id, row.id))
+        .run();
+      this.options.logger.log("info", "mail sent", { mail_id: row.id, template: row.template });
+      sent++;
+    }
+    // A full batch means more may be due.
+    if (due.length === BATCH) this.again = true;
+    return sent;
+  }
+
+  private failed(id: string, attempts: number, error: Error): void {
+    const delay = this.retryDelays[attempts - 1];
+    // The message of an SMTP error names the server's reply, never our credentials; cut it short anyway.
+    const lastError = (error.message || error.name).slice(0, 300);
+    const now = this.deps.clock.now().getTime();
+    const giveUp = delay === undefined;
+    // ±10% jitter, so mail held back by one outage does not all return in the same second.
+    const jittered = giveUp ? 0 : delay * 1000 * (0.9 + Math.random() * 0.2);
+    this.deps.db
+      .update(mailOutbox)
+      .set(
+        giveUp
+          ? { status: "failed", payload: null, attempts, lastError }
+          : { attempts, lastError, nextAttemptAt: new Date(now + Math.round(jittered)) },
+      )
+      .where(eq(mailOutbox.id, id))
+      .run();
+    this.options.logger.log(giveUp ? "error" : "warn", giveUp ? "mail given up" : "mail send failed", {
+      mail_id: id,
+      attempts,
+      transport: this.transport.description,
+      error: lastError,
+    });
+  }
+}

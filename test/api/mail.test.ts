@@ -1,0 +1,189 @@
+import { afterEach, beforeEach, expect, test } from "bun:test";
+import { readdirSync, readFileSync } from "node:fs";
+import { join } from "node:path";
+import { eq } from "drizzle-orm";
+import { silentLogger } from "../../src/http/logger.ts";
+import { MailOutbox } from "../../src/mail/outbox.ts";
+import { renderMail, resolveLocale } from "../../src/mail/templates.ts";
+import { fileTransport, redactSmtpUrl, smtpTransport } from "../../src/mail/transport.ts";
+import { MailWorker } from "../../src/mail/worker.ts";
+import { mailOutbox } from "../../src/store/schema/index.ts";
+import { createTestContext, type TestContext } from "../support/harness.ts";
+import { startSmtpServer, type TestSmtpServer } from "../support/smtp.ts";
+
+let t: TestContext;
+let smtp: TestSmtpServer | undefined;
+beforeEach(() => {
+  t = createTestContext();
+});
+afterEach(async () => {
+  await smtp?.stop();
+  smtp = undefined;
+  t.close();
+});
+
+const codeMail = (to: string, code = "123456") => ({
+  to,
+  template: "email_verification_code" as const,
+  data: { code, product_name: "Acme Desktop", expires_minutes: "10" },
+});
+
+const row = (id: string) => t.deps.db.select().from(mailOutbox).where(eq(mailOutbox.id, id)).get();
+
+test("a mail enqueued in a transaction is sent over SMTP with its code, text and HTML parts and the configured From", async () => {
+  smtp = await startSmtpServer();
+  const outbox = new MailOutbox(t.deps);
+  const id = t.deps.db.transaction((tx) => outbox.enqueue(tx, codeMail("ada@example.com", "042917")));
+  const worker = new MailWorker(t.deps, smtpTransport(smtp.url), {
+    from: "Acme <no-reply@acme.test>",
+    logger: silentLogger,
+  });
+  expect(await worker.runOnce()).toBe(1);
+  const mail = await smtp.waitForMail("ada@example.com");
+  expect(mail.code).toBe("042917");
+  expect(mail.from).toBe("no-reply@acme.test");
+  expect(mail.raw).toContain("text/plain");
+  expect(mail.raw).toContain("text/html");
+  expect(mail.raw).toContain(`Message-ID: <${id}@licensing.invalid>`);
+  const sent = row(id);
+  expect(sent?.status).toBe("sent");
+  expect(sent?.payload).toBeNull();
+  expect(await worker.runOnce()).toBe(0);
+  expect(smtp.messages).toHaveLength(1);
+});
+
+test("a mail enqueued in a transaction that rolls back is never sent", async () => {
+  smtp = await startSmtpServer();
+  const outbox = new MailOutbox(t.deps);
+  expect(() =>
+    t.deps.db.transaction((tx) => {
+      outbox.enqueue(tx, codeMail("ada@example.com"));
+      throw new Error("the change failed");
+    }),
+  ).toThrow("the change failed");
+  const worker = new MailWorker(t.deps, smtpTransport(smtp.url), { from: "a@b.test", logger: silentLogger });
+  expect(await worker.runOnce()).toBe(0);
+  expect(t.deps.db.select().from(mailOutbox).all()).toHaveLength(0);
+});
+
+test("the template data, codes included, is encrypted in the store while the mail waits", () => {
+  const outbox = new MailOutbox(t.deps);
+  const id = outbox.enqueue(t.deps.db, codeMail("ada@example.com", "918273"));
+  const stored = row(id);
+  expect(stored?.payload).toStartWith("v1.");
+  expect(stored?.payload).not.toContain("918273");
+  expect(readFileSync(join(t.dir, "licensing.db")).includes("918273")).toBe(false);
+});
+
+test("an SMTP outage is retried with backoff and the mail goes out once the server is back", async () => {
+  smtp = await startSmtpServer();
+  smtp.setDown(true);
+  const outbox = new MailOutbox(t.deps);
+  const id = outbox.enqueue(t.deps.db, codeMail("ada@example.com", "555111"));
+  const worker = new MailWorker(t.deps, smtpTransport(smtp.url), {
+    from: "a@b.test",
+    logger: silentLogger,
+    retryDelaysSec: [10, 60],
+  });
+  expect(await worker.runOnce()).toBe(0);
+  let pending = row(id);
+  expect(pending?.status).toBe("pending");
+  expect(pending?.attempts).toBe(1);
+  expect(pending?.lastError).toContain("451");
+  // Not due yet: nothing is attempted before the backoff ends.
+  smtp.setDown(false);
+  expect(await worker.runOnce()).toBe(0);
+  t.clock.advance(12);
+  expect(await worker.runOnce()).toBe(1);
+  expect((await smtp.waitForMail("ada@example.com")).code).toBe("555111");
+  pending = row(id);
+  expect(pending?.status).toBe("sent");
+});
+
+test("a mail is given up after the last retry, and the code it held is cleared", async () => {
+  const outbox = new MailOutbox(t.deps);
+  const id = outbox.enqueue(t.deps.db, codeMail("ada@example.com"));
+  // Nothing listens on this port.
+  const worker = new MailWorker(t.deps, smtpTransport("smtp://127.0.0.1:1"), {
+    from: "a@b.test",
+    logger: silentLogger,
+    retryDelaysSec: [1],
+  });
+  await worker.runOnce();
+  t.clock.advance(2);
+  await worker.runOnce();
+  const failed = row(id);
+  expect(failed?.status).toBe("failed");
+  expect(failed?.attempts).toBe(2);
+  expect(failed?.payload).toBeNull();
+});
+
+test("without SMTP the default transport writes each mail as an .eml file under <data>/outbox", async () => {
+  const dir = join(t.dir, "outbox");
+  const outbox = new MailOutbox(t.deps);
+  const id = outbox.enqueue(t.deps.db, codeMail("ada@example.com", "314159"));
+  const worker = new MailWorker(t.deps, fileTransport(dir), {
+    from: "Acme <no-reply@acme.test>",
+    logger: silentLogger,
+  });
+  expect(await worker.runOnce()).toBe(1);
+  expect(readdirSync(dir)).toEqual([`${id}.eml`]);
+  const eml = readFileSync(join(dir, `${id}.eml`), "utf8");
+  expect(eml).toContain("To: ada@example.com");
+  expect(eml).toContain("From: Acme <no-reply@acme.test>");
+  expect(eml).toMatch(/^Subject: 314159 is your Acme Desktop verification code/m);
+  expect(eml).toContain("\r\n");
+});
+
+test("STARTTLS with authentication: the session is encrypted and logs in with the URL's credentials", async () => {
+  smtp = await startSmtpServer({ auth: { user: "mailer@acme.test", pass: "s3cret pa:ss/word" } });
+  const outbox = new MailOutbox(t.deps);
+  outbox.enqueue(t.deps.db, codeMail("ada@example.com", "777000"));
+  const worker = new MailWorker(t.deps, smtpTransport(smtp.url), { from: "a@b.test", logger: silentLogger });
+  expect(await worker.runOnce()).toBe(1);
+  const mail = await smtp.waitForMail("ada@example.com");
+  expect(mail.secure).toBe(true);
+  expect(mail.user).toBe("mailer@acme.test");
+});
+
+test("implicit TLS (smtps://) delivers over an encrypted session", async () => {
+  smtp = await startSmtpServer({ secure: true });
+  expect(smtp.url).toStartWith("smtps://");
+  const outbox = new MailOutbox(t.deps);
+  outbox.enqueue(t.deps.db, codeMail("ada@example.com", "101010"));
+  const worker = new MailWorker(t.deps, smtpTransport(smtp.url), { from: "a@b.test", logger: silentLogger });
+  expect(await worker.runOnce()).toBe(1);
+  expect((await smtp.waitForMail("ada@example.com")).secure).toBe(true);
+});
+
+test("a wrong SMTP password fails the send, is retried, and never appears in the log or the store", async () => {
+  smtp = await startSmtpServer({ auth: { user: "mailer", pass: "right-password" } });
+  const lines: string[] = [];
+  const url = smtp.url.replace("right-password", "wrong-password-XYZ");
+  const outbox = new MailOutbox(t.deps);
+  const id = outbox.enqueue(t.deps.db, codeMail("ada@example.com"));
+  const worker = new MailWorker(t.deps, smtpTransport(url), {
+    from: "a@b.test",
+    logger: { log: (_level, msg, fields) => lines.push(JSON.stringify({ msg, ...fields })) },
+  });
+  expect(await worker.runOnce()).toBe(0);
+  expect(row(id)?.status).toBe("pending");
+  expect(lines.join("\n")).toContain("mail send failed");
+  expect(lines.join("\n")).not.toContain("wrong-password-XYZ");
+  expect(readFileSync(join(t.dir, "licensing.db")).includes("wrong-password-XYZ")).toBe(false);
+  expect(redactSmtpUrl(url)).not.toContain("wrong-password-XYZ");
+});
+
+test("templates escape data in HTML, keep subjects on one line and fall back to English for unknown locales", () => {
+  const mail = renderMail("email_verification_code", "de-AT", {
+    code: "123456",
+    product_name: "<script>x</script>\r\nBcc: evil@example.com",
+  });
+  expect(mail.html).not.toContain("<script>");
+  expect(mail.html).toContain("&#60;script&#62;");
+  expect(mail.subject).not.toMatch(/[\r\n]/);
+  expect(mail.text).toContain("123456");
+  expect(resolveLocale("de-AT", "email_verification_code")).toBe("en");
+  expect(resolveLocale("EN_gb", "trial_verification_code")).toBe("en");
+  expect(resolveLocale(undefined, "trial_verification_code")).toBe("en");
+});
