@@ -146,10 +146,12 @@ export class ActivationService {
     }
   }
 
-  private activate(
+  /** `resolved`: a license the caller already holds (trial sign-up) instead of the body's `license_key`. */
+  activate(
     body: ActivationCreateBody,
     deviceKey: PublicKeyInfo,
     target: Target,
+    resolved?: LicenseRow,
   ): { activation_id: string; certificate: string; machine_info_digest: string } {
     {
       const now = this.deps.clock.now();
@@ -157,7 +159,7 @@ export class ActivationService {
       if (!product) throw ApiError.notFound("product");
       Object.assign(target, { environment: product.environment, productId: product.id });
       if (product.signingStatus !== "ready") this.trust.signingKey(product.id);
-      const license = this.licenses.findByKey(body.license_key);
+      const license = resolved ?? this.licenses.findByKey(body.license_key);
       if (!license || license.productId !== product.id) {
         throw new ApiError("LICENSE_KEY_INVALID", "No license with that key exists for this product.");
       }
