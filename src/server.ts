@@ -20,6 +20,7 @@ import { startSweeper } from "./jobs/sweeper.ts";
 import { createMailTransport, DEFAULT_MAIL_FROM } from "./mail/transport.ts";
 import { MailWorker } from "./mail/worker.ts";
 import { createServices } from "./services.ts";
+import { startCheckpointer } from "./store/checkpointer.ts";
 import { openStore, type Store } from "./store/db.ts";
 import { migrate } from "./store/migrate.ts";
 
@@ -121,6 +122,12 @@ function openMigratedStore(config: Config, logger: Logger): Store {
 export function startServer({ config, passphrase, logger }: StartOptions): RunningServer {
   const keystore = openKeystore(config.dataDir, passphrase);
   const store = openMigratedStore(config, logger);
+  const checkpointer = startCheckpointer(store.sqlite, dataPaths(config.dataDir).store);
+  void checkpointer.ready.then((running) =>
+    running
+      ? logger.log("info", "wal checkpoints run in the background")
+      : logger.log("warn", "background wal checkpoints unavailable; sqlite checkpoints inside commits"),
+  );
   let shuttingDown = false;
   let inFlight = 0;
   let server: Server<undefined> | undefined;
@@ -223,6 +230,7 @@ export function startServer({ config, passphrase, logger }: StartOptions): Runni
   } catch (error) {
     stopSweeper();
     void stopMail();
+    void checkpointer.stop();
     store.close();
     throw error;
   }
@@ -261,6 +269,7 @@ export function startServer({ config, passphrase, logger }: StartOptions): Runni
         } finally {
           // After the drain, so the requests that finished during it are counted too.
           flushUsage();
+          await checkpointer.stop();
           store.close();
           logger.log("info", "stopped");
           resolveClosed();

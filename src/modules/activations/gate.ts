@@ -51,6 +51,7 @@ export class RuntimeGate {
    * the read itself (DESIGN §7).
    */
   private readonly byId;
+  private readonly unitOfWork;
 
   constructor(
     private readonly deps: Deps,
@@ -64,6 +65,16 @@ export class RuntimeGate {
       license: deps.db.select().from(licenses).where(eq(licenses.id, id)).prepare(),
       policy: deps.db.select().from(policies).where(eq(policies.id, id)).prepare(),
     };
+    this.unitOfWork = deps.sqlite.transaction(
+      (work: () => unknown): { result: unknown } | { refusal: ApiError } => {
+        try {
+          return { result: work() };
+        } catch (error) {
+          if (error instanceof ApiError) return { refusal: error };
+          throw error;
+        }
+      },
+    );
   }
 
   /**
@@ -121,19 +132,12 @@ export class RuntimeGate {
     deviceThumbprint: string,
     now: Date,
   ): ErrorCode | null {
+    const blocked = this.blocks.blocksOn(license.environment, license.id, deviceThumbprint);
     return runtimeDenial(
       op,
       {
-        license: { ...license, blocked: this.blocks.isBlocked(license.environment, "license", license.id) },
-        activation: activation
-          ? {
-              status: activation.status,
-              deviceBlocked: this.blocks.isBlocked(license.environment, "device_key", deviceThumbprint),
-            }
-          : {
-              status: "active",
-              deviceBlocked: this.blocks.isBlocked(license.environment, "device_key", deviceThumbprint),
-            },
+        license: { ...license, blocked: blocked.license },
+        activation: { status: activation ? activation.status : "active", deviceBlocked: blocked.device },
       },
       now,
     );
@@ -157,10 +161,18 @@ export class RuntimeGate {
     return key;
   }
 
-  /** Runs one runtime operation and records it in runtime_events if it is refused. */
+  /**
+   * Runs one runtime operation as one transaction, and records it in runtime_events if it is
+   * refused. One commit per request instead of one per write (the nonce, the check-in): commits
+   * are the largest cost of a heartbeat after the signatures. A refusal commits too, because what
+   * was written before it is meant to last: the nonce that was spent, the displaced device that
+   * was culled. Writes that must not outlive a refusal use their own (nested) transaction.
+   */
   observe<T>(operation: RuntimeOperationName, target: Target, call: RuntimeCall, work: () => T): T {
     try {
-      return work();
+      const outcome = this.unitOfWork.immediate(work);
+      if ("refusal" in outcome) throw outcome.refusal;
+      return outcome.result as T;
     } catch (error) {
       if (error instanceof ApiError && target.environment) {
         this.events.record({

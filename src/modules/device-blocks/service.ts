@@ -22,15 +22,26 @@ export function presentDeviceBlock(row: DeviceBlockRow) {
 /** The vendor's device-risk policy: device keys and licenses refused at the runtime API (403). */
 export class DeviceBlockService {
   private readonly lookup;
+  private readonly lookupBoth;
 
   constructor(private readonly deps: Deps) {
     this.lookup = deps.sqlite.prepare<{ one: number }, [string, string, string]>(
       "SELECT 1 AS one FROM device_blocks WHERE environment = ? AND kind = ? AND target = ?",
     );
+    this.lookupBoth = deps.sqlite.prepare<{ kind: string }, [string, string, string]>(
+      `SELECT kind FROM device_blocks WHERE environment = ?1
+       AND ((kind = 'license' AND target = ?2) OR (kind = 'device_key' AND target = ?3))`,
+    );
   }
 
   isBlocked(environment: Environment, kind: "device_key" | "license", target: string): boolean {
     return this.lookup.get(environment, kind, target) !== null;
+  }
+
+  /** Both blocks a runtime call can meet, in one read (every runtime call asks for both). */
+  blocksOn(environment: Environment, licenseId: string, deviceThumbprint: string) {
+    const kinds = this.lookupBoth.all(environment, licenseId, deviceThumbprint).map((row) => row.kind);
+    return { license: kinds.includes("license"), device: kinds.includes("device_key") };
   }
 
   list(environment: Environment, page: PageRequest): DeviceBlockRow[] {

@@ -58,8 +58,17 @@ export class TrustService {
   private readonly onlineSigners = new Map<string, OnlineSigner>();
   private readonly bundles = new Map<string, SignedTrustBundle>();
   private readonly onlineMaster: Uint8Array;
-  /** Read on every signed response, so prepared once (not cached: the CLI may rotate meanwhile). */
+  /** Read on every signed response, so prepared once. */
   private readonly activeKey;
+  /**
+   * The active key row per product, remembered while no other connection has committed (SQLite's
+   * `data_version`), so a key rotated from the command line is used at once, and forgotten on
+   * every in-process write to signing keys. A heartbeat needs the row twice (certificate and
+   * response); this makes it one cheap pragma instead of two row reads.
+   */
+  private readonly activeKeys = new Map<string, typeof signingKeys.$inferSelect | undefined>();
+  private readonly dataVersion;
+  private seenDataVersion = -1;
 
   constructor(private readonly deps: Deps) {
     this.activeKey = deps.db
@@ -67,6 +76,7 @@ export class TrustService {
       .from(signingKeys)
       .where(and(eq(signingKeys.productId, sql.placeholder("productId")), eq(signingKeys.status, "active")))
       .prepare();
+    this.dataVersion = deps.sqlite.prepare<{ data_version: number }, []>("PRAGMA data_version");
     for (const environment of ["live", "test"] as const) {
       const privateKey = privateKeyFromPkcs8(deps.keystore.secret(`root-${environment}`));
       const publicKey = publicKeyText(createPublicKey(privateKey));
@@ -143,6 +153,7 @@ export class TrustService {
     const row = this.deps.db.select().from(signingKeys).where(eq(signingKeys.keyId, keyId)).get();
     if (!row) throw new Error(`no signing key ${keyId}`);
     const now = this.deps.clock.now();
+    this.activeKeys.clear();
     this.deps.db
       .update(signingKeys)
       .set({
@@ -298,7 +309,16 @@ export class TrustService {
   }
 
   private activeKeyRow(productId: string) {
-    return this.activeKey.get({ productId });
+    const version = this.dataVersion.get()?.data_version ?? -1;
+    if (version !== this.seenDataVersion) {
+      this.activeKeys.clear();
+      this.seenDataVersion = version;
+    }
+    if (this.activeKeys.has(productId)) return this.activeKeys.get(productId);
+    const row = this.activeKey.get({ productId });
+    // Remember only what exists: a missing key is the rare pending state, re-read until it is made.
+    if (row) this.activeKeys.set(productId, row);
+    return row;
   }
 
   /** Keystore first, then the store: a crash in between leaves an unused key, never a key-less row. */
@@ -331,6 +351,7 @@ export class TrustService {
         createdAt: now,
       })
       .run();
+    this.activeKeys.clear();
     this.signingKeyCache.set(keyId, privateKey);
     return keyId;
   }

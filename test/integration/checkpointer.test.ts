@@ -1,0 +1,74 @@
+import { afterEach, expect, test } from "bun:test";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { startCheckpointer } from "../../src/store/checkpointer.ts";
+import { openStore, type Store } from "../../src/store/db.ts";
+
+let dir: string;
+let store: Store;
+
+function freshStore(): string {
+  dir = mkdtempSync(join(tmpdir(), "licensing-checkpoint-"));
+  const path = join(dir, "licensing.db");
+  store = openStore(path);
+  store.sqlite.run("CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT NOT NULL)");
+  return path;
+}
+
+afterEach(() => {
+  store.close();
+  rmSync(dir, { recursive: true, force: true });
+});
+
+const autocheckpoint = () =>
+  store.sqlite.query<{ wal_autocheckpoint: number }, []>("PRAGMA wal_autocheckpoint").get()
+    ?.wal_autocheckpoint;
+
+test("the worker copies committed pages into the database file, off the writing connection", async () => {
+  const path = freshStore();
+  const results: { log: number; checkpointed: number }[] = [];
+  const checkpointer = startCheckpointer(store.sqlite, path, {
+    intervalMs: 20,
+    onCheckpoint: (result) => results.push(result),
+  });
+  expect(await checkpointer.ready).toBe(true);
+  const insert = store.sqlite.prepare("INSERT INTO t (v) VALUES (?)");
+  store.sqlite.transaction(() => {
+    for (let i = 0; i < 500; i++) insert.run("x".repeat(400));
+  })();
+  const deadline = Date.now() + 5_000;
+  while (!results.some((r) => r.checkpointed > 0 && r.checkpointed === r.log) && Date.now() < deadline)
+    await Bun.sleep(10);
+  // Everything written so far reached the database file without this connection checkpointing.
+  expect(results.some((r) => r.checkpointed > 0 && r.checkpointed === r.log)).toBe(true);
+  await checkpointer.stop();
+});
+
+test("while the worker runs the server connection checkpoints only past the safety net, and again normally after stop", async () => {
+  const path = freshStore();
+  expect(autocheckpoint()).toBe(1000);
+  const checkpointer = startCheckpointer(store.sqlite, path, { intervalMs: 1000 });
+  expect(await checkpointer.ready).toBe(true);
+  expect(autocheckpoint()).toBe(10_000);
+  await checkpointer.stop();
+  expect(autocheckpoint()).toBe(1000);
+});
+
+test("data written while checkpoints run is all there after a reopen", async () => {
+  const path = freshStore();
+  const checkpointer = startCheckpointer(store.sqlite, path, { intervalMs: 5 });
+  expect(await checkpointer.ready).toBe(true);
+  const insert = store.sqlite.prepare("INSERT INTO t (v) VALUES (?)");
+  for (let i = 0; i < 2_000; i++) {
+    insert.run(`row ${i}`);
+    if (i % 100 === 0) await Bun.sleep(1);
+  }
+  await checkpointer.stop();
+  store.close();
+  store = openStore(path);
+  const count = store.sqlite.query<{ n: number }, []>("SELECT count(*) AS n FROM t").get()?.n;
+  expect(count).toBe(2_000);
+  const integrity = store.sqlite.query<{ integrity_check: string }, []>("PRAGMA integrity_check").get();
+  expect(integrity?.integrity_check).toBe("ok");
+});
