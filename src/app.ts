@@ -3,11 +3,19 @@ import type { Deps } from "./deps.ts";
 import type { Environment } from "./domain/scopes.ts";
 import { scopeRegistry } from "./http/auth.ts";
 import { httpConventions } from "./http/conventions.ts";
+import { runtimeCors } from "./http/cors.ts";
 import { type Logger, silentLogger } from "./http/logger.ts";
 import type { Metrics } from "./http/metrics.ts";
-import { GcraLimiter, type RateLimitPolicy } from "./http/rate-limit.ts";
+import {
+  DEFAULT_RUNTIME_RATE_LIMITS,
+  GcraLimiter,
+  type RateLimitPolicy,
+  type RuntimeRateLimitSettings,
+} from "./http/rate-limit.ts";
+import { runtimeLimits } from "./http/runtime-limits.ts";
 import { managementActivationsController } from "./modules/activations/management.ts";
 import { runtimeActivationsController } from "./modules/activations/runtime.ts";
+import { billingIntegrationController, billingPublicController } from "./modules/billing/index.ts";
 import { customersController } from "./modules/customers/index.ts";
 import { deviceBlocksController } from "./modules/device-blocks/index.ts";
 import { docsController } from "./modules/docs/index.ts";
@@ -20,14 +28,18 @@ import { metricsController } from "./modules/metrics/index.ts";
 import { offlineController } from "./modules/offline/index.ts";
 import { planController } from "./modules/plan/index.ts";
 import { policiesController } from "./modules/policies/index.ts";
+import { browserRuntimeController } from "./modules/products/browser-runtime.ts";
 import { productsController } from "./modules/products/index.ts";
+import { trialSignupController } from "./modules/products/trial-signup.ts";
 import { reportsController } from "./modules/reports/index.ts";
 import { resellersController } from "./modules/resellers/index.ts";
 import { runtimeEventsController } from "./modules/runtime-events/index.ts";
 import { sealedFilesController } from "./modules/sealed-files/index.ts";
 import { sealedFileKeysController } from "./modules/sealed-files/runtime.ts";
+import { trialVerificationsController } from "./modules/trials/index.ts";
 import { runtimeTrustController } from "./modules/trust/index.ts";
 import { integrationConfigController } from "./modules/trust/management.ts";
+import { webhooksController } from "./modules/webhooks/index.ts";
 import { createServices, type Services } from "./services.ts";
 
 export interface AppOptions {
@@ -38,8 +50,14 @@ export interface AppOptions {
   logger?: Logger;
   readiness?: Readiness;
   managementRateLimit?: RateLimitPolicy;
+  /** Runtime burst windows; DEFAULT_RUNTIME_RATE_LIMITS when not given. */
+  runtimeRateLimits?: RuntimeRateLimitSettings;
+  /** Take the client address from the last X-Forwarded-For entry (behind a reverse proxy). */
+  trustForwardedFor?: boolean;
   /** Mounts GET /metrics behind this token; without it the route does not exist. */
   metrics?: { registry: Metrics; token: string };
+  /** Webhook URLs on loopback and private networks (and over http) are accepted. */
+  webhookAllowPrivateNetworks?: boolean;
 }
 
 export const DEFAULT_MANAGEMENT_RATE_LIMIT: RateLimitPolicy = { name: "mgmt", limit: 100, windowSec: 1 };
@@ -60,6 +78,8 @@ export function createApp(
     return openApiCache;
   };
   const app = new Elysia({ normalize: false })
+    // First: a preflight is answered before the conventions count, limit or authenticate anything.
+    .use(runtimeCors(services.browserOrigins))
     .use(
       httpConventions({
         clock: deps.clock,
@@ -68,6 +88,7 @@ export function createApp(
         logger: options.logger ?? silentLogger,
         managementLimiter: new GcraLimiter(options.managementRateLimit ?? DEFAULT_MANAGEMENT_RATE_LIMIT),
         managementQuota: services.managementQuota,
+        planGate: services.planGate,
         baseUrl: options.baseUrl,
         testClock: options.testClock ?? false,
         requiredScope: (method, route) => {
@@ -78,6 +99,17 @@ export function createApp(
           services.signer.signature(signedFor, requestId, status, error),
       }),
     )
+    // After the conventions (request id, error envelope), before any route.
+    .use(
+      runtimeLimits({
+        clock: deps.clock,
+        limits: options.runtimeRateLimits ?? DEFAULT_RUNTIME_RATE_LIMITS,
+        trustForwardedFor: options.trustForwardedFor ?? false,
+        planGate: services.planGate,
+        quota: services.runtimeQuota,
+        licenseOf: (activationId) => services.activationLicenses.licenseOf(activationId),
+      }),
+    )
     .use(healthController(options.readiness ?? { ready: () => true }))
     .use(
       options.metrics
@@ -86,14 +118,18 @@ export function createApp(
     )
     .use(docsController(openApiDocument))
     .use(productsController(services))
+    .use(browserRuntimeController(services))
     .use(policiesController(services))
     .use(customersController(services))
     .use(licensesController(services))
     .use(resellersController(services))
     .use(eventsController(services))
+    .use(webhooksController(services))
     .use(planController(services))
     .use(reportsController(services))
     .use(integrationConfigController(services))
+    .use(billingIntegrationController(services))
+    .use(billingPublicController(services))
     .use(managementActivationsController(services))
     .use(runtimeEventsController(services))
     .use(deviceBlocksController(services))
@@ -102,7 +138,9 @@ export function createApp(
     .use(leasesController(services))
     .use(offlineController(services))
     .use(sealedFilesController(services))
-    .use(sealedFileKeysController(services));
+    .use(sealedFileKeysController(services))
+    .use(trialSignupController(services))
+    .use(trialVerificationsController(services));
   root.app = app;
   return app;
 }

@@ -8,17 +8,24 @@ import { RuntimeGate } from "./modules/activations/gate.ts";
 import { ActivationManagementService } from "./modules/activations/management-service.ts";
 import { ActivationService } from "./modules/activations/service.ts";
 import { ApiKeyService } from "./modules/api-keys/service.ts";
+import { ClaimService } from "./modules/billing/claims.ts";
+import { BillingService } from "./modules/billing/service.ts";
+import { BillingWebhookService } from "./modules/billing/webhook.ts";
 import { CustomerService } from "./modules/customers/service.ts";
 import { DeviceBlockService } from "./modules/device-blocks/service.ts";
 import { AuditService } from "./modules/events/service.ts";
 import { LeaseService } from "./modules/leases/service.ts";
 import { LicenseService } from "./modules/licenses/service.ts";
 import { OfflinePackageService } from "./modules/offline/service.ts";
-import { ManagementQuota } from "./modules/plan/quota.ts";
+import { ActivationLicenses } from "./modules/plan/activation-licenses.ts";
+import { ManagementQuota, RuntimeQuota } from "./modules/plan/quota.ts";
 import { PlanReportService } from "./modules/plan/service.ts";
+import { PlanCache, PlanGate } from "./modules/plan/terms.ts";
 import { UsageMeter } from "./modules/plan/usage-meter.ts";
 import { PolicyService } from "./modules/policies/service.ts";
+import { BrowserOriginCache, BrowserRuntimeService } from "./modules/products/browser-runtime-service.ts";
 import { ProductService } from "./modules/products/service.ts";
+import { TrialSignupService } from "./modules/products/trial-signup-service.ts";
 import { UsageReportService } from "./modules/reports/service.ts";
 import { ResellerService } from "./modules/resellers/service.ts";
 import { RuntimeEventService } from "./modules/runtime-events/service.ts";
@@ -26,6 +33,9 @@ import { SealedFileKeyService } from "./modules/sealed-files/key-release.ts";
 import { SealedFileService } from "./modules/sealed-files/service.ts";
 import { IntegrationConfigService } from "./modules/trust/integration-config.ts";
 import { TrustService } from "./modules/trust/service.ts";
+import { TrialVerificationService } from "./modules/trials/service.ts";
+import { DeliveryLog } from "./modules/webhooks/deliveries.ts";
+import { WebhookService } from "./modules/webhooks/service.ts";
 import { WorkspaceService } from "./modules/workspace/service.ts";
 
 export interface ServiceOptions {
@@ -33,6 +43,8 @@ export interface ServiceOptions {
   baseUrl: string;
   /** Environments that offer sealed files (configuration); both when not given. */
   sealedFileEnvironments?: readonly Environment[];
+  /** LICENSING_WEBHOOK_ALLOW_PRIVATE_NETWORKS: webhook URLs on loopback and private networks (and http) allowed. */
+  webhookAllowPrivateNetworks?: boolean;
 }
 
 /** Every service, built once from the same deps. Constructing them prepares statements; nothing else. */
@@ -41,6 +53,7 @@ export function createServices(deps: Deps, options: ServiceOptions) {
   const plan = () => workspace.plan();
   const trust = new TrustService(deps);
   const products = new ProductService(deps, (productId) => trust.provision(productId));
+  const browserOrigins = new BrowserOriginCache(deps.sqlite, plan);
   const policies = new PolicyService(deps, products, plan);
   const customers = new CustomerService(deps);
   const licenses = new LicenseService(deps, products, policies, customers, plan);
@@ -48,6 +61,9 @@ export function createServices(deps: Deps, options: ServiceOptions) {
   const runtimeEvents = new RuntimeEventService(deps);
   const idempotency = new IdempotencyStore(deps.sqlite, deps.clock, deps.secrets);
   const usageMeter = new UsageMeter(deps.sqlite, deps.clock);
+  // Read by every request (402, monthly allowances): cached, not a store read each time.
+  const planCache = new PlanCache(workspace);
+  const cachedPlan = () => planCache.current().plan;
   const runtimeGate = new RuntimeGate(
     deps,
     deviceBlocks,
@@ -56,7 +72,11 @@ export function createServices(deps: Deps, options: ServiceOptions) {
   );
   const activations = new ActivationService(deps, trust, licenses, runtimeGate, idempotency, options.baseUrl);
   const sealedFiles = new SealedFileService(deps, products, plan, options.sealedFileEnvironments);
+  const trialSignups = new TrialSignupService(deps, products, policies, plan);
   const mail = new MailOutbox(deps);
+  const billing = new BillingService(deps, plan, options.baseUrl);
+  const billingClaims = new ClaimService(deps);
+  const webhooks = new WebhookService(deps, { allowPrivateNetworks: options.webhookAllowPrivateNetworks ?? false });
   return {
     deps,
     apiKeys: new ApiKeyService(deps),
@@ -72,8 +92,11 @@ export function createServices(deps: Deps, options: ServiceOptions) {
     licenses,
     resellers: new ResellerService(deps),
     usageMeter,
-    managementQuota: new ManagementQuota(usageMeter, plan),
-    planReport: new PlanReportService(deps, plan, usageMeter),
+    managementQuota: new ManagementQuota(usageMeter, cachedPlan),
+    runtimeQuota: new RuntimeQuota(usageMeter, cachedPlan),
+    planGate: new PlanGate(planCache),
+    activationLicenses: new ActivationLicenses(deps.sqlite),
+    planReport: new PlanReportService(deps, () => workspace.terms(), usageMeter),
     usageReport: new UsageReportService(deps),
     deviceBlocks,
     runtimeEvents,
@@ -92,7 +115,34 @@ export function createServices(deps: Deps, options: ServiceOptions) {
     ),
     sealedFiles,
     sealedFileKeys: new SealedFileKeyService(runtimeGate, sealedFiles, plan),
+    browserOrigins,
+    browserRuntime: new BrowserRuntimeService(deps, products, plan, browserOrigins),
+    trialSignups,
+    trials: new TrialVerificationService(
+      deps,
+      trialSignups,
+      licenses,
+      activations,
+      runtimeGate,
+      idempotency,
+      trust,
+      mail,
+    ),
     mail,
+    webhooks,
+    webhookDeliveries: new DeliveryLog(deps, webhooks),
+    billing,
+    billingClaims,
+    billingWebhooks: new BillingWebhookService(
+      deps,
+      billing,
+      billingClaims,
+      licenses,
+      customers,
+      products,
+      plan,
+      mail,
+    ),
   };
 }
 

@@ -1,0 +1,61 @@
+import type { Environment } from "../../domain/scopes.ts";
+
+/** Spec §8: `allowed_origins` holds at most 20 entries. */
+export const MAX_ALLOWED_ORIGINS = 20;
+
+export type OriginCheck = { origin: string } | { error: string };
+
+const SCHEME = /^([A-Za-z][A-Za-z0-9+.-]*):\/\//;
+// Whitespace and controls: URL parsing silently strips some of them, so what was stored would not
+// be what was sent.
+const INVISIBLE = /[\s\p{Cc}]/u;
+
+/**
+ * Checks one entry of `allowed_origins` (spec §4.3 rule 2) and returns its canonical form, the
+ * exact string a browser sends in `Origin`: scheme and host lower-cased, an internationalised host
+ * in punycode, the default port (443, or 80 for http) left out. Refused: `null`, wildcards,
+ * userinfo, any path (even a lone `/`), query or fragment, percent-encoding, schemes other than
+ * https, and http except for loopback hosts of test products.
+ */
+export function canonicalOrigin(raw: string, environment: Environment): OriginCheck {
+  if (raw.trim().toLowerCase() === "null") return { error: "null is not an allowed origin" };
+  if (INVISIBLE.test(raw)) return { error: "must not contain spaces or control characters" };
+  if (raw.includes("*")) return { error: "wildcards are not allowed; list each origin exactly" };
+  const scheme = SCHEME.exec(raw);
+  if (!scheme?.[1]) return { error: "must be an origin such as https://app.example.com" };
+  const protocol = scheme[1].toLowerCase();
+  const rest = raw.slice(scheme[0].length);
+  // Backslash ends the host too: URL treats it as a path separator for http(s).
+  const cut = rest.search(/[/\\?#]/);
+  const authority = cut < 0 ? rest : rest.slice(0, cut);
+  const tail = cut < 0 ? "" : rest.slice(cut);
+  if (authority.includes("@")) return { error: "must not contain userinfo (user:password@)" };
+  if (tail.startsWith("?")) return { error: "must not have a query" };
+  if (tail.startsWith("#")) return { error: "must not have a fragment" };
+  if (tail !== "") return { error: "must not have a path (not even a trailing /)" };
+  if (authority === "") return { error: "must name a host" };
+  if (authority.includes("%")) return { error: "must not be percent-encoded" };
+  if (protocol !== "https" && protocol !== "http") return { error: "must use https" };
+  let url: URL;
+  try {
+    url = new URL(`${protocol}://${authority}`);
+  } catch {
+    return { error: "is not a valid origin" };
+  }
+  if (protocol === "http") {
+    if (environment !== "test") {
+      return { error: "must use https (http is accepted only for loopback origins of test products)" };
+    }
+    if (!isLoopbackHost(url.hostname)) {
+      return { error: "http is accepted only for loopback hosts (localhost, 127.0.0.0/8, [::1])" };
+    }
+  }
+  return { origin: url.origin };
+}
+
+/** `hostname` as URL serialises it: IPv4 normalised to dotted quads, IPv6 in brackets. */
+export function isLoopbackHost(hostname: string): boolean {
+  return (
+    hostname === "localhost" || hostname === "[::1]" || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(hostname)
+  );
+}
