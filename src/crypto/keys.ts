@@ -21,10 +21,10 @@ const P256_PREFIX = "p256:";
 export const thumbprint = (publicKeyText: string): string => sha256Hex(publicKeyText);
 export const keyIdOf = (publicKeyText: string): string => `k_${thumbprint(publicKeyText).slice(0, 20)}`;
 
-/** Parses a contract key string; null for anything malformed or not on the curve. */
 /**
- * `vetted`: the key was accepted (and its point checked) when it was first stored, so the costly
- * subgroup check (~0.4 ms) is not repeated on every heartbeat of a cold device.
+ * Parses a contract key string; null for anything malformed, not on the curve or of small order.
+ * `vetted`: the key was accepted (and its point checked) when it was first stored, so the point
+ * is not decoded again in JavaScript on every heartbeat of a cold device.
  */
 export function parsePublicKey(text: string, options: { vetted?: boolean } = {}): PublicKeyInfo | null {
   if (typeof text !== "string" || text.length > 200) return null;
@@ -61,14 +61,19 @@ export function parsePublicKey(text: string, options: { vetted?: boolean } = {})
 }
 
 /**
- * A device key must be a proper point of the prime-order subgroup. A small-order key (the
- * identity, say) "verifies" a forged signature over any message with node:crypto, which would let
- * anyone sign as that device. Decoding also refuses non-canonical encodings.
+ * A device key must not be of small order: a small-order key (the identity, say) "verifies" a
+ * forged signature over any message with node:crypto, which would let anyone sign as that device.
+ * Decoding also refuses non-canonical encodings and points off the curve.
+ *
+ * A mixed-order key (a proper point plus a torsion component) is not refused: only its owner can
+ * sign for it, and only this server verifies device signatures, so cofactored and cofactorless
+ * verifiers cannot disagree about it. The full subgroup check costs ~0.5 ms of JavaScript per
+ * key, three times a whole activation's floor (docs/performance.md).
  */
 function isSafeEd25519Point(raw: Uint8Array): boolean {
   try {
     const point = ed25519.Point.fromBytes(raw);
-    return !point.isSmallOrder() && point.isTorsionFree();
+    return !point.isSmallOrder();
   } catch {
     return false;
   }

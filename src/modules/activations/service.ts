@@ -11,7 +11,9 @@ import type { IdempotencyStore, Outcome } from "../../http/idempotency.ts";
 import type { Db } from "../../store/db.ts";
 import { activations, leases, products } from "../../store/schema/index.ts";
 import type { LicenseRow, LicenseService } from "../licenses/service.ts";
+import { bindNamedUserActivation, redeemNamedUserToken } from "../email-verifications/tokens.ts";
 import type { TrustService } from "../trust/service.ts";
+import { enqueueActivationEvent } from "../webhooks/enqueue.ts";
 import { issueCertificate } from "./certificate.ts";
 import type { PolicyWithId, RuntimeCall, RuntimeGate, SignedResult, Target } from "./gate.ts";
 import { machineInfoCheck, machineInfoDigest } from "./machine.ts";
@@ -27,6 +29,7 @@ const HEARTBEAT_JITTER = 0.1;
  */
 export class ActivationService {
   private readonly countSlots;
+  private readonly activeCount;
   private readonly checkIn;
   private readonly activeOnLicense;
 
@@ -55,6 +58,9 @@ export class ActivationService {
     >(
       `UPDATE activations SET last_heartbeat_at = ?, last_seen_at = ?, certificate_expires_at = ?,
        app_version = coalesce(?, app_version), sdk_version = coalesce(?, sdk_version) WHERE id = ?`,
+    );
+    this.activeCount = deps.sqlite.prepare<{ active: number }, [string]>(
+      "SELECT active FROM activation_counts WHERE license_id = ?",
     );
     this.countSlots = deps.sqlite.prepare<{ n: number }, [string, number, number, number]>(
       `SELECT count(*) AS n FROM activations WHERE license_id = ? AND status = 'active'
@@ -176,13 +182,12 @@ export class ActivationService {
           "This license is used only through device-bound offline packages.",
         );
       }
-      if (policy.identity_mode === "named_user") {
-        // Named-user tokens come from email verification; none is accepted until that exists.
-        throw new ApiError(
-          "NAMED_USER_TOKEN_INVALID",
-          "This license needs a named_user_token from email verification.",
-        );
-      }
+      // Spec §4.2 rule 7: one email-verified token per activation, spent inside this call's
+      // transaction so a refused activation leaves it unspent.
+      const assignmentId =
+        policy.identity_mode === "named_user"
+          ? redeemNamedUserToken(this.deps, this.deps.db, body.named_user_token, license.id, deviceThumbprint, now)
+          : null;
       const digest = machineInfoDigest(body.machine_info);
       const activation = this.deps.db.transaction(
         (tx) => {
@@ -207,7 +212,7 @@ export class ActivationService {
             this.end(existing.id, "culled", now, tx);
           }
           const maxMachines = license.maxMachinesOverride ?? policy.max_machines;
-          if (this.slotsInUse(license.id, policy, now) >= maxMachines) {
+          if (this.slotsFull(license.id, policy, maxMachines, now)) {
             throw new ApiError("MACHINE_LIMIT_REACHED", "Every machine slot of this license is in use.", {
               max_machines: maxMachines,
             });
@@ -236,11 +241,13 @@ export class ActivationService {
             offlineUntil: null,
           };
           tx.insert(activations).values(row).run();
+          enqueueActivationEvent(this.deps, "activation.created", row.id);
           return row;
         },
         { behavior: "immediate" },
       );
       target.activationId = activation.id;
+      if (assignmentId) bindNamedUserActivation(this.deps.db, activation.id, assignmentId);
       const issued = issueCertificate(
         this.trust,
         this.issuer,
@@ -270,6 +277,7 @@ export class ActivationService {
         target,
       );
       this.gate.deny("heartbeat", license, activation, activation.deviceThumbprint, now, signedFor);
+      this.gate.denyUnassigned(policy, activation, signedFor);
       if (policy.perpetual_mode === "unmanaged" || policy.validation_mode === "offline") {
         throw new ApiError(
           "OFFLINE_ACTIVATION_REQUIRED",
@@ -377,6 +385,9 @@ export class ActivationService {
         .set({ status: "deactivated", deactivatedAt: now, deactivationReason: reason })
         .where(and(eq(activations.id, activationId), eq(activations.status, "active")))
         .run();
+      // A vendor's force-deactivation is announced by its audit event instead.
+      if (reason !== "vendor")
+        enqueueActivationEvent(this.deps, "activation.deactivated", activationId, { reason });
       tx.update(leases)
         .set({ status: "released", releasedAt: now })
         .where(and(eq(leases.activationId, activationId), eq(leases.status, "active")))
@@ -400,13 +411,23 @@ export class ActivationService {
     );
   }
 
+  /**
+   * Whether every machine slot is taken. Fewer active activations than slots (one row, kept by
+   * triggers) means room without counting who is fresh: only a full license pays for the count.
+   */
+  slotsFull(licenseId: string, policy: PolicyWithId, maxMachines: number, now: Date): boolean {
+    const active = this.activeCount.get(licenseId)?.active ?? 0;
+    if (active < maxMachines) return false;
+    return this.slotsInUse(licenseId, policy, now) >= maxMachines;
+  }
+
   /** A stale device coming back finds its slot taken when the fresh ones already fill the license. */
   private culled(activation: ActivationRow, license: LicenseRow, policy: PolicyWithId, now: Date): boolean {
     if (!policy.heartbeat_required) return false;
     if (activation.offlineUntil && activation.offlineUntil.getTime() > now.getTime()) return false;
     const lastSeen = (activation.lastHeartbeatAt ?? activation.activatedAt).getTime();
     if (lastSeen >= now.getTime() - (policy.heartbeat_sec + policy.network_grace_sec) * 1000) return false;
-    return this.slotsInUse(license.id, policy, now) >= (license.maxMachinesOverride ?? policy.max_machines);
+    return this.slotsFull(license.id, policy, license.maxMachinesOverride ?? policy.max_machines, now);
   }
 
   private subject(

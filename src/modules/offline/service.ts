@@ -293,7 +293,7 @@ export class OfflinePackageService {
       return { ...existing, ...changes };
     }
     const maxMachines = license.maxMachinesOverride ?? policy.max_machines;
-    if (this.activationService.slotsInUse(license.id, policy, now) >= maxMachines) {
+    if (this.activationService.slotsFull(license.id, policy, maxMachines, now)) {
       throw new ApiError("MACHINE_LIMIT_REACHED", "Every machine slot of this license is in use.", {
         max_machines: maxMachines,
       });

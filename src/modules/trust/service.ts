@@ -1,3 +1,4 @@
+import type { Database } from "bun:sqlite";
 import { createPublicKey, generateKeyPairSync, hkdfSync, type KeyObject, randomBytes } from "node:crypto";
 import { and, eq, sql } from "drizzle-orm";
 import { type OnlineSigner, PREFIX, signDelegation } from "../../crypto/envelope.ts";
@@ -52,6 +53,13 @@ interface RootKey {
  * signing keys sign certificates and delegations; online keys, derived per product and day from a
  * keystore secret, sign runtime responses. Bundles and delegations are made once and cached.
  */
+type SigningKeyRow = typeof signingKeys.$inferSelect;
+interface ActiveKeyMemo {
+  dataVersion: number;
+  rows: Map<string, SigningKeyRow>;
+}
+const activeKeyMemos = new WeakMap<Database, ActiveKeyMemo>();
+
 export class TrustService {
   private readonly roots = new Map<Environment, RootKey>();
   private readonly signingKeyCache = new Map<string, KeyObject>();
@@ -66,9 +74,8 @@ export class TrustService {
    * every in-process write to signing keys. A heartbeat needs the row twice (certificate and
    * response); this makes it one cheap pragma instead of two row reads.
    */
-  private readonly activeKeys = new Map<string, typeof signingKeys.$inferSelect | undefined>();
+  private readonly activeKeys: ActiveKeyMemo;
   private readonly dataVersion;
-  private seenDataVersion = -1;
 
   constructor(private readonly deps: Deps) {
     this.activeKey = deps.db
@@ -77,6 +84,13 @@ export class TrustService {
       .where(and(eq(signingKeys.productId, sql.placeholder("productId")), eq(signingKeys.status, "active")))
       .prepare();
     this.dataVersion = deps.sqlite.prepare<{ data_version: number }, []>("PRAGMA data_version");
+    // Shared by every TrustService on this connection: its writes are invisible to data_version.
+    let memo = activeKeyMemos.get(deps.sqlite);
+    if (!memo) {
+      memo = { dataVersion: -1, rows: new Map() };
+      activeKeyMemos.set(deps.sqlite, memo);
+    }
+    this.activeKeys = memo;
     for (const environment of ["live", "test"] as const) {
       const privateKey = privateKeyFromPkcs8(deps.keystore.secret(`root-${environment}`));
       const publicKey = publicKeyText(createPublicKey(privateKey));
@@ -153,7 +167,7 @@ export class TrustService {
     const row = this.deps.db.select().from(signingKeys).where(eq(signingKeys.keyId, keyId)).get();
     if (!row) throw new Error(`no signing key ${keyId}`);
     const now = this.deps.clock.now();
-    this.activeKeys.clear();
+    this.activeKeys.rows.clear();
     this.deps.db
       .update(signingKeys)
       .set({
@@ -309,15 +323,17 @@ export class TrustService {
   }
 
   private activeKeyRow(productId: string) {
+    const memo = this.activeKeys;
     const version = this.dataVersion.get()?.data_version ?? -1;
-    if (version !== this.seenDataVersion) {
-      this.activeKeys.clear();
-      this.seenDataVersion = version;
+    if (version !== memo.dataVersion) {
+      memo.rows.clear();
+      memo.dataVersion = version;
     }
-    if (this.activeKeys.has(productId)) return this.activeKeys.get(productId);
+    const remembered = memo.rows.get(productId);
+    if (remembered) return remembered;
     const row = this.activeKey.get({ productId });
     // Remember only what exists: a missing key is the rare pending state, re-read until it is made.
-    if (row) this.activeKeys.set(productId, row);
+    if (row) memo.rows.set(productId, row);
     return row;
   }
 
@@ -351,7 +367,7 @@ export class TrustService {
         createdAt: now,
       })
       .run();
-    this.activeKeys.clear();
+    this.activeKeys.rows.clear();
     this.signingKeyCache.set(keyId, privateKey);
     return keyId;
   }
