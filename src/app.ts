@@ -20,11 +20,13 @@ import { customersController } from "./modules/customers/index.ts";
 import { deviceBlocksController } from "./modules/device-blocks/index.ts";
 import { docsController } from "./modules/docs/index.ts";
 import { buildOpenApiDocument } from "./modules/docs/openapi.ts";
+import { emailVerificationsController } from "./modules/email-verifications/index.ts";
 import { eventsController } from "./modules/events/index.ts";
 import { healthController, type Readiness } from "./modules/health/index.ts";
 import { leasesController } from "./modules/leases/index.ts";
 import { licensesController } from "./modules/licenses/index.ts";
 import { metricsController } from "./modules/metrics/index.ts";
+import { namedUsersController } from "./modules/named-users/index.ts";
 import { offlineController } from "./modules/offline/index.ts";
 import { planController } from "./modules/plan/index.ts";
 import { policiesController } from "./modules/policies/index.ts";
@@ -79,7 +81,7 @@ export function createApp(
   };
   const app = new Elysia({ normalize: false })
     // First: a preflight is answered before the conventions count, limit or authenticate anything.
-    .use(runtimeCors(services.browserOrigins))
+    .use(runtimeCors(services.browserOrigins, () => deps.ids.next("request", deps.clock.now().getTime())))
     .use(
       httpConventions({
         clock: deps.clock,
@@ -131,10 +133,12 @@ export function createApp(
     .use(billingIntegrationController(services))
     .use(billingPublicController(services))
     .use(managementActivationsController(services))
+    .use(namedUsersController(services))
     .use(runtimeEventsController(services))
     .use(deviceBlocksController(services))
     .use(runtimeTrustController(services))
     .use(runtimeActivationsController(services))
+    .use(emailVerificationsController(services))
     .use(leasesController(services))
     .use(offlineController(services))
     .use(sealedFilesController(services))

@@ -34,7 +34,8 @@ const awaitingBody = new WeakMap<Request, string>();
  * is answered from the Origin alone (allowed when any enabled product lists it); the actual
  * response then gets `Access-Control-Allow-Origin` only when the named product lists the origin.
  */
-export function runtimeCors(origins: CorsOrigins) {
+/** `requestId` gives a preflight the X-Request-Id every response carries (the conventions never see it). */
+export function runtimeCors(origins: CorsOrigins, requestId: () => string) {
   const decideFromBody = (
     request: Request,
     body: unknown,
@@ -56,7 +57,7 @@ export function runtimeCors(origins: CorsOrigins) {
       const path = pathOf(request.url);
       if (!path.startsWith(RUNTIME_PREFIX)) return;
       const origin = request.headers.get("origin");
-      if (request.method === "OPTIONS") return preflight(request, path, origin, origins);
+      if (request.method === "OPTIONS") return preflight(request, path, origin, origins, requestId());
       set.headers.vary = "Origin";
       if (origin === null || !origins.allowedAnywhere(origin)) return;
       const trustProduct = TRUST_BUNDLE.exec(path)?.[1];
@@ -82,8 +83,14 @@ function allow(headers: Record<string, string | number>, origin: string): void {
 }
 
 /** Always 204; only an allowed origin gets the headers that let the browser go on. */
-function preflight(request: Request, path: string, origin: string | null, origins: CorsOrigins): Response {
-  const headers = new Headers({ vary: PREFLIGHT_VARY });
+function preflight(
+  request: Request,
+  path: string,
+  origin: string | null,
+  origins: CorsOrigins,
+  requestId: string,
+): Response {
+  const headers = new Headers({ vary: PREFLIGHT_VARY, "x-request-id": requestId });
   const trustProduct = TRUST_BUNDLE.exec(path)?.[1];
   const allowed =
     origin !== null &&
