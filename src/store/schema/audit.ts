@@ -4,6 +4,10 @@ import { timestamp } from "./columns.ts";
 export type Actor =
   | { type: "api_key"; id: string; name: string }
   | { type: "cli"; id: string }
+  /** A billing provider's webhook acting for a buyer (`id` is the provider, e.g. `stripe`). */
+  | { type: "billing"; id: string }
+  /** A device acting through the Runtime API, e.g. a trial sign-up (`id` is its signing-key thumbprint). */
+  | { type: "device"; id: string }
   | { type: "system" };
 
 export const auditEvents = sqliteTable(
