@@ -338,3 +338,47 @@ describe("the origin cache", () => {
     expect(response.headers.get("access-control-allow-origin")).toBeNull();
   });
 });
+
+describe("with the runtime rate limits", () => {
+  test("preflights use none of a window, and a 429 is readable by an allowed page", async () => {
+    const limited = createTestContext({ runtimeRateLimits: { ip: { limit: 3, windowSec: 60 } } });
+    try {
+      const product = await limited.call("POST", "/mgmt/v1/products", {
+        body: { name: "Web", code: "web", environment: "live" },
+        headers: limited.idem(),
+      });
+      const productId = product.body.data.public_id as string;
+      await limited.call("PATCH", `/mgmt/v1/products/${productId}/browser-runtime`, {
+        body: { enabled: true, allowed_origins: [APP] },
+      });
+      for (let i = 0; i < 10; i++) {
+        const response = await limited.call("OPTIONS", "/runtime/v1/time", {
+          key: null,
+          headers: { origin: APP, "access-control-request-method": "POST" },
+        });
+        expect(response.status).toBe(204);
+        expect(response.headers.get("access-control-allow-origin")).toBe(APP);
+      }
+      const time = () =>
+        limited.call("POST", "/runtime/v1/time", {
+          key: null,
+          body: { product_id: productId, nonce: "n".repeat(22) },
+          headers: { origin: APP },
+        });
+      for (let i = 0; i < 3; i++) expect((await time()).status).toBe(200);
+      const refused = await time();
+      expect(refused.status).toBe(429);
+      expect(refused.headers.get("access-control-allow-origin")).toBe(APP);
+      expect(refused.headers.get("retry-after")).not.toBeNull();
+      expect(refused.headers.get("access-control-expose-headers")).toContain("Retry-After");
+      const preflight = await limited.call("OPTIONS", "/runtime/v1/time", {
+        key: null,
+        headers: { origin: APP, "access-control-request-method": "POST" },
+      });
+      expect(preflight.status).toBe(204);
+      expect(preflight.headers.get("access-control-allow-origin")).toBe(APP);
+    } finally {
+      limited.close();
+    }
+  });
+});
