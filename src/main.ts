@@ -1,5 +1,6 @@
 import pkg from "../package.json" with { type: "json" };
 import { backupCommands } from "./cli/backup.ts";
+import { billingCommands } from "./cli/billing.ts";
 import { initCommand } from "./cli/init.ts";
 import { keysCommands } from "./cli/keys.ts";
 import { offlineCommands } from "./cli/offline.ts";
@@ -21,12 +22,14 @@ const COMMANDS: readonly Command[] = [
   sealCommand,
   ...offlineCommands,
   ...backupCommands,
+  ...billingCommands,
 ];
 const GROUPS: Record<string, string> = {
   keys: "Create, list and revoke management API keys.",
   plan: "Show or change the workspace plan.",
   "signing-keys": "List, rotate and retire a product's signing keys.",
   offline: "Issue offline packages from the data directory, without a server (air-gapped).",
+  billing: "Connect a billing provider (Stripe) and map its prices to licenses.",
 };
 
 const TOP_USAGE = `licensing ${pkg.version}: self-hosted software-licensing service

@@ -13,9 +13,12 @@ import { BillingService } from "./modules/billing/service.ts";
 import { BillingWebhookService } from "./modules/billing/webhook.ts";
 import { CustomerService } from "./modules/customers/service.ts";
 import { DeviceBlockService } from "./modules/device-blocks/service.ts";
+import { EmailVerificationService } from "./modules/email-verifications/service.ts";
 import { AuditService } from "./modules/events/service.ts";
 import { LeaseService } from "./modules/leases/service.ts";
 import { LicenseService } from "./modules/licenses/service.ts";
+import { NamedUserService } from "./modules/named-users/service.ts";
+import { TwoFactorService } from "./modules/named-users/two-factor.ts";
 import { OfflinePackageService } from "./modules/offline/service.ts";
 import { ActivationLicenses } from "./modules/plan/activation-licenses.ts";
 import { ManagementQuota, RuntimeQuota } from "./modules/plan/quota.ts";
@@ -31,9 +34,9 @@ import { ResellerService } from "./modules/resellers/service.ts";
 import { RuntimeEventService } from "./modules/runtime-events/service.ts";
 import { SealedFileKeyService } from "./modules/sealed-files/key-release.ts";
 import { SealedFileService } from "./modules/sealed-files/service.ts";
+import { TrialVerificationService } from "./modules/trials/service.ts";
 import { IntegrationConfigService } from "./modules/trust/integration-config.ts";
 import { TrustService } from "./modules/trust/service.ts";
-import { TrialVerificationService } from "./modules/trials/service.ts";
 import { DeliveryLog } from "./modules/webhooks/deliveries.ts";
 import { WebhookService } from "./modules/webhooks/service.ts";
 import { WorkspaceService } from "./modules/workspace/service.ts";
@@ -74,9 +77,13 @@ export function createServices(deps: Deps, options: ServiceOptions) {
   const sealedFiles = new SealedFileService(deps, products, plan, options.sealedFileEnvironments);
   const trialSignups = new TrialSignupService(deps, products, policies, plan);
   const mail = new MailOutbox(deps);
+  const namedUsers = new NamedUserService(deps);
+  const twoFactor = new TwoFactorService(deps, namedUsers);
   const billing = new BillingService(deps, plan, options.baseUrl);
   const billingClaims = new ClaimService(deps);
-  const webhooks = new WebhookService(deps, { allowPrivateNetworks: options.webhookAllowPrivateNetworks ?? false });
+  const webhooks = new WebhookService(deps, {
+    allowPrivateNetworks: options.webhookAllowPrivateNetworks ?? false,
+  });
   return {
     deps,
     apiKeys: new ApiKeyService(deps),
@@ -129,6 +136,9 @@ export function createServices(deps: Deps, options: ServiceOptions) {
       mail,
     ),
     mail,
+    namedUsers,
+    twoFactor,
+    emailVerifications: new EmailVerificationService(deps, licenses, namedUsers, twoFactor, mail, plan),
     webhooks,
     webhookDeliveries: new DeliveryLog(deps, webhooks),
     billing,

@@ -4,6 +4,11 @@
  */
 export const ERROR_CODES = {
   INVALID_REQUEST: { status: 400, retryable: false, title: "The request is malformed" },
+  BILLING_SIGNATURE_INVALID: {
+    status: 400,
+    retryable: false,
+    title: "The billing provider's webhook signature is missing, wrong or too old",
+  },
   UNAUTHENTICATED: { status: 401, retryable: false, title: "Missing or invalid API key" },
   DEVICE_PROOF_INVALID: { status: 401, retryable: false, title: "Device proof missing, invalid or replayed" },
   CLOCK_SKEW: { status: 401, retryable: false, title: "Device clock differs from the server clock" },
@@ -96,6 +101,11 @@ export const ERROR_CODES = {
   },
   ACTIVATION_DEACTIVATED: { status: 410, retryable: false, title: "The activation was deactivated" },
   LEASE_RELEASED: { status: 410, retryable: false, title: "The lease was released" },
+  LICENSE_CLAIM_UNAVAILABLE: {
+    status: 410,
+    retryable: false,
+    title: "The license claim is unknown, expired or already used",
+  },
   PAYLOAD_TOO_LARGE: { status: 413, retryable: false, title: "The request body is over the route's limit" },
   VALIDATION_FAILED: { status: 422, retryable: false, title: "Invalid values; see details.errors" },
   INVALID_TRANSITION: { status: 422, retryable: false, title: "The resource cannot move to that state" },

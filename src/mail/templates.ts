@@ -4,11 +4,12 @@
  * English, as does a locale nobody has written.
  */
 
-export type MailTemplateName = "email_verification_code" | "trial_verification_code";
+export type MailTemplateName = "email_verification_code" | "trial_verification_code" | "license_delivery";
 
 export const MAIL_TEMPLATE_NAMES: readonly MailTemplateName[] = [
   "email_verification_code",
   "trial_verification_code",
+  "license_delivery",
 ];
 
 export interface RenderedMail {
@@ -80,6 +81,30 @@ const en: Record<MailTemplateName, Template> = {
       "If you did not ask for a trial, you can ignore this message.",
     ]);
     return { subject: `${code} is your ${product} trial code`, text, html };
+  },
+  // Billing: either a single-use claim link (secure claims) or the key itself.
+  license_delivery: (data, h) => {
+    const product = field(data, "product_name");
+    const claimUrl = data.claim_url;
+    const key = field(data, "license_key");
+    const expires = data.expires_at ? `It is valid until ${data.expires_at}.` : "It does not expire.";
+    const text = [
+      `Thank you for buying ${product}.`,
+      "",
+      ...(claimUrl
+        ? ["Open this link to see your license key. It shows the key once and works for 30 days:", claimUrl]
+        : ["Your license key is:", key]),
+      "",
+      expires,
+    ].join("\n");
+    const html = layout(`Your ${h(product)} license`, [
+      `Thank you for buying <strong>${h(product)}</strong>.`,
+      claimUrl
+        ? `<a href="${h(claimUrl)}">Show my license key</a> (shown once; the link works for 30 days).`
+        : `Your license key is: <span style="font-family: monospace">${h(key)}</span>`,
+      h(expires),
+    ]);
+    return { subject: `Your ${product} license`, text, html };
   },
 };
 

@@ -1,8 +1,17 @@
 import type { Scope } from "../../src/domain/scopes.ts";
 import { factories } from "../support/factories.ts";
 import type { TestContext } from "../support/harness.ts";
+import { seedWebhook } from "../support/webhooks.ts";
 
-export type Resource = "product" | "policy" | "customer" | "license" | "reseller" | "activation" | "block";
+export type Resource =
+  | "product"
+  | "policy"
+  | "customer"
+  | "license"
+  | "reseller"
+  | "activation"
+  | "block"
+  | "webhook";
 
 export interface RouteCase {
   method: "GET" | "POST" | "PATCH" | "DELETE";
@@ -158,6 +167,43 @@ export const MANAGEMENT_ROUTES: RouteCase[] = [
     body: () => ({ name: "R2" }),
   },
   { method: "GET", path: "/mgmt/v1/events", scope: "events:read" },
+  { method: "GET", path: "/mgmt/v1/webhooks", scope: "webhooks:read" },
+  {
+    method: "POST",
+    path: "/mgmt/v1/webhooks",
+    scope: "webhooks:write",
+    idempotency: "optional",
+    body: () => ({ url: "https://receiver.example.com/hook", events: ["*"] }),
+  },
+  { method: "GET", path: "/mgmt/v1/webhooks/:id", scope: "webhooks:read", resource: "webhook" },
+  {
+    method: "PATCH",
+    path: "/mgmt/v1/webhooks/:id",
+    scope: "webhooks:write",
+    resource: "webhook",
+    body: () => ({ name: "Renamed" }),
+  },
+  { method: "DELETE", path: "/mgmt/v1/webhooks/:id", scope: "webhooks:write", resource: "webhook" },
+  {
+    method: "POST",
+    path: "/mgmt/v1/webhooks/:id/rotate-secret",
+    scope: "webhooks:write",
+    resource: "webhook",
+    body: () => ({ overlap_sec: 60 }),
+  },
+  { method: "GET", path: "/mgmt/v1/webhooks/:id/deliveries", scope: "webhooks:read", resource: "webhook" },
+  {
+    method: "GET",
+    path: "/mgmt/v1/webhooks/:id/deliveries/:delivery_id",
+    scope: "webhooks:read",
+    resource: "webhook",
+  },
+  {
+    method: "POST",
+    path: "/mgmt/v1/webhooks/:id/deliveries/:delivery_id/replay",
+    scope: "webhooks:write",
+    resource: "webhook",
+  },
   {
     method: "GET",
     path: "/mgmt/v1/products/:id/integration-config",
@@ -165,6 +211,7 @@ export const MANAGEMENT_ROUTES: RouteCase[] = [
     resource: "product",
     environmentScoped: true,
   },
+  { method: "GET", path: "/mgmt/v1/billing-integration", scope: "products:read" },
   {
     method: "GET",
     path: "/mgmt/v1/licenses/:id/activations",
@@ -286,6 +333,7 @@ export function seedResources(t: TestContext): { live: Ids; test: Ids } {
     const reseller = f.reseller();
     const activation = f.activation({ productId: product.id, licenseId: trial.row.id, environment });
     const block = f.deviceBlock({ environment, target: trial.row.id });
+    const webhook = seedWebhook(t);
     return {
       product: product.id,
       policy: policy.id,
@@ -294,6 +342,7 @@ export function seedResources(t: TestContext): { live: Ids; test: Ids } {
       reseller: reseller.id,
       activation: activation.id,
       block: block.id,
+      webhook,
       productId: product.id,
       policyId: policy.id,
       trialPolicyId: trialPolicy.id,

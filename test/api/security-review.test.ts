@@ -2,10 +2,12 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { Elysia } from "elysia";
+import Stripe from "stripe";
 import { createApp } from "../../src/app.ts";
 import { resolveConfig } from "../../src/config.ts";
 import { scopeRegistry } from "../../src/http/auth.ts";
 import { jsonLogger } from "../../src/http/logger.ts";
+import { BillingService } from "../../src/modules/billing/service.ts";
 import { type RunningServer, startServer } from "../../src/server.ts";
 import { TestDevice } from "../support/device.ts";
 import { BASE_URL, createTestContext, type TestContext } from "../support/harness.ts";
@@ -150,6 +152,62 @@ describe("the database file", () => {
         expect({ name, found: bytes.includes(secret) }).toEqual({ name, found: false });
       // The data key as raw bytes, too.
       expect(bytes.includes(dataKey)).toBe(false);
+    }
+  });
+
+  test("holds the billing API key, webhook signing secret and claim tokens only encrypted", async () => {
+    const apiKey = `rk_live_${"K".repeat(40)}`;
+    const webhookSecret = `whsec_${"S".repeat(40)}`;
+    const billing = new BillingService(t.deps, () => t.workspace.plan(), BASE_URL);
+    billing.configure(
+      { provider: "stripe", apiKey, webhookSecret, secureClaims: true },
+      { type: "cli", id: "t" },
+    );
+    const fixture = await runtimeFixture(t);
+    billing.addOffering(
+      { priceId: "price_dbgrep", productId: fixture.productId, policyId: fixture.policyId },
+      { type: "cli", id: "t" },
+    );
+    const payload = JSON.stringify({
+      id: "evt_dbgrep",
+      type: "checkout.session.completed",
+      livemode: true,
+      data: {
+        object: {
+          id: "cs_dbgrep",
+          mode: "payment",
+          payment_status: "paid",
+          customer_details: { email: "grep@example.com" },
+          metadata: { licensing_price_id: "price_dbgrep" },
+        },
+      },
+    });
+    const signature = await new Stripe("sk_test_x").webhooks.generateTestHeaderStringAsync({
+      payload,
+      secret: webhookSecret,
+      timestamp: Math.floor(t.clock.now().getTime() / 1000),
+    });
+    const delivered = await t.call("POST", "/billing/v1/stripe/webhook", {
+      key: null,
+      rawBody: payload,
+      headers: { "content-type": "application/json", "stripe-signature": signature },
+    });
+    expect(delivered.body.data.result).toBe("succeeded");
+    const mail = t.deps.sqlite
+      .query<{ id: string; payload: string }, []>(
+        "SELECT id, payload FROM mail_outbox WHERE recipient = 'grep@example.com'",
+      )
+      .get();
+    const claimUrl: string = JSON.parse(
+      t.deps.secrets.decrypt(mail?.payload ?? "", `mail_outbox:${mail?.id}`),
+    ).claim_url;
+    const token = claimUrl.split("#")[1] ?? "";
+    expect(token.length).toBeGreaterThan(40);
+    const files = readdirSync(t.dir).filter((name) => name.startsWith("licensing.db"));
+    for (const name of files) {
+      const bytes = readFileSync(join(t.dir, name));
+      for (const secret of [apiKey, webhookSecret, webhookSecret.slice(6), token, claimUrl])
+        expect({ name, found: bytes.includes(secret) }).toEqual({ name, found: false });
     }
   });
 

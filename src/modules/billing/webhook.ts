@@ -1,0 +1,505 @@
+import { eq, sql } from "drizzle-orm";
+import type { ChangeContext, Deps } from "../../deps.ts";
+import { unixSeconds } from "../../domain/clock.ts";
+import { licenseStatus } from "../../domain/license-state.ts";
+import { hasFeature, type PlanDefinition } from "../../domain/plans.ts";
+import type { Environment } from "../../domain/scopes.ts";
+import { ApiError } from "../../http/errors.ts";
+import type { MailOutbox } from "../../mail/outbox.ts";
+import type { Db } from "../../store/db.ts";
+import {
+  billingCheckouts,
+  billingEvents,
+  billingIntegrations,
+  billingSubscriptions,
+  customers,
+  licenses,
+} from "../../store/schema/index.ts";
+import type { CustomerService } from "../customers/service.ts";
+import { recordAudit } from "../events/service.ts";
+import type { LicenseRow, LicenseService } from "../licenses/service.ts";
+import type { ProductService } from "../products/service.ts";
+import type { ClaimService } from "./claims.ts";
+import { type BillingService, type IntegrationRow, type OfferingRow, planLacksBilling } from "./service.ts";
+import {
+  checkoutBuyer,
+  checkoutPriceIds,
+  idOf,
+  invoicePeriodEnd,
+  invoiceSubscriptionId,
+  isObject,
+  type Json,
+  linePriceId,
+  type ProviderEvent,
+  parseSignatureHeader,
+  readEvent,
+  type SignatureFailure,
+  signatureMatches,
+  str,
+  subscriptionEnd,
+  withinTolerance,
+} from "./stripe.ts";
+
+/** A renewal may arrive a little after the period it pays for begins; the license waits this long. */
+export const RENEWAL_GRACE_SEC = 86_400;
+const FETCH_TIMEOUT_MS = 10_000;
+const PAID = new Set(["paid", "no_payment_required"]);
+
+type Result = "succeeded" | "ignored" | "failed";
+interface Outcome {
+  result: Result;
+  reason: string | null;
+  licenseId?: string | null;
+}
+export interface Receipt {
+  event_id: string;
+  result: Result;
+  replayed: boolean;
+}
+
+type SubscriptionRow = typeof billingSubscriptions.$inferSelect;
+
+const signatureInvalid = (reason: SignatureFailure) =>
+  new ApiError(
+    "BILLING_SIGNATURE_INVALID",
+    reason === "missing"
+      ? "Send the provider's Stripe-Signature header."
+      : reason === "expired"
+        ? "The signature's timestamp is more than 300 seconds from the server clock."
+        : "The Stripe-Signature header does not verify.",
+    { reason },
+  );
+
+const done = (result: Result, reason: string | null = null, licenseId: string | null = null): Outcome => ({
+  result,
+  reason,
+  licenseId,
+});
+
+/**
+ * Turns verified provider events into licenses: a checkout creates one, a paid invoice extends it,
+ * a cancelled subscription ends it. Each event is applied once: its id is recorded in the same
+ * transaction as its changes.
+ */
+export class BillingWebhookService {
+  constructor(
+    private readonly deps: Pick<Deps, "db" | "clock" | "ids" | "secrets">,
+    private readonly billing: BillingService,
+    private readonly claims: ClaimService,
+    private readonly licenses: LicenseService,
+    private readonly customers: CustomerService,
+    private readonly products: ProductService,
+    private readonly plan: () => PlanDefinition,
+    private readonly mail: MailOutbox | undefined,
+  ) {}
+
+  async receive(input: {
+    rawBody: Uint8Array | undefined;
+    signature: string | null;
+    body: unknown;
+    requestId: string | null;
+  }): Promise<Receipt> {
+    const environment = this.verify(input.rawBody, input.signature);
+    if (!hasFeature(this.plan(), "billing_integration")) throw planLacksBilling();
+    const event = readEvent(input.body);
+    if (!event)
+      throw new ApiError(
+        "INVALID_REQUEST",
+        "The body is not a provider event (id, type, livemode, data.object).",
+      );
+    if (event.livemode !== (environment === "live")) {
+      throw new ApiError(
+        "INVALID_REQUEST",
+        `A ${event.livemode ? "live" : "test"}-mode event was signed with the ${environment} secret.`,
+        {
+          reason: "mode_mismatch",
+        },
+      );
+    }
+    const seen = this.eventRow(event.id);
+    if (seen && seen.result !== "failed") return { event_id: event.id, result: seen.result, replayed: true };
+
+    const integration = this.billing.integration(environment) as IntegrationRow;
+    let prices: string[] = [];
+    if (isCheckout(event)) {
+      try {
+        prices = await this.checkoutPrices(integration, event.object);
+      } catch (error) {
+        // Not recorded as processed: the provider retries and the next attempt may reach the API.
+        this.deps.db.transaction((tx) =>
+          this.recordLast(tx, environment, event, done("failed", "provider_unreachable")),
+        );
+        throw new ApiError(
+          "SERVICE_UNAVAILABLE",
+          "The billing provider's API could not be reached to read the checkout's line items.",
+          {
+            reason: (error as Error).message,
+          },
+        );
+      }
+    }
+    const ctx: ChangeContext = {
+      actor: { type: "billing", id: "stripe" },
+      environment,
+      requestId: input.requestId,
+    };
+    let outcome: Outcome & { replayed?: boolean };
+    try {
+      outcome = this.deps.db.transaction((tx) => {
+        // Checked again inside the transaction: a concurrent delivery may have won meanwhile.
+        const again = this.eventRow(event.id);
+        if (again && again.result !== "failed") return { ...done(again.result), replayed: true };
+        const applied = this.apply(tx, event, prices, ctx, integration);
+        this.record(tx, environment, event, applied);
+        return applied;
+      });
+    } catch (error) {
+      if (!(error instanceof ApiError)) throw error;
+      // Our side refused (quota, archived product, retired policy): nothing was changed. The event
+      // is recorded as failed, so the provider stops retrying and a later resend is tried again.
+      outcome = done("failed", error.code);
+      this.deps.db.transaction((tx) => this.record(tx, environment, event, outcome));
+    }
+    return { event_id: event.id, result: outcome.result, replayed: outcome.replayed === true };
+  }
+
+  /** The environment whose secret signed the body; every secret is tried so timing says nothing. */
+  private verify(rawBody: Uint8Array | undefined, header: string | null): Environment {
+    const secrets = this.billing.webhookSecrets();
+    if (secrets.length === 0) throw new ApiError("NOT_FOUND", "No billing integration is configured.");
+    const parsed = parseSignatureHeader(header);
+    if (typeof parsed === "string") throw signatureInvalid(parsed);
+    const body = rawBody ?? new Uint8Array(0);
+    let environment: Environment | undefined;
+    for (const candidate of secrets) {
+      if (signatureMatches(candidate.secret, parsed, body)) environment ??= candidate.environment;
+    }
+    if (!environment) throw signatureInvalid("mismatch");
+    if (!withinTolerance(parsed.timestamp, unixSeconds(this.deps.clock.now())))
+      throw signatureInvalid("expired");
+    return environment;
+  }
+
+  private apply(
+    tx: Db,
+    event: ProviderEvent,
+    prices: string[],
+    ctx: ChangeContext,
+    integration: IntegrationRow,
+  ): Outcome {
+    switch (event.type) {
+      case "checkout.session.completed":
+      case "checkout.session.async_payment_succeeded":
+        return this.checkout(tx, event.object, prices, ctx, integration);
+      case "invoice.paid":
+      case "invoice.payment_succeeded":
+        return this.invoicePaid(tx, event, ctx);
+      case "customer.subscription.updated":
+      case "customer.subscription.deleted":
+        return this.subscriptionChanged(tx, event, ctx);
+      default:
+        return done("ignored", "unhandled_type");
+    }
+  }
+
+  private async checkoutPrices(integration: IntegrationRow, session: Json): Promise<string[]> {
+    const carried = checkoutPriceIds(session);
+    const id = str(session.id);
+    if (carried.length > 0 || !id || session.mode === "setup") return carried;
+    const apiKey = this.billing.apiKey(integration);
+    if (!apiKey) return [];
+    const url = `${integration.apiBaseUrl}/v1/checkout/sessions/${encodeURIComponent(id)}/line_items?limit=100`;
+    const response = await fetch(url, {
+      headers: { authorization: `Bearer ${apiKey}` },
+      redirect: "error",
+      signal: AbortSignal.timeout(FETCH_TIMEOUT_MS),
+    });
+    if (!response.ok) throw new Error(`line items: HTTP ${response.status}`);
+    const listed: unknown = await response.json();
+    const lines = isObject(listed) && Array.isArray(listed.data) ? listed.data.filter(isObject) : [];
+    return lines.map(linePriceId).filter((price): price is string => price !== undefined);
+  }
+
+  private checkout(
+    tx: Db,
+    session: Json,
+    prices: string[],
+    ctx: ChangeContext,
+    integration: IntegrationRow,
+  ): Outcome {
+    const checkoutId = str(session.id);
+    if (!checkoutId) return done("failed", "malformed_event");
+    if (session.mode === "setup") return done("ignored", "setup_mode");
+    if (!PAID.has(String(session.payment_status))) return done("ignored", "payment_pending");
+    const fulfilled = tx
+      .select()
+      .from(billingCheckouts)
+      .where(eq(billingCheckouts.checkoutId, checkoutId))
+      .get();
+    if (fulfilled) return done("ignored", "already_fulfilled", fulfilled.licenseId);
+    const offering = prices
+      .map((price) => this.billing.activeOffering(ctx.environment, price))
+      .find((found): found is OfferingRow => found !== undefined);
+    if (!offering) return done("failed", "unknown_price");
+    const now = this.deps.clock.now();
+    const subscriptionId = session.mode === "subscription" ? idOf(session.subscription) : undefined;
+    const subscription = subscriptionId ? this.subscription(subscriptionId, ctx.environment) : undefined;
+    const paidEnd = subscription ? licenseEnd(subscription) : null;
+    if (paidEnd && paidEnd.getTime() <= now.getTime()) return done("failed", "subscription_ended");
+    const expiresAt =
+      paidEnd ??
+      (offering.licenseDurationDays !== null
+        ? new Date(now.getTime() + offering.licenseDurationDays * 86_400_000)
+        : undefined);
+
+    const buyer = checkoutBuyer(session);
+    const customerId = buyer.email || buyer.name ? this.customerFor(buyer, ctx) : null;
+    const license = this.licenses.create(
+      {
+        product_id: offering.productId,
+        policy_id: offering.policyId,
+        customer_id: customerId,
+        ...(expiresAt !== undefined ? { expires_at: expiresAt.toISOString() } : {}),
+        ...(subscriptionId ? { renewal_authority: "external_billing" as const } : {}),
+        metadata: {
+          billing_provider: "stripe",
+          billing_offering_id: offering.id,
+          checkout_session_id: checkoutId,
+          ...(subscriptionId ? { subscription_id: subscriptionId } : {}),
+        },
+      },
+      ctx,
+    );
+    tx.insert(billingCheckouts)
+      .values({
+        checkoutId,
+        environment: ctx.environment,
+        licenseId: license.id,
+        offeringId: offering.id,
+        subscriptionId: subscriptionId ?? null,
+        createdAt: now,
+      })
+      .run();
+    if (subscriptionId)
+      this.upsertSubscription(tx, ctx.environment, subscriptionId, { licenseId: license.id });
+    this.deliver(tx, license, buyer.email, integration, offering);
+    return done("succeeded", null, license.id);
+  }
+
+  /** The buyer's key goes out by email: a single-use claim link, or the key itself when secure claims are off. */
+  private deliver(
+    tx: Db,
+    license: LicenseRow,
+    email: string | undefined,
+    integration: IntegrationRow,
+    offering: OfferingRow,
+  ): void {
+    const claim = this.claims.create(tx, license);
+    if (!email || !this.mail) return;
+    const product = this.products.get(offering.productId, license.environment);
+    const claimUrl = `${this.billing.claimUrl(integration)}#${claim.token}`;
+    this.mail.enqueue(tx, {
+      to: email,
+      template: "license_delivery",
+      data: {
+        product_name: product.name,
+        expires_at: license.expiresAt?.toISOString() ?? "",
+        ...(integration.secureClaims ? { claim_url: claimUrl } : { license_key: claim.licenseKey }),
+      },
+    });
+  }
+
+  private invoicePaid(tx: Db, event: ProviderEvent, ctx: ChangeContext): Outcome {
+    const subscriptionId = invoiceSubscriptionId(event.object);
+    if (!subscriptionId) return done("ignored", "not_a_subscription_invoice");
+    const periodEnd = invoicePeriodEnd(event.object);
+    if (periodEnd === undefined) return done("failed", "no_period_end");
+    const current = this.subscription(subscriptionId, ctx.environment);
+    const paidThrough = new Date(Math.max(periodEnd * 1000, current?.paidThrough?.getTime() ?? 0));
+    const next = this.upsertSubscription(tx, ctx.environment, subscriptionId, { paidThrough });
+    if (!next.licenseId) return done("succeeded", "awaiting_checkout");
+    return this.applyEnd(tx, next, event, ctx, "extend");
+  }
+
+  private subscriptionChanged(tx: Db, event: ProviderEvent, ctx: ChangeContext): Outcome {
+    const subscriptionId = str(event.object.id);
+    if (!subscriptionId) return done("failed", "malformed_event");
+    const nowSec = unixSeconds(this.deps.clock.now());
+    const end =
+      event.type === "customer.subscription.deleted"
+        ? (subscriptionEnd({ ...event.object, status: "canceled" }, nowSec) ?? nowSec)
+        : subscriptionEnd(event.object, nowSec);
+    const next = this.upsertSubscription(tx, ctx.environment, subscriptionId, {
+      endsAt: end === undefined ? null : new Date(end * 1000),
+    });
+    if (!next.licenseId) return done("succeeded", "awaiting_checkout");
+    return this.applyEnd(tx, next, event, ctx, "set");
+  }
+
+  /**
+   * Moves the license's expiry to what the subscription now grants. An invoice only ever extends;
+   * a subscription change may shorten (cancellation) or restore (cancellation undone).
+   */
+  private applyEnd(
+    tx: Db,
+    subscription: SubscriptionRow,
+    event: ProviderEvent,
+    ctx: ChangeContext,
+    mode: "extend" | "set",
+  ): Outcome {
+    const licenseId = subscription.licenseId as string;
+    const license = tx.select().from(licenses).where(eq(licenses.id, licenseId)).get();
+    if (!license || license.status === "revoked") return done("ignored", "license_revoked", licenseId);
+    const target = licenseEnd(subscription);
+    if (!target) return done("ignored", "no_paid_period", licenseId);
+    const current = license.expiresAt?.getTime() ?? Number.POSITIVE_INFINITY;
+    if (target.getTime() === current || (mode === "extend" && target.getTime() < current)) {
+      return done("ignored", "unchanged", licenseId);
+    }
+    const now = this.deps.clock.now();
+    const next = { ...license, expiresAt: target, updatedAt: now, version: license.version + 1 };
+    tx.update(licenses)
+      .set({ expiresAt: target, updatedAt: now, version: next.version })
+      .where(eq(licenses.id, licenseId))
+      .run();
+    recordAudit(tx, this.deps, ctx, {
+      type: "license.updated",
+      target: { type: "license", id: licenseId },
+      data: { changes: ["expires_at"], billing_event_id: event.id, billing_event_type: event.type },
+    });
+    const before = licenseStatus(license, now);
+    const after = licenseStatus(next, now);
+    if (before === "expired" && after === "active") {
+      recordAudit(tx, this.deps, ctx, {
+        type: "license.renewed",
+        target: { type: "license", id: licenseId },
+        data: { reason: null },
+      });
+    }
+    if (before !== "expired" && after === "expired") {
+      recordAudit(tx, this.deps, ctx, {
+        type: "license.expired",
+        target: { type: "license", id: licenseId },
+        data: { billing_event_id: event.id },
+      });
+    }
+    return done("succeeded", null, licenseId);
+  }
+
+  private customerFor(
+    buyer: { email?: string; name?: string; providerCustomerId?: string },
+    ctx: ChangeContext,
+  ): string {
+    const byRef = buyer.providerCustomerId
+      ? this.deps.db.select().from(customers).where(eq(customers.externalRef, buyer.providerCustomerId)).get()
+      : undefined;
+    const byEmail =
+      !byRef && buyer.email
+        ? this.deps.db
+            .select()
+            .from(customers)
+            .where(sql`lower(${customers.email}) = lower(${buyer.email})`)
+            .get()
+        : undefined;
+    const existing = byRef ?? byEmail;
+    if (existing && existing.status === "active") return existing.id;
+    return this.customers.create(
+      {
+        name: buyer.name,
+        email: buyer.email,
+        ...(buyer.providerCustomerId ? { external_ref: buyer.providerCustomerId } : {}),
+      },
+      ctx,
+    ).id;
+  }
+
+  private subscription(subscriptionId: string, environment: Environment): SubscriptionRow | undefined {
+    return this.deps.db
+      .select()
+      .from(billingSubscriptions)
+      .where(
+        sql`${billingSubscriptions.environment} = ${environment} and ${billingSubscriptions.subscriptionId} = ${subscriptionId}`,
+      )
+      .get();
+  }
+
+  private upsertSubscription(
+    tx: Db,
+    environment: Environment,
+    subscriptionId: string,
+    changes: Partial<Pick<SubscriptionRow, "licenseId" | "paidThrough" | "endsAt">>,
+  ): SubscriptionRow {
+    const current = this.subscription(subscriptionId, environment);
+    const row: SubscriptionRow = {
+      environment,
+      subscriptionId,
+      licenseId: current?.licenseId ?? null,
+      paidThrough: current?.paidThrough ?? null,
+      endsAt: current?.endsAt ?? null,
+      ...changes,
+      updatedAt: this.deps.clock.now(),
+    };
+    tx.insert(billingSubscriptions)
+      .values(row)
+      .onConflictDoUpdate({
+        target: [billingSubscriptions.environment, billingSubscriptions.subscriptionId],
+        set: row,
+      })
+      .run();
+    return row;
+  }
+
+  private eventRow(eventId: string) {
+    return this.deps.db.select().from(billingEvents).where(eq(billingEvents.eventId, eventId)).get();
+  }
+
+  private record(tx: Db, environment: Environment, event: ProviderEvent, outcome: Outcome): void {
+    const now = this.deps.clock.now();
+    const previous = this.eventRow(event.id);
+    const row = {
+      eventId: event.id,
+      environment,
+      type: event.type,
+      result: outcome.result,
+      reason: outcome.reason,
+      licenseId: outcome.licenseId ?? null,
+      attempts: (previous?.attempts ?? 0) + 1,
+      createdAt: previous?.createdAt ?? now,
+      updatedAt: now,
+    };
+    tx.insert(billingEvents)
+      .values(row)
+      .onConflictDoUpdate({ target: billingEvents.eventId, set: row })
+      .run();
+    this.recordLast(tx, environment, event, outcome);
+  }
+
+  private recordLast(tx: Db, environment: Environment, event: ProviderEvent, outcome: Outcome): void {
+    tx.update(billingIntegrations)
+      .set({
+        lastEventId: event.id,
+        lastEventType: event.type,
+        lastEventResult: outcome.result,
+        lastEventReason: outcome.reason,
+        lastEventAt: this.deps.clock.now(),
+      })
+      .where(eq(billingIntegrations.environment, environment))
+      .run();
+  }
+}
+
+const isCheckout = (event: ProviderEvent) =>
+  event.type === "checkout.session.completed" || event.type === "checkout.session.async_payment_succeeded";
+
+/**
+ * What a subscription grants: up to its scheduled end when it is cancelled, else the paid period
+ * plus a day's grace for the renewal's webhook; null when nothing is known yet.
+ */
+function licenseEnd(subscription: SubscriptionRow): Date | null {
+  const paid = subscription.paidThrough
+    ? new Date(subscription.paidThrough.getTime() + RENEWAL_GRACE_SEC * 1000)
+    : null;
+  if (subscription.endsAt)
+    return paid && paid.getTime() < subscription.endsAt.getTime() ? paid : subscription.endsAt;
+  return paid;
+}

@@ -1,0 +1,123 @@
+import { sql } from "drizzle-orm";
+import { index, integer, primaryKey, sqliteTable, text, uniqueIndex } from "drizzle-orm/sqlite-core";
+import { policies, products } from "./catalog.ts";
+import { timestamp } from "./columns.ts";
+import { licenses } from "./licenses.ts";
+
+/**
+ * The billing provider integration, one per environment: a provider's test mode feeds test
+ * products, its live mode live ones. The restricted API key and the webhook signing secret are
+ * stored only encrypted with the keystore's data key (SecretBox, bound to this row's environment).
+ */
+export const billingIntegrations = sqliteTable("billing_integrations", {
+  environment: text("environment", { enum: ["live", "test"] }).primaryKey(),
+  provider: text("provider", { enum: ["stripe"] }).notNull(),
+  status: text("status", { enum: ["active", "disabled"] }).notNull(),
+  /** Null once disabled: disabling forgets both secrets. */
+  apiKeyCiphertext: text("api_key_ciphertext"),
+  webhookSecretCiphertext: text("webhook_secret_ciphertext"),
+  /** Where line items are fetched from; the provider's own API unless a compatible one is named. */
+  apiBaseUrl: text("api_base_url").notNull(),
+  claimUrlBase: text("claim_url_base"),
+  secureClaims: integer("secure_claims", { mode: "boolean" }).notNull(),
+  lastEventId: text("last_event_id"),
+  lastEventType: text("last_event_type"),
+  lastEventResult: text("last_event_result"),
+  lastEventReason: text("last_event_reason"),
+  lastEventAt: timestamp("last_event_at"),
+  createdAt: timestamp("created_at").notNull(),
+  updatedAt: timestamp("updated_at").notNull(),
+});
+
+/** A provider price sold as a license of one product under one policy. */
+export const billingOfferings = sqliteTable(
+  "billing_offerings",
+  {
+    id: text("id").primaryKey(),
+    environment: text("environment", { enum: ["live", "test"] }).notNull(),
+    priceId: text("price_id").notNull(),
+    name: text("name"),
+    productId: text("product_id")
+      .notNull()
+      .references(() => products.id),
+    policyId: text("policy_id")
+      .notNull()
+      .references(() => policies.id),
+    /** For one-time prices (and subscriptions until their first invoice): how long the license lasts. */
+    licenseDurationDays: integer("license_duration_days"),
+    status: text("status", { enum: ["active", "removed"] }).notNull(),
+    createdAt: timestamp("created_at").notNull(),
+    updatedAt: timestamp("updated_at").notNull(),
+  },
+  (t) => [
+    // A price maps to one active offering; removed ones stay for the history of licenses they made.
+    uniqueIndex("billing_offerings_active_price").on(t.environment, t.priceId).where(sql`status = 'active'`),
+  ],
+);
+
+/**
+ * One row per provider event id, written in the same transaction as the changes it caused, so a
+ * redelivered event is recognised and changes nothing. Failed events are processed again when
+ * redelivered (the operator may have fixed what made them fail).
+ */
+export const billingEvents = sqliteTable("billing_events", {
+  eventId: text("event_id").primaryKey(),
+  environment: text("environment", { enum: ["live", "test"] }).notNull(),
+  type: text("type").notNull(),
+  result: text("result", { enum: ["succeeded", "ignored", "failed"] }).notNull(),
+  reason: text("reason"),
+  licenseId: text("license_id"),
+  attempts: integer("attempts").notNull(),
+  createdAt: timestamp("created_at").notNull(),
+  updatedAt: timestamp("updated_at").notNull(),
+});
+
+/**
+ * A checkout's license, and the subscription that renews it. A subscription row can exist before
+ * its license: the provider does not order events, so an invoice may arrive before the checkout.
+ */
+export const billingSubscriptions = sqliteTable(
+  "billing_subscriptions",
+  {
+    environment: text("environment", { enum: ["live", "test"] }).notNull(),
+    subscriptionId: text("subscription_id").notNull(),
+    licenseId: text("license_id").references(() => licenses.id),
+    /** The end of the last paid period (provider time). */
+    paidThrough: timestamp("paid_through"),
+    /** Set when the provider says the subscription ends (at period end, or now). */
+    endsAt: timestamp("ends_at"),
+    updatedAt: timestamp("updated_at").notNull(),
+  },
+  (t) => [
+    primaryKey({ columns: [t.environment, t.subscriptionId] }),
+    index("billing_subscriptions_license").on(t.licenseId),
+  ],
+);
+
+/** Exactly one license per checkout, however often or however concurrently it is reported. */
+export const billingCheckouts = sqliteTable("billing_checkouts", {
+  checkoutId: text("checkout_id").primaryKey(),
+  environment: text("environment", { enum: ["live", "test"] }).notNull(),
+  licenseId: text("license_id")
+    .notNull()
+    .references(() => licenses.id),
+  offeringId: text("offering_id").notNull(),
+  subscriptionId: text("subscription_id"),
+  createdAt: timestamp("created_at").notNull(),
+});
+
+/** A single-use claim of a bought license's key; only an HMAC of the token is stored. */
+export const billingClaims = sqliteTable(
+  "billing_claims",
+  {
+    tokenLookup: text("token_lookup").primaryKey(),
+    environment: text("environment", { enum: ["live", "test"] }).notNull(),
+    licenseId: text("license_id")
+      .notNull()
+      .references(() => licenses.id),
+    createdAt: timestamp("created_at").notNull(),
+    expiresAt: timestamp("expires_at").notNull(),
+    redeemedAt: timestamp("redeemed_at"),
+  },
+  (t) => [index("billing_claims_license").on(t.licenseId)],
+);
