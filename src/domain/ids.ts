@@ -17,6 +17,7 @@ export const ID_PREFIXES = {
   apiKey: "key",
   block: "blk",
   offlinePackage: "olp",
+  assignment: "asg",
 } as const;
 
 export type IdKind = keyof typeof ID_PREFIXES;

@@ -25,18 +25,23 @@ export class MailOutbox {
 
   constructor(private readonly deps: Pick<Deps, "clock" | "ids" | "secrets">) {}
 
-  /** Writes the row with the caller's writer and returns its id; the worker is nudged after the current task. */
-  enqueue(tx: Writer, mail: MailRequest): string {
+  /**
+   * Writes the row with the caller's writer and returns its id; the worker is nudged after the
+   * current task. `suppressed` does all the same work but the row is never sent: for answers that
+   * must not reveal, even by their timing, whether a mail went out.
+   */
+  enqueue(tx: Writer, mail: MailRequest, options: { suppressed?: boolean } = {}): string {
     const now = this.deps.clock.now();
     const id = `mail_${this.deps.ids.ulid(now.getTime())}`;
+    const payload = this.deps.secrets.encrypt(JSON.stringify(mail.data), mailPayloadContext(id));
     tx.insert(mailOutbox)
       .values({
         id,
         template: mail.template,
         locale: mail.locale ?? "",
         recipient: mail.to,
-        payload: this.deps.secrets.encrypt(JSON.stringify(mail.data), mailPayloadContext(id)),
-        status: "pending",
+        payload: options.suppressed ? null : payload,
+        status: options.suppressed ? "suppressed" : "pending",
         attempts: 0,
         nextAttemptAt: now,
         createdAt: now,
@@ -44,7 +49,7 @@ export class MailOutbox {
       .run();
     // A microtask runs after the caller's synchronous transaction has committed (or rolled back,
     // in which case the worker simply finds nothing).
-    if (this.listeners.size > 0) queueMicrotask(() => this.notify());
+    if (this.listeners.size > 0 && !options.suppressed) queueMicrotask(() => this.notify());
     return id;
   }
 

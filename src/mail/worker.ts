@@ -1,4 +1,4 @@
-import { and, asc, eq, lte } from "drizzle-orm";
+import { and, asc, eq, inArray, lt, lte } from "drizzle-orm";
 import type { Deps } from "../deps.ts";
 import type { Logger } from "../http/logger.ts";
 import { mailOutbox } from "../store/schema/index.ts";
@@ -10,6 +10,9 @@ import type { MailTransport } from "./transport.ts";
 export const MAIL_RETRY_DELAYS_SEC = [10, 30, 60, 120, 300, 600, 1800, 3600, 7200, 14_400, 28_800, 43_200];
 const BATCH = 20;
 const POLL_MS = 2_000;
+/** Finished rows (sent, failed, suppressed) are kept this long for operators, then deleted. */
+export const MAIL_RETENTION_SEC = 7 * 86_400;
+const PURGE_EVERY_MS = 3_600_000;
 
 export interface MailWorkerOptions {
   from: string;
@@ -68,14 +71,37 @@ export class MailWorker {
     const unsubscribe = outbox?.onEnqueue(kick) ?? (() => false);
     const timer = setInterval(kick, this.options.pollMs ?? POLL_MS);
     timer.unref?.();
+    const purge = () => {
+      try {
+        this.purge();
+      } catch (error) {
+        this.options.logger.log("error", "mail purge failed", { error: (error as Error).message });
+      }
+    };
+    const purgeTimer = setInterval(purge, PURGE_EVERY_MS);
+    purgeTimer.unref?.();
+    purge();
     kick();
     return async () => {
       unsubscribe();
       clearInterval(timer);
+      clearInterval(purgeTimer);
       // Bounded: an SMTP server that hangs must not hold up a shutdown; the row stays pending.
       await Promise.race([this.running?.catch(() => 0), Bun.sleep(5_000)]);
       this.transport.close();
     };
+  }
+
+  /** Deletes finished rows older than the retention; returns how many. */
+  purge(): number {
+    const before = new Date(this.deps.clock.now().getTime() - MAIL_RETENTION_SEC * 1000);
+    return this.deps.db
+      .delete(mailOutbox)
+      .where(
+        and(inArray(mailOutbox.status, ["sent", "failed", "suppressed"]), lt(mailOutbox.createdAt, before)),
+      )
+      .returning({ id: mailOutbox.id })
+      .all().length;
   }
 
   private async sendDue(): Promise<number> {

@@ -17,7 +17,7 @@ describe("id format", () => {
     }
   });
 
-  test("the prefixes are the ones the design lists, plus blk for device blocks and olp for offline packages", () => {
+  test("the prefixes are the ones the design lists, plus blk for device blocks, olp for offline packages and asg for named-user assignments", () => {
     expect(Object.values(ID_PREFIXES).sort() as string[]).toEqual(
       [
         "prod",
@@ -35,6 +35,7 @@ describe("id format", () => {
         "key",
         "blk",
         "olp",
+        "asg",
       ].sort(),
     );
   });

@@ -8,6 +8,7 @@ import { type DeviceProofHeaders, type DeviceProofVerifier, proofInvalid } from 
 import { ApiError, type ErrorCode, type SignedFor } from "../../http/errors.ts";
 import { activations, licenses, policies } from "../../store/schema/index.ts";
 import type { DeviceBlockService } from "../device-blocks/service.ts";
+import { prepareAssignmentCheck } from "../email-verifications/tokens.ts";
 import type { LicenseRow } from "../licenses/service.ts";
 import { settingsOf } from "../policies/service.ts";
 import type { RuntimeEventService, RuntimeOperationName } from "../runtime-events/service.ts";
@@ -51,6 +52,7 @@ export class RuntimeGate {
    * the read itself (DESIGN §7).
    */
   private readonly byId;
+  private assignmentActive?: (activationId: string) => boolean;
   private readonly unitOfWork;
 
   constructor(
@@ -143,6 +145,17 @@ export class RuntimeGate {
     );
   }
 
+  /**
+   * Spec §4.2 rules 1 and 3: a named-user activation is refused (signed, like the license-state
+   * denials) once its assignment is removed or its user disabled. Device licenses skip the read.
+   */
+  denyUnassigned(policy: PolicyWithId, activation: ActivationRow, signedFor: SignedFor): void {
+    if (policy.identity_mode !== "named_user") return;
+    this.assignmentActive ??= prepareAssignmentCheck(this.deps.sqlite);
+    if (!this.assignmentActive(activation.id))
+      throw denialError("NAMED_USER_ASSIGNMENT_UNAVAILABLE", signedFor);
+  }
+
   policyOf(license: LicenseRow): PolicyWithId {
     const policy = this.byId.policy.get({ id: license.policyId });
     if (!policy) throw new Error(`license ${license.id} has no policy`);
@@ -221,4 +234,5 @@ const DENIAL_MESSAGES: Partial<Record<string, string>> = {
   LICENSE_BLOCKED: "The vendor blocked this license.",
   DEVICE_BLOCKED: "The vendor blocked this device.",
   ACTIVATION_DEACTIVATED: "This activation was deactivated.",
+  NAMED_USER_ASSIGNMENT_UNAVAILABLE: "The named user is no longer assigned to this license.",
 };

@@ -57,6 +57,7 @@ export class SealedFileKeyService {
     );
     // License state first (revoked, expired, blocked, deactivated, suspended), then the plan.
     this.gate.deny("sealed_file_key", license, activation, activation.deviceThumbprint, now, signedFor);
+    this.gate.denyUnassigned(policy, activation, signedFor);
     if (!hasFeature(this.plan(), "sealed_files")) throw planLacksSealedFiles();
     if (!this.sealed.offered(activation.environment)) throw sealedFilesUnavailable(activation.environment);
 

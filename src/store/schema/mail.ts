@@ -15,7 +15,8 @@ export const mailOutbox = sqliteTable(
     recipient: text("recipient").notNull(),
     /** The template data (it holds codes), encrypted with the data key; cleared once sent. */
     payload: text("payload"),
-    status: text("status", { enum: ["pending", "sent", "failed"] }).notNull(),
+    /** `suppressed`: written only so that a start that sends nothing costs what one that sends does. */
+    status: text("status", { enum: ["pending", "sent", "failed", "suppressed"] }).notNull(),
     attempts: integer("attempts").notNull().default(0),
     nextAttemptAt: timestamp("next_attempt_at").notNull(),
     lastError: text("last_error"),

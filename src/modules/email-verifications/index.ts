@@ -1,0 +1,38 @@
+import { Elysia } from "elysia";
+import type { Services } from "../../services.ts";
+import { emailVerificationModels } from "./model.ts";
+
+const ROUTE = "/runtime/v1/email-verifications";
+
+/** Email verification for named-user licenses (no authentication; spec §5.2). Both answers are signed. */
+export const emailVerificationsController = ({ emailVerifications, signer }: Services) =>
+  new Elysia({ prefix: ROUTE, detail: { tags: ["Runtime"], security: [] } })
+    .model(emailVerificationModels)
+    .post(
+      "",
+      ({ body, request }) => {
+        const result = emailVerifications.start(body);
+        return signer.respond(request, 202, result.data, { productId: result.productId, nonce: body.nonce });
+      },
+      {
+        body: "email_verification.start",
+        response: { 202: "email_verification.start_result" },
+        detail: {
+          summary: "Send a sign-in code to a named user (the same 202 whether or not a code was sent)",
+        },
+      },
+    )
+    .post(
+      "/:verification_id/confirm",
+      ({ params, body, request }) => {
+        const result = emailVerifications.confirm(params.verification_id, body);
+        return signer.respond(request, 200, result.data, { productId: result.productId, nonce: body.nonce });
+      },
+      {
+        body: "email_verification.confirm",
+        response: { 200: "named_user_token.result" },
+        detail: {
+          summary: "Exchange the emailed code (and second factor) for a single-use named-user token",
+        },
+      },
+    );

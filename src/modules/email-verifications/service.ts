@@ -1,0 +1,252 @@
+import { and, eq, isNull } from "drizzle-orm";
+import { parsePublicKey, thumbprint } from "../../crypto/keys.ts";
+import type { Deps } from "../../deps.ts";
+import { canonicalLicenseKey } from "../../domain/license-key.ts";
+import { licenseStatus } from "../../domain/license-state.ts";
+import { hasFeature, type PlanDefinition } from "../../domain/plans.ts";
+import {
+  CODE_LENGTH,
+  CODE_TTL_SEC,
+  checkCode,
+  generateCode,
+  hashCode,
+} from "../../domain/verification-code.ts";
+import { ApiError } from "../../http/errors.ts";
+import type { MailOutbox } from "../../mail/outbox.ts";
+import {
+  emailVerifications,
+  licenseAssignments,
+  licenses,
+  licenseUsers,
+  namedUserTokens,
+  policies,
+  products,
+} from "../../store/schema/index.ts";
+import type { LicenseService } from "../licenses/service.ts";
+import { type NamedUserService, normalizeEmail } from "../named-users/service.ts";
+import type { TwoFactorService } from "../named-users/two-factor.ts";
+import type { EmailVerificationConfirmBody, EmailVerificationStartBody } from "./model.ts";
+import {
+  assignmentUnavailable,
+  NAMED_USER_TOKEN_TTL_SEC,
+  namedUserTokenHash,
+  newNamedUserToken,
+} from "./tokens.ts";
+
+/** What the 202 tells a client to wait before asking for another code. */
+export const RESEND_AFTER_SEC = 60;
+const FEATURE = "email_license_verification";
+
+type VerificationRow = typeof emailVerifications.$inferSelect;
+type Writer = Parameters<Parameters<Deps["db"]["transaction"]>[0]>[0];
+
+const planLacksFeature = () =>
+  new ApiError(
+    "PLAN_ENTITLEMENT_REQUIRED",
+    "The workspace plan does not include email license verification.",
+    {
+      entitlement: FEATURE,
+    },
+  );
+
+/**
+ * Email verification for named-user licenses (spec §4.2 rules 6-8, §3.2): a start sends a code
+ * only when rule 6 holds and answers the same either way, after the same work; a confirm checks
+ * the code (counted attempt first), the device key and the second factor, and gives a single-use
+ * token for one activation.
+ */
+export class EmailVerificationService {
+  constructor(
+    private readonly deps: Deps,
+    private readonly licenses: LicenseService,
+    private readonly users: NamedUserService,
+    private readonly twoFactor: TwoFactorService,
+    private readonly mail: MailOutbox,
+    private readonly plan: () => PlanDefinition,
+  ) {}
+
+  start(body: EmailVerificationStartBody) {
+    const product = this.deps.db.select().from(products).where(eq(products.id, body.product_id)).get();
+    if (!product) throw ApiError.notFound("product");
+    if (!hasFeature(this.plan(), FEATURE)) throw planLacksFeature();
+    const deviceKey = parsePublicKey(body.device_signing_public_key);
+    if (!deviceKey)
+      throw ApiError.validation({ device_signing_public_key: ["not an ed25519: or p256: public key"] });
+    const now = this.deps.clock.now();
+
+    // From here on both outcomes do the same reads, HMACs, encryption and writes.
+    const license = this.licenses.findByKey(body.license_key);
+    const policy = license
+      ? this.deps.db.select().from(policies).where(eq(policies.id, license.policyId)).get()
+      : undefined;
+    const users = this.users.activeUsersWithEmail(product.environment, body.email);
+    const user = users.length === 1 ? users[0] : undefined;
+    const assignment = license && user ? this.users.activeAssignment(license.id, user.id) : undefined;
+    const matched =
+      license !== undefined &&
+      license.productId === product.id &&
+      licenseStatus(license, now) === "active" &&
+      policy?.identityMode === "named_user" &&
+      user !== undefined &&
+      assignment !== undefined;
+
+    const id = this.deps.ids.next("verification", now.getTime());
+    const code = generateCode();
+    const expiresAt = new Date(now.getTime() + CODE_TTL_SEC * 1000);
+    const subject = `${product.id}\0${canonicalLicenseKey(body.license_key) ?? body.license_key}\0${normalizeEmail(body.email)}`;
+    const row: VerificationRow = {
+      id,
+      environment: product.environment,
+      productId: product.id,
+      subjectHash: this.deps.secrets.lookupHash(subject, "email-verification-subject"),
+      licenseId: matched ? license.id : null,
+      userId: matched ? user.id : null,
+      assignmentId: matched ? assignment.id : null,
+      deviceThumbprint: thumbprint(deviceKey.text),
+      codeHash: hashCode(this.deps.secrets, id, code),
+      attempts: 0,
+      expiresAt,
+      closedAt: null,
+      closedReason: null,
+      createdAt: now,
+    };
+    this.deps.db.transaction(
+      (tx) => {
+        // Spec §3.2 rule 3: a newer start for the same product, license key and address replaces the older.
+        tx.update(emailVerifications)
+          .set({ closedAt: now, closedReason: "replaced" })
+          .where(
+            and(eq(emailVerifications.subjectHash, row.subjectHash), isNull(emailVerifications.closedAt)),
+          )
+          .run();
+        tx.insert(emailVerifications).values(row).run();
+        this.mail.enqueue(
+          tx,
+          {
+            to: body.email.trim(),
+            template: "email_verification_code",
+            locale: body.locale,
+            data: { code, product_name: product.name, expires_minutes: String(CODE_TTL_SEC / 60) },
+          },
+          { suppressed: !matched },
+        );
+      },
+      { behavior: "immediate" },
+    );
+    return {
+      data: {
+        verification_id: id,
+        expires_at: expiresAt.toISOString(),
+        resend_after_sec: RESEND_AFTER_SEC,
+        code_length: CODE_LENGTH,
+      },
+      productId: product.id,
+    };
+  }
+
+  /**
+   * Every write (the attempt, the second-factor step or failure, the lock, the use) commits, and
+   * only then is a refusal thrown: a wrong guess is never rolled back.
+   */
+  confirm(verificationId: string, body: EmailVerificationConfirmBody) {
+    const outcome = this.deps.db.transaction((tx) => this.decide(tx, verificationId, body), {
+      behavior: "immediate",
+    });
+    if (outcome instanceof ApiError) throw outcome;
+    return outcome;
+  }
+
+  private decide(tx: Writer, verificationId: string, body: EmailVerificationConfirmBody) {
+    const now = this.deps.clock.now();
+    const row = tx.select().from(emailVerifications).where(eq(emailVerifications.id, verificationId)).get();
+    if (!row) return expired();
+    const deviceMismatch = row.deviceThumbprint !== thumbprint(body.device_signing_public_key);
+    const check = checkCode(this.deps.secrets, row, body.code, now, row.licenseId === null || deviceMismatch);
+    if (check.outcome === "expired") return expired();
+    const setAttempts = (attempts: number) =>
+      tx.update(emailVerifications).set({ attempts }).where(eq(emailVerifications.id, row.id)).run();
+    setAttempts(check.attempts);
+    if (check.outcome === "invalid") {
+      return new ApiError("EMAIL_VERIFICATION_CODE_INVALID", "The code, address or device key is wrong.", {
+        remaining_attempts: check.remainingAttempts,
+      });
+    }
+    if (!hasFeature(this.plan(), FEATURE)) return planLacksFeature();
+    const state = this.currentState(tx, row, now);
+    if (!state) return assignmentUnavailable();
+    const { user } = state;
+    if (user.totpStatus === "enabled") {
+      if (user.twoFactorLockedAt !== null) {
+        return new ApiError(
+          "TWO_FACTOR_LOCKED",
+          "Two-factor is locked for this user; the vendor must unlock it.",
+        );
+      }
+      if (!body.second_factor_code) {
+        // Not a mistake (spec §3.2): the attempt is given back and the code stays valid.
+        setAttempts(check.attempts - 1);
+        return new ApiError("TWO_FACTOR_REQUIRED", "This user has two-factor: send second_factor_code.", {
+          remaining_attempts: check.remainingAttempts + 1,
+        });
+      }
+      if (this.twoFactor.verify(tx, user, body.second_factor_code) !== "accepted") {
+        return new ApiError("TWO_FACTOR_INVALID", "The second factor is wrong.", {
+          remaining_attempts: check.remainingAttempts,
+        });
+      }
+    }
+    tx.update(emailVerifications)
+      .set({ closedAt: now, closedReason: "used" })
+      .where(eq(emailVerifications.id, row.id))
+      .run();
+    const token = newNamedUserToken();
+    const expiresAt = new Date(now.getTime() + NAMED_USER_TOKEN_TTL_SEC * 1000);
+    tx.insert(namedUserTokens)
+      .values({
+        tokenHash: namedUserTokenHash(this.deps.secrets, token),
+        verificationId: row.id,
+        licenseId: state.licenseId,
+        userId: user.id,
+        assignmentId: state.assignmentId,
+        deviceThumbprint: row.deviceThumbprint,
+        expiresAt,
+        usedAt: null,
+      })
+      .run();
+    return {
+      data: { named_user_token: token, expires_at: expiresAt.toISOString() },
+      productId: row.productId,
+    };
+  }
+
+  /** Rule 8: the assignment, user, license and policy the code was sent for, if all still hold. */
+  private currentState(tx: Writer, row: VerificationRow, now: Date) {
+    if (!row.licenseId || !row.userId || !row.assignmentId) return null;
+    const assignment = tx
+      .select()
+      .from(licenseAssignments)
+      .where(eq(licenseAssignments.id, row.assignmentId))
+      .get();
+    const user = tx.select().from(licenseUsers).where(eq(licenseUsers.id, row.userId)).get();
+    const license = tx.select().from(licenses).where(eq(licenses.id, row.licenseId)).get();
+    const policy = license
+      ? tx.select().from(policies).where(eq(policies.id, license.policyId)).get()
+      : undefined;
+    if (
+      assignment?.status !== "active" ||
+      user?.status !== "active" ||
+      !license ||
+      licenseStatus(license, now) !== "active" ||
+      policy?.identityMode !== "named_user"
+    ) {
+      return null;
+    }
+    return { user, licenseId: license.id, assignmentId: assignment.id };
+  }
+}
+
+const expired = () =>
+  new ApiError(
+    "EMAIL_VERIFICATION_EXPIRED",
+    "The verification expired, was used or replaced, or ran out of attempts.",
+  );

@@ -1,0 +1,212 @@
+import { Elysia } from "elysia";
+import { managementAuth } from "../../http/auth.ts";
+import { changeContext } from "../../http/context.ts";
+import { postOnce } from "../../http/idempotency.ts";
+import { pageRequest, toPage } from "../../http/pagination.ts";
+import { noContent } from "../../http/respond.ts";
+import { IdempotencyHeaders, IfMatchHeaders } from "../../http/schemas.ts";
+import type { Services } from "../../services.ts";
+import { AssignmentListQuery, LicenseUserListQuery, namedUserModels } from "./model.ts";
+import { licenseUserEtag, presentAssignment } from "./service.ts";
+
+const USERS = "/mgmt/v1/license-users";
+
+/**
+ * Named users (spec §4.2 rules 6-8): license users, their assignments to named-user licenses and
+ * their TOTP two-factor. Scopes: licenses:read to read, licenses:write to change.
+ */
+export const namedUsersController = ({ namedUsers, twoFactor, licenses, idempotency }: Services) =>
+  new Elysia({ prefix: "/mgmt/v1", detail: { tags: ["Named users"] } })
+    .use(managementAuth)
+    .model(namedUserModels)
+    .get(
+      "/license-users",
+      ({ caller, query }) => {
+        const page = pageRequest(query, "usr");
+        const rows = namedUsers.list(caller.environment, page, { email: query.email, status: query.status });
+        return toPage(rows, page.limit, (row) => namedUsers.present(row));
+      },
+      {
+        scope: "licenses:read",
+        query: LicenseUserListQuery,
+        response: { 200: "license_user.list" },
+        detail: { summary: "List license users, newest first" },
+      },
+    )
+    .post(
+      "/license-users",
+      ({ caller, body, headers, request }) =>
+        postOnce(
+          idempotency,
+          USERS,
+          { caller, headers, body },
+          () => {
+            const row = namedUsers.create(body, changeContext(caller, request));
+            return {
+              status: 201,
+              body: { data: namedUsers.present(row) },
+              headers: { etag: licenseUserEtag(row) },
+            };
+          },
+          { required: false },
+        ),
+      {
+        scope: "licenses:write",
+        body: "license_user.create",
+        headers: IdempotencyHeaders,
+        response: { 201: "license_user.response" },
+        detail: { summary: "Create a local-ID license user (unique active email per environment)" },
+      },
+    )
+    .get(
+      "/license-users/:id",
+      ({ caller, params, set }) => {
+        const row = namedUsers.get(params.id, caller.environment);
+        set.headers.etag = licenseUserEtag(row);
+        return { data: namedUsers.present(row) };
+      },
+      {
+        scope: "licenses:read",
+        response: { 200: "license_user.response" },
+        detail: { summary: "Get a license user (ETag)" },
+      },
+    )
+    .patch(
+      "/license-users/:id",
+      ({ caller, params, body, headers, request, set }) => {
+        const row = namedUsers.update(params.id, body, headers["if-match"], changeContext(caller, request));
+        set.headers.etag = licenseUserEtag(row);
+        return { data: namedUsers.present(row) };
+      },
+      {
+        scope: "licenses:write",
+        body: "license_user.update",
+        headers: IfMatchHeaders,
+        response: { 200: "license_user.response" },
+        detail: { summary: "Update a license user (If-Match: the ETag)" },
+      },
+    )
+    .delete(
+      "/license-users/:id",
+      ({ caller, params, request }) => {
+        namedUsers.disable(params.id, changeContext(caller, request));
+        return noContent();
+      },
+      { scope: "licenses:write", detail: { summary: "Disable a license user" } },
+    )
+    .get(
+      "/license-users/:id/assignments",
+      ({ caller, params, query }) => {
+        namedUsers.get(params.id, caller.environment);
+        const page = pageRequest(query, "asg");
+        return toPage(
+          namedUsers.listAssignments({ userId: params.id }, page, query.status),
+          page.limit,
+          presentAssignment,
+        );
+      },
+      {
+        scope: "licenses:read",
+        query: AssignmentListQuery,
+        response: { 200: "assignment.list" },
+        detail: { summary: "A user's license assignments, newest first" },
+      },
+    )
+    .get(
+      "/licenses/:id/assignments",
+      ({ caller, params, query }) => {
+        licenses.get(params.id, caller.environment);
+        const page = pageRequest(query, "asg");
+        return toPage(
+          namedUsers.listAssignments({ licenseId: params.id }, page, query.status),
+          page.limit,
+          presentAssignment,
+        );
+      },
+      {
+        scope: "licenses:read",
+        query: AssignmentListQuery,
+        response: { 200: "assignment.list" },
+        detail: { summary: "Users assigned to a license, newest first" },
+      },
+    )
+    .post(
+      "/licenses/:id/assignments",
+      ({ caller, params, body, headers, request }) =>
+        postOnce(
+          idempotency,
+          "/mgmt/v1/licenses/:id/assignments",
+          { caller, headers, body: { license_id: params.id, ...body } },
+          () => ({
+            status: 201,
+            body: {
+              data: presentAssignment(
+                namedUsers.assign(params.id, body.user_id, changeContext(caller, request)),
+              ),
+            },
+          }),
+          { required: false },
+        ),
+      {
+        scope: "licenses:write",
+        body: "assignment.create",
+        headers: IdempotencyHeaders,
+        response: { 201: "assignment.response" },
+        detail: { summary: "Assign a user to a named-user license" },
+      },
+    )
+    .delete(
+      "/license-assignments/:id",
+      ({ caller, params, request }) => {
+        namedUsers.unassign(params.id, changeContext(caller, request));
+        return noContent();
+      },
+      { scope: "licenses:write", detail: { summary: "Remove a license assignment" } },
+    )
+    .post(
+      "/license-users/:id/two-factor/totp",
+      ({ caller, params, request, set }) => {
+        set.status = 201;
+        set.headers["cache-control"] = "no-store";
+        return { data: twoFactor.enrol(params.id, changeContext(caller, request)) };
+      },
+      {
+        scope: "licenses:write",
+        response: { 201: "two_factor.enrolment" },
+        detail: { summary: "Enrol TOTP: the otpauth:// URI and ten recovery codes, shown once" },
+      },
+    )
+    .post(
+      "/license-users/:id/two-factor/totp/confirm",
+      ({ caller, params, body, request }) => ({
+        data: namedUsers.present(twoFactor.confirm(params.id, body.code, changeContext(caller, request))),
+      }),
+      {
+        scope: "licenses:write",
+        body: "two_factor.confirm",
+        response: { 200: "license_user.response" },
+        detail: { summary: "Turn TOTP on with a code from the authenticator" },
+      },
+    )
+    .delete(
+      "/license-users/:id/two-factor",
+      ({ caller, params, request }) => {
+        twoFactor.disable(params.id, changeContext(caller, request));
+        return noContent();
+      },
+      {
+        scope: "licenses:write",
+        detail: { summary: "Turn two-factor off (secret and recovery codes deleted)" },
+      },
+    )
+    .post(
+      "/license-users/:id/two-factor/unlock",
+      ({ caller, params, request }) => ({
+        data: namedUsers.present(twoFactor.unlock(params.id, changeContext(caller, request))),
+      }),
+      {
+        scope: "licenses:write",
+        response: { 200: "license_user.response" },
+        detail: { summary: "Unlock two-factor after TWO_FACTOR_LOCKED" },
+      },
+    );

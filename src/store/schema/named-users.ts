@@ -1,0 +1,116 @@
+import { sql } from "drizzle-orm";
+import { index, integer, sqliteTable, text, uniqueIndex } from "drizzle-orm/sqlite-core";
+import { timestamp } from "./columns.ts";
+
+/**
+ * Named users of licenses (spec §4.2 rules 6-8): local-ID users identified by email, per
+ * environment, their assignments to licenses, their second factor, the email verifications that
+ * prove an address and the single-use tokens those produce.
+ */
+export const licenseUsers = sqliteTable(
+  "license_users",
+  {
+    id: text("id").primaryKey(),
+    environment: text("environment", { enum: ["live", "test"] }).notNull(),
+    email: text("email").notNull(),
+    /** Lowercased and trimmed: addresses are unique among active users of an environment by this form. */
+    emailNormalized: text("email_normalized").notNull(),
+    name: text("name"),
+    externalRef: text("external_ref"),
+    customerId: text("customer_id"),
+    status: text("status", { enum: ["active", "disabled"] }).notNull(),
+    /** TOTP: `none`, `pending` (enrolled, not yet confirmed with a code) or `enabled`. */
+    totpStatus: text("totp_status", { enum: ["none", "pending", "enabled"] }).notNull(),
+    /** The TOTP secret, encrypted with the data key (context `license_users:<id>:totp`). */
+    totpSecret: text("totp_secret"),
+    /** The last accepted TOTP time step: a step is never accepted twice. */
+    totpLastStep: integer("totp_last_step"),
+    /** Wrong second factors in a row; at the threshold the user is locked until a vendor unlocks. */
+    secondFactorFailures: integer("second_factor_failures").notNull().default(0),
+    twoFactorLockedAt: timestamp("two_factor_locked_at"),
+    revision: integer("revision").notNull().default(1),
+    createdAt: timestamp("created_at").notNull(),
+    updatedAt: timestamp("updated_at").notNull(),
+    disabledAt: timestamp("disabled_at"),
+  },
+  (t) => [
+    uniqueIndex("license_users_active_email")
+      .on(t.environment, t.emailNormalized)
+      .where(sql`status = 'active'`),
+    index("license_users_env_id").on(t.environment, t.id),
+  ],
+);
+
+/** Recovery codes: HMACs only, each usable once. */
+export const recoveryCodes = sqliteTable(
+  "two_factor_recovery_codes",
+  {
+    userId: text("user_id")
+      .notNull()
+      .references(() => licenseUsers.id),
+    codeHash: text("code_hash").notNull(),
+    usedAt: timestamp("used_at"),
+  },
+  (t) => [uniqueIndex("recovery_codes_user_hash").on(t.userId, t.codeHash)],
+);
+
+export const licenseAssignments = sqliteTable(
+  "license_assignments",
+  {
+    id: text("id").primaryKey(),
+    environment: text("environment", { enum: ["live", "test"] }).notNull(),
+    licenseId: text("license_id").notNull(),
+    userId: text("user_id")
+      .notNull()
+      .references(() => licenseUsers.id),
+    status: text("status", { enum: ["active", "removed"] }).notNull(),
+    createdAt: timestamp("created_at").notNull(),
+    removedAt: timestamp("removed_at"),
+  },
+  (t) => [
+    uniqueIndex("license_assignments_active").on(t.licenseId, t.userId).where(sql`status = 'active'`),
+    index("license_assignments_user").on(t.userId, t.status),
+    index("license_assignments_license").on(t.licenseId, t.id),
+  ],
+);
+
+export const emailVerifications = sqliteTable(
+  "email_verifications",
+  {
+    id: text("id").primaryKey(),
+    environment: text("environment", { enum: ["live", "test"] }).notNull(),
+    productId: text("product_id").notNull(),
+    /** HMAC of product, license key and address: a newer start with the same one replaces this one. */
+    subjectHash: text("subject_hash").notNull(),
+    /** Set only when rule 6 held and a code was sent. */
+    licenseId: text("license_id"),
+    userId: text("user_id"),
+    assignmentId: text("assignment_id"),
+    deviceThumbprint: text("device_thumbprint").notNull(),
+    codeHash: text("code_hash").notNull(),
+    attempts: integer("attempts").notNull().default(0),
+    expiresAt: timestamp("expires_at").notNull(),
+    closedAt: timestamp("closed_at"),
+    closedReason: text("closed_reason", { enum: ["used", "replaced"] }),
+    createdAt: timestamp("created_at").notNull(),
+  },
+  (t) => [index("email_verifications_subject").on(t.subjectHash, t.closedAt)],
+);
+
+export const namedUserTokens = sqliteTable("named_user_tokens", {
+  /** HMAC of the token; the token itself is only ever in the response. */
+  tokenHash: text("token_hash").primaryKey(),
+  verificationId: text("verification_id").notNull(),
+  licenseId: text("license_id").notNull(),
+  userId: text("user_id").notNull(),
+  assignmentId: text("assignment_id").notNull(),
+  deviceThumbprint: text("device_thumbprint").notNull(),
+  expiresAt: timestamp("expires_at").notNull(),
+  usedAt: timestamp("used_at"),
+});
+
+/** Which assignment a named-user activation holds: heartbeats check it is still active (rule 1). */
+export const namedUserActivations = sqliteTable("named_user_activations", {
+  activationId: text("activation_id").primaryKey(),
+  assignmentId: text("assignment_id").notNull(),
+});

@@ -1,0 +1,374 @@
+import { afterEach, beforeEach, describe, expect, test } from "bun:test";
+import { eq } from "drizzle-orm";
+import { mailOutbox } from "../../src/store/schema/index.ts";
+import { TestDevice } from "../support/device.ts";
+import { createTestContext, type TestContext } from "../support/harness.ts";
+import {
+  confirmVerification,
+  enableTotp,
+  type NamedUserFixture,
+  namedUserFixture,
+  startVerification,
+} from "../support/named-users.ts";
+import { activate, heartbeatPath, proofCall } from "../support/runtime.ts";
+import { deliverMail, startSmtpServer, type TestSmtpServer } from "../support/smtp.ts";
+
+let t: TestContext;
+let smtp: TestSmtpServer;
+let stopMail: () => Promise<void>;
+let f: NamedUserFixture;
+let device: TestDevice;
+
+beforeEach(async () => {
+  t = createTestContext();
+  smtp = await startSmtpServer();
+  stopMail = deliverMail(t.deps, smtp.url);
+  f = await namedUserFixture(t);
+  device = new TestDevice();
+});
+afterEach(async () => {
+  await stopMail();
+  await smtp.stop();
+  t.close();
+});
+
+/** Start, read the code from the delivered mail. */
+async function started(email = f.email, who = device) {
+  const response = await startVerification(t, who, f, email);
+  expect(response.status).toBe(202);
+  const code = await smtp.waitForCode(email);
+  return { id: response.body.data.verification_id as string, code, response };
+}
+
+async function tokenFor(who = device, extra: Record<string, unknown> = {}) {
+  const { id, code } = await started(f.email, who);
+  const confirmed = await confirmVerification(t, who, id, code, extra);
+  expect(confirmed.status).toBe(200);
+  return confirmed.body.data.named_user_token as string;
+}
+
+const BEAT = { machine_info: { os: "linux", arch: "x64" } };
+const beat = (who: TestDevice, id: string) => proofCall(t, who, "POST", heartbeatPath(id), id, BEAT);
+const near = (iso: string, expectedMs: number) =>
+  expect(Math.abs(new Date(iso).getTime() - expectedMs)).toBeLessThan(2_000);
+
+const wrongCode = (code: string) => String((Number(code) + 1) % 1_000_000).padStart(6, "0");
+const settle = () => Bun.sleep(120);
+
+describe("the whole named-user flow", () => {
+  test("start, code from the mail, confirm, token, activation, heartbeat", async () => {
+    const { id, code, response } = await started();
+    expect(response.body.data).toMatchObject({ verification_id: id, resend_after_sec: 60, code_length: 6 });
+    near(response.body.data.expires_at, t.clock.now().getTime() + 600_000);
+    expect(response.body.response_assertion.status).toBe(202);
+    expect(response.body.response_assertion.product_id).toBe(f.productId);
+    const confirmed = await confirmVerification(t, device, id, code);
+    expect(confirmed.status).toBe(200);
+    expect(confirmed.body.data.named_user_token).toStartWith("nut_");
+    near(confirmed.body.data.expires_at, t.clock.now().getTime() + 300_000);
+    expect(confirmed.body.response_assertion.status).toBe(200);
+    const activation = await activate(t, device, f, {
+      body: { named_user_token: confirmed.body.data.named_user_token },
+    });
+    expect(activation.status).toBe(201);
+    expect((await beat(device, activation.body.data.activation_id)).status).toBe(200);
+  });
+
+  test("a named-user license refuses activation without a token, with a used one, another device's, another license's or an expired one", async () => {
+    expect((await activate(t, device, f)).body.error.code).toBe("NAMED_USER_TOKEN_INVALID");
+    const token = await tokenFor();
+    expect((await activate(t, device, f, { body: { named_user_token: `${token}x` } })).status).toBe(401);
+    const other = new TestDevice();
+    expect((await activate(t, other, f, { body: { named_user_token: token } })).body.error.code).toBe(
+      "NAMED_USER_TOKEN_INVALID",
+    );
+    expect((await activate(t, device, f, { body: { named_user_token: token } })).status).toBe(201);
+    // Single use: the same device cannot spend it again.
+    expect((await activate(t, device, f, { body: { named_user_token: token } })).body.error.code).toBe(
+      "NAMED_USER_TOKEN_INVALID",
+    );
+    const late = await tokenFor();
+    t.clock.advance(301);
+    expect((await activate(t, device, f, { body: { named_user_token: late } })).body.error.code).toBe(
+      "NAMED_USER_TOKEN_INVALID",
+    );
+  });
+
+  test("a refused activation (machine limit) leaves the token unspent", async () => {
+    const g = await namedUserFixture(t, { policy: { max_machines: 1 } });
+    f = g;
+    const first = new TestDevice();
+    expect((await activate(t, first, f, { body: { named_user_token: await tokenFor(first) } })).status).toBe(
+      201,
+    );
+    const second = new TestDevice();
+    const token = await tokenFor(second);
+    expect((await activate(t, second, f, { body: { named_user_token: token } })).body.error.code).toBe(
+      "MACHINE_LIMIT_REACHED",
+    );
+    await t.call(
+      "DELETE",
+      `/mgmt/v1/activations/${(await t.call("GET", `/mgmt/v1/licenses/${f.licenseId}/activations`)).body.data[0].id}`,
+    );
+    expect((await activate(t, second, f, { body: { named_user_token: token } })).status).toBe(201);
+  });
+});
+
+describe("rule 6: a code only when everything holds, the same 202 either way", () => {
+  test("an address with no user gets the same 202 and no mail, only a suppressed outbox row", async () => {
+    const response = await startVerification(t, device, f, "nobody@example.com");
+    expect(response.status).toBe(202);
+    expect(Object.keys(response.body.data).sort()).toEqual([
+      "code_length",
+      "expires_at",
+      "resend_after_sec",
+      "verification_id",
+    ]);
+    await settle();
+    expect(smtp.messages).toHaveLength(0);
+    const rows = t.deps.db
+      .select()
+      .from(mailOutbox)
+      .where(eq(mailOutbox.recipient, "nobody@example.com"))
+      .all();
+    expect(rows.map((r) => [r.status, r.payload])).toEqual([["suppressed", null]]);
+    // Confirming it behaves like a wrong code, whatever is sent.
+    const confirm = await confirmVerification(t, device, response.body.data.verification_id, "000000");
+    expect(confirm.status).toBe(401);
+    expect(confirm.body.error.code).toBe("EMAIL_VERIFICATION_CODE_INVALID");
+    expect(confirm.body.error.details.remaining_attempts).toBe(4);
+  });
+
+  test("no code for an unassigned user, a disabled user, a wrong license key, a suspended license or a device policy", async () => {
+    const cases: [string, () => Promise<string>][] = [
+      [
+        "unassigned",
+        async () => {
+          await t.call("DELETE", `/mgmt/v1/license-assignments/${f.assignmentId}`);
+          return f.email;
+        },
+      ],
+      [
+        "disabled",
+        async () => {
+          await t.call("DELETE", `/mgmt/v1/license-users/${f.userId}`);
+          return f.email;
+        },
+      ],
+      [
+        "suspended",
+        async () => {
+          const license = await t.call("GET", `/mgmt/v1/licenses/${f.licenseId}`);
+          await t.call("PATCH", `/mgmt/v1/licenses/${f.licenseId}`, {
+            body: { status_action: "suspended" },
+            headers: { "if-match": String(license.body.data.version) },
+          });
+          return f.email;
+        },
+      ],
+    ];
+    for (const [, prepare] of cases) {
+      f = await namedUserFixture(t);
+      const email = await prepare();
+      expect((await startVerification(t, device, f, email)).status).toBe(202);
+    }
+    f = await namedUserFixture(t);
+    expect(
+      (await startVerification(t, device, { ...f, licenseKey: "AAAAA-BBBBB-CCCCC-DDDDD" }, f.email)).status,
+    ).toBe(202);
+    const deviceFixture = await namedUserFixture(t);
+    await t.call("PATCH", `/mgmt/v1/policies/${deviceFixture.policyId}`, {
+      body: { identity_mode: "device" },
+    });
+    expect((await startVerification(t, device, deviceFixture, deviceFixture.email)).status).toBe(202);
+    await settle();
+    expect(smtp.messages).toHaveLength(0);
+  });
+
+  test("a plan without email license verification refuses the start and the confirm with 403", async () => {
+    const { id, code } = await started();
+    t.workspace.setPlan("free");
+    const start = await startVerification(t, device, f, f.email);
+    expect(start.status).toBe(403);
+    expect(start.body.error.code).toBe("PLAN_ENTITLEMENT_REQUIRED");
+    expect(start.body.error.details.entitlement).toBe("email_license_verification");
+    expect((await confirmVerification(t, device, id, code)).body.error.code).toBe(
+      "PLAN_ENTITLEMENT_REQUIRED",
+    );
+  });
+
+  test("an unknown product is 404 and a malformed device key 422", async () => {
+    expect((await startVerification(t, device, { ...f, productId: "prod_nope" }, f.email)).status).toBe(404);
+    const bad = await startVerification(t, device, f, f.email, { device_signing_public_key: "ed25519:AAAA" });
+    expect(bad.status).toBe(422);
+  });
+});
+
+describe("confirm errors", () => {
+  test("five wrong codes count down remaining_attempts, then even the right code is 410", async () => {
+    const { id, code } = await started();
+    for (let left = 4; left >= 0; left--) {
+      const response = await confirmVerification(t, device, id, wrongCode(code));
+      expect(response.status).toBe(401);
+      expect(response.body.error.details.remaining_attempts).toBe(left);
+    }
+    const last = await confirmVerification(t, device, id, code);
+    expect(last.status).toBe(410);
+    expect(last.body.error.code).toBe("EMAIL_VERIFICATION_EXPIRED");
+  });
+
+  test("the right code from another device key is a wrong attempt", async () => {
+    const { id, code } = await started();
+    const response = await confirmVerification(t, new TestDevice(), id, code);
+    expect(response.status).toBe(401);
+    expect(response.body.error.code).toBe("EMAIL_VERIFICATION_CODE_INVALID");
+    expect(response.body.error.details.remaining_attempts).toBe(4);
+    expect((await confirmVerification(t, device, id, code)).status).toBe(200);
+  });
+
+  test("a code is single use, lasts 10 minutes, and is replaced by a newer start", async () => {
+    const used = await started();
+    expect((await confirmVerification(t, device, used.id, used.code)).status).toBe(200);
+    expect((await confirmVerification(t, device, used.id, used.code)).status).toBe(410);
+
+    const late = await started();
+    t.clock.advance(600);
+    expect((await confirmVerification(t, device, late.id, late.code)).body.error.code).toBe(
+      "EMAIL_VERIFICATION_EXPIRED",
+    );
+
+    const older = await started();
+    const newer = await started();
+    expect((await confirmVerification(t, device, older.id, older.code)).status).toBe(410);
+    expect((await confirmVerification(t, device, newer.id, newer.code)).status).toBe(200);
+  });
+
+  test("an unknown verification id is 410 and a malformed code 422", async () => {
+    expect((await confirmVerification(t, device, "ver_01ARZ3NDEKTSV4RRFFQ69G5FAV", "123456")).status).toBe(
+      410,
+    );
+    const { id } = await started();
+    expect((await confirmVerification(t, device, id, "12345")).status).toBe(422);
+    expect((await confirmVerification(t, device, id, "12345a")).status).toBe(422);
+  });
+
+  test("an assignment removed (or user disabled) after the start is 403 NAMED_USER_ASSIGNMENT_UNAVAILABLE", async () => {
+    const { id, code } = await started();
+    await t.call("DELETE", `/mgmt/v1/license-assignments/${f.assignmentId}`);
+    const response = await confirmVerification(t, device, id, code);
+    expect(response.status).toBe(403);
+    expect(response.body.error.code).toBe("NAMED_USER_ASSIGNMENT_UNAVAILABLE");
+
+    f = await namedUserFixture(t);
+    const second = await started();
+    await t.call("DELETE", `/mgmt/v1/license-users/${f.userId}`);
+    expect((await confirmVerification(t, device, second.id, second.code)).body.error.code).toBe(
+      "NAMED_USER_ASSIGNMENT_UNAVAILABLE",
+    );
+  });
+
+  test("an assignment removed between confirm and activation refuses the activation", async () => {
+    const token = await tokenFor();
+    await t.call("DELETE", `/mgmt/v1/license-assignments/${f.assignmentId}`);
+    const response = await activate(t, device, f, { body: { named_user_token: token } });
+    expect(response.status).toBe(403);
+    expect(response.body.error.code).toBe("NAMED_USER_ASSIGNMENT_UNAVAILABLE");
+  });
+});
+
+describe("two-factor at confirm", () => {
+  test("without the second factor: 401 TWO_FACTOR_REQUIRED and the code stays valid; with a TOTP code: the token", async () => {
+    const totp = await enableTotp(t, f.userId);
+    const { id, code } = await started();
+    const required = await confirmVerification(t, device, id, code);
+    expect(required.status).toBe(401);
+    expect(required.body.error.code).toBe("TWO_FACTOR_REQUIRED");
+    expect(required.body.error.details.remaining_attempts).toBe(5);
+    const ok = await confirmVerification(t, device, id, code, { second_factor_code: totp.codeAt() });
+    expect(ok.status).toBe(200);
+    const activation = await activate(t, device, f, {
+      body: { named_user_token: ok.body.data.named_user_token },
+    });
+    expect(activation.status).toBe(201);
+  });
+
+  test("a TOTP step is never accepted twice, and a wrong one is TWO_FACTOR_INVALID using an attempt", async () => {
+    const totp = await enableTotp(t, f.userId);
+    const first = await started();
+    const step = totp.codeAt();
+    expect(
+      (await confirmVerification(t, device, first.id, first.code, { second_factor_code: step })).status,
+    ).toBe(200);
+    const second = await started();
+    const replay = await confirmVerification(t, device, second.id, second.code, { second_factor_code: step });
+    expect(replay.status).toBe(401);
+    expect(replay.body.error.code).toBe("TWO_FACTOR_INVALID");
+    expect(replay.body.error.details.remaining_attempts).toBe(4);
+    t.clock.advance(30);
+    expect(
+      (await confirmVerification(t, device, second.id, second.code, { second_factor_code: totp.codeAt() }))
+        .status,
+    ).toBe(200);
+  });
+
+  test("a recovery code works once, in any case and without the dash", async () => {
+    const totp = await enableTotp(t, f.userId);
+    expect(totp.recoveryCodes).toHaveLength(10);
+    expect(totp.uri).toStartWith("otpauth://totp/");
+    const recovery = totp.recoveryCodes[0] as string;
+    const first = await started();
+    const typed = recovery.replace("-", "").toLowerCase();
+    expect(
+      (await confirmVerification(t, device, first.id, first.code, { second_factor_code: typed })).status,
+    ).toBe(200);
+    const second = await started();
+    const again = await confirmVerification(t, device, second.id, second.code, {
+      second_factor_code: recovery,
+    });
+    expect(again.body.error.code).toBe("TWO_FACTOR_INVALID");
+    const user = await t.call("GET", `/mgmt/v1/license-users/${f.userId}`);
+    expect(user.body.data.two_factor.recovery_codes_remaining).toBe(9);
+  });
+
+  test("ten wrong second factors in a row lock two-factor (403 TWO_FACTOR_LOCKED) until the vendor unlocks", async () => {
+    const totp = await enableTotp(t, f.userId);
+    for (let i = 0; i < 10; i++) {
+      const { id, code } = await started();
+      const wrong = await confirmVerification(t, device, id, code, { second_factor_code: "ZZZZZ-ZZZZZ" });
+      expect(wrong.body.error.code).toBe("TWO_FACTOR_INVALID");
+    }
+    const { id, code } = await started();
+    const locked = await confirmVerification(t, device, id, code, { second_factor_code: totp.codeAt() });
+    expect(locked.status).toBe(403);
+    expect(locked.body.error.code).toBe("TWO_FACTOR_LOCKED");
+    expect((await t.call("GET", `/mgmt/v1/license-users/${f.userId}`)).body.data.two_factor.locked).toBe(
+      true,
+    );
+    expect((await t.call("POST", `/mgmt/v1/license-users/${f.userId}/two-factor/unlock`)).status).toBe(200);
+    expect(
+      (await confirmVerification(t, device, id, code, { second_factor_code: totp.codeAt() })).status,
+    ).toBe(200);
+  });
+});
+
+describe("rule 1: devices of a named user whose assignment ended", () => {
+  test("heartbeats are refused with a signed 403 once the assignment is removed or the user disabled", async () => {
+    const token = await tokenFor();
+    const activation = await activate(t, device, f, { body: { named_user_token: token } });
+    const id = activation.body.data.activation_id as string;
+    expect((await beat(device, id)).status).toBe(200);
+    await t.call("DELETE", `/mgmt/v1/license-assignments/${f.assignmentId}`);
+    const refused = await beat(device, id);
+    expect(refused.status).toBe(403);
+    expect(refused.body.error.code).toBe("NAMED_USER_ASSIGNMENT_UNAVAILABLE");
+    expect(refused.body.response_assertion.status).toBe(403);
+    expect(refused.body.response_signature).toBeString();
+
+    f = await namedUserFixture(t);
+    const other = new TestDevice();
+    const second = await activate(t, other, f, { body: { named_user_token: await tokenFor(other) } });
+    const secondId = second.body.data.activation_id as string;
+    await t.call("DELETE", `/mgmt/v1/license-users/${f.userId}`);
+    expect((await beat(other, secondId)).body.error.code).toBe("NAMED_USER_ASSIGNMENT_UNAVAILABLE");
+  });
+});
