@@ -263,6 +263,34 @@ describe("actual requests", () => {
     expect(response.headers.get("access-control-allow-origin")).toBeNull();
   });
 
+  test("a request naming an unknown product or activation gets no Access-Control-Allow-Origin", async () => {
+    const unknownProduct = await t.call("POST", "/runtime/v1/time", {
+      key: null,
+      body: { product_id: "prod_00000000000000000000000000", nonce: "n".repeat(22) },
+      headers: { origin: APP },
+    });
+    expect(unknownProduct.status).toBe(404);
+    expect(unknownProduct.headers.get("access-control-allow-origin")).toBeNull();
+    const unknownActivation = await proofCall(
+      t,
+      new TestDevice(),
+      "DELETE",
+      "/runtime/v1/activations/act_00000000000000000000000000",
+      "act_00000000000000000000000000",
+      undefined,
+      { headers: { origin: APP } },
+    );
+    expect(unknownActivation.status).toBeGreaterThanOrEqual(400);
+    expect(unknownActivation.headers.get("access-control-allow-origin")).toBeNull();
+  });
+
+  test("archiving a product leaves its runtime, and so its CORS, as they were", async () => {
+    expect((await t.call("DELETE", `/mgmt/v1/products/${a.productId}`)).status).toBe(204);
+    const response = await t.call("GET", trustBundle(a.productId), { key: null, headers: { origin: APP } });
+    expect(response.status).toBe(200);
+    expect(response.headers.get("access-control-allow-origin")).toBe(APP);
+  });
+
   test("a test product serves its http loopback origins", async () => {
     const local = await runtimeFixture(t, { key: t.keys.test });
     await enable(local.productId, ["http://localhost:5173"], true, t.keys.test);
