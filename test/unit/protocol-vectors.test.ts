@@ -80,6 +80,7 @@ const EXPECTED_VECTORS = [
   "response-object",
   "response-string",
   "sealed-file",
+  "trial-confirm",
   "trust-bundle",
 ] as const;
 type VectorName = (typeof EXPECTED_VECTORS)[number];
