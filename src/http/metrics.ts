@@ -22,12 +22,18 @@ export class Metrics {
   private readonly durations = new Map<string, Histogram>();
   private readonly rateLimited = new Map<string, number>();
   private readonly replays = new Map<string, number>();
+  private readonly collectors: (() => string[])[] = [];
   readonly startedAt = Date.now();
 
   constructor(
     private readonly info: { version: string; sqlite?: Database },
     private matchRoute: (method: string, path: string) => string = () => UNMATCHED,
   ) {}
+
+  /** Lines (with their HELP and TYPE) another part adds to every scrape, e.g. the webhook queue. */
+  collect(collector: () => string[]): void {
+    this.collectors.push(collector);
+  }
 
   /** The app's routes are known only once it is built; until then everything is `unmatched`. */
   useRoutes(routes: readonly { method: string; path: string }[]): void {
@@ -109,6 +115,14 @@ export class Metrics {
       "Device signatures checked by this process (proofs), valid or not.",
     );
     out.push(`licensing_signature_verifications_total ${cryptoCounters.verifications}`);
+
+    for (const collector of this.collectors) {
+      try {
+        out.push(...collector());
+      } catch {
+        // A collector reading a closed store (during shutdown) drops out; the rest still render.
+      }
+    }
 
     const store = this.info.sqlite ? storeSize(this.info.sqlite) : null;
     if (store) {

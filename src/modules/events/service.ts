@@ -1,9 +1,11 @@
+import type { Database } from "bun:sqlite";
 import { and, desc, eq, lt } from "drizzle-orm";
 import type { ChangeContext, Deps } from "../../deps.ts";
 import type { Environment } from "../../domain/scopes.ts";
 import type { PageRequest } from "../../http/pagination.ts";
 import type { Db } from "../../store/db.ts";
 import { auditEvents } from "../../store/schema/index.ts";
+import { enqueuePayload } from "../webhooks/enqueue.ts";
 
 /** A transaction handle or the database itself: audit rows are written inside the change's transaction. */
 type Writer = Pick<Db, "insert">;
@@ -14,28 +16,36 @@ export interface AuditEntry {
   data?: Record<string, unknown>;
 }
 
-/** Records one audit event; call it inside the transaction that makes the change. */
+/**
+ * Records one audit event; call it inside the transaction that makes the change. The event is
+ * queued for webhook endpoints subscribed to its type in that same transaction (same connection).
+ */
 export function recordAudit(
   writer: Writer,
-  deps: Pick<Deps, "clock" | "ids">,
+  deps: Pick<Deps, "clock" | "ids"> & Partial<Pick<Deps, "sqlite">>,
   ctx: ChangeContext,
   entry: AuditEntry,
 ): void {
   const now = deps.clock.now();
-  writer
-    .insert(auditEvents)
-    .values({
-      id: deps.ids.next("event", now.getTime()),
-      environment: ctx.environment,
-      type: entry.type,
-      actor: ctx.actor,
-      targetType: entry.target.type,
-      targetId: entry.target.id,
-      data: entry.data ?? {},
-      requestId: ctx.requestId,
-      createdAt: now,
-    })
-    .run();
+  const row: AuditEventRow = {
+    id: deps.ids.next("event", now.getTime()),
+    environment: ctx.environment,
+    type: entry.type,
+    actor: ctx.actor,
+    targetType: entry.target.type,
+    targetId: entry.target.id,
+    data: entry.data ?? {},
+    requestId: ctx.requestId,
+    createdAt: now,
+  };
+  writer.insert(auditEvents).values(row).run();
+  // Every caller passes the full Deps; some declare a narrower type, so the connection is looked up.
+  const sqlite = deps.sqlite ?? (writer as { $client?: Database }).$client;
+  if (!sqlite) throw new Error("recordAudit needs deps.sqlite to queue the event for webhooks");
+  enqueuePayload({ clock: deps.clock, ids: deps.ids, sqlite }, entry.type, () => ({
+    environment: ctx.environment,
+    data: presentAuditEvent(row),
+  }));
 }
 
 export type AuditEventRow = typeof auditEvents.$inferSelect;

@@ -1,0 +1,444 @@
+import type { Deps } from "../deps.ts";
+import { type Clock, systemClock, unixSeconds } from "../domain/clock.ts";
+import type { Logger } from "../http/logger.ts";
+import {
+  AddressRefused,
+  checkedAddress,
+  type Resolver,
+  systemResolver,
+} from "../modules/webhooks/address.ts";
+import { bareHost, chatMessage, type DestinationKind } from "../modules/webhooks/destinations.ts";
+import { onEnqueue } from "../modules/webhooks/enqueue.ts";
+import { announceExpiries } from "../modules/webhooks/expiries.ts";
+import {
+  cancelPending,
+  previousSecretContext,
+  secretContext,
+  urlContext,
+} from "../modules/webhooks/service.ts";
+import { signatureHeaders } from "../modules/webhooks/signing.ts";
+
+/** Seconds before the 1st … 7th retry (DESIGN §5); after the last, the delivery is failed (~28 h in all). */
+export const WEBHOOK_RETRY_DELAYS_SEC = [5, 300, 1800, 7200, 18_000, 36_000, 36_000];
+/** Each delay is stretched or shrunk by up to this fraction, so retries of many events do not arrive in lockstep. */
+export const RETRY_JITTER = 0.1;
+export const ATTEMPT_TIMEOUT_MS = 10_000;
+export const PER_ENDPOINT_CONCURRENCY = 2;
+export const GLOBAL_CONCURRENCY = 16;
+const POLL_MS = 1_000;
+const EXPIRY_SCAN_MS = 30_000;
+/** Of a receiver's answer, only this much is read (and nothing of it is kept). */
+const MAX_RESPONSE_BYTES = 64 * 1024;
+const USER_AGENT = "licensing-webhooks/1";
+
+export interface DispatcherOptions {
+  logger: Logger;
+  allowPrivateNetworks: boolean;
+  resolver?: Resolver;
+  /** Schedules retries and claims; the store's clock (the test clock moves it). */
+  clock?: Clock;
+  /**
+   * The `webhook-timestamp` of an attempt: real time, because receivers check it against their own
+   * clock (Standard Webhooks allows 5 minutes). The test clock does not move it.
+   */
+  wallClock?: Clock;
+  timeoutMs?: number;
+  perEndpointConcurrency?: number;
+  globalConcurrency?: number;
+  retryDelaysSec?: readonly number[];
+  /** A number in [0, 1); Math.random by default. */
+  random?: () => number;
+  /** How long a claimed delivery stays claimed; a claim left by a crashed process is due again after it. */
+  claimMs?: number;
+  pollMs?: number;
+  expiryScanMs?: number;
+  /**
+   * Tests only, never reachable from configuration: the origin to connect to instead of the URL's
+   * own (team-chat hosts cannot be reached from a test). Skips the address check, as a test
+   * receiver is on loopback.
+   */
+  connectOverride?: (url: URL) => string | undefined;
+}
+
+interface ClaimedRow {
+  id: string;
+  endpoint_id: string;
+  event_id: string;
+  environment: string;
+  attempts: number;
+  schedule_start: number;
+  payload: string;
+  kind: DestinationKind;
+  url_ciphertext: string;
+  endpoint_status: "active" | "disabled" | "stopped";
+  secret_ciphertext: string | null;
+  previous_secret_ciphertext: string | null;
+  previous_secret_expires_at: number | null;
+}
+
+type AttemptResult =
+  | { outcome: "succeeded"; status: number }
+  | { outcome: "failed"; status: number | null; error: string; gone?: boolean }
+  | { outcome: "refused"; status: null; error: string };
+
+const DUE = `((status = 'pending' AND next_attempt_at <= ?1) OR (status = 'delivering' AND claimed_until <= ?1))`;
+
+/**
+ * Delivers the webhook outbox (DESIGN §5): at least once, in the order events were queued per
+ * endpoint, with Standard Webhooks signatures, retries with jitter, no redirects, a timeout per
+ * attempt, and at most a few attempts in flight per endpoint so a slow receiver only slows itself.
+ * Every attempt is logged; the row is the only state, so a restart continues where it stopped.
+ */
+export class WebhookDispatcher {
+  private readonly clock: Clock;
+  private readonly wallClock: Clock;
+  private readonly resolver: Resolver;
+  private readonly retryDelays: readonly number[];
+  private readonly inFlight = new Map<string, number>();
+  private readonly running = new Set<Promise<void>>();
+  private total = 0;
+  private stopped = false;
+  /** Counters for /metrics. */
+  readonly counters = { attempts: 0, failedAttempts: 0, failedDeliveries: 0, disabledEndpoints: 0 };
+
+  constructor(
+    private readonly deps: Pick<Deps, "sqlite" | "clock" | "secrets" | "ids">,
+    private readonly options: DispatcherOptions,
+  ) {
+    this.clock = options.clock ?? deps.clock;
+    this.wallClock = options.wallClock ?? systemClock;
+    this.resolver = options.resolver ?? systemResolver;
+    this.retryDelays = options.retryDelaysSec ?? WEBHOOK_RETRY_DELAYS_SEC;
+  }
+
+  /** Claims every due delivery there is room for and waits for those attempts; resolves with how many were made. */
+  async runOnce(): Promise<number> {
+    const started = this.dispatchDue();
+    await Promise.all(started);
+    return started.length;
+  }
+
+  /** Waits until nothing is in flight (tests, shutdown). */
+  async idle(): Promise<void> {
+    while (this.running.size > 0) await Promise.all([...this.running]);
+  }
+
+  /** Polls and reacts to new events at once. The returned stop waits (bounded) for attempts in flight. */
+  start(): () => Promise<void> {
+    const kick = () => {
+      if (this.stopped) return;
+      try {
+        this.dispatchDue();
+      } catch (error) {
+        this.options.logger.log("error", "webhook dispatch failed", { error: (error as Error).message });
+      }
+    };
+    const scan = () => {
+      try {
+        const queued = announceExpiries(this.deps);
+        if (queued > 0) kick();
+      } catch (error) {
+        this.options.logger.log("error", "webhook expiry scan failed", { error: (error as Error).message });
+      }
+    };
+    const unsubscribe = onEnqueue(this.deps.sqlite, kick);
+    const poll = setInterval(kick, this.options.pollMs ?? POLL_MS);
+    const scanner = setInterval(scan, this.options.expiryScanMs ?? EXPIRY_SCAN_MS);
+    poll.unref?.();
+    scanner.unref?.();
+    scan();
+    kick();
+    return async () => {
+      this.stopped = true;
+      unsubscribe();
+      clearInterval(poll);
+      clearInterval(scanner);
+      // An attempt cut off here stays claimed and is due again once its claim lapses.
+      await Promise.race([this.idle(), Bun.sleep(5_000)]);
+    };
+  }
+
+  /** Deliveries waiting (pending, or claimed and in flight): the queue depth for /metrics. */
+  queueDepth(): number {
+    return (
+      this.deps.sqlite
+        .query<{ n: number }, []>(
+          "SELECT count(*) AS n FROM webhook_deliveries WHERE status IN ('pending', 'delivering')",
+        )
+        .get()?.n ?? 0
+    );
+  }
+
+  /** Prometheus lines for the metrics registry. */
+  metricLines(): string[] {
+    return [
+      "# HELP licensing_webhook_queue_depth Webhook deliveries waiting to be made (pending or in flight).",
+      "# TYPE licensing_webhook_queue_depth gauge",
+      `licensing_webhook_queue_depth ${this.queueDepth()}`,
+      "# HELP licensing_webhook_attempts_total Webhook delivery attempts made by this process.",
+      "# TYPE licensing_webhook_attempts_total counter",
+      `licensing_webhook_attempts_total ${this.counters.attempts}`,
+      "# HELP licensing_webhook_failures_total Webhook attempts that failed (error, timeout, non-2xx, refused address).",
+      "# TYPE licensing_webhook_failures_total counter",
+      `licensing_webhook_failures_total ${this.counters.failedAttempts}`,
+      "# HELP licensing_webhook_deliveries_failed_total Webhook deliveries given up after the last retry.",
+      "# TYPE licensing_webhook_deliveries_failed_total counter",
+      `licensing_webhook_deliveries_failed_total ${this.counters.failedDeliveries}`,
+    ];
+  }
+
+  private dispatchDue(): Promise<void>[] {
+    const now = this.clock.now().getTime();
+    const perEndpoint = this.options.perEndpointConcurrency ?? PER_ENDPOINT_CONCURRENCY;
+    const global = this.options.globalConcurrency ?? GLOBAL_CONCURRENCY;
+    const endpoints = this.deps.sqlite
+      .query<{ endpoint_id: string }, [number]>(
+        `SELECT DISTINCT endpoint_id FROM webhook_deliveries WHERE ${DUE}`,
+      )
+      .all(now);
+    const started: Promise<void>[] = [];
+    const claim = this.deps.sqlite.query<unknown, [number, number, number, string]>(
+      `UPDATE webhook_deliveries SET status = 'delivering', claimed_until = ?2, updated_at = ?3
+       WHERE id = ?4 AND ${DUE}`,
+    );
+    const claimMs = this.options.claimMs ?? (this.options.timeoutMs ?? ATTEMPT_TIMEOUT_MS) + 60_000;
+    for (const { endpoint_id: endpointId } of endpoints) {
+      const room = Math.min(perEndpoint - (this.inFlight.get(endpointId) ?? 0), global - this.total);
+      if (room <= 0) continue;
+      const due = this.deps.sqlite
+        .query<{ id: string }, [number, string, number]>(
+          `SELECT id FROM webhook_deliveries WHERE endpoint_id = ?2 AND ${DUE}
+           ORDER BY next_attempt_at, id LIMIT ?3`,
+        )
+        .all(now, endpointId, room);
+      for (const { id } of due) {
+        if (claim.run(now, now + claimMs, now, id).changes !== 1) continue;
+        started.push(this.track(endpointId, this.attempt(id)));
+      }
+    }
+    return started;
+  }
+
+  private track(endpointId: string, work: Promise<void>): Promise<void> {
+    this.inFlight.set(endpointId, (this.inFlight.get(endpointId) ?? 0) + 1);
+    this.total++;
+    const done = work
+      .catch((error: Error) =>
+        this.options.logger.log("error", "webhook attempt failed unexpectedly", { error: error.message }),
+      )
+      .finally(() => {
+        const left = (this.inFlight.get(endpointId) ?? 1) - 1;
+        if (left > 0) this.inFlight.set(endpointId, left);
+        else this.inFlight.delete(endpointId);
+        this.total--;
+        this.running.delete(done);
+      });
+    this.running.add(done);
+    return done;
+  }
+
+  private load(id: string): ClaimedRow | null {
+    return this.deps.sqlite
+      .query<ClaimedRow, [string]>(
+        `SELECT d.id, d.endpoint_id, d.event_id, d.environment, d.attempts, d.schedule_start, e.payload,
+           w.kind, w.url_ciphertext, w.status AS endpoint_status, w.secret_ciphertext,
+           w.previous_secret_ciphertext, w.previous_secret_expires_at
+         FROM webhook_deliveries d JOIN webhook_events e ON e.id = d.event_id
+         JOIN webhook_endpoints w ON w.id = d.endpoint_id WHERE d.id = ?`,
+      )
+      .get(id);
+  }
+
+  private async attempt(id: string): Promise<void> {
+    const row = this.load(id);
+    if (!row) return;
+    const startedAt = this.clock.now();
+    if (row.endpoint_status !== "active") {
+      cancelPending(this.deps, row.endpoint_id, startedAt);
+      return;
+    }
+    const began = performance.now();
+    const result = await this.send(row, startedAt);
+    const durationMs = Math.round(performance.now() - began);
+    this.record(row, result, startedAt, durationMs);
+  }
+
+  /** Secrets that sign now: the current one, and the previous one during a rotation's overlap. */
+  private secretsOf(row: ClaimedRow, now: Date): string[] {
+    if (!row.secret_ciphertext) return [];
+    const secrets = [this.deps.secrets.decrypt(row.secret_ciphertext, secretContext(row.endpoint_id))];
+    if (
+      row.previous_secret_ciphertext &&
+      row.previous_secret_expires_at !== null &&
+      row.previous_secret_expires_at > now.getTime()
+    ) {
+      secrets.push(
+        this.deps.secrets.decrypt(row.previous_secret_ciphertext, previousSecretContext(row.endpoint_id)),
+      );
+    }
+    return secrets;
+  }
+
+  private async send(row: ClaimedRow, now: Date): Promise<AttemptResult> {
+    const url = new URL(this.deps.secrets.decrypt(row.url_ciphertext, urlContext(row.endpoint_id)));
+    const headers: Record<string, string> = { "content-type": "application/json", "user-agent": USER_AGENT };
+    let body = row.payload;
+    if (row.kind === "standard") {
+      Object.assign(
+        headers,
+        signatureHeaders(this.secretsOf(row, now), row.event_id, unixSeconds(this.wallClock.now()), body),
+      );
+    } else {
+      body = JSON.stringify(chatMessage(row.kind, JSON.parse(row.payload)));
+    }
+    let target: string;
+    const override = this.options.connectOverride?.(url);
+    if (override !== undefined) {
+      target = `${override}${url.pathname}${url.search}`;
+    } else {
+      let address: string;
+      try {
+        address = await checkedAddress(bareHost(url), this.resolver, this.options.allowPrivateNetworks);
+      } catch (error) {
+        if (error instanceof AddressRefused)
+          return { outcome: "refused", status: null, error: error.message };
+        throw error;
+      }
+      if (url.protocol === "http:") {
+        // Connect to the address just checked, so a second DNS answer cannot swap in another one.
+        const pinned = new URL(url.href);
+        pinned.hostname = address.includes(":") ? `[${address}]` : address;
+        target = pinned.href;
+        headers.host = url.host;
+      } else {
+        // https needs the name for TLS; see docs/api.md "Webhooks" on the rebinding window this leaves.
+        target = url.href;
+      }
+    }
+    try {
+      const response = await fetch(target, {
+        method: "POST",
+        headers,
+        body,
+        redirect: "manual",
+        signal: AbortSignal.timeout(this.options.timeoutMs ?? ATTEMPT_TIMEOUT_MS),
+      });
+      await drain(response);
+      if (response.status >= 200 && response.status <= 299)
+        return { outcome: "succeeded", status: response.status };
+      if (response.status === 410)
+        return {
+          outcome: "failed",
+          status: 410,
+          error: "the receiver answered 410 Gone; the endpoint is disabled",
+          gone: true,
+        };
+      if (response.status >= 300 && response.status <= 399)
+        return { outcome: "failed", status: response.status, error: "redirect not followed" };
+      return { outcome: "failed", status: response.status, error: `HTTP ${response.status}` };
+    } catch (error) {
+      const err = error as Error;
+      const timedOut = err.name === "TimeoutError" || err.name === "AbortError";
+      // The message never includes the URL: a team-chat URL is a secret and this text is shown and logged.
+      return {
+        outcome: "failed",
+        status: null,
+        error: timedOut
+          ? `no answer within ${this.options.timeoutMs ?? ATTEMPT_TIMEOUT_MS} ms`
+          : connectionError(err),
+      };
+    }
+  }
+
+  private record(row: ClaimedRow, result: AttemptResult, startedAt: Date, durationMs: number): void {
+    const number = row.attempts + 1;
+    const now = this.clock.now().getTime();
+    this.counters.attempts++;
+    if (result.outcome !== "succeeded") this.counters.failedAttempts++;
+    const retryIndex = number - row.schedule_start - 1;
+    const delaySec = this.retryDelays[retryIndex];
+    let status: "succeeded" | "failed" | "pending" | "cancelled";
+    let next = now;
+    if (result.outcome === "succeeded") status = "succeeded";
+    else if (result.outcome === "failed" && result.gone) status = "failed";
+    else if (delaySec === undefined) status = "failed";
+    else {
+      status = "pending";
+      const jitter = 1 + ((this.options.random ?? Math.random)() * 2 - 1) * RETRY_JITTER;
+      next = now + Math.round(delaySec * 1000 * jitter);
+    }
+    const error = result.outcome === "succeeded" ? null : result.error;
+    this.deps.sqlite.transaction(() => {
+      this.deps.sqlite
+        .query<unknown, [string, string, number, number, number, string, number | null, string | null]>(
+          `INSERT INTO webhook_attempts (id, delivery_id, number, started_at, duration_ms, outcome, response_status, error)
+           VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
+        )
+        .run(
+          `wha_${this.deps.ids.ulid(now)}`,
+          row.id,
+          number,
+          startedAt.getTime(),
+          durationMs,
+          result.outcome,
+          result.status,
+          error,
+        );
+      // Only while still claimed: a stop or a 410 meanwhile cancelled it, and that stands.
+      this.deps.sqlite
+        .query<
+          unknown,
+          [string, number, number, number | null, string | null, number, number | null, string]
+        >(
+          `UPDATE webhook_deliveries SET status = ?, attempts = ?, next_attempt_at = ?, last_response_status = ?,
+             last_error = ?, updated_at = ?, completed_at = ?, claimed_until = NULL
+           WHERE id = ? AND status = 'delivering'`,
+        )
+        .run(status, number, next, result.status, error, now, status === "pending" ? null : now, row.id);
+      if (result.outcome === "failed" && result.gone) {
+        this.deps.sqlite
+          .query<unknown, [number, string]>(
+            `UPDATE webhook_endpoints SET status = 'disabled', disabled_reason = 'gone', updated_at = ?,
+               revision = revision + 1 WHERE id = ? AND status = 'active'`,
+          )
+          .run(now, row.endpoint_id);
+        cancelPending(this.deps, row.endpoint_id, new Date(now));
+        this.counters.disabledEndpoints++;
+      }
+    })();
+    if (status === "failed") this.counters.failedDeliveries++;
+    if (result.outcome !== "succeeded") {
+      // Never the URL: for team chat it is a secret.
+      this.options.logger.log("warn", "webhook attempt failed", {
+        delivery_id: row.id,
+        webhook_id: row.endpoint_id,
+        attempt: number,
+        status: result.status,
+        error,
+        next: status,
+      });
+    }
+  }
+}
+
+async function drain(response: Response): Promise<void> {
+  const reader = response.body?.getReader();
+  if (!reader) return;
+  let read = 0;
+  try {
+    while (read < MAX_RESPONSE_BYTES) {
+      const { done, value } = await reader.read();
+      if (done) return;
+      read += value.byteLength;
+    }
+  } finally {
+    await reader.cancel().catch(() => {});
+  }
+}
+
+/** A connection failure in words that never repeat the URL (Bun's messages can include it). */
+function connectionError(error: Error): string {
+  const code = (error as { code?: string }).code;
+  if (code) return `connection failed (${code})`;
+  return "connection failed";
+}

@@ -1,0 +1,143 @@
+import { lookup } from "node:dns/promises";
+import { isIP } from "node:net";
+
+/**
+ * The outbound address check run before every attempt (DESIGN §6,
+ * LICENSING_WEBHOOK_ALLOW_PRIVATE_NETWORKS): a receiver URL must not reach loopback, private,
+ * link-local, unique-local, cloud-metadata or otherwise non-public addresses, in IPv4 or IPv6
+ * spelling (IPv4-mapped, IPv4-compatible and NAT64 forms included), unless the operator allows it.
+ */
+
+/** IPv4 ranges that are not the public internet: [network, prefix length]. */
+const IPV4_BLOCKED: readonly [string, number][] = [
+  ["0.0.0.0", 8], // "this network"
+  ["10.0.0.0", 8],
+  ["100.64.0.0", 10], // carrier-grade NAT
+  ["127.0.0.0", 8],
+  ["169.254.0.0", 16], // link-local, cloud metadata (169.254.169.254)
+  ["172.16.0.0", 12],
+  ["192.0.0.0", 24], // IETF protocol assignments
+  ["192.0.2.0", 24], // documentation
+  ["192.88.99.0", 24], // 6to4 relay anycast
+  ["192.168.0.0", 16],
+  ["198.18.0.0", 15], // benchmarking
+  ["198.51.100.0", 24],
+  ["203.0.113.0", 24],
+  ["224.0.0.0", 4], // multicast
+  ["240.0.0.0", 4], // reserved, broadcast
+];
+
+function ipv4ToInt(address: string): number | null {
+  const parts = address.split(".");
+  if (parts.length !== 4) return null;
+  let value = 0;
+  for (const part of parts) {
+    if (!/^\d{1,3}$/.test(part) || Number(part) > 255) return null;
+    value = value * 256 + Number(part);
+  }
+  return value;
+}
+
+function ipv4Blocked(address: string): boolean {
+  const value = ipv4ToInt(address);
+  if (value === null) return true;
+  return IPV4_BLOCKED.some(([network, bits]) => {
+    const base = ipv4ToInt(network) as number;
+    const size = 2 ** (32 - bits);
+    return value >= base && value < base + size;
+  });
+}
+
+/** Eight 16-bit groups, `::` expanded; a trailing dotted IPv4 part counts as the last two. Null when malformed. */
+export function ipv6Groups(address: string): number[] | null {
+  let text = address.toLowerCase();
+  const zone = text.indexOf("%");
+  if (zone !== -1) text = text.slice(0, zone);
+  const lastColon = text.lastIndexOf(":");
+  const last = text.slice(lastColon + 1);
+  if (last.includes(".")) {
+    const v4 = ipv4ToInt(last);
+    if (v4 === null) return null;
+    text = `${text.slice(0, lastColon + 1)}${(v4 >>> 16).toString(16)}:${(v4 & 0xffff).toString(16)}`;
+  }
+  const halves = text.split("::");
+  if (halves.length > 2) return null;
+  const parse = (part: string) => (part === "" ? [] : part.split(":"));
+  const head = parse(halves[0] ?? "");
+  const tail = halves.length === 2 ? parse(halves[1] ?? "") : [];
+  const fill = 8 - head.length - tail.length;
+  if (halves.length === 1 ? fill !== 0 : fill < 1) return null;
+  const groups = [...head, ...new Array<string>(halves.length === 2 ? fill : 0).fill("0"), ...tail];
+  if (!groups.every((g) => /^[0-9a-f]{1,4}$/.test(g))) return null;
+  return groups.map((g) => Number.parseInt(g, 16));
+}
+
+function ipv6Blocked(address: string): boolean {
+  const g = ipv6Groups(address);
+  if (!g) return true;
+  const [a = 0, b = 0, c = 0, d = 0, e = 0, f = 0, h = 0, i = 0] = g;
+  const embeddedV4 = () => `${h >> 8}.${h & 255}.${i >> 8}.${i & 255}`;
+  const zeroTo = (n: number) => g.slice(0, n).every((x) => x === 0);
+  if (zeroTo(8)) return true; // ::
+  if (zeroTo(7) && i === 1) return true; // ::1
+  if (zeroTo(5) && f === 0xffff) return ipv4Blocked(embeddedV4()); // ::ffff:a.b.c.d (IPv4-mapped)
+  if (zeroTo(6)) return ipv4Blocked(embeddedV4()); // ::a.b.c.d (IPv4-compatible, deprecated)
+  if (a === 0x64 && b === 0xff9b && c === 0 && d === 0 && e === 0 && f === 0)
+    return ipv4Blocked(embeddedV4()); // NAT64
+  if ((a & 0xfe00) === 0xfc00) return true; // fc00::/7 unique local (incl. fd00:ec2::254 metadata)
+  if ((a & 0xffc0) === 0xfe80) return true; // fe80::/10 link-local
+  if ((a & 0xffc0) === 0xfec0) return true; // fec0::/10 site-local (deprecated)
+  if ((a & 0xff00) === 0xff00) return true; // multicast
+  if (a === 0x2001 && b === 0x0db8) return true; // documentation
+  if (a === 0x0100 && b === 0 && c === 0 && d === 0) return true; // discard-only
+  if (a === 0x2002) return ipv4Blocked(`${b >> 8}.${b & 255}.${c >> 8}.${c & 255}`); // 6to4 wraps an IPv4 address
+  return false;
+}
+
+/** True for every address a webhook must not reach by default; anything unparseable counts as blocked. */
+export function isPrivateAddress(address: string): boolean {
+  const version = isIP(address);
+  if (version === 4) return ipv4Blocked(address);
+  if (version === 6) return ipv6Blocked(address);
+  return true;
+}
+
+export type Resolver = (host: string) => Promise<string[]>;
+
+/** The system resolver; every address it gives is checked, so a mix of public and private is refused. */
+export const systemResolver: Resolver = async (host) => {
+  if (isIP(host)) return [host];
+  const found = await lookup(host, { all: true, verbatim: true });
+  return found.map((entry) => entry.address);
+};
+
+export class AddressRefused extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = "AddressRefused";
+  }
+}
+
+/**
+ * Resolves `host` and returns the address to connect to. Throws AddressRefused when any answer is
+ * private (and that is not allowed) or there is no answer.
+ */
+export async function checkedAddress(
+  host: string,
+  resolver: Resolver,
+  allowPrivate: boolean,
+): Promise<string> {
+  let addresses: string[];
+  try {
+    addresses = await resolver(host);
+  } catch (error) {
+    throw new AddressRefused(`cannot resolve ${host}: ${(error as Error).message}`);
+  }
+  if (addresses.length === 0) throw new AddressRefused(`${host} has no address`);
+  if (!allowPrivate) {
+    const blocked = addresses.find(isPrivateAddress);
+    if (blocked !== undefined)
+      throw new AddressRefused(`${host} resolves to ${blocked}, a private, loopback or link-local address`);
+  }
+  return addresses[0] as string;
+}

@@ -1,0 +1,111 @@
+import { isIP } from "node:net";
+import type { FieldErrorCollector } from "../../http/errors.ts";
+import { isPrivateAddress } from "./address.ts";
+
+export type DestinationKind = "standard" | "slack" | "discord" | "teams";
+
+export const MAX_URL_LENGTH = 2048;
+
+/**
+ * Team-chat services are recognised by host (and path, where the host also serves other things).
+ * Their URLs are bearer secrets: whoever has one can post into the channel.
+ */
+export function destinationKind(url: URL): DestinationKind {
+  const host = url.hostname.toLowerCase();
+  if (host === "hooks.slack.com") return "slack";
+  if (/^(?:(?:ptb|canary)\.)?discord(?:app)?\.com$/.test(host) && url.pathname.startsWith("/api/webhooks/"))
+    return "discord";
+  if (/\.(?:logic\.azure\.com|webhook\.office\.com|powerplatform\.com)$/.test(host)) return "teams";
+  return "standard";
+}
+
+/** The host without IPv6 brackets, as a resolver and the address check take it. */
+export const bareHost = (url: URL): string => url.hostname.replace(/^\[|\]$/g, "");
+
+/**
+ * Checks a URL a vendor sends (create, update). What can be decided without DNS is decided here:
+ * scheme, credentials, fragment, an IP literal in a private range. Host names are resolved and
+ * checked before each attempt (address.ts), since what they resolve to can change.
+ */
+export function parseDestination(
+  raw: string,
+  allowPrivateNetworks: boolean,
+  errors: FieldErrorCollector,
+): { url: URL; kind: DestinationKind } | null {
+  let url: URL;
+  try {
+    url = new URL(raw);
+  } catch {
+    errors.add("url", "must be an absolute http(s) URL");
+    return null;
+  }
+  const before = errors.empty;
+  if (url.protocol !== "https:" && url.protocol !== "http:") errors.add("url", "must use https");
+  else if (url.protocol === "http:" && !allowPrivateNetworks)
+    errors.add("url", "must use https (http is allowed only when the operator allows private networks)");
+  if (url.username || url.password) errors.add("url", "must not carry credentials (user:password@)");
+  if (url.hash) errors.add("url", "must not carry a fragment");
+  const host = bareHost(url);
+  if (!host) errors.add("url", "must name a host");
+  if (isIP(host) && !allowPrivateNetworks && isPrivateAddress(host))
+    errors.add(
+      "url",
+      "points at a private, loopback or link-local address, which this server does not allow",
+    );
+  if (!before || !errors.empty) return null;
+  const kind = destinationKind(url);
+  if (kind !== "standard" && url.protocol !== "https:") {
+    errors.add("url", "team-chat URLs must use https");
+    return null;
+  }
+  return { url, kind };
+}
+
+export interface EventSummary {
+  type: string;
+  environment: string;
+  timestamp: string;
+  data: Record<string, unknown>;
+}
+
+/** One readable line: what happened, to what, by whom. Never a secret: events carry none. */
+export function describeEvent(event: EventSummary): string {
+  const target = event.data.target as { type?: unknown; id?: unknown } | undefined;
+  const actor = event.data.actor as { type?: unknown; name?: unknown; id?: unknown } | undefined;
+  const parts = [`[${event.environment}] ${event.type}`];
+  if (target && typeof target.id === "string") parts.push(`${String(target.type ?? "object")} ${target.id}`);
+  if (actor?.type === "api_key" && typeof actor.name === "string") parts.push(`by API key "${actor.name}"`);
+  else if (actor?.type === "cli") parts.push("from the command line");
+  else if (actor?.type === "device") parts.push("by a device");
+  parts.push(`at ${event.timestamp}`);
+  return parts.join(" · ");
+}
+
+/** The JSON body each team-chat service accepts on its incoming-webhook URL. */
+export function chatMessage(kind: Exclude<DestinationKind, "standard">, event: EventSummary): unknown {
+  const text = describeEvent(event);
+  switch (kind) {
+    case "slack":
+      return { text };
+    case "discord":
+      // Discord refuses content over 2000 characters; no mentions may be triggered by event data.
+      return { content: text.slice(0, 2000), allowed_mentions: { parse: [] } };
+    case "teams":
+      // The shape the Teams "When a Teams webhook request is received" workflow posts as a card.
+      return {
+        type: "message",
+        attachments: [
+          {
+            contentType: "application/vnd.microsoft.card.adaptive",
+            contentUrl: null,
+            content: {
+              $schema: "http://adaptivecards.io/schemas/adaptive-card.json",
+              type: "AdaptiveCard",
+              version: "1.4",
+              body: [{ type: "TextBlock", text, wrap: true }],
+            },
+          },
+        ],
+      };
+  }
+}
