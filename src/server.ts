@@ -17,6 +17,7 @@ import { IdempotencyStore } from "./http/idempotency.ts";
 import { type Logger, redactPath } from "./http/logger.ts";
 import { Metrics } from "./http/metrics.ts";
 import { startSweeper } from "./jobs/sweeper.ts";
+import { WebhookDispatcher } from "./jobs/webhook-dispatcher.ts";
 import { createMailTransport, DEFAULT_MAIL_FROM } from "./mail/transport.ts";
 import { MailWorker } from "./mail/worker.ts";
 import { createServices } from "./services.ts";
@@ -134,6 +135,7 @@ export function startServer({ config, passphrase, logger }: StartOptions): Runni
   let stopSweeper: () => void = () => {};
   let flushUsage: () => void = () => {};
   let stopMail: () => Promise<void> = async () => {};
+  let stopWebhooks: () => Promise<void> = async () => {};
   try {
     const clock: Clock = config.testClock ? new AdjustableClock() : systemClock;
     const deps = buildDeps(store, keystore, clock);
@@ -143,6 +145,7 @@ export function startServer({ config, passphrase, logger }: StartOptions): Runni
     const services = createServices(deps, {
       baseUrl: config.baseUrl,
       sealedFileEnvironments: config.sealedFileEnvironments,
+      webhookAllowPrivateNetworks: config.webhookAllowPrivateNetworks,
     });
     // Kept only when someone may scrape them: otherwise no request pays for counting.
     const metrics = config.metricsToken ? new Metrics({ version: pkg.version, sqlite: store.sqlite }) : null;
@@ -170,6 +173,13 @@ export function startServer({ config, passphrase, logger }: StartOptions): Runni
       logger,
     }).start(services.mail);
     logger.log("info", "mail transport", { transport: mailTransport.description });
+    // Deliveries left queued or cut off by an earlier process resume here (at least once).
+    const webhookDispatcher = new WebhookDispatcher(deps, {
+      logger,
+      allowPrivateNetworks: config.webhookAllowPrivateNetworks,
+    });
+    stopWebhooks = webhookDispatcher.start();
+    metrics?.collect(() => webhookDispatcher.metricLines());
     flushUsage = () => services.usageMeter.flush();
     const app = clock instanceof AdjustableClock ? base.use(testClockRoutes(clock)) : base;
     metrics?.useRoutes(app.routes);
@@ -230,6 +240,7 @@ export function startServer({ config, passphrase, logger }: StartOptions): Runni
   } catch (error) {
     stopSweeper();
     void stopMail();
+    void stopWebhooks();
     void checkpointer.stop();
     store.close();
     throw error;
@@ -266,6 +277,7 @@ export function startServer({ config, passphrase, logger }: StartOptions): Runni
           await drain();
           // A send in progress finishes and is marked; anything left stays pending for the next start.
           await stopMail();
+          await stopWebhooks();
         } finally {
           // After the drain, so the requests that finished during it are counted too.
           flushUsage();
