@@ -1,6 +1,7 @@
 import type { Scope } from "../../src/domain/scopes.ts";
 import { factories } from "../support/factories.ts";
 import type { TestContext } from "../support/harness.ts";
+import { seedNamedUser } from "../support/named-users.ts";
 import { seedWebhook } from "../support/webhooks.ts";
 
 export type Resource =
@@ -11,7 +12,9 @@ export type Resource =
   | "reseller"
   | "activation"
   | "block"
-  | "webhook";
+  | "webhook"
+  | "licenseUser"
+  | "assignment";
 
 export interface RouteCase {
   method: "GET" | "POST" | "PATCH" | "DELETE";
@@ -314,6 +317,96 @@ export const MANAGEMENT_ROUTES: RouteCase[] = [
   },
   { method: "GET", path: "/mgmt/v1/plan", scope: "reports:read" },
   { method: "GET", path: "/mgmt/v1/reports/usage", scope: "reports:read" },
+  // Named users (docs/api.md "Named users").
+  { method: "GET", path: "/mgmt/v1/license-users", scope: "licenses:read" },
+  {
+    method: "POST",
+    path: "/mgmt/v1/license-users",
+    scope: "licenses:write",
+    idempotency: "optional",
+    body: () => ({ email: "suite.user@example.com", name: "U" }),
+  },
+  {
+    method: "GET",
+    path: "/mgmt/v1/license-users/:id",
+    scope: "licenses:read",
+    resource: "licenseUser",
+    environmentScoped: true,
+  },
+  {
+    method: "PATCH",
+    path: "/mgmt/v1/license-users/:id",
+    scope: "licenses:write",
+    resource: "licenseUser",
+    environmentScoped: true,
+    body: () => ({ name: "Renamed" }),
+  },
+  {
+    method: "DELETE",
+    path: "/mgmt/v1/license-users/:id",
+    scope: "licenses:write",
+    resource: "licenseUser",
+    environmentScoped: true,
+  },
+  {
+    method: "GET",
+    path: "/mgmt/v1/license-users/:id/assignments",
+    scope: "licenses:read",
+    resource: "licenseUser",
+    environmentScoped: true,
+  },
+  {
+    method: "POST",
+    path: "/mgmt/v1/license-users/:id/two-factor/totp",
+    scope: "licenses:write",
+    resource: "licenseUser",
+    environmentScoped: true,
+  },
+  {
+    method: "POST",
+    path: "/mgmt/v1/license-users/:id/two-factor/totp/confirm",
+    scope: "licenses:write",
+    resource: "licenseUser",
+    environmentScoped: true,
+    body: () => ({ code: "123456" }),
+  },
+  {
+    method: "DELETE",
+    path: "/mgmt/v1/license-users/:id/two-factor",
+    scope: "licenses:write",
+    resource: "licenseUser",
+    environmentScoped: true,
+  },
+  {
+    method: "POST",
+    path: "/mgmt/v1/license-users/:id/two-factor/unlock",
+    scope: "licenses:write",
+    resource: "licenseUser",
+    environmentScoped: true,
+  },
+  {
+    method: "GET",
+    path: "/mgmt/v1/licenses/:id/assignments",
+    scope: "licenses:read",
+    resource: "license",
+    environmentScoped: true,
+  },
+  {
+    method: "POST",
+    path: "/mgmt/v1/licenses/:id/assignments",
+    scope: "licenses:write",
+    resource: "license",
+    environmentScoped: true,
+    // Idempotency-Key is optional here; the suite's idempotency case needs a named-user license.
+    body: (ids) => ({ user_id: ids.licenseUser }),
+  },
+  {
+    method: "DELETE",
+    path: "/mgmt/v1/license-assignments/:id",
+    scope: "licenses:write",
+    resource: "assignment",
+    environmentScoped: true,
+  },
 ];
 
 /** One of each resource per environment; the live ids are what the routes are called with. */
@@ -334,6 +427,7 @@ export function seedResources(t: TestContext): { live: Ids; test: Ids } {
     const activation = f.activation({ productId: product.id, licenseId: trial.row.id, environment });
     const block = f.deviceBlock({ environment, target: trial.row.id });
     const webhook = seedWebhook(t);
+    const named = seedNamedUser(t, environment, trial.row.id);
     return {
       product: product.id,
       policy: policy.id,
@@ -343,6 +437,8 @@ export function seedResources(t: TestContext): { live: Ids; test: Ids } {
       activation: activation.id,
       block: block.id,
       webhook,
+      licenseUser: named.userId,
+      assignment: named.assignmentId,
       productId: product.id,
       policyId: policy.id,
       trialPolicyId: trialPolicy.id,

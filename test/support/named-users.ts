@@ -1,4 +1,5 @@
 import { Secret, TOTP } from "otpauth";
+import { licenseAssignments, licenseUsers } from "../../src/store/schema/index.ts";
 import { freshNonce, type TestDevice } from "./device.ts";
 import type { CallResult, TestContext } from "./harness.ts";
 import { type RuntimeFixture, runtimeFixture } from "./runtime.ts";
@@ -89,4 +90,29 @@ export async function enableTotp(t: TestContext, userId: string) {
     recoveryCodes: enrolment.body.data.recovery_codes as string[],
     uri: enrolment.body.data.otpauth_uri as string,
   };
+}
+
+/** A license user and an assignment written straight into the store, for the shared management suite. */
+export function seedNamedUser(t: TestContext, environment: "live" | "test", licenseId: string) {
+  const now = t.clock.now();
+  const userId = t.deps.ids.next("user", now.getTime());
+  const assignmentId = t.deps.ids.next("assignment", now.getTime());
+  t.deps.db
+    .insert(licenseUsers)
+    .values({
+      id: userId,
+      environment,
+      email: `${userId.toLowerCase()}@example.com`,
+      emailNormalized: `${userId.toLowerCase()}@example.com`,
+      status: "active",
+      totpStatus: "none",
+      createdAt: now,
+      updatedAt: now,
+    })
+    .run();
+  t.deps.db
+    .insert(licenseAssignments)
+    .values({ id: assignmentId, environment, licenseId, userId, status: "active", createdAt: now })
+    .run();
+  return { userId, assignmentId };
 }
