@@ -11,6 +11,7 @@ import { BillingService } from "../../src/modules/billing/service.ts";
 import { type RunningServer, startServer } from "../../src/server.ts";
 import { TestDevice } from "../support/device.ts";
 import { BASE_URL, createTestContext, type TestContext } from "../support/harness.ts";
+import { confirmVerification, namedUserFixture, startVerification } from "../support/named-users.ts";
 import { runtimeFixture } from "../support/runtime.ts";
 import { storeDigest } from "../support/store-digest.ts";
 import { MANAGEMENT_ROUTES, seedResources } from "./route-table.ts";
@@ -336,5 +337,84 @@ describe("SQL", () => {
     };
     walk("src");
     expect(offenders).toEqual([]);
+  });
+});
+
+describe("named users and mail", () => {
+  test("TOTP secrets, recovery codes and named-user tokens are stored only encrypted or as HMACs", async () => {
+    const f = await namedUserFixture(t);
+    const enrolment = await t.call("POST", `/mgmt/v1/license-users/${f.userId}/two-factor/totp`);
+    const secret: string = enrolment.body.data.secret;
+    const recovery: string[] = enrolment.body.data.recovery_codes;
+    const device = new TestDevice();
+    const started = await startVerification(t, device, f, f.email);
+    const mail = t.deps.sqlite
+      .query<{ id: string; payload: string }, [string]>(
+        "SELECT id, payload FROM mail_outbox WHERE recipient = ? AND status = 'pending'",
+      )
+      .get(f.email);
+    const code: string = JSON.parse(
+      t.deps.secrets.decrypt(mail?.payload ?? "", `mail_outbox:${mail?.id}`),
+    ).code;
+    const confirmed = await confirmVerification(t, device, started.body.data.verification_id, code);
+    // Two-factor is only pending (not confirmed), so the confirm needs no second factor.
+    const token: string = confirmed.body.data.named_user_token;
+    expect(token).toStartWith("nut_");
+    const forms = [
+      secret,
+      secret.toLowerCase(),
+      token,
+      ...recovery,
+      ...recovery.map((r) => r.replace("-", "")),
+    ];
+    for (const name of readdirSync(t.dir).filter((n) => n.startsWith("licensing.db"))) {
+      const bytes = readFileSync(join(t.dir, name));
+      for (const form of forms)
+        expect({ name, form, found: bytes.includes(form) }).toEqual({ name, form, found: false });
+    }
+  });
+
+  test("the SMTP password is never logged nor stored, even when sending fails", async () => {
+    const password = "Sm7p-Pa55word-Never-Logged";
+    const lines: string[] = [];
+    const config = {
+      ...resolveConfig(
+        { "data-dir": t.dir },
+        { LICENSING_SMTP_URL: `smtp://mailer:${password}@127.0.0.1:1` },
+        t.dir,
+      ),
+      port: 0,
+    };
+    const server = startServer({
+      config,
+      passphrase: "test passphrase",
+      logger: jsonLogger("debug", (line) => lines.push(line) > 0),
+    });
+    try {
+      const f = await namedUserFixture(t);
+      const response = await fetch(`${server.url}/runtime/v1/email-verifications`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({
+          product_id: f.productId,
+          license_key: f.licenseKey,
+          email: f.email,
+          device_signing_public_key: new TestDevice().signingPublic,
+          nonce: "n".repeat(24),
+        }),
+      });
+      expect(response.status).toBe(202);
+      const deadline = Date.now() + 5_000;
+      while (!lines.some((l) => l.includes("mail send failed")) && Date.now() < deadline) await Bun.sleep(20);
+    } finally {
+      await server.shutdown("test");
+    }
+    const log = lines.join("\n");
+    expect(log).toContain("mail send failed");
+    expect(log).toContain("smtp://mailer:***@127.0.0.1:1");
+    expect(log).not.toContain(password);
+    for (const name of readdirSync(t.dir).filter((n) => n.startsWith("licensing.db"))) {
+      expect(readFileSync(join(t.dir, name)).includes(password)).toBe(false);
+    }
   });
 });
