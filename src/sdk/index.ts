@@ -17,6 +17,7 @@ export {
 } from "./certificate.ts";
 export { LicensingClient } from "./client.ts";
 export type { OfflinePackageInfo, OpenedSealedFile } from "./client-offline.ts";
+export type { ConfirmTrialOptions, StartTrialOptions, TrialVerification } from "./client-trial.ts";
 export {
   type Environment,
   type ResolvedConfig,
@@ -98,6 +99,8 @@ export {
   newNonce,
   PREFIX,
   signActivationProof,
+  signTrialProof,
+  trialProofMessage,
 } from "./proof.ts";
 export {
   ByteReader,

@@ -11,6 +11,7 @@ export const PREFIX = {
   delegation: "Service-Delegation-v1\n",
   response: "Service-Response-v1\n",
   activationProof: "Service-Activation-Proof-v1\n",
+  trialProof: "Service-Trial-Proof-v1\n",
   deviceProof: "Service-Device-Proof-v1\n",
   offlineRequest: "Service-Offline-Request-v1\n",
   offlinePackage: "Service-Offline-Package-v1\n",
@@ -36,6 +37,16 @@ export function activationProofMessage(bodyWithoutProof: Record<string, unknown>
 
 export function signActivationProof(keys: DeviceKeys, bodyWithoutProof: Record<string, unknown>): string {
   return sign(keys.signing, utf8(activationProofMessage(bodyWithoutProof)));
+}
+
+/** The message signed for a trial confirmation's `device_proof`: its own prefix, never the activation one. */
+export function trialProofMessage(bodyWithoutProof: Record<string, unknown>): string {
+  if ("device_proof" in bodyWithoutProof) throw new Error("body must not contain device_proof");
+  return PREFIX.trialProof + canonicalize(bodyWithoutProof);
+}
+
+export function signTrialProof(keys: DeviceKeys, bodyWithoutProof: Record<string, unknown>): string {
+  return sign(keys.signing, utf8(trialProofMessage(bodyWithoutProof)));
 }
 
 export interface DeviceProofInput {

@@ -1,0 +1,167 @@
+/**
+ * Trial sign-up for LicensingClient: start (the service mails a six-digit code) and confirm (the
+ * code, the address and a Service-Trial-Proof-v1 device proof), which leaves the device activated
+ * on a trial license exactly as activate() does. Every answer passes the full verification chain.
+ */
+import { OfflineCapableClient } from "./client-offline.ts";
+import { type ActivationResult, checkMachineInfo, invalidResponse, machineInfoDigest } from "./core.ts";
+import { usageError, verificationError } from "./errors.ts";
+import { newIdempotencyKey, newNonce, signTrialProof } from "./proof.ts";
+import type { MachineInfo, StoredActivation } from "./state.ts";
+import { isInt, isNonEmptyString, isRecord, isString } from "./util.ts";
+
+export interface StartTrialOptions {
+  email: string;
+  /** BCP 47 tag for the mail (e.g. "de-AT"); the service falls back to English. */
+  locale?: string;
+}
+
+export interface TrialVerification {
+  verificationId: string;
+  /** ISO 8601: when the code stops working (10 minutes after the start). */
+  expiresAt: string;
+  /** Do not start again for this address before this many seconds: keep confirming this one. */
+  resendAfterSec: number;
+  codeLength: number;
+}
+
+export interface ConfirmTrialOptions {
+  verificationId: string;
+  code: string;
+  /** The address given to startTrial. */
+  email: string;
+  machineInfo: MachineInfo;
+  machineSignals?: Record<string, string>;
+}
+
+const EMAIL = /^[^\s@]+@[^\s@]+$/;
+
+export class TrialCapableClient extends OfflineCapableClient {
+  /**
+   * POST /runtime/v1/trial-verifications. The answer is the same whether or not a code was sent
+   * (the product may not accept sign-ups, or a send limit applies), so a missing mail is not an
+   * error here. Generates device keys on first use: the confirm must come from the same keys.
+   */
+  startTrial(options: StartTrialOptions): Promise<TrialVerification> {
+    return this.exclusive(async () => {
+      if (!isString(options.email) || !EMAIL.test(options.email.trim()))
+        throw usageError("INVALID_ARGUMENT", "email must be an address");
+      if (options.locale !== undefined && !isNonEmptyString(options.locale))
+        throw usageError("INVALID_ARGUMENT", "locale must be a language tag");
+      const keys = await this.deviceKeys();
+      const nonce = newNonce();
+      const res = await this.runtime.call({
+        method: "POST",
+        path: "/runtime/v1/trial-verifications",
+        body: {
+          product_id: this.config.productId,
+          email: options.email.trim(),
+          device_signing_public_key: keys.signing.publicKey,
+          nonce,
+          sdk_version: this.sdkVersion,
+          ...(options.locale === undefined ? {} : { locale: options.locale }),
+        },
+        nonce,
+      });
+      const data = res.data;
+      if (
+        res.status !== 202 ||
+        !isRecord(data) ||
+        !isNonEmptyString(data.verification_id) ||
+        !isNonEmptyString(data.expires_at) ||
+        !isInt(data.resend_after_sec) ||
+        !isInt(data.code_length)
+      ) {
+        throw invalidResponse("trial verification start malformed");
+      }
+      return {
+        verificationId: data.verification_id,
+        expiresAt: data.expires_at,
+        resendAfterSec: data.resend_after_sec,
+        codeLength: data.code_length,
+      };
+    });
+  }
+
+  /**
+   * POST /runtime/v1/trial-verifications/{id}/confirm. On success the device is activated on the
+   * trial license (licenseState(), heartbeat() and the rest work as after activate()). Server
+   * refusals (wrong code with `details.remaining_attempts`, TRIAL_ALREADY_USED, ...) are thrown
+   * as SdkError of kind "server".
+   */
+  confirmTrial(options: ConfirmTrialOptions): Promise<ActivationResult> {
+    return this.exclusive(async () => {
+      if (!isNonEmptyString(options.verificationId))
+        throw usageError("INVALID_ARGUMENT", "verificationId is required");
+      if (!isNonEmptyString(options.code)) throw usageError("INVALID_ARGUMENT", "code is required");
+      if (!isString(options.email) || !EMAIL.test(options.email.trim()))
+        throw usageError("INVALID_ARGUMENT", "email must be an address");
+      const machineInfo = checkMachineInfo(options.machineInfo);
+      const signals = options.machineSignals ?? {};
+      if (!isRecord(signals) || !Object.values(signals).every(isString)) {
+        throw usageError("INVALID_ARGUMENT", "machineSignals must map strings to strings");
+      }
+      if (await this.storedActivation())
+        throw usageError("ALREADY_ACTIVATED", "this device is already activated");
+      const keys = await this.deviceKeys();
+      const digest = machineInfoDigest(machineInfo);
+      // One key for the whole call: a retry after a clock-skew answer is the same request.
+      const idempotencyKey = newIdempotencyKey();
+      const path = `/runtime/v1/trial-verifications/${encodeURIComponent(options.verificationId)}/confirm`;
+
+      const res = await this.withClockSkewRetry(() => {
+        const nonce = newNonce();
+        const body: Record<string, unknown> = {
+          code: options.code.trim(),
+          email: options.email.trim(),
+          device_signing_public_key: keys.signing.publicKey,
+          device_kem_public_key: keys.kem.publicKey,
+          machine_info: machineInfo,
+          machine_signals: signals,
+          app_version: this.appVersion,
+          sdk_version: this.sdkVersion,
+          client_time: this.timestamp(),
+          nonce,
+        };
+        body.device_proof = signTrialProof(keys, body);
+        return this.runtime.call({ method: "POST", path, body, nonce, idempotencyKey });
+      });
+
+      const data = res.data;
+      if (!isRecord(data) || !isNonEmptyString(data.activation_id) || !isNonEmptyString(data.license_id))
+        throw invalidResponse("trial confirmation data malformed");
+      if (data.machine_info_digest !== digest) {
+        throw verificationError("MACHINE_INFO_DIGEST_MISMATCH", "server digest differs from ours", {
+          expected: digest,
+          received: data.machine_info_digest,
+        });
+      }
+      const cert = this.verifyCert(
+        data.certificate,
+        res.bundle,
+        keys,
+        data.activation_id,
+        res.assertion.server_time,
+      );
+      if (cert.claims.sub !== data.license_id)
+        throw invalidResponse("the certificate names another license than license_id");
+      const activation: StoredActivation = {
+        activation_id: data.activation_id,
+        license_id: cert.claims.sub,
+        machine_info: machineInfo,
+        machine_info_digest: digest,
+      };
+      await this.state.setJson("activation", activation);
+      await this.state.set("certificate", cert.jws);
+      await this.state.delete("denial");
+      await this.state.delete("last_heartbeat");
+      return {
+        activationId: data.activation_id,
+        licenseId: cert.claims.sub,
+        machineInfoDigest: digest,
+        certificate: cert.claims,
+        serverTime: res.assertion.server_time,
+      };
+    });
+  }
+}
