@@ -4,7 +4,7 @@ import { eq, sql } from "drizzle-orm";
 import Stripe from "stripe";
 import { unixSeconds } from "../../src/domain/clock.ts";
 import { BillingService } from "../../src/modules/billing/service.ts";
-import { RENEWAL_GRACE_SEC } from "../../src/modules/billing/webhook.ts";
+import { RENEWAL_GRACE_SEC } from "../../src/modules/billing/subscriptions.ts";
 import { auditEvents, billingEvents, licenses, mailOutbox } from "../../src/store/schema/index.ts";
 import { factories } from "../support/factories.ts";
 import { BASE_URL, createTestContext, type TestContext } from "../support/harness.ts";
@@ -405,6 +405,64 @@ describe("checkout", () => {
       server.stop(true);
       configureTest();
     }
+  });
+});
+
+describe("failures on our side", () => {
+  test("an unreachable provider API is a retryable 503 that records no processed event, so the retry is applied", async () => {
+    const price = offering();
+    const closed = Bun.serve({ hostname: "127.0.0.1", port: 0, fetch: () => new Response("") });
+    const port = closed.port;
+    closed.stop(true);
+    billing.configure(
+      {
+        provider: "stripe",
+        apiKey: TEST_API_KEY,
+        webhookSecret: TEST_SECRET,
+        secureClaims: true,
+        apiBaseUrl: `http://127.0.0.1:${port}`,
+      },
+      ACTOR,
+    );
+    const session = { ...checkout(price), metadata: {} };
+    const e = event("checkout.session.completed", session);
+    try {
+      const response = await deliver(e);
+      expect(response.status).toBe(503);
+      expect(response.body.error).toMatchObject({ code: "SERVICE_UNAVAILABLE", retryable: true });
+      expect(
+        t.deps.db.select().from(billingEvents).where(eq(billingEvents.eventId, e.id)).get(),
+      ).toBeUndefined();
+      const status = await t.call("GET", "/mgmt/v1/billing-integration", { key: t.keys.test });
+      expect(status.body.data.last_event).toMatchObject({
+        id: e.id,
+        result: "failed",
+        reason: "provider_unreachable",
+      });
+    } finally {
+      configureTest();
+    }
+    // The provider retries; this time the event carries what is needed.
+    const retried = await deliver(e, {
+      payload: JSON.stringify({ ...e, data: { object: checkout(price) } }),
+    });
+    expect(retried.body.data.result).toBe("succeeded");
+  });
+
+  test("a checkout for an archived product is recorded as failed and creates nothing", async () => {
+    const f = factories(t);
+    const product = f.product({ environment: "test" });
+    const policy = f.policy({ productId: product.id, environment: "test" });
+    const price = `price_archived${Date.now()}`;
+    billing.addOffering({ priceId: price, productId: product.id, policyId: policy.id }, ACTOR);
+    await t.call("DELETE", `/mgmt/v1/products/${product.id}`, { key: t.keys.test });
+    const session = checkout(price);
+    const response = await deliver(event("checkout.session.completed", session));
+    expect(response.status).toBe(200);
+    expect(response.body.data.result).toBe("failed");
+    expect(licensesOfCheckout(session.id)).toHaveLength(0);
+    const status = await t.call("GET", "/mgmt/v1/billing-integration", { key: t.keys.test });
+    expect(status.body.data.last_event).toMatchObject({ result: "failed", reason: "PRODUCT_ARCHIVED" });
   });
 });
 

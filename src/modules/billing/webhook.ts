@@ -1,32 +1,22 @@
 import { eq, sql } from "drizzle-orm";
 import type { ChangeContext, Deps } from "../../deps.ts";
 import { unixSeconds } from "../../domain/clock.ts";
-import { licenseStatus } from "../../domain/license-state.ts";
 import { hasFeature, type PlanDefinition } from "../../domain/plans.ts";
 import type { Environment } from "../../domain/scopes.ts";
 import { ApiError } from "../../http/errors.ts";
 import type { MailOutbox } from "../../mail/outbox.ts";
 import type { Db } from "../../store/db.ts";
-import {
-  billingCheckouts,
-  billingEvents,
-  billingIntegrations,
-  billingSubscriptions,
-  customers,
-  licenses,
-} from "../../store/schema/index.ts";
+import { billingCheckouts, billingEvents, billingIntegrations, customers } from "../../store/schema/index.ts";
 import type { CustomerService } from "../customers/service.ts";
-import { recordAudit } from "../events/service.ts";
 import type { LicenseRow, LicenseService } from "../licenses/service.ts";
 import type { ProductService } from "../products/service.ts";
 import type { ClaimService } from "./claims.ts";
+import { done, type Outcome, type Result } from "./outcome.ts";
 import { type BillingService, type IntegrationRow, type OfferingRow, planLacksBilling } from "./service.ts";
 import {
   checkoutBuyer,
   checkoutPriceIds,
   idOf,
-  invoicePeriodEnd,
-  invoiceSubscriptionId,
   isObject,
   type Json,
   linePriceId,
@@ -36,28 +26,18 @@ import {
   type SignatureFailure,
   signatureMatches,
   str,
-  subscriptionEnd,
   withinTolerance,
 } from "./stripe.ts";
+import { licenseEnd, SubscriptionLedger } from "./subscriptions.ts";
 
-/** A renewal may arrive a little after the period it pays for begins; the license waits this long. */
-export const RENEWAL_GRACE_SEC = 86_400;
 const FETCH_TIMEOUT_MS = 10_000;
 const PAID = new Set(["paid", "no_payment_required"]);
 
-type Result = "succeeded" | "ignored" | "failed";
-interface Outcome {
-  result: Result;
-  reason: string | null;
-  licenseId?: string | null;
-}
 export interface Receipt {
   event_id: string;
   result: Result;
   replayed: boolean;
 }
-
-type SubscriptionRow = typeof billingSubscriptions.$inferSelect;
 
 const signatureInvalid = (reason: SignatureFailure) =>
   new ApiError(
@@ -69,12 +49,6 @@ const signatureInvalid = (reason: SignatureFailure) =>
         : "The Stripe-Signature header does not verify.",
     { reason },
   );
-
-const done = (result: Result, reason: string | null = null, licenseId: string | null = null): Outcome => ({
-  result,
-  reason,
-  licenseId,
-});
 
 /**
  * Turns verified provider events into licenses: a checkout creates one, a paid invoice extends it,
@@ -91,7 +65,11 @@ export class BillingWebhookService {
     private readonly products: ProductService,
     private readonly plan: () => PlanDefinition,
     private readonly mail: MailOutbox | undefined,
-  ) {}
+  ) {
+    this.subscriptions = new SubscriptionLedger(deps);
+  }
+
+  private readonly subscriptions: SubscriptionLedger;
 
   async receive(input: {
     rawBody: Uint8Array | undefined;
@@ -193,10 +171,10 @@ export class BillingWebhookService {
         return this.checkout(tx, event.object, prices, ctx, integration);
       case "invoice.paid":
       case "invoice.payment_succeeded":
-        return this.invoicePaid(tx, event, ctx);
+        return this.subscriptions.invoicePaid(tx, event, ctx);
       case "customer.subscription.updated":
       case "customer.subscription.deleted":
-        return this.subscriptionChanged(tx, event, ctx);
+        return this.subscriptions.changed(tx, event, ctx);
       default:
         return done("ignored", "unhandled_type");
     }
@@ -243,7 +221,7 @@ export class BillingWebhookService {
     if (!offering) return done("failed", "unknown_price");
     const now = this.deps.clock.now();
     const subscriptionId = session.mode === "subscription" ? idOf(session.subscription) : undefined;
-    const subscription = subscriptionId ? this.subscription(subscriptionId, ctx.environment) : undefined;
+    const subscription = subscriptionId ? this.subscriptions.get(subscriptionId, ctx.environment) : undefined;
     const paidEnd = subscription ? licenseEnd(subscription) : null;
     if (paidEnd && paidEnd.getTime() <= now.getTime()) return done("failed", "subscription_ended");
     const expiresAt =
@@ -281,7 +259,7 @@ export class BillingWebhookService {
       })
       .run();
     if (subscriptionId)
-      this.upsertSubscription(tx, ctx.environment, subscriptionId, { licenseId: license.id });
+      this.subscriptions.upsert(tx, ctx.environment, subscriptionId, { licenseId: license.id });
     this.deliver(tx, license, buyer.email, integration, offering);
     return done("succeeded", null, license.id);
   }
@@ -309,83 +287,6 @@ export class BillingWebhookService {
     });
   }
 
-  private invoicePaid(tx: Db, event: ProviderEvent, ctx: ChangeContext): Outcome {
-    const subscriptionId = invoiceSubscriptionId(event.object);
-    if (!subscriptionId) return done("ignored", "not_a_subscription_invoice");
-    const periodEnd = invoicePeriodEnd(event.object);
-    if (periodEnd === undefined) return done("failed", "no_period_end");
-    const current = this.subscription(subscriptionId, ctx.environment);
-    const paidThrough = new Date(Math.max(periodEnd * 1000, current?.paidThrough?.getTime() ?? 0));
-    const next = this.upsertSubscription(tx, ctx.environment, subscriptionId, { paidThrough });
-    if (!next.licenseId) return done("succeeded", "awaiting_checkout");
-    return this.applyEnd(tx, next, event, ctx, "extend");
-  }
-
-  private subscriptionChanged(tx: Db, event: ProviderEvent, ctx: ChangeContext): Outcome {
-    const subscriptionId = str(event.object.id);
-    if (!subscriptionId) return done("failed", "malformed_event");
-    const nowSec = unixSeconds(this.deps.clock.now());
-    const end =
-      event.type === "customer.subscription.deleted"
-        ? (subscriptionEnd({ ...event.object, status: "canceled" }, nowSec) ?? nowSec)
-        : subscriptionEnd(event.object, nowSec);
-    const next = this.upsertSubscription(tx, ctx.environment, subscriptionId, {
-      endsAt: end === undefined ? null : new Date(end * 1000),
-    });
-    if (!next.licenseId) return done("succeeded", "awaiting_checkout");
-    return this.applyEnd(tx, next, event, ctx, "set");
-  }
-
-  /**
-   * Moves the license's expiry to what the subscription now grants. An invoice only ever extends;
-   * a subscription change may shorten (cancellation) or restore (cancellation undone).
-   */
-  private applyEnd(
-    tx: Db,
-    subscription: SubscriptionRow,
-    event: ProviderEvent,
-    ctx: ChangeContext,
-    mode: "extend" | "set",
-  ): Outcome {
-    const licenseId = subscription.licenseId as string;
-    const license = tx.select().from(licenses).where(eq(licenses.id, licenseId)).get();
-    if (!license || license.status === "revoked") return done("ignored", "license_revoked", licenseId);
-    const target = licenseEnd(subscription);
-    if (!target) return done("ignored", "no_paid_period", licenseId);
-    const current = license.expiresAt?.getTime() ?? Number.POSITIVE_INFINITY;
-    if (target.getTime() === current || (mode === "extend" && target.getTime() < current)) {
-      return done("ignored", "unchanged", licenseId);
-    }
-    const now = this.deps.clock.now();
-    const next = { ...license, expiresAt: target, updatedAt: now, version: license.version + 1 };
-    tx.update(licenses)
-      .set({ expiresAt: target, updatedAt: now, version: next.version })
-      .where(eq(licenses.id, licenseId))
-      .run();
-    recordAudit(tx, this.deps, ctx, {
-      type: "license.updated",
-      target: { type: "license", id: licenseId },
-      data: { changes: ["expires_at"], billing_event_id: event.id, billing_event_type: event.type },
-    });
-    const before = licenseStatus(license, now);
-    const after = licenseStatus(next, now);
-    if (before === "expired" && after === "active") {
-      recordAudit(tx, this.deps, ctx, {
-        type: "license.renewed",
-        target: { type: "license", id: licenseId },
-        data: { reason: null },
-      });
-    }
-    if (before !== "expired" && after === "expired") {
-      recordAudit(tx, this.deps, ctx, {
-        type: "license.expired",
-        target: { type: "license", id: licenseId },
-        data: { billing_event_id: event.id },
-      });
-    }
-    return done("succeeded", null, licenseId);
-  }
-
   private customerFor(
     buyer: { email?: string; name?: string; providerCustomerId?: string },
     ctx: ChangeContext,
@@ -411,42 +312,6 @@ export class BillingWebhookService {
       },
       ctx,
     ).id;
-  }
-
-  private subscription(subscriptionId: string, environment: Environment): SubscriptionRow | undefined {
-    return this.deps.db
-      .select()
-      .from(billingSubscriptions)
-      .where(
-        sql`${billingSubscriptions.environment} = ${environment} and ${billingSubscriptions.subscriptionId} = ${subscriptionId}`,
-      )
-      .get();
-  }
-
-  private upsertSubscription(
-    tx: Db,
-    environment: Environment,
-    subscriptionId: string,
-    changes: Partial<Pick<SubscriptionRow, "licenseId" | "paidThrough" | "endsAt">>,
-  ): SubscriptionRow {
-    const current = this.subscription(subscriptionId, environment);
-    const row: SubscriptionRow = {
-      environment,
-      subscriptionId,
-      licenseId: current?.licenseId ?? null,
-      paidThrough: current?.paidThrough ?? null,
-      endsAt: current?.endsAt ?? null,
-      ...changes,
-      updatedAt: this.deps.clock.now(),
-    };
-    tx.insert(billingSubscriptions)
-      .values(row)
-      .onConflictDoUpdate({
-        target: [billingSubscriptions.environment, billingSubscriptions.subscriptionId],
-        set: row,
-      })
-      .run();
-    return row;
   }
 
   private eventRow(eventId: string) {
@@ -490,16 +355,3 @@ export class BillingWebhookService {
 
 const isCheckout = (event: ProviderEvent) =>
   event.type === "checkout.session.completed" || event.type === "checkout.session.async_payment_succeeded";
-
-/**
- * What a subscription grants: up to its scheduled end when it is cancelled, else the paid period
- * plus a day's grace for the renewal's webhook; null when nothing is known yet.
- */
-function licenseEnd(subscription: SubscriptionRow): Date | null {
-  const paid = subscription.paidThrough
-    ? new Date(subscription.paidThrough.getTime() + RENEWAL_GRACE_SEC * 1000)
-    : null;
-  if (subscription.endsAt)
-    return paid && paid.getTime() < subscription.endsAt.getTime() ? paid : subscription.endsAt;
-  return paid;
-}

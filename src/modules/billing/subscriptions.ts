@@ -1,0 +1,155 @@
+import { eq, sql } from "drizzle-orm";
+import type { ChangeContext, Deps } from "../../deps.ts";
+import { unixSeconds } from "../../domain/clock.ts";
+import { licenseStatus } from "../../domain/license-state.ts";
+import type { Environment } from "../../domain/scopes.ts";
+import type { Db } from "../../store/db.ts";
+import { billingSubscriptions, licenses } from "../../store/schema/index.ts";
+import { recordAudit } from "../events/service.ts";
+import { done, type Outcome } from "./outcome.ts";
+import {
+  invoicePeriodEnd,
+  invoiceSubscriptionId,
+  type ProviderEvent,
+  str,
+  subscriptionEnd,
+} from "./stripe.ts";
+
+/** A renewal may arrive a little after the period it pays for begins; the license waits this long. */
+export const RENEWAL_GRACE_SEC = 86_400;
+
+export type SubscriptionRow = typeof billingSubscriptions.$inferSelect;
+
+/**
+ * What each provider subscription has paid for and when it ends, and the license expiry that
+ * follows from it. Rows may exist before their license: the provider does not order its events.
+ */
+export class SubscriptionLedger {
+  constructor(private readonly deps: Pick<Deps, "db" | "clock" | "ids">) {}
+
+  invoicePaid(tx: Db, event: ProviderEvent, ctx: ChangeContext): Outcome {
+    const subscriptionId = invoiceSubscriptionId(event.object);
+    if (!subscriptionId) return done("ignored", "not_a_subscription_invoice");
+    const periodEnd = invoicePeriodEnd(event.object);
+    if (periodEnd === undefined) return done("failed", "no_period_end");
+    const current = this.get(subscriptionId, ctx.environment);
+    const paidThrough = new Date(Math.max(periodEnd * 1000, current?.paidThrough?.getTime() ?? 0));
+    const next = this.upsert(tx, ctx.environment, subscriptionId, { paidThrough });
+    if (!next.licenseId) return done("succeeded", "awaiting_checkout");
+    return this.applyEnd(tx, next, event, ctx, "extend");
+  }
+
+  changed(tx: Db, event: ProviderEvent, ctx: ChangeContext): Outcome {
+    const subscriptionId = str(event.object.id);
+    if (!subscriptionId) return done("failed", "malformed_event");
+    const nowSec = unixSeconds(this.deps.clock.now());
+    const end =
+      event.type === "customer.subscription.deleted"
+        ? (subscriptionEnd({ ...event.object, status: "canceled" }, nowSec) ?? nowSec)
+        : subscriptionEnd(event.object, nowSec);
+    const next = this.upsert(tx, ctx.environment, subscriptionId, {
+      endsAt: end === undefined ? null : new Date(end * 1000),
+    });
+    if (!next.licenseId) return done("succeeded", "awaiting_checkout");
+    return this.applyEnd(tx, next, event, ctx, "set");
+  }
+
+  /**
+   * Moves the license's expiry to what the subscription now grants. An invoice only ever extends;
+   * a subscription change may shorten (cancellation) or restore (cancellation undone).
+   */
+  private applyEnd(
+    tx: Db,
+    subscription: SubscriptionRow,
+    event: ProviderEvent,
+    ctx: ChangeContext,
+    mode: "extend" | "set",
+  ): Outcome {
+    const licenseId = subscription.licenseId as string;
+    const license = tx.select().from(licenses).where(eq(licenses.id, licenseId)).get();
+    if (!license || license.status === "revoked") return done("ignored", "license_revoked", licenseId);
+    const target = licenseEnd(subscription);
+    if (!target) return done("ignored", "no_paid_period", licenseId);
+    const current = license.expiresAt?.getTime() ?? Number.POSITIVE_INFINITY;
+    if (target.getTime() === current || (mode === "extend" && target.getTime() < current)) {
+      return done("ignored", "unchanged", licenseId);
+    }
+    const now = this.deps.clock.now();
+    const next = { ...license, expiresAt: target, updatedAt: now, version: license.version + 1 };
+    tx.update(licenses)
+      .set({ expiresAt: target, updatedAt: now, version: next.version })
+      .where(eq(licenses.id, licenseId))
+      .run();
+    recordAudit(tx, this.deps, ctx, {
+      type: "license.updated",
+      target: { type: "license", id: licenseId },
+      data: { changes: ["expires_at"], billing_event_id: event.id, billing_event_type: event.type },
+    });
+    const before = licenseStatus(license, now);
+    const after = licenseStatus(next, now);
+    if (before === "expired" && after === "active") {
+      recordAudit(tx, this.deps, ctx, {
+        type: "license.renewed",
+        target: { type: "license", id: licenseId },
+        data: { reason: null },
+      });
+    }
+    if (before !== "expired" && after === "expired") {
+      recordAudit(tx, this.deps, ctx, {
+        type: "license.expired",
+        target: { type: "license", id: licenseId },
+        data: { billing_event_id: event.id },
+      });
+    }
+    return done("succeeded", null, licenseId);
+  }
+
+  get(subscriptionId: string, environment: Environment): SubscriptionRow | undefined {
+    return this.deps.db
+      .select()
+      .from(billingSubscriptions)
+      .where(
+        sql`${billingSubscriptions.environment} = ${environment} and ${billingSubscriptions.subscriptionId} = ${subscriptionId}`,
+      )
+      .get();
+  }
+
+  upsert(
+    tx: Db,
+    environment: Environment,
+    subscriptionId: string,
+    changes: Partial<Pick<SubscriptionRow, "licenseId" | "paidThrough" | "endsAt">>,
+  ): SubscriptionRow {
+    const current = this.get(subscriptionId, environment);
+    const row: SubscriptionRow = {
+      environment,
+      subscriptionId,
+      licenseId: current?.licenseId ?? null,
+      paidThrough: current?.paidThrough ?? null,
+      endsAt: current?.endsAt ?? null,
+      ...changes,
+      updatedAt: this.deps.clock.now(),
+    };
+    tx.insert(billingSubscriptions)
+      .values(row)
+      .onConflictDoUpdate({
+        target: [billingSubscriptions.environment, billingSubscriptions.subscriptionId],
+        set: row,
+      })
+      .run();
+    return row;
+  }
+}
+
+/**
+ * What a subscription grants: up to its scheduled end when it is cancelled, else the paid period
+ * plus a day's grace for the renewal's webhook; null when nothing is known yet.
+ */
+export function licenseEnd(subscription: SubscriptionRow): Date | null {
+  const paid = subscription.paidThrough
+    ? new Date(subscription.paidThrough.getTime() + RENEWAL_GRACE_SEC * 1000)
+    : null;
+  if (subscription.endsAt)
+    return paid && paid.getTime() < subscription.endsAt.getTime() ? paid : subscription.endsAt;
+  return paid;
+}

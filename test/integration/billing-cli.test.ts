@@ -1,0 +1,331 @@
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { randomBytes } from "node:crypto";
+import { chmodSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { createApp } from "../../src/app.ts";
+import { initialise } from "../../src/cli/init.ts";
+import { resolveConfig } from "../../src/config.ts";
+import { main } from "../../src/main.ts";
+import { buildDeps, openKeystore } from "../../src/server.ts";
+import { openStore, type Store } from "../../src/store/db.ts";
+
+/**
+ * `licensing billing …` through the real command-line entry point on a real data dir, checked
+ * through the Management API of an app over the same store.
+ */
+const BASE = "http://licensing.test";
+const work = mkdtempSync(join(tmpdir(), "billing-cli-"));
+const dataDir = join(work, "data");
+const API_KEY = `rk_test_${randomBytes(24).toString("hex")}`;
+const SECRET = `whsec_${randomBytes(24).toString("base64")}`;
+let store: Store;
+let app: ReturnType<typeof createApp>;
+let keys: { live: string; test: string };
+let ids: { product: string; policy: string; liveProduct: string; livePolicy: string };
+
+async function api(method: string, path: string, key = keys.test, body?: unknown) {
+  const response = await app.handle(
+    new Request(`${BASE}${path}`, {
+      method,
+      headers: {
+        authorization: `Bearer ${key}`,
+        "content-type": "application/json",
+        "idempotency-key": `billing-cli-${Math.random()}`,
+      },
+      body: body === undefined ? undefined : JSON.stringify(body),
+    }),
+  );
+  // biome-ignore lint/suspicious/noExplicitAny: JSON from the API.
+  return { status: response.status, body: (await response.json()) as any };
+}
+
+/** Runs the command line in this process and captures what it prints. */
+async function cli(args: string[]) {
+  let stdout = "";
+  let stderr = "";
+  const out = process.stdout.write.bind(process.stdout);
+  const err = process.stderr.write.bind(process.stderr);
+  process.stdout.write = ((chunk: string) => {
+    stdout += chunk;
+    return true;
+  }) as typeof process.stdout.write;
+  process.stderr.write = ((chunk: string) => {
+    stderr += chunk;
+    return true;
+  }) as typeof process.stderr.write;
+  try {
+    return { code: await main([...args, "--data-dir", dataDir], {}, work), stdout, stderr };
+  } finally {
+    process.stdout.write = out;
+    process.stderr.write = err;
+  }
+}
+
+function secretFile(name: string, content: string, mode = 0o600): string {
+  const path = join(work, name);
+  writeFileSync(path, `${content}\n`);
+  chmodSync(path, mode);
+  return path;
+}
+
+beforeAll(async () => {
+  const init = initialise(resolveConfig({ "data-dir": dataDir }, {}, work));
+  keys = init.apiKeys;
+  const passphrase = readFileSync(join(dataDir, "keystore.passphrase"), "utf8").trim();
+  store = openStore(join(dataDir, "licensing.db"));
+  app = createApp(buildDeps(store, openKeystore(dataDir, passphrase)), { baseUrl: BASE });
+  const make = async (environment: "live" | "test") => {
+    const key = keys[environment];
+    const product = (
+      await api("POST", "/mgmt/v1/products", key, { name: "Sold", code: `sold-${environment}`, environment })
+    ).body.data;
+    const policy = (
+      await api("POST", "/mgmt/v1/policies", key, { product_id: product.public_id, name: "Bought" })
+    ).body.data;
+    return { product: product.public_id as string, policy: policy.public_id as string };
+  };
+  const test = await make("test");
+  const live = await make("live");
+  ids = { ...test, liveProduct: live.product, livePolicy: live.policy };
+});
+afterAll(() => {
+  store?.close();
+  rmSync(work, { recursive: true, force: true });
+});
+
+describe("licensing billing configure", () => {
+  test("takes the secrets from files, picks the mode from the key, and never prints or returns them", async () => {
+    const run = await cli([
+      "billing",
+      "configure",
+      "--provider",
+      "stripe",
+      "--api-key-file",
+      secretFile("api-key", API_KEY),
+      "--webhook-secret-file",
+      secretFile("webhook-secret", SECRET),
+      "--claim-url-base",
+      "https://shop.example.com",
+      "--base-url",
+      BASE,
+    ]);
+    expect(run).toMatchObject({ code: 0, stderr: "" });
+    expect(run.stdout).toContain(`${BASE}/billing/v1/stripe/webhook`);
+    expect(run.stdout).toContain("test mode");
+    const status = await api("GET", "/mgmt/v1/billing-integration");
+    expect(status.body.data).toMatchObject({
+      registered: true,
+      mode: "test",
+      status: "active",
+      license_claim_url: "https://shop.example.com/billing/v1/claims",
+    });
+    for (const secret of [API_KEY, SECRET]) {
+      expect(run.stdout + run.stderr + JSON.stringify(status.body)).not.toContain(secret);
+      expect(readFileSync(join(dataDir, "licensing.db")).includes(secret)).toBe(false);
+    }
+    const events = await api("GET", "/mgmt/v1/events", keys.test);
+    expect(events.body.data[0]).toMatchObject({
+      type: "billing_integration.configured",
+      actor: { type: "cli" },
+    });
+  });
+
+  test("reads a secret from stdin when its file is -", async () => {
+    const child = Bun.spawn(
+      [
+        process.execPath,
+        join(import.meta.dir, "../../src/main.ts"),
+        "billing",
+        "configure",
+        "--provider",
+        "stripe",
+        "--api-key-file",
+        "-",
+        "--webhook-secret-file",
+        secretFile("webhook-secret-2", SECRET),
+        "--data-dir",
+        dataDir,
+      ],
+      {
+        stdin: new TextEncoder().encode(`${API_KEY}\n`),
+        stdout: "pipe",
+        stderr: "pipe",
+        env: { PATH: Bun.env.PATH },
+      },
+    );
+    expect(await child.exited).toBe(0);
+    expect((await api("GET", "/mgmt/v1/billing-integration")).body.data.registered).toBe(true);
+  });
+
+  test("has no flag that takes a secret on the command line, and does not echo one given", async () => {
+    const run = await cli(["billing", "configure", "--provider", "stripe", "--api-key", API_KEY]);
+    expect(run.code).toBe(2);
+    expect(run.stderr).not.toContain(API_KEY);
+  });
+
+  test("refuses a key that names no mode and a secret that is not a signing secret, changing nothing", async () => {
+    const before = (await api("GET", "/mgmt/v1/events")).body.data.length;
+    const badKey = await cli([
+      "billing",
+      "configure",
+      "--provider",
+      "stripe",
+      "--api-key-file",
+      secretFile("bad-key", "pk_test_publishable"),
+      "--webhook-secret-file",
+      secretFile("webhook-secret-3", SECRET),
+    ]);
+    expect(badKey.code).toBe(1);
+    expect(badKey.stderr).toContain("api_key");
+    const badSecret = await cli([
+      "billing",
+      "configure",
+      "--provider",
+      "stripe",
+      "--api-key-file",
+      secretFile("api-key-4", API_KEY),
+      "--webhook-secret-file",
+      secretFile("not-whsec", "secret_without_prefix_0123456789"),
+    ]);
+    expect(badSecret.code).toBe(1);
+    expect(badSecret.stderr).toContain("webhook_secret");
+    expect((await api("GET", "/mgmt/v1/events")).body.data.length).toBe(before);
+  });
+
+  test("warns when a secret file is readable by other users", async () => {
+    const run = await cli([
+      "billing",
+      "configure",
+      "--provider",
+      "stripe",
+      "--api-key-file",
+      secretFile("open-key", API_KEY, 0o644),
+      "--webhook-secret-file",
+      secretFile("webhook-secret-5", SECRET),
+    ]);
+    expect(run.code).toBe(0);
+    expect(run.stderr).toContain("readable by other users");
+  });
+});
+
+describe("licensing billing offering", () => {
+  test("add, list and remove map a price to a product and policy in the product's environment", async () => {
+    const add = await cli([
+      "billing",
+      "offering",
+      "add",
+      "--price",
+      "price_cli1",
+      "--product",
+      ids.product,
+      "--policy",
+      ids.policy,
+      "--name",
+      "Yearly",
+      "--duration-days",
+      "365",
+      "--json",
+    ]);
+    expect(add.code).toBe(0);
+    const offering = JSON.parse(add.stdout);
+    expect(offering).toMatchObject({
+      billing_price_id: "price_cli1",
+      name: "Yearly",
+      license_duration_days: 365,
+    });
+    const status = await api("GET", "/mgmt/v1/billing-integration");
+    expect(status.body.data.offerings).toEqual([offering]);
+
+    const duplicate = await cli([
+      "billing",
+      "offering",
+      "add",
+      "--price",
+      "price_cli1",
+      "--product",
+      ids.product,
+      "--policy",
+      ids.policy,
+    ]);
+    expect(duplicate.code).toBe(1);
+    const list = await cli(["billing", "offering", "list", "--json"]);
+    expect(JSON.parse(list.stdout)).toEqual([{ ...offering, environment: "test" }]);
+
+    expect((await cli(["billing", "offering", "remove", "price_cli1"])).code).toBe(0);
+    expect((await api("GET", "/mgmt/v1/billing-integration")).body.data.offerings[0].status).toBe("removed");
+    expect((await cli(["billing", "offering", "remove", "price_cli1"])).code).toBe(1);
+  });
+
+  test("refuses a policy of another product and an unknown product", async () => {
+    const crossed = await cli([
+      "billing",
+      "offering",
+      "add",
+      "--price",
+      "price_cli2",
+      "--product",
+      ids.product,
+      "--policy",
+      ids.livePolicy,
+    ]);
+    expect(crossed.code).toBe(1);
+    expect(crossed.stderr).toContain("policy");
+    const unknown = await cli([
+      "billing",
+      "offering",
+      "add",
+      "--price",
+      "price_cli2",
+      "--product",
+      "prod_nope",
+      "--policy",
+      ids.policy,
+    ]);
+    expect(unknown.code).toBe(1);
+    expect((await cli(["billing", "offering", "add", "--price", "price_cli2"])).code).toBe(2);
+  });
+});
+
+describe("licensing billing disable", () => {
+  test("stops the integration and forgets both secrets", async () => {
+    const run = await cli(["billing", "disable"]);
+    expect(run).toMatchObject({ code: 0 });
+    expect(run.stdout).toContain("test");
+    const status = await api("GET", "/mgmt/v1/billing-integration");
+    expect(status.body.data).toMatchObject({
+      registered: false,
+      status: "disabled",
+      license_claim_url: null,
+    });
+    const row = store.sqlite
+      .query<{ k: string | null; s: string | null }, []>(
+        "SELECT api_key_ciphertext AS k, webhook_secret_ciphertext AS s FROM billing_integrations WHERE environment = 'test'",
+      )
+      .get();
+    expect(row).toEqual({ k: null, s: null });
+    expect((await cli(["billing", "disable"])).stdout).toContain("No active billing integration");
+  });
+});
+
+describe("the plan", () => {
+  test("without billing_integration configuring is refused", async () => {
+    expect((await cli(["plan", "set", "personal"])).code).toBe(0);
+    try {
+      const run = await cli([
+        "billing",
+        "configure",
+        "--provider",
+        "stripe",
+        "--api-key-file",
+        secretFile("api-key-6", API_KEY),
+        "--webhook-secret-file",
+        secretFile("webhook-secret-6", SECRET),
+      ]);
+      expect(run.code).toBe(1);
+      expect(run.stderr).toContain("plan");
+    } finally {
+      await cli(["plan", "set", "self_hosted"]);
+    }
+  });
+});
