@@ -7,7 +7,9 @@ import { type EnqueueDeps, enqueueEvent, hasSubscriber } from "./enqueue.ts";
  * state is derived from `expires_at`), so the dispatcher scans for expiries that passed since the
  * last scan. The mark is stored, so expiries during a downtime are announced after the restart;
  * the first scan starts at "now" and announces nothing from before webhooks existed. A scan runs
- * only while some endpoint is subscribed; otherwise the mark just moves forward.
+ * only while some endpoint is subscribed; otherwise the mark just moves forward. A license whose
+ * expiry was set at or after the moment it took effect (a cancellation ending it at once) is not
+ * announced here: the change that ended it has its own `license.expired` audit event.
  */
 interface ExpiredLicense {
   id: string;
@@ -52,7 +54,8 @@ export function announceExpiries(deps: EnqueueDeps): number {
       const rows = sqlite
         .query<ExpiredLicense, [number, number]>(
           `SELECT id, environment, product_id, customer_id, expires_at FROM licenses
-           WHERE status != 'revoked' AND expires_at > ? AND expires_at <= ? ORDER BY expires_at`,
+           WHERE status != 'revoked' AND expires_at > ? AND expires_at <= ? AND updated_at < expires_at
+           ORDER BY expires_at`,
         )
         .all(licenseMark, now);
       for (const row of rows) {
