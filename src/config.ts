@@ -1,5 +1,10 @@
 import { isAbsolute, join, normalize } from "node:path";
 import type { LogLevel } from "./http/logger.ts";
+import {
+  DEFAULT_RUNTIME_RATE_LIMITS,
+  type RateLimitSetting,
+  type RuntimeRateLimitSettings,
+} from "./http/rate-limit.ts";
 
 /**
  * Command-line flags, their environment twins and defaults, resolved into one validated Config.
@@ -123,6 +128,10 @@ export interface Config {
   sealedFileEnvironments: ("live" | "test")[];
   /** When set, GET /metrics answers to `Authorization: Bearer <token>`; when null it does not exist. */
   metricsToken: string | null;
+  /** Runtime burst windows per client address, activation and license; null turns one off. */
+  runtimeRateLimits: RuntimeRateLimitSettings;
+  /** Behind a reverse proxy: the client address is the last X-Forwarded-For entry. */
+  trustForwardedFor: boolean;
 }
 
 /** Every configuration option that has a flag. Commands pick the ones they accept by name. */
@@ -209,6 +218,34 @@ export const CONFIG_OPTIONS = {
     env: "LICENSING_METRICS_TOKEN",
     description: "serve GET /metrics to requests bearing this token (16+ characters); off when unset",
   },
+  runtimeRateLimitIp: {
+    name: "runtime-rate-limit-ip",
+    kind: "string",
+    valueName: "N/SEC",
+    env: "LICENSING_RUNTIME_RATE_LIMIT_IP",
+    description:
+      "unauthenticated runtime calls per client address: N per SEC seconds, or off; default 600/60",
+  },
+  runtimeRateLimitActivation: {
+    name: "runtime-rate-limit-activation",
+    kind: "string",
+    valueName: "N/SEC",
+    env: "LICENSING_RUNTIME_RATE_LIMIT_ACTIVATION",
+    description: "device-proof calls per activation: N per SEC seconds, or off; default 120/60",
+  },
+  runtimeRateLimitLicense: {
+    name: "runtime-rate-limit-license",
+    kind: "string",
+    valueName: "N/SEC",
+    env: "LICENSING_RUNTIME_RATE_LIMIT_LICENSE",
+    description: "device-proof calls per license: N per SEC seconds, or off; default 6000/60",
+  },
+  trustForwardedFor: {
+    name: "trust-forwarded-for",
+    kind: "boolean",
+    env: "LICENSING_TRUST_FORWARDED_FOR",
+    description: "behind a reverse proxy: take the client address from the last X-Forwarded-For entry",
+  },
 } as const satisfies Record<string, OptionSpec & { env: string }>;
 
 export type ConfigKey = keyof typeof CONFIG_OPTIONS;
@@ -267,6 +304,13 @@ export function resolveConfig(flags: FlagValues, env: Env, cwd: string): Config 
   const sealedFiles = text("sealedFileEnvironments");
   const metricsToken = text("metricsToken");
   const passphrase = env.LICENSING_KEYSTORE_PASSPHRASE;
+  const rateLimit = (
+    key: "runtimeRateLimitIp" | "runtimeRateLimitActivation" | "runtimeRateLimitLicense",
+    fallback: RateLimitSetting | null,
+  ) => {
+    const value = text(key);
+    return value ? parseRateLimit(value.value, value.source) : fallback;
+  };
 
   return {
     dataDir: absolute(dataDir?.value ?? "data", cwd),
@@ -286,6 +330,12 @@ export function resolveConfig(flags: FlagValues, env: Env, cwd: string): Config 
       ? parseEnvironments(sealedFiles.value, sealedFiles.source)
       : ["live", "test"],
     metricsToken: metricsToken ? parseMetricsToken(metricsToken.value, metricsToken.source) : null,
+    runtimeRateLimits: {
+      ip: rateLimit("runtimeRateLimitIp", DEFAULT_RUNTIME_RATE_LIMITS.ip),
+      activation: rateLimit("runtimeRateLimitActivation", DEFAULT_RUNTIME_RATE_LIMITS.activation),
+      license: rateLimit("runtimeRateLimitLicense", DEFAULT_RUNTIME_RATE_LIMITS.license),
+    },
+    trustForwardedFor: bool("trustForwardedFor"),
   };
 }
 
@@ -360,6 +410,21 @@ function parseMetricsToken(value: string, source: string): string {
     throw new UsageError(`${source} must be 16 to 256 visible ASCII characters without spaces`);
   }
   return value;
+}
+
+/** `N/SEC` (N requests per SEC seconds, in bursts of up to N) or `off`. */
+function parseRateLimit(value: string, source: string): RateLimitSetting | null {
+  const text = value.trim().toLowerCase();
+  if (text === "off") return null;
+  const match = /^(\d{1,10})\/(\d{1,6})$/.exec(text);
+  const limit = Number(match?.[1]);
+  const windowSec = Number(match?.[2]);
+  if (!match || limit < 1 || limit > 1_000_000_000 || windowSec < 1 || windowSec > 86_400) {
+    throw new UsageError(
+      `${source} must be N/SEC (1 to 1000000000 requests per 1 to 86400 seconds) or off, not "${value}"`,
+    );
+  }
+  return { limit, windowSec };
 }
 
 function parseLogLevel(value: string, source: string): LogLevel {

@@ -11,6 +11,7 @@ import { SecretBox } from "./crypto/secret-box.ts";
 import type { Deps } from "./deps.ts";
 import { AdjustableClock, type Clock, systemClock, unixSeconds } from "./domain/clock.ts";
 import { IdGenerator } from "./domain/ids.ts";
+import { clientAddress } from "./http/client-address.ts";
 import { errorBody } from "./http/envelope.ts";
 import { ApiError } from "./http/errors.ts";
 import { IdempotencyStore } from "./http/idempotency.ts";
@@ -154,6 +155,8 @@ export function startServer({ config, passphrase, logger }: StartOptions): Runni
       {
         baseUrl: config.baseUrl,
         testClock: config.testClock,
+        runtimeRateLimits: config.runtimeRateLimits,
+        trustForwardedFor: config.trustForwardedFor,
         logger,
         readiness: { ready: () => !shuttingDown },
         metrics:
@@ -190,8 +193,10 @@ export function startServer({ config, passphrase, logger }: StartOptions): Runni
       );
     }
 
-    const fetch = async (request: Request): Promise<Response> => {
+    const fetch = async (request: Request, peer: Server<undefined>): Promise<Response> => {
       inFlight++;
+      // Before the app: the per-address runtime limits need the socket's peer.
+      clientAddress.set(request, peer.requestIP(request)?.address);
       const started = performance.now();
       let response: Response;
       try {

@@ -1,8 +1,9 @@
 import { type CommandLine, UsageError } from "../config.ts";
 import { systemClock } from "../domain/clock.ts";
+import { parseDateTime } from "../domain/datetime.ts";
 import { IdGenerator } from "../domain/ids.ts";
-import { PLANS, type PlanDefinition, planByCode } from "../domain/plans.ts";
-import { WorkspaceService } from "../modules/workspace/service.ts";
+import { PLANS, planByCode } from "../domain/plans.ts";
+import { type PlanTerms, WorkspaceService } from "../modules/workspace/service.ts";
 import { table } from "./keys.ts";
 import { CliError, type Command, cliActor, JSON_OPTION, openExistingStore, out } from "./shared.ts";
 
@@ -20,7 +21,7 @@ function withWorkspace<T>(line: CommandLine, work: (workspace: WorkspaceService)
   }
 }
 
-function describePlan(plan: PlanDefinition): string {
+function describePlan({ plan, trial, endsAt }: PlanTerms): string {
   const quotas = Object.entries(plan.quotas).map(([name, quota]) => [
     name,
     String(quota.limit),
@@ -29,7 +30,8 @@ function describePlan(plan: PlanDefinition): string {
   ]);
   const constraints = Object.entries(plan.policy_constraints).map(([name, value]) => `  ${name}: ${value}`);
   return [
-    `Plan: ${plan.code} (${plan.name})`,
+    `Plan: ${plan.code} (${plan.name})${trial ? ", trial" : ""}`,
+    `Ends: ${endsAt ? endsAt.toISOString() : "never"}`,
     `Features: ${plan.features.join(", ") || "none"}`,
     `License duration max: ${plan.license_duration_max_sec} s`,
     "",
@@ -50,25 +52,47 @@ export const planShowCommand: Command = {
   options: [JSON_OPTION],
   run(line) {
     if (line.positionals.length > 0) throw new UsageError(`unexpected argument ${line.positionals[0]}`);
-    const plan = withWorkspace(line, (workspace) => workspace.plan());
-    out(line.flags.json === true ? JSON.stringify(plan) : describePlan(plan));
+    const terms = withWorkspace(line, (workspace) => workspace.terms());
+    out(
+      line.flags.json === true
+        ? JSON.stringify({ ...terms.plan, trial: terms.trial || terms.plan.trial, ends_at: terms.endsAt })
+        : describePlan(terms),
+    );
     return 0;
   },
 };
 
 export const planSetCommand: Command = {
   name: "plan set",
-  summary: `Change the workspace plan; a running server picks it up on its next request. Codes: ${codes()}.`,
-  usage: "licensing plan set CODE [--data-dir DIR]",
+  summary:
+    "Change the workspace plan and its term; a running server picks it up within a second. " +
+    `After --ends-at every API call but GET /mgmt/v1/plan answers 402 PLAN_ENDED. Codes: ${codes()}.`,
+  usage: "licensing plan set CODE [--ends-at ISO] [--trial] [--data-dir DIR]",
   configKeys: ["dataDir"],
-  options: [],
+  options: [
+    {
+      name: "ends-at",
+      kind: "string",
+      valueName: "ISO",
+      description: "when the plan ends (RFC 3339, e.g. 2027-01-01T00:00:00Z); default: it does not end",
+    },
+    { name: "trial", kind: "boolean", description: "the plan is a trial (needs --ends-at)" },
+  ],
   run(line) {
     const [code, extra] = line.positionals;
     if (code === undefined) throw new UsageError(`give a plan code: ${codes()}`);
     if (extra !== undefined) throw new UsageError(`unexpected argument ${extra}`);
     if (!planByCode(code)) throw new UsageError(`unknown plan "${code}"; choose one of ${codes()}`);
-    const plan = withWorkspace(line, (workspace) => workspace.setPlan(code, cliActor()));
-    out(`The workspace plan is now ${plan.code} (${plan.name}).`);
+    const endsAtText = line.flags["ends-at"];
+    const endsAt = typeof endsAtText === "string" ? parseDateTime(endsAtText) : null;
+    if (typeof endsAtText === "string" && endsAt === null) {
+      throw new UsageError(`--ends-at must be an RFC 3339 date-time with a zone, not "${endsAtText}"`);
+    }
+    const trial = line.flags.trial === true;
+    if (trial && endsAt === null) throw new UsageError("--trial needs --ends-at: a trial ends");
+    const plan = withWorkspace(line, (workspace) => workspace.setPlan(code, cliActor(), { endsAt, trial }));
+    const term = endsAt ? `, ${trial ? "trial " : ""}ending ${endsAt.toISOString()}` : "";
+    out(`The workspace plan is now ${plan.code} (${plan.name})${term}.`);
     return 0;
   },
 };

@@ -23,6 +23,10 @@ export const serveCommand: Command = {
     "logLevel",
     "sealedFileEnvironments",
     "metricsToken",
+    "runtimeRateLimitIp",
+    "runtimeRateLimitActivation",
+    "runtimeRateLimitLicense",
+    "trustForwardedFor",
   ],
   options: [],
   async run(line) {

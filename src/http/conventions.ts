@@ -19,6 +19,8 @@ export interface ConventionDeps {
   managementLimiter: GcraLimiter;
   /** The monthly allowance of the workspace plan; counts each admitted management request. */
   managementQuota?: { admit(method: string, path: string, now: Date): void };
+  /** 402 once the workspace plan has ended: after authentication, before any limit counts the request. */
+  planGate?: { admit(method: string, path: string, now: Date): void };
   baseUrl: string;
   testClock: boolean;
   /** The scope a route requires (from its `scope` macro), so it can be checked before the body is read. */
@@ -62,7 +64,10 @@ export function httpConventions(deps: ConventionDeps) {
     })
     .onError({ as: "global" }, ({ error, code, request, set }) => {
       const apiError = toApiError(error, code, request);
-      const requestId = requestState.get(request)?.requestId ?? "req_unknown";
+      const state = requestState.get(request);
+      const requestId = state?.requestId ?? "req_unknown";
+      // Read once the answer is final: the runtime allowance depends on the code (runtime-limits.ts).
+      if (state) state.errorCode = apiError.code;
       if (apiError.code === "INTERNAL_ERROR") {
         deps.logger.log("error", "unhandled error", {
           request_id: requestId,
@@ -98,14 +103,19 @@ function authenticate(
       { headers: { "www-authenticate": 'Bearer realm="mgmt"' } },
     );
   }
+  const path = new URL(request.url).pathname;
+  deps.planGate?.admit(request.method, path, now);
   const decision = deps.managementLimiter.check(caller.id, now.getTime());
   Object.assign(headers, deps.managementLimiter.headers(decision));
   if (!decision.allowed) {
     throw new ApiError("RATE_LIMITED", "Too many management requests for this API key.", {
+      policy: deps.managementLimiter.policy.name,
+      limit: deps.managementLimiter.policy.limit,
+      window_sec: deps.managementLimiter.policy.windowSec,
       retry_after_sec: decision.retryAfterSec,
     });
   }
-  deps.managementQuota?.admit(request.method, new URL(request.url).pathname, now);
+  deps.managementQuota?.admit(request.method, path, now);
   const state = requestState.get(request);
   if (state) state.caller = caller;
 }

@@ -9,6 +9,29 @@ export interface RateLimitPolicy {
   windowSec: number;
 }
 
+/** A window as configured: `limit` requests per `windowSec`; null where it is turned off. */
+export type RateLimitSetting = Pick<RateLimitPolicy, "limit" | "windowSec">;
+
+/** Runtime burst windows by partition (DESIGN §4 "Rate limits"); operators change them in config. */
+export interface RuntimeRateLimitSettings {
+  /** Unauthenticated runtime calls, per client address (IPv6: per /64). */
+  ip: RateLimitSetting | null;
+  /** Device-proof calls, per activation. */
+  activation: RateLimitSetting | null;
+  /** Device-proof calls, per license (all its activations together). */
+  license: RateLimitSetting | null;
+}
+
+/**
+ * Generous for real clients (a device checks in every few minutes at most; an office behind one
+ * address activates many devices at once) and still far below what the service can answer.
+ */
+export const DEFAULT_RUNTIME_RATE_LIMITS: RuntimeRateLimitSettings = {
+  ip: { limit: 600, windowSec: 60 },
+  activation: { limit: 120, windowSec: 60 },
+  license: { limit: 6_000, windowSec: 60 },
+};
+
 export interface RateLimitDecision {
   allowed: boolean;
   remaining: number;
@@ -29,7 +52,18 @@ export class GcraLimiter {
     this.burstMs = policy.windowSec * 1000;
   }
 
+  /** Takes one request from `key`'s bucket, unless it is empty. */
   check(key: string, nowMs: number): RateLimitDecision {
+    const decision = this.peek(key, nowMs);
+    if (decision.allowed) this.charge(key, nowMs);
+    return decision;
+  }
+
+  /**
+   * Whether one more request from `key` would be allowed, changing nothing. For requests that are
+   * charged only once their answer shows who sent them (device-proof calls, see runtime-limits.ts).
+   */
+  peek(key: string, nowMs: number): RateLimitDecision {
     this.sweep(nowMs);
     const tat = Math.max(this.tat.get(key) ?? nowMs, nowMs);
     const newTat = tat + this.intervalMs;
@@ -42,13 +76,22 @@ export class GcraLimiter {
         retryAfterSec: Math.max(1, Math.ceil((allowAt - nowMs) / 1000)),
       };
     }
-    this.tat.set(key, newTat);
     return {
       allowed: true,
       remaining: Math.floor((this.burstMs - (newTat - nowMs)) / this.intervalMs),
       resetSec: Math.ceil((newTat - nowMs) / 1000),
       retryAfterSec: 0,
     };
+  }
+
+  /**
+   * Counts one request against `key` whatever the bucket holds: a request already answered still
+   * used the service. Past a full bucket the debt grows by at most one window, so a key that keeps
+   * going past its limit is refused for at most that long once it stops.
+   */
+  charge(key: string, nowMs: number): void {
+    const tat = Math.max(this.tat.get(key) ?? nowMs, nowMs);
+    this.tat.set(key, Math.min(tat + this.intervalMs, nowMs + 2 * this.burstMs));
   }
 
   /** IETF httpapi RateLimit headers (draft-ietf-httpapi-ratelimit-headers), plus Retry-After on refusal. */

@@ -1,4 +1,5 @@
 import type { ApiKeyIdentity } from "../modules/api-keys/service.ts";
+import type { RuntimeAdmission } from "./runtime-limits.ts";
 
 /**
  * Per-request facts gathered before routing (request id, the authenticated caller). Keyed by the
@@ -10,6 +11,10 @@ export interface RequestState {
   caller?: ApiKeyIdentity;
   /** The body exactly as received: device proofs sign its hash, not the parsed JSON. */
   rawBody?: Uint8Array;
+  /** The code of the error this request was answered with, once it has one. */
+  errorCode?: string;
+  /** A runtime request the limits let through, to be charged and counted once it is answered. */
+  runtime?: RuntimeAdmission;
 }
 
 const states = new WeakMap<Request, RequestState>();

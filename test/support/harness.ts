@@ -8,7 +8,9 @@ import type { Deps } from "../../src/deps.ts";
 import { AdjustableClock } from "../../src/domain/clock.ts";
 import { IdGenerator } from "../../src/domain/ids.ts";
 import { SCOPES, type Scope } from "../../src/domain/scopes.ts";
+import { clientAddress } from "../../src/http/client-address.ts";
 import { Metrics } from "../../src/http/metrics.ts";
+import type { RuntimeRateLimitSettings } from "../../src/http/rate-limit.ts";
 import { ApiKeyService } from "../../src/modules/api-keys/service.ts";
 import { WorkspaceService } from "../../src/modules/workspace/service.ts";
 import { openStore } from "../../src/store/db.ts";
@@ -21,6 +23,8 @@ export interface CallOptions {
   body?: unknown;
   rawBody?: string;
   headers?: Record<string, string>;
+  /** The socket peer the server would have seen (per-address runtime limits). */
+  clientAddress?: string;
 }
 
 export interface CallResult {
@@ -36,7 +40,13 @@ export interface CallResult {
  * only the scrypt cost is lowered so each test's keystore takes milliseconds.
  */
 export function createTestContext(
-  options: { managementRateLimit?: { limit: number; windowSec: number }; metricsToken?: string } = {},
+  options: {
+    managementRateLimit?: { limit: number; windowSec: number };
+    /** Runtime burst windows; all off unless a test sets them. */
+    runtimeRateLimits?: Partial<RuntimeRateLimitSettings>;
+    trustForwardedFor?: boolean;
+    metricsToken?: string;
+  } = {},
 ) {
   const dir = mkdtempSync(join(tmpdir(), "licensing-test-"));
   const store = openStore(join(dir, "licensing.db"));
@@ -65,6 +75,8 @@ export function createTestContext(
     managementRateLimit: options.managementRateLimit
       ? { name: "mgmt", ...options.managementRateLimit }
       : { name: "mgmt", limit: 100_000, windowSec: 1 },
+    runtimeRateLimits: { ip: null, activation: null, license: null, ...options.runtimeRateLimits },
+    trustForwardedFor: options.trustForwardedFor,
     metrics: options.metricsToken
       ? { registry: new Metrics({ version: "test", sqlite: store.sqlite }), token: options.metricsToken }
       : undefined,
@@ -80,7 +92,9 @@ export function createTestContext(
       body = JSON.stringify(opts.body);
       headers["content-type"] ??= "application/json";
     }
-    const response = await app.handle(new Request(`${BASE_URL}${path}`, { method, headers, body }));
+    const request = new Request(`${BASE_URL}${path}`, { method, headers, body });
+    clientAddress.set(request, opts.clientAddress);
+    const response = await app.handle(request);
     const text = await response.text();
     let parsed: unknown = null;
     try {

@@ -29,6 +29,12 @@ describe("configuration defaults", () => {
       logLevel: "info",
       metricsToken: null,
       sealedFileEnvironments: ["live", "test"],
+      runtimeRateLimits: {
+        ip: { limit: 600, windowSec: 60 },
+        activation: { limit: 120, windowSec: 60 },
+        license: { limit: 6_000, windowSec: 60 },
+      },
+      trustForwardedFor: false,
     });
   });
 
@@ -62,6 +68,10 @@ describe("environment twins", () => {
     LICENSING_LOG_LEVEL: "WARN",
     LICENSING_METRICS_TOKEN: "scrape-token-0123456789",
     LICENSING_SEALED_FILES_ENVIRONMENTS: "live",
+    LICENSING_RUNTIME_RATE_LIMIT_IP: "off",
+    LICENSING_RUNTIME_RATE_LIMIT_ACTIVATION: "10/1",
+    LICENSING_RUNTIME_RATE_LIMIT_LICENSE: "1000/3600",
+    LICENSING_TRUST_FORWARDED_FOR: "yes",
   };
 
   test("every option is read from its environment variable", () => {
@@ -79,6 +89,12 @@ describe("environment twins", () => {
       logLevel: "warn",
       metricsToken: "scrape-token-0123456789",
       sealedFileEnvironments: ["live"],
+      runtimeRateLimits: {
+        ip: null,
+        activation: { limit: 10, windowSec: 1 },
+        license: { limit: 1000, windowSec: 3600 },
+      },
+      trustForwardedFor: true,
     });
   });
 
@@ -136,6 +152,20 @@ describe("validation", () => {
       /LICENSING_METRICS_TOKEN/,
     );
     expect(serve(["--metrics-token", "t".repeat(16)]).metricsToken).toBe("t".repeat(16));
+  });
+
+  test("runtime rate limits are N/SEC or off, within bounds", () => {
+    expect(serve(["--runtime-rate-limit-ip", "5/2"]).runtimeRateLimits.ip).toEqual({
+      limit: 5,
+      windowSec: 2,
+    });
+    expect(serve(["--runtime-rate-limit-license", "OFF"]).runtimeRateLimits.license).toBeNull();
+    for (const bad of ["0/60", "5/0", "5", "5/60s", "-1/60", "5/86401", "1e3/60", "unlimited"]) {
+      expect(() => serve([], { LICENSING_RUNTIME_RATE_LIMIT_ACTIVATION: bad })).toThrow(
+        /LICENSING_RUNTIME_RATE_LIMIT_ACTIVATION must be N\/SEC/,
+      );
+      expect(() => serve([`--runtime-rate-limit-ip=${bad}`])).toThrow(/--runtime-rate-limit-ip must be/);
+    }
   });
 
   test("the environments offering sealed files are a list of live and test, or none", () => {

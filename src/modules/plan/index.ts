@@ -17,7 +17,11 @@ const PlanReport = Type.Object({
     code: Type.String(),
     name: Type.String(),
     trial: Type.Boolean(),
-    ends_at: Nullable(DateTime("null while the plan does not end (self-hosted).")),
+    ends_at: Nullable(
+      DateTime(
+        "When the plan ends; afterwards every other operation answers 402 PLAN_ENDED. null: it does not end.",
+      ),
+    ),
   }),
   quotas: Type.Record(Type.String(), Quota),
   policy_constraints: Type.Object({
@@ -46,5 +50,5 @@ export const planController = ({ planReport }: Services) =>
     .get("", () => ({ data: planReport.report() }), {
       scope: "reports:read",
       response: { 200: "plan.response" },
-      detail: { summary: "Plan limits and usage (exempt from the management quota)" },
+      detail: { summary: "Plan limits and usage (exempt from the management quota and from 402 PLAN_ENDED)" },
     });

@@ -1,25 +1,28 @@
 import { and, count, eq, ne } from "drizzle-orm";
 import type { Deps } from "../../deps.ts";
-import { FEATURES, minimumPlanFor, PLANS, type PlanDefinition } from "../../domain/plans.ts";
+import { FEATURES, minimumPlanFor, PLANS } from "../../domain/plans.ts";
 import { licenses } from "../../store/schema/index.ts";
-import { MANAGEMENT_REQUESTS } from "./quota.ts";
+import type { PlanTerms } from "../workspace/service.ts";
+import { MANAGEMENT_REQUESTS, RUNTIME_REQUESTS } from "./quota.ts";
 import { nextMonthStart, type UsageMeter } from "./usage-meter.ts";
 
 /** The plan report: limits from the plan, usage from the store and the request meter. */
 export class PlanReportService {
   constructor(
     private readonly deps: Pick<Deps, "db" | "clock">,
-    private readonly plan: () => PlanDefinition,
+    /** Read afresh: the report is where a vendor checks a plan change took effect. */
+    private readonly terms: () => PlanTerms,
     private readonly meter: UsageMeter,
   ) {}
 
   report() {
-    const plan = this.plan();
+    const { plan, trial, endsAt } = this.terms();
     const now = this.deps.clock.now();
     const used: Record<string, number> = {
       licenses: this.countLicenses(),
       trial_licenses: this.countLicenses("trial"),
       [MANAGEMENT_REQUESTS]: this.meter.used(MANAGEMENT_REQUESTS, now),
+      [RUNTIME_REQUESTS]: this.meter.used(RUNTIME_REQUESTS, now),
     };
     const monthly = nextMonthStart(now).toISOString();
     const quotas = Object.fromEntries(
@@ -40,7 +43,12 @@ export class PlanReportService {
         }),
     );
     return {
-      plan: { code: plan.code, name: plan.name, trial: plan.trial, ends_at: null },
+      plan: {
+        code: plan.code,
+        name: plan.name,
+        trial: trial || plan.trial,
+        ends_at: endsAt?.toISOString() ?? null,
+      },
       quotas,
       policy_constraints: plan.policy_constraints,
       policy_defaults: plan.policy_defaults,

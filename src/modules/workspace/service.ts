@@ -7,6 +7,19 @@ import { recordAudit } from "../events/service.ts";
 
 export const WORKSPACE_ID = "default";
 
+/** The plan and its term: whether it is a trial, and when it ends (null: it does not). */
+export interface PlanTerms {
+  plan: PlanDefinition;
+  trial: boolean;
+  endsAt: Date | null;
+}
+
+/**
+ * Bumped by every plan change made in this process, so a cached copy of the plan (PlanCache) sees
+ * it at once; changes made by another process (`licensing plan set`) are seen within its max age.
+ */
+export const planChanges = { generation: 0 };
+
 /** The single workspace row of an install, and its plan. */
 export class WorkspaceService {
   constructor(private readonly deps: Pick<Deps, "db" | "clock" | "ids">) {}
@@ -35,15 +48,32 @@ export class WorkspaceService {
     return planByCode(row?.planCode ?? DEFAULT_PLAN_CODE) ?? (PLANS[DEFAULT_PLAN_CODE] as PlanDefinition);
   }
 
-  /** With an `actor`, the change is audited in both environments: the plan governs both. */
-  setPlan(code: string, actor?: Actor): PlanDefinition {
+  terms(): PlanTerms {
+    const row = this.deps.db
+      .select({ planCode: workspace.planCode, endsAt: workspace.planEndsAt, trial: workspace.planTrial })
+      .from(workspace)
+      .where(eq(workspace.id, WORKSPACE_ID))
+      .get();
+    const plan =
+      planByCode(row?.planCode ?? DEFAULT_PLAN_CODE) ?? (PLANS[DEFAULT_PLAN_CODE] as PlanDefinition);
+    return { plan, trial: row?.trial ?? false, endsAt: row?.endsAt ?? null };
+  }
+
+  /**
+   * With an `actor`, the change is audited in both environments: the plan governs both. A plan is
+   * set with its whole term: without `endsAt` it does not end, without `trial` it is not a trial.
+   */
+  setPlan(code: string, actor?: Actor, term: { endsAt?: Date | null; trial?: boolean } = {}): PlanDefinition {
     const plan = planByCode(code);
     if (!plan) throw new Error(`unknown plan "${code}"; choose one of ${Object.keys(PLANS).join(", ")}`);
+    const endsAt = term.endsAt ?? null;
+    const trial = term.trial ?? false;
     this.deps.db
       .update(workspace)
-      .set({ planCode: plan.code, updatedAt: this.deps.clock.now() })
+      .set({ planCode: plan.code, planEndsAt: endsAt, planTrial: trial, updatedAt: this.deps.clock.now() })
       .where(eq(workspace.id, WORKSPACE_ID))
       .run();
+    planChanges.generation++;
     if (actor) {
       for (const environment of ENVIRONMENTS) {
         recordAudit(
@@ -53,7 +83,7 @@ export class WorkspaceService {
           {
             type: "workspace.plan_changed",
             target: { type: "workspace", id: WORKSPACE_ID },
-            data: { plan: plan.code },
+            data: { plan: plan.code, trial, ends_at: endsAt?.toISOString() ?? null },
           },
         );
       }

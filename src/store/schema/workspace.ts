@@ -9,6 +9,10 @@ export const workspace = sqliteTable(
     id: text("id").primaryKey(),
     name: text("name").notNull(),
     planCode: text("plan_code").notNull(),
+    /** When the workspace plan ends (402 PLAN_ENDED afterwards); null: it does not end. */
+    planEndsAt: timestamp("plan_ends_at"),
+    /** The plan is a trial (reported as `plan.trial`). */
+    planTrial: integer("plan_trial", { mode: "boolean" }).notNull().default(false),
     createdAt: timestamp("created_at").notNull(),
     updatedAt: timestamp("updated_at").notNull(),
   },

@@ -100,6 +100,8 @@ export async function startServer(options: {
   logDir: string;
   /** The command to run instead of the executable (profile.ts runs the sources with --cpu-prof). */
   command?: string[];
+  /** Extra environment for `serve` (configuration such as the rate limits). */
+  env?: Record<string, string>;
 }): Promise<BenchServer> {
   const n = ++starts;
   const logPath = join(options.logDir, `serve-${n}.log`);
@@ -114,7 +116,7 @@ export async function startServer(options: {
       String(options.port),
     ]),
     {
-      env: cleanEnv(),
+      env: cleanEnv(options.env),
       stdin: "ignore",
       stdout: Bun.file(join(options.logDir, `serve-${n}.out`)),
       stderr: Bun.file(logPath),

@@ -1,0 +1,57 @@
+/**
+ * The one place that says how a Runtime API request is limited and metered (spec §4.1, §4.2 rules
+ * 1, 10 and 12, §8; DESIGN §4 "Rate limits"). It looks at the method and path only, by pattern, so
+ * a runtime route added later is covered the day it lands: anything under /runtime/ that is not a
+ * device-proof route is limited per client address, and counts toward the monthly allowance
+ * unless it is one of the verification calls.
+ */
+
+/** Who a request's burst windows belong to. */
+export type RuntimePartition =
+  /** No credential before the body is read: per client address. */
+  | "address"
+  /** Device-proof calls: per activation (X-Service-Activation) and per license. */
+  | "device";
+
+/** Whether an answer counts toward the monthly Runtime allowance. */
+export type RuntimeMetering =
+  /** Every answer counts, except LICENSE_REVOKED and LICENSE_EXPIRED (rule 1, §8). */
+  | "counts"
+  /** Email verification start and confirm, trial verification start (rule 12). */
+  | "never"
+  /** Trial confirm: once, as the activation it creates (rule 10): a 201 that is not a replay. */
+  | "activation";
+
+export interface RuntimeRouteClass {
+  partition: RuntimePartition;
+  metering: RuntimeMetering;
+}
+
+export const RUNTIME_PREFIX = "/runtime/";
+const V1 = "/runtime/v1/";
+
+const ADDRESS_COUNTS: RuntimeRouteClass = { partition: "address", metering: "counts" };
+const ADDRESS_NEVER: RuntimeRouteClass = { partition: "address", metering: "never" };
+const ADDRESS_ACTIVATION: RuntimeRouteClass = { partition: "address", metering: "activation" };
+const DEVICE_COUNTS: RuntimeRouteClass = { partition: "device", metering: "counts" };
+
+/**
+ * The class of a runtime request, or null when it is not one the limits apply to: outside
+ * /runtime/, or an OPTIONS request (a CORS preflight is never limited or counted, §8).
+ * Constant time: a few prefix checks on the path, no allocation on the hot path.
+ */
+export function classifyRuntimeRequest(method: string, path: string): RuntimeRouteClass | null {
+  if (!path.startsWith(RUNTIME_PREFIX) || method === "OPTIONS") return null;
+  if (!path.startsWith(V1)) return ADDRESS_COUNTS;
+  const rest = path.slice(V1.length);
+  // activations/{id}[/heartbeat|/sealed-file-keys]: device proof; bare `activations` is create.
+  if (rest.startsWith("activations/")) return DEVICE_COUNTS;
+  if (rest === "leases" || rest.startsWith("leases/")) return DEVICE_COUNTS;
+  if (rest === "email-verifications" || rest.startsWith("email-verifications/")) return ADDRESS_NEVER;
+  if (rest === "trial-verifications") return ADDRESS_NEVER;
+  if (rest.startsWith("trial-verifications/")) {
+    return rest.endsWith("/confirm") ? ADDRESS_ACTIVATION : ADDRESS_NEVER;
+  }
+  // activations (create), time, products/{id}/trust-bundle, and any runtime route still to come.
+  return ADDRESS_COUNTS;
+}

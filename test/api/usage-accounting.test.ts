@@ -1,0 +1,138 @@
+import { afterEach, beforeEach, expect, test } from "bun:test";
+import { machineInfoDigest } from "../../src/modules/activations/machine.ts";
+import { createTestContext, type TestContext } from "../support/harness.ts";
+import {
+  activatedDevice,
+  heartbeatPath,
+  proofCall,
+  type RuntimeFixture,
+  runtimeFixture,
+} from "../support/runtime.ts";
+
+/**
+ * The plan report and the usage report against a known script of calls: every number they show
+ * is the number of things that happened.
+ */
+let t: TestContext;
+let fx: RuntimeFixture;
+let revokedFx: RuntimeFixture;
+beforeEach(async () => {
+  t = createTestContext();
+  t.workspace.setPlan("business");
+  fx = await runtimeFixture(t, {
+    policy: { max_machines: 10, max_concurrent: 2, concurrency_unit: "instance", lease_ttl_sec: 600 },
+  });
+  revokedFx = await runtimeFixture(t);
+});
+afterEach(() => t.close());
+
+const DIGEST = machineInfoDigest({ os: "linux", arch: "x64" });
+
+test("a known script of management and runtime calls shows up exactly in the plan and usage reports", async () => {
+  const plan = async () => (await t.call("GET", "/mgmt/v1/plan")).body.data;
+  const before = await plan();
+  const testKeyActivation = await runtimeFixture(t, { key: t.keys.test });
+
+  // Management: 4 counted requests here (the plan report is exempt; a bad key is not a request
+  // of the workspace), 4 by the test-environment fixture, 1 revocation below: 9.
+  expect((await t.call("GET", "/mgmt/v1/products")).status).toBe(200);
+  expect(
+    (await t.call("POST", "/mgmt/v1/customers", { body: { name: "Ada" }, headers: t.idem() })).status,
+  ).toBe(201);
+  expect((await t.call("GET", `/mgmt/v1/licenses/${fx.licenseId}`)).status).toBe(200);
+  expect((await t.call("GET", "/mgmt/v1/products", { key: "lsk_live_not-a-key" })).status).toBe(401);
+  expect((await t.call("GET", "/mgmt/v1/reports/usage")).status).toBe(200);
+
+  // Runtime: 1 trust bundle (test fixture), 4 activations (one in test), 3 check-ins, 1 lease,
+  // 1 deactivation, 1 signed time: 11. Revoked denials add nothing.
+  const a = await activatedDevice(t, fx);
+  const b = await activatedDevice(t, fx);
+  const r = await activatedDevice(t, revokedFx);
+  await activatedDevice(t, testKeyActivation);
+  for (const device of [a, b, a]) {
+    const beat = await proofCall(
+      t,
+      device.device,
+      "POST",
+      heartbeatPath(device.activationId),
+      device.activationId,
+      {
+        machine_info_digest: DIGEST,
+      },
+    );
+    expect(beat.status).toBe(200);
+  }
+  const lease = await proofCall(t, a.device, "POST", "/runtime/v1/leases", a.activationId, {
+    activation_id: a.activationId,
+    instance_id: "instance-1",
+  });
+  expect(lease.status).toBe(201);
+  const gone = await proofCall(
+    t,
+    b.device,
+    "DELETE",
+    `/runtime/v1/activations/${b.activationId}`,
+    b.activationId,
+  );
+  expect(gone.status).toBe(200);
+  const time = await t.call("POST", "/runtime/v1/time", {
+    key: null,
+    body: { product_id: fx.productId, nonce: "a-time-nonce-of-enough-length" },
+  });
+  expect(time.status).toBe(200);
+  expect((await t.call("DELETE", `/mgmt/v1/licenses/${revokedFx.licenseId}`)).status).toBe(204);
+  for (let i = 0; i < 2; i++) {
+    const denied = await proofCall(t, r.device, "POST", heartbeatPath(r.activationId), r.activationId, {
+      machine_info_digest: DIGEST,
+    });
+    expect(denied.body.error.code).toBe("LICENSE_REVOKED");
+  }
+
+  const after = await plan();
+  expect(after.quotas.management_requests.used - before.quotas.management_requests.used).toBe(9);
+  expect(after.quotas.runtime_requests.used - before.quotas.runtime_requests.used).toBe(11);
+  expect(after.quotas.runtime_requests.remaining).toBe(
+    after.quotas.runtime_requests.limit - after.quotas.runtime_requests.used,
+  );
+  // Live licenses only: the fixture's two, one of them revoked.
+  expect(after.quotas.licenses.used).toBe(1);
+
+  const live = (await t.call("GET", "/mgmt/v1/reports/usage")).body.data;
+  expect(live).toMatchObject({
+    new_activations: 3,
+    active_machines: 2,
+    active_licenses: 1,
+    active_leases: 1,
+  });
+  const test = (await t.call("GET", "/mgmt/v1/reports/usage", { key: t.keys.test })).body.data;
+  expect(test).toMatchObject({
+    new_activations: 1,
+    active_machines: 1,
+    active_licenses: 1,
+    active_leases: 0,
+  });
+});
+
+test("the plan report lists what the configured plan lacks, and nothing on a plan that has everything", async () => {
+  const unavailable = async () =>
+    (await t.call("GET", "/mgmt/v1/plan")).body.data.unavailable_features
+      .map((f: { key: string }) => f.key)
+      .sort();
+  expect(await unavailable()).toEqual([]);
+  t.workspace.setPlan("personal");
+  expect(await unavailable()).toEqual([
+    "billing_integration",
+    "browser_runtime",
+    "sealed_files",
+    "trial_licenses",
+  ]);
+  t.workspace.setPlan("free");
+  expect(await unavailable()).toEqual([
+    "billing_integration",
+    "browser_runtime",
+    "email_license_verification",
+    "sealed_files",
+    "trial_licenses",
+    "webhooks",
+  ]);
+});
