@@ -1,0 +1,203 @@
+import { afterEach, beforeEach, describe, expect, test } from "bun:test";
+import { recordAudit } from "../../src/modules/events/service.ts";
+import { announceExpiries } from "../../src/modules/webhooks/expiries.ts";
+import { WebhookService } from "../../src/modules/webhooks/service.ts";
+import { createTestContext, type TestContext } from "../support/harness.ts";
+import { activate, activatedDevice, proofCall, runtimeFixture } from "../support/runtime.ts";
+
+/**
+ * What gets queued for webhooks, and when: audit events in the change's own transaction, the
+ * runtime-side events (activation created and deactivated, lease and license expiry), nothing
+ * for a change that rolled back, and nothing at all while no endpoint listens.
+ */
+let t: TestContext;
+beforeEach(() => {
+  t = createTestContext();
+});
+afterEach(() => t.close());
+
+const cli = { actor: { type: "cli" as const, id: "test" }, environment: "live" as const, requestId: null };
+
+function subscribe(events: string[]) {
+  return new WebhookService(t.deps, { allowPrivateNetworks: false }).create(
+    { url: "https://receiver.example.com/hook", events },
+    cli,
+  ).row;
+}
+
+interface Queued {
+  type: string;
+  environment: string;
+  payload: {
+    type: string;
+    environment: string;
+    data: {
+      id: string;
+      actor: { type: string };
+      target: { type: string; id: string };
+      data: Record<string, unknown>;
+    };
+  };
+}
+
+function queued(): Queued[] {
+  return t.deps.sqlite
+    .query<{ type: string; environment: string; payload: string }, []>(
+      "SELECT e.type, e.environment, e.payload FROM webhook_deliveries d JOIN webhook_events e ON e.id = d.event_id ORDER BY d.id",
+    )
+    .all()
+    .map((row) => ({ ...row, payload: JSON.parse(row.payload) }));
+}
+
+const types = () => queued().map((q) => q.type);
+
+describe("enqueue", () => {
+  test("writes nothing while no endpoint exists, whatever happens", async () => {
+    const fx = await runtimeFixture(t);
+    await activatedDevice(t, fx);
+    expect(t.deps.sqlite.query("SELECT count(*) AS n FROM webhook_events").get()).toEqual({ n: 0 });
+    expect(t.deps.sqlite.query("SELECT count(*) AS n FROM webhook_deliveries").get()).toEqual({ n: 0 });
+  });
+
+  test("an audit event reaches the endpoint as the audit event itself, in the same environment", async () => {
+    subscribe(["product.created"]);
+    const product = await t.call("POST", "/mgmt/v1/products", {
+      key: t.keys.test,
+      body: { name: "P", code: "p-one", environment: "test" },
+      headers: t.idem(),
+    });
+    const [event] = queued();
+    expect(event?.environment).toBe("test");
+    const audit = await t.call("GET", "/mgmt/v1/events", { key: t.keys.test });
+    expect(event?.payload).toMatchObject({ type: "product.created", environment: "test" });
+    expect(event?.payload.data).toEqual(audit.body.data[0]);
+    expect(event?.payload.data.target.id).toBe(product.body.data.public_id);
+  });
+
+  test("a change that rolls back queues nothing", () => {
+    subscribe(["*"]);
+    const before = types().length;
+    expect(() =>
+      t.deps.db.transaction((tx) => {
+        recordAudit(tx, t.deps, cli, { type: "customer.created", target: { type: "customer", id: "cus_x" } });
+        throw new Error("the change failed after its audit event");
+      }),
+    ).toThrow("the change failed");
+    expect(types()).toHaveLength(before);
+  });
+
+  test("a refused request queues nothing", async () => {
+    subscribe(["*"]);
+    const before = types().length;
+    const response = await t.call("POST", "/mgmt/v1/customers", {
+      body: { notes: "no name" },
+      headers: t.idem(),
+    });
+    expect(response.status).toBe(422);
+    expect(types()).toHaveLength(before);
+  });
+});
+
+describe("runtime events", () => {
+  test("activation.created when a device activates, not when it activates again", async () => {
+    const fx = await runtimeFixture(t);
+    subscribe(["activation.created"]);
+    const d = await activatedDevice(t, fx);
+    expect(types()).toEqual(["activation.created"]);
+    expect(queued()[0]?.payload.data).toMatchObject({
+      type: "activation.created",
+      actor: { type: "device" },
+      target: { type: "activation", id: d.activationId, environment: "live" },
+      data: { license_id: fx.licenseId, product_id: fx.productId },
+    });
+    const again = await activate(t, d.device, fx);
+    expect(again.body.data.activation_id).toBe(d.activationId);
+    expect(types()).toEqual(["activation.created"]);
+  });
+
+  test("activation.deactivated once when the device deactivates, with the reason", async () => {
+    const fx = await runtimeFixture(t);
+    subscribe(["activation.deactivated"]);
+    const d = await activatedDevice(t, fx);
+    const response = await proofCall(
+      t,
+      d.device,
+      "DELETE",
+      `/runtime/v1/activations/${d.activationId}`,
+      d.activationId,
+    );
+    expect(response.status).toBe(200);
+    expect(types()).toEqual(["activation.deactivated"]);
+    expect(queued()[0]?.payload.data).toMatchObject({
+      actor: { type: "device" },
+      target: { id: d.activationId },
+      data: { reason: "device", license_id: fx.licenseId },
+    });
+  });
+
+  test("a vendor's force-deactivation is announced once, by its audit event", async () => {
+    const fx = await runtimeFixture(t);
+    subscribe(["activation.deactivated"]);
+    const d = await activatedDevice(t, fx);
+    expect((await t.call("DELETE", `/mgmt/v1/activations/${d.activationId}`)).status).toBe(204);
+    expect(types()).toEqual(["activation.deactivated"]);
+    expect(queued()[0]?.payload.data.actor.type).toBe("api_key");
+  });
+
+  test("license.expired once when a license's expiry passes, also after a downtime", async () => {
+    subscribe(["license.expired"]);
+    announceExpiries(t.deps);
+    const expiresAt = new Date(t.clock.now().getTime() + 3_600_000).toISOString();
+    const fx = await runtimeFixture(t, { license: { expires_at: expiresAt } });
+    expect(announceExpiries(t.deps)).toBe(0);
+    t.clock.advance(2 * 3600);
+    expect(announceExpiries(t.deps)).toBe(1);
+    expect(announceExpiries(t.deps)).toBe(0);
+    expect(queued().filter((q) => q.type === "license.expired")).toHaveLength(1);
+    expect(queued().at(-1)?.payload.data).toMatchObject({
+      actor: { type: "system" },
+      target: { type: "license", id: fx.licenseId },
+      data: { expires_at: expiresAt, product_id: fx.productId },
+    });
+  });
+
+  test("a revoked license's expiry is not announced, nor anything before the first scan", async () => {
+    subscribe(["license.expired"]);
+    const soon = new Date(t.clock.now().getTime() + 60_000).toISOString();
+    const revoked = await runtimeFixture(t, { license: { expires_at: soon } });
+    await t.call("DELETE", `/mgmt/v1/licenses/${revoked.licenseId}`);
+    t.clock.advance(120);
+    // The first scan only sets the mark.
+    expect(announceExpiries(t.deps)).toBe(0);
+    await runtimeFixture(t, {
+      license: { expires_at: new Date(t.clock.now().getTime() + 60_000).toISOString() },
+    });
+    t.clock.advance(120);
+    expect(announceExpiries(t.deps)).toBe(1);
+  });
+
+  test("lease.expired when a lease was not kept, not when it was released", async () => {
+    const fx = await runtimeFixture(t, {
+      policy: { max_machines: 10, max_concurrent: 3, concurrency_unit: "instance", lease_ttl_sec: 600 },
+    });
+    subscribe(["lease.expired"]);
+    announceExpiries(t.deps);
+    const d = await activatedDevice(t, fx);
+    const take = (instance: string) =>
+      proofCall(t, d.device, "POST", "/runtime/v1/leases", d.activationId, {
+        activation_id: d.activationId,
+        instance_id: instance,
+      });
+    const kept = (await take("a")).body.data;
+    const released = (await take("b")).body.data;
+    await proofCall(t, d.device, "DELETE", `/runtime/v1/leases/${released.lease_id}`, d.activationId, {
+      instance_id: "b",
+    });
+    t.clock.advance(601);
+    expect(announceExpiries(t.deps)).toBe(1);
+    expect(queued()[0]?.payload.data).toMatchObject({
+      target: { type: "lease", id: kept.lease_id },
+      data: { activation_id: d.activationId, license_id: fx.licenseId },
+    });
+  });
+});
