@@ -265,6 +265,25 @@ describe("the webhook signature", () => {
     expect(response.status).toBe(200);
   });
 
+  test("a correctly signed body that is not an event is a 400 and changes nothing", async () => {
+    const before = storeDigest(t.deps.sqlite);
+    for (const payload of ['{"hello":1}', '{"id":"evt_1","type":"x","livemode":"no","data":{"object":{}}}']) {
+      const response = await deliver({}, { payload });
+      expect(response.status).toBe(400);
+      expect(response.body.error.code).toBe("INVALID_REQUEST");
+    }
+    expect(storeDigest(t.deps.sqlite)).toBe(before);
+  });
+
+  test("a body over 64 KiB is refused with 413 before anything is verified", async () => {
+    const e = event("checkout.session.completed", { ...checkout(offering()), padding: "x".repeat(70_000) });
+    const before = storeDigest(t.deps.sqlite);
+    const response = await deliver(e);
+    expect(response.status).toBe(413);
+    expect(response.body.error.code).toBe("PAYLOAD_TOO_LARGE");
+    expect(storeDigest(t.deps.sqlite)).toBe(before);
+  });
+
   test("a live-mode event signed with the test secret is refused and changes nothing", async () => {
     const e = event("checkout.session.completed", checkout(offering()), true);
     const before = storeDigest(t.deps.sqlite);
@@ -482,6 +501,10 @@ describe("claims", () => {
     expect(url).toBe(`${BASE_URL}/billing/v1/claims`);
     const page = await t.call("GET", "/billing/v1/claims", { key: null });
     expect(page.headers.get("content-type")).toContain("text/html");
+    // The page loads nothing from elsewhere, runs only its own script and is never cached.
+    expect(page.headers.get("content-security-policy")).toContain("default-src 'none'");
+    expect(page.headers.get("cache-control")).toBe("no-store");
+    expect(page.text).not.toMatch(/(src|href)=["']?(https?:)?\/\//);
     const first = await t.call("POST", "/billing/v1/claims/redeem", { key: null, body: { token } });
     expect(first.status).toBe(200);
     const [license] = licensesOfCheckout(session.id);
