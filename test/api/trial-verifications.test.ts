@@ -13,6 +13,7 @@ import {
   trialConfirmBody,
   trialFixture,
 } from "../support/trials.ts";
+import { seedWebhook } from "../support/webhooks.ts";
 
 /**
  * Trial sign-up through the Runtime API (spec §3.2, §4.2 rules 9-11), reading each code from the
@@ -41,6 +42,7 @@ const DAY = 86_400;
 
 describe("the whole flow", () => {
   test("start mails a code; confirm issues a trial license and a signed, device-bound activation", async () => {
+    seedWebhook(t);
     const device = new TestDevice();
     const email = freshEmail();
     const started = await startTrial(t, fx.productId, email, device);
@@ -96,11 +98,23 @@ describe("the whole flow", () => {
     expect(confirmed.text).not.toContain(license.body.data.key);
 
     const events = await t.call("GET", "/mgmt/v1/events");
-    const types = events.body.data.map((e: { type: string }) => e.type);
-    expect(types).toContain("license.created");
-    expect(types).toContain("trial.started");
     const created = events.body.data.find((e: { type: string }) => e.type === "license.created");
     expect(created.actor).toEqual({ type: "device", id: device.thumbprint });
+    expect(created.target.id).toBe(data.license_id);
+    // The sign-up itself goes to webhook endpoints as trial.started (it has no audit entry).
+    const queued = t.deps.sqlite
+      .query<{ payload: string }, []>("SELECT payload FROM webhook_events WHERE type = 'trial.started'")
+      .all()
+      .map((row) => JSON.parse(row.payload));
+    expect(queued).toHaveLength(1);
+    expect(queued[0]).toMatchObject({
+      type: "trial.started",
+      environment: "live",
+      data: {
+        target: { type: "license", id: data.license_id },
+        data: { product_id: fx.productId, activation_id: data.activation_id, policy_id: fx.trialPolicyId },
+      },
+    });
     expect(
       (await t.call("GET", `/mgmt/v1/products/${fx.productId}/trial-signup`)).body.data.started_last_24_hours,
     ).toBe(1);

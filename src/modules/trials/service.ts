@@ -25,11 +25,11 @@ import {
 } from "../../store/schema/index.ts";
 import type { RuntimeCall, RuntimeGate, SignedResult, Target } from "../activations/gate.ts";
 import type { ActivationService } from "../activations/service.ts";
-import { recordAudit } from "../events/service.ts";
 import type { LicenseRow, LicenseService } from "../licenses/service.ts";
 import type { ProductRow } from "../products/service.ts";
 import { planLacksTrials, type TrialSignupService } from "../products/trial-signup-service.ts";
 import type { TrustService } from "../trust/service.ts";
+import { enqueueEvent } from "../webhooks/enqueue.ts";
 import type { TrialConfirmBody, TrialStartBody } from "./model.ts";
 import { SEND_LIMITS, SendLimits } from "./send-limits.ts";
 
@@ -40,12 +40,6 @@ const CONFIRM_ROUTE = "/runtime/v1/trial-verifications/:id/confirm";
 /** Verifications are needed for the 24-hour send limits and their 10 minutes; older ones go. */
 const KEEP_VERIFICATIONS_MS = 2 * DAY_MS;
 const PURGE_EVERY_MS = 60_000;
-
-export type TrialWebhook = (
-  type: "trial.started",
-  environment: "live" | "test",
-  data: Record<string, unknown>,
-) => void;
 
 interface StartResult {
   verification_id: string;
@@ -85,7 +79,6 @@ export class TrialVerificationService {
     private readonly idempotency: IdempotencyStore,
     private readonly trust: TrustService,
     private readonly mail: MailOutbox,
-    private readonly webhook: TrialWebhook = () => {},
   ) {
     this.limits = new SendLimits(deps.sqlite);
   }
@@ -129,13 +122,18 @@ export class TrialVerificationService {
             usedAt: null,
           })
           .run();
+        const mailData = { code, product_name: product.name, expires_minutes: String(CODE_TTL_SEC / 60) };
         if (send) {
           this.mail.enqueue(tx, {
             to: body.email.trim(),
             template: "trial_verification_code",
             locale: body.locale,
-            data: { code, product_name: product.name, expires_minutes: String(CODE_TTL_SEC / 60) },
+            data: mailData,
           });
+        } else {
+          // The outbox encrypts the mail's data; doing the same keeps a silent start from being
+          // measurably cheaper (one row insert is all that differs).
+          this.deps.secrets.encrypt(JSON.stringify(mailData), "trial-start:unsent");
         }
         if (now.getTime() >= this.purgeAt) {
           this.purgeAt = now.getTime() + PURGE_EVERY_MS;
@@ -369,20 +367,22 @@ export class TrialVerificationService {
         createdAt: now,
       })
       .run();
-    const data = {
-      license_id: license.id,
-      activation_id: activation.activation_id,
-      policy_id: license.policyId,
-      verification_id: verificationId,
-      expires_at: license.expiresAt?.toISOString() ?? null,
-    };
-    recordAudit(db, this.deps, ctx, {
-      type: kind === "started" ? "trial.started" : "trial.joined",
-      target: { type: "license", id: license.id },
-      data,
-    });
-    if (kind === "started")
-      this.webhook("trial.started", product.environment, { product_id: product.id, ...data });
+    if (kind === "started") {
+      // license.created is in the audit log (and goes to webhooks from there); this is the sign-up itself.
+      enqueueEvent(this.deps, "trial.started", {
+        environment: product.environment,
+        target: { type: "license", id: license.id },
+        actor: { type: "device" },
+        requestId: call.requestId,
+        data: {
+          product_id: product.id,
+          license_id: license.id,
+          policy_id: license.policyId,
+          activation_id: activation.activation_id,
+          expires_at: license.expiresAt?.toISOString() ?? null,
+        },
+      });
+    }
     return { ...activation, license_id: license.id };
   }
 
