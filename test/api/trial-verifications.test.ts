@@ -166,6 +166,30 @@ describe("the whole flow", () => {
   });
 });
 
+describe("quota accounting (rule 12)", () => {
+  const runtimeUsed = async () =>
+    (await t.call("GET", "/mgmt/v1/plan")).body.data.quotas.runtime_requests.used as number;
+
+  test("starts and failed confirms do not count; a trial confirm counts once, its replay not again", async () => {
+    const before = await runtimeUsed();
+    const device = new TestDevice();
+    const email = freshEmail();
+    const started = await startTrial(t, fx.productId, email, device);
+    await startTrial(t, fx.productId, email, device);
+    const code = await smtp.waitForCode(email);
+    const wrongCode = String((Number(code) + 1) % 1_000_000).padStart(6, "0");
+    const id = started.body.data.verification_id;
+    await confirmTrial(t, id, trialConfirmBody(t, device, { code: wrongCode, email }));
+    expect(await runtimeUsed()).toBe(before);
+    const key = "trial-confirm-quota-key-1";
+    expect((await confirmTrial(t, id, trialConfirmBody(t, device, { code, email }), key)).status).toBe(201);
+    expect(await runtimeUsed()).toBe(before + 1);
+    const replay = await confirmTrial(t, id, trialConfirmBody(t, device, { code, email }), key);
+    expect(replay.headers.get("idempotent-replayed")).toBe("true");
+    expect(await runtimeUsed()).toBe(before + 1);
+  });
+});
+
 describe("confirm refusals", () => {
   async function started(device = new TestDevice(), email = freshEmail()) {
     const response = await startTrial(t, fx.productId, email, device);
