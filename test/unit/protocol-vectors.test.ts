@@ -82,6 +82,7 @@ const EXPECTED_VECTORS = [
   "sealed-file",
   "trial-confirm",
   "trust-bundle",
+  "webhook-delivery",
 ] as const;
 type VectorName = (typeof EXPECTED_VECTORS)[number];
 
