@@ -298,7 +298,7 @@ describe("checkout", () => {
   test("creates one customer and one license, audited as billing, and emails a claim link", async () => {
     const price = offering(ids.policy, { licenseDurationDays: 30 });
     const email = `${next("ada")}@example.com`;
-    const session = checkout(price, { email, lineItems: true });
+    const session = { ...checkout(price, { email, lineItems: true }), locale: "de" };
     const e = event("checkout.session.completed", session);
     const before = t.clock.now().getTime();
     const response = await deliver(e);
@@ -321,7 +321,7 @@ describe("checkout", () => {
       ["license.created", { type: "billing", id: "stripe" }],
     ]);
     const mail = t.deps.db.select().from(mailOutbox).where(eq(mailOutbox.recipient, email)).all();
-    expect(mail.map((row) => row.template)).toEqual(["license_delivery"]);
+    expect(mail.map((row) => [row.template, row.locale])).toEqual([["license_delivery", "de"]]);
     const status = await t.call("GET", "/mgmt/v1/billing-integration", { key: t.keys.test });
     expect(status.body.data.last_event).toMatchObject({
       id: e.id,

@@ -113,6 +113,14 @@ describe("licensing billing configure", () => {
     expect(run).toMatchObject({ code: 0, stderr: "" });
     expect(run.stdout).toContain(`${BASE}/billing/v1/stripe/webhook`);
     expect(run.stdout).toContain("test mode");
+    const shown = await cli(["billing", "status", "--json", "--base-url", BASE]);
+    expect(JSON.parse(shown.stdout).map((s: { mode: string; status: string }) => [s.mode, s.status])).toEqual(
+      [
+        ["live", "not_configured"],
+        ["test", "active"],
+      ],
+    );
+    expect(shown.stdout).not.toContain(API_KEY);
     const status = await api("GET", "/mgmt/v1/billing-integration");
     expect(status.body.data).toMatchObject({
       registered: true,

@@ -260,7 +260,15 @@ export class BillingWebhookService {
       .run();
     if (subscriptionId)
       this.subscriptions.upsert(tx, ctx.environment, subscriptionId, { licenseId: license.id });
-    this.deliver(tx, license, buyer.email, integration, offering);
+    // Stripe's checkout locale, when the buyer's browser chose one, picks the email's language.
+    const locale = str(session.locale);
+    this.deliver(
+      tx,
+      license,
+      { email: buyer.email, locale: locale === "auto" ? undefined : locale },
+      integration,
+      offering,
+    );
     return done("succeeded", null, license.id);
   }
 
@@ -268,17 +276,18 @@ export class BillingWebhookService {
   private deliver(
     tx: Db,
     license: LicenseRow,
-    email: string | undefined,
+    buyer: { email?: string; locale?: string },
     integration: IntegrationRow,
     offering: OfferingRow,
   ): void {
     const claim = this.claims.create(tx, license);
-    if (!email || !this.mail) return;
+    if (!buyer.email || !this.mail) return;
     const product = this.products.get(offering.productId, license.environment);
     const claimUrl = `${this.billing.claimUrl(integration)}#${claim.token}`;
     this.mail.enqueue(tx, {
-      to: email,
+      to: buyer.email,
       template: "license_delivery",
+      ...(buyer.locale ? { locale: buyer.locale } : {}),
       data: {
         product_name: product.name,
         expires_at: license.expiresAt?.toISOString() ?? "",
