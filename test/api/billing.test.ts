@@ -2,9 +2,12 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { randomBytes } from "node:crypto";
 import { eq, sql } from "drizzle-orm";
 import Stripe from "stripe";
+import { resolveConfig } from "../../src/config.ts";
 import { unixSeconds } from "../../src/domain/clock.ts";
+import { silentLogger } from "../../src/http/logger.ts";
 import { BillingService } from "../../src/modules/billing/service.ts";
 import { RENEWAL_GRACE_SEC } from "../../src/modules/billing/subscriptions.ts";
+import { startServer } from "../../src/server.ts";
 import { auditEvents, billingEvents, licenses, mailOutbox } from "../../src/store/schema/index.ts";
 import { factories } from "../support/factories.ts";
 import { BASE_URL, createTestContext, type TestContext } from "../support/harness.ts";
@@ -685,5 +688,39 @@ describe("both modes", () => {
     expect(test.last_event.id).toBe(wrongMode.id);
     expect(test.last_event.id).not.toBe(testLast?.id);
     expect(JSON.stringify(test)).not.toContain(liveProduct.id);
+  });
+});
+
+describe("over real HTTP", () => {
+  test("the server verifies the bytes as sent, applies the event once and answers a replay with 200", async () => {
+    const server = startServer({
+      config: { ...resolveConfig({ "data-dir": t.dir }, {}, t.dir), port: 0 },
+      passphrase: "test passphrase",
+      logger: silentLogger,
+    });
+    try {
+      const session = checkout(offering());
+      // Stripe's own formatting: pretty-printed, so a server that re-serialised would not verify.
+      const payload = JSON.stringify(event("checkout.session.completed", session), null, 2);
+      const send = async () =>
+        fetch(`${server.url}${WEBHOOK}`, {
+          method: "POST",
+          headers: {
+            "content-type": "application/json; charset=utf-8",
+            "stripe-signature": await header(payload, { timestamp: Math.floor(Date.now() / 1000) }),
+          },
+          body: payload,
+        });
+      const first = await send();
+      expect(first.status).toBe(200);
+      expect(((await first.json()) as { data: { result: string } }).data.result).toBe("succeeded");
+      const before = storeDigest(t.deps.sqlite);
+      const again = await send();
+      expect(((await again.json()) as { data: { replayed: boolean } }).data.replayed).toBe(true);
+      expect(storeDigest(t.deps.sqlite)).toBe(before);
+      expect(licensesOfCheckout(session.id)).toHaveLength(1);
+    } finally {
+      await server.shutdown("test");
+    }
   });
 });
