@@ -70,7 +70,8 @@ export class WebhookService {
   }
 
   get(id: string): EndpointRow {
-    const row = isId("webhook", id)
+    // A path segment that cannot be percent-decoded arrives as null despite its type.
+    const row = isId("webhook", String(id))
       ? this.deps.db.select().from(webhookEndpoints).where(eq(webhookEndpoints.id, id)).get()
       : undefined;
     if (!row) throw ApiError.notFound("webhook endpoint");
