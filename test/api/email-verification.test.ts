@@ -1,5 +1,9 @@
 import { afterEach, beforeEach, describe, expect, test } from "bun:test";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { eq } from "drizzle-orm";
+import { parseSealingKeyLine, sealFile } from "../../src/crypto/sealed-file.ts";
 import { mailOutbox } from "../../src/store/schema/index.ts";
 import { TestDevice } from "../support/device.ts";
 import { createTestContext, type TestContext } from "../support/harness.ts";
@@ -370,5 +374,53 @@ describe("rule 1: devices of a named user whose assignment ended", () => {
     const secondId = second.body.data.activation_id as string;
     await t.call("DELETE", `/mgmt/v1/license-users/${f.userId}`);
     expect((await beat(other, secondId)).body.error.code).toBe("NAMED_USER_ASSIGNMENT_UNAVAILABLE");
+  });
+
+  test("sealed-file keys are refused with a signed 403 once the assignment is removed", async () => {
+    const enabled = await t.call("POST", `/mgmt/v1/products/${f.productId}/sealed-files`);
+    const dir = mkdtempSync(join(tmpdir(), "named-sealed-"));
+    try {
+      writeFileSync(join(dir, "in"), "secret payload");
+      await sealFile(
+        join(dir, "in"),
+        join(dir, "out"),
+        parseSealingKeyLine(enabled.body.data.current_key.sealing_key),
+        {},
+      );
+      const file = readFileSync(join(dir, "out"));
+      const header = file.subarray(9, file.indexOf(0x0a, 9)).toString("utf8");
+      const activation = await activate(t, device, f, { body: { named_user_token: await tokenFor() } });
+      const id = activation.body.data.activation_id as string;
+      const path = `/runtime/v1/activations/${id}/sealed-file-keys`;
+      expect((await proofCall(t, device, "POST", path, id, { header })).status).toBe(200);
+      await t.call("DELETE", `/mgmt/v1/license-assignments/${f.assignmentId}`);
+      const refused = await proofCall(t, device, "POST", path, id, { header });
+      expect(refused.status).toBe(403);
+      expect(refused.body.error.code).toBe("NAMED_USER_ASSIGNMENT_UNAVAILABLE");
+      expect(refused.body.response_signature).toBeString();
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
+
+describe("brute force", () => {
+  test("twenty parallel wrong guesses: exactly five are judged, the rest are 410, and the right code no longer works", async () => {
+    const { id, code } = await started();
+    const responses = await Promise.all(
+      Array.from({ length: 20 }, (_, i) =>
+        confirmVerification(t, device, id, String((Number(code) + 1 + i) % 1_000_000).padStart(6, "0")),
+      ),
+    );
+    const statuses = responses.map((r) => r.status);
+    expect(statuses.filter((s) => s === 401)).toHaveLength(5);
+    expect(statuses.filter((s) => s === 410)).toHaveLength(15);
+    expect(
+      responses
+        .filter((r) => r.status === 401)
+        .map((r) => r.body.error.details.remaining_attempts)
+        .sort(),
+    ).toEqual([0, 1, 2, 3, 4]);
+    expect((await confirmVerification(t, device, id, code)).status).toBe(410);
   });
 });

@@ -81,7 +81,9 @@ export class EmailVerificationService {
       : undefined;
     const users = this.users.activeUsersWithEmail(product.environment, body.email);
     const user = users.length === 1 ? users[0] : undefined;
-    const assignment = license && user ? this.users.activeAssignment(license.id, user.id) : undefined;
+    // Asked even without a user or license (ids that match nothing), so a non-matching address
+    // costs the same reads as a matching one.
+    const assignment = this.users.activeAssignment(license?.id ?? "", user?.id ?? "");
     const matched =
       license !== undefined &&
       license.productId === product.id &&
