@@ -1,10 +1,9 @@
-import { and, desc, eq, gt, lt, or } from "drizzle-orm";
+import { eq, lt } from "drizzle-orm";
 import { PREFIX } from "../../crypto/envelope.ts";
 import { canonicalize } from "../../crypto/jcs.ts";
 import { type PublicKeyInfo, parsePublicKey, thumbprint, verifySignature } from "../../crypto/keys.ts";
 import type { ChangeContext, Deps } from "../../deps.ts";
 import { unixSeconds } from "../../domain/clock.ts";
-import { licenseStatus } from "../../domain/license-state.ts";
 import {
   CODE_LENGTH,
   CODE_TTL_SEC,
@@ -25,17 +24,16 @@ import {
 } from "../../store/schema/index.ts";
 import type { RuntimeCall, RuntimeGate, SignedResult, Target } from "../activations/gate.ts";
 import type { ActivationService } from "../activations/service.ts";
-import type { LicenseRow, LicenseService } from "../licenses/service.ts";
+import type { LicenseService } from "../licenses/service.ts";
 import type { ProductRow } from "../products/service.ts";
 import { planLacksTrials, type TrialSignupService } from "../products/trial-signup-service.ts";
 import type { TrustService } from "../trust/service.ts";
 import { enqueueEvent } from "../webhooks/enqueue.ts";
+import { activeTrialOf, hadTrial } from "./grants.ts";
 import type { TrialConfirmBody, TrialStartBody } from "./model.ts";
 import { SEND_LIMITS, SendLimits } from "./send-limits.ts";
 
 const DAY_MS = 86_400_000;
-/** Spec §8: an address or device key gets one trial of a product per 365 days. */
-export const TRIAL_REUSE_WINDOW_MS = 365 * DAY_MS;
 const CONFIRM_ROUTE = "/runtime/v1/trial-verifications/:id/confirm";
 /** Verifications are needed for the 24-hour send limits and their 10 minutes; older ones go. */
 const KEEP_VERIFICATIONS_MS = 2 * DAY_MS;
@@ -306,7 +304,7 @@ export class TrialVerificationService {
     const deviceThumbprint = thumbprint(deviceKey.text);
     const state = this.signups.state(product, now);
     if (state.status === "not_entitled") throw planLacksTrials();
-    let license = this.activeTrialOf(product.id, emailLookup, now);
+    let license = activeTrialOf(this.deps.db, product.id, emailLookup, now);
     const kind = license ? "joined" : "started";
     const ctx: ChangeContext = {
       actor: { type: "device", id: deviceThumbprint },
@@ -319,7 +317,7 @@ export class TrialVerificationService {
         throw activationInvalid(state.status);
     } else {
       if (state.status !== "accepting" || !state.policy) throw activationInvalid(state.status);
-      if (this.hadTrial(product.id, emailLookup, deviceThumbprint, now)) {
+      if (hadTrial(this.deps.db, product.id, emailLookup, deviceThumbprint, now)) {
         throw new ApiError(
           "TRIAL_ALREADY_USED",
           "This address or device already had a trial of this product in the last 365 days.",
@@ -384,44 +382,6 @@ export class TrialVerificationService {
       });
     }
     return { ...activation, license_id: license.id };
-  }
-
-  /** The address's trial license of this product that is still running, if any. */
-  private activeTrialOf(productId: string, emailLookup: string, now: Date): LicenseRow | undefined {
-    const rows = this.deps.db
-      .select({ license: licenses })
-      .from(trialGrants)
-      .innerJoin(licenses, eq(licenses.id, trialGrants.licenseId))
-      .where(
-        and(
-          eq(trialGrants.productId, productId),
-          eq(trialGrants.emailLookup, emailLookup),
-          eq(trialGrants.kind, "started"),
-        ),
-      )
-      .orderBy(desc(trialGrants.createdAt))
-      .all();
-    return rows
-      .map((row) => row.license)
-      .find((license) => license.licenseType === "trial" && licenseStatus(license, now) === "active");
-  }
-
-  private hadTrial(productId: string, emailLookup: string, deviceThumbprint: string, now: Date): boolean {
-    const since = new Date(now.getTime() - TRIAL_REUSE_WINDOW_MS);
-    return (
-      this.deps.db
-        .select({ id: trialGrants.id })
-        .from(trialGrants)
-        .where(
-          and(
-            eq(trialGrants.productId, productId),
-            gt(trialGrants.createdAt, since),
-            or(eq(trialGrants.emailLookup, emailLookup), eq(trialGrants.deviceThumbprint, deviceThumbprint)),
-          ),
-        )
-        .limit(1)
-        .get() !== undefined
-    );
   }
 
   /** As for activation create: a replay never outlives a revocation or a deactivation. */
