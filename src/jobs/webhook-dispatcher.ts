@@ -81,7 +81,10 @@ type AttemptResult =
   | { outcome: "failed"; status: number | null; error: string; gone?: boolean }
   | { outcome: "refused"; status: null; error: string };
 
-const DUE = `((status = 'pending' AND next_attempt_at <= ?1) OR (status = 'delivering' AND claimed_until <= ?1))`;
+/*
+ * "Due" in the queries below: pending and its time has come, or claimed by an attempt whose claim
+ * lapsed (a process that died mid-attempt).
+ */
 
 /**
  * Delivers the webhook outbox (DESIGN §5): at least once, in the order events were queued per
@@ -193,13 +196,15 @@ export class WebhookDispatcher {
     const global = this.options.globalConcurrency ?? GLOBAL_CONCURRENCY;
     const endpoints = this.deps.sqlite
       .query<{ endpoint_id: string }, [number]>(
-        `SELECT DISTINCT endpoint_id FROM webhook_deliveries WHERE ${DUE}`,
+        `SELECT DISTINCT endpoint_id FROM webhook_deliveries
+         WHERE (status = 'pending' AND next_attempt_at <= ?1) OR (status = 'delivering' AND claimed_until <= ?1)`,
       )
       .all(now);
     const started: Promise<void>[] = [];
     const claim = this.deps.sqlite.query<unknown, [number, number, number, string]>(
       `UPDATE webhook_deliveries SET status = 'delivering', claimed_until = ?2, updated_at = ?3
-       WHERE id = ?4 AND ${DUE}`,
+       WHERE id = ?4 AND
+         ((status = 'pending' AND next_attempt_at <= ?1) OR (status = 'delivering' AND claimed_until <= ?1))`,
     );
     const claimMs = this.options.claimMs ?? (this.options.timeoutMs ?? ATTEMPT_TIMEOUT_MS) + 60_000;
     for (const { endpoint_id: endpointId } of endpoints) {
@@ -207,7 +212,8 @@ export class WebhookDispatcher {
       if (room <= 0) continue;
       const due = this.deps.sqlite
         .query<{ id: string }, [number, string, number]>(
-          `SELECT id FROM webhook_deliveries WHERE endpoint_id = ?2 AND ${DUE}
+          `SELECT id FROM webhook_deliveries WHERE endpoint_id = ?2 AND
+           ((status = 'pending' AND next_attempt_at <= ?1) OR (status = 'delivering' AND claimed_until <= ?1))
            ORDER BY next_attempt_at, id LIMIT ?3`,
         )
         .all(now, endpointId, room);

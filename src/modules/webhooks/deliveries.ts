@@ -28,9 +28,6 @@ interface AttemptRow {
   error: string | null;
 }
 
-const COLUMNS = `id, endpoint_id, event_id, environment, event_type, status, attempts, next_attempt_at,
-  last_response_status, last_error, created_at, completed_at`;
-
 const iso = (ms: number | null) => (ms === null ? null : new Date(ms).toISOString());
 
 export function presentDelivery(row: DeliveryRow) {
@@ -64,7 +61,8 @@ export class DeliveryLog {
     this.endpoints.get(endpointId);
     const rows = this.deps.sqlite
       .query<DeliveryRow, [string, string, string, string | null, string | null, number]>(
-        `SELECT ${COLUMNS} FROM webhook_deliveries WHERE endpoint_id = ? AND environment = ? AND id < ?
+        `SELECT id, endpoint_id, event_id, environment, event_type, status, attempts, next_attempt_at,
+           last_response_status, last_error, created_at, completed_at FROM webhook_deliveries WHERE endpoint_id = ? AND environment = ? AND id < ?
          AND (? IS NULL OR status = ?) ORDER BY id DESC LIMIT ?`,
       )
       .all(endpointId, environment, page.before ?? "whd_~", status ?? null, status ?? null, page.limit + 1);
