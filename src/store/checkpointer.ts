@@ -39,9 +39,6 @@ self.onmessage = (event) => {
 };
 `;
 
-/** About 40 MiB of WAL: ten times SQLite's default threshold. */
-const SAFETY_NET_PAGES = 10_000;
-
 export interface CheckpointerOptions {
   /** How often the worker checkpoints. A heartbeat writes a few pages; 250 ms keeps the WAL small. */
   intervalMs?: number;
@@ -76,8 +73,9 @@ export function startCheckpointer(
         if (!active) return resolve(false);
         // Only now, and not to zero: under writes with no pause the worker's checkpoints never
         // catch up completely, the WAL is never restarted and would grow without bound; past
-        // SAFETY_NET_PAGES the server connection checkpoints itself again, as before.
-        sqlite.run(`PRAGMA wal_autocheckpoint = ${SAFETY_NET_PAGES}`);
+        // 10,000 pages (~40 MiB, ten times SQLite's default) the server connection checkpoints
+        // itself again, as before.
+        sqlite.run("PRAGMA wal_autocheckpoint = 10000");
         // A WAL that once grew under a burst is cut back after the next full checkpoint.
         sqlite.run("PRAGMA journal_size_limit = 67108864");
         resolve(true);

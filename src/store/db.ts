@@ -1,4 +1,4 @@
-import { Database } from "bun:sqlite";
+import { Database, type Statement } from "bun:sqlite";
 import { type BunSQLiteDatabase, drizzle } from "drizzle-orm/bun-sqlite";
 import * as schema from "./schema/index.ts";
 
@@ -22,6 +22,37 @@ export function openStore(path: string): Store {
   sqlite.run("PRAGMA busy_timeout = 5000");
   sqlite.run("PRAGMA foreign_keys = ON");
   sqlite.run("PRAGMA temp_store = MEMORY");
-  const db = drizzle({ client: sqlite, schema });
+  const db = drizzle({ client: withStatementCache(sqlite), schema });
   return { sqlite, db, close: () => sqlite.close() };
+}
+
+/** Distinct SQL texts kept compiled; the app has a few hundred query shapes. */
+const STATEMENT_CACHE_SIZE = 2_000;
+
+/**
+ * Drizzle compiles a fresh SQLite statement for every query it runs (`client.prepare`), which on
+ * the activation path cost more than the signatures (docs/performance.md). This client hands it
+ * an already compiled statement for SQL it has seen before, so an unprepared Drizzle query costs
+ * only its SQL building. Safe because Drizzle runs each statement to completion before returning
+ * (no iterators) and never finalizes one; the oldest entries are dropped beyond the bound, so
+ * queries with variable-length IN lists cannot grow it without end.
+ */
+function withStatementCache(sqlite: Database): Database {
+  const cache = new Map<string, Statement>();
+  const prepare = (sql: string) => {
+    let statement = cache.get(sql);
+    if (statement) return statement;
+    statement = sqlite.prepare(sql);
+    // Forgotten, not finalized: a query prepared once with Drizzle's .prepare() may still hold it.
+    if (cache.size >= STATEMENT_CACHE_SIZE) cache.delete(cache.keys().next().value as string);
+    cache.set(sql, statement);
+    return statement;
+  };
+  return new Proxy(sqlite, {
+    get(target, property) {
+      if (property === "prepare") return prepare;
+      const value = Reflect.get(target, property, target);
+      return typeof value === "function" ? value.bind(target) : value;
+    },
+  });
 }

@@ -1,4 +1,5 @@
 import { createTestContext } from "../support/harness.ts";
+import { TestDevice } from "../support/device.ts";
 import { activatedDevice, heartbeatPath, nowSec, runtimeFixture } from "../support/runtime.ts";
 
 /**
@@ -45,6 +46,23 @@ if (route === "heartbeat") {
   for (let round = 0; round < 3; round++) {
     const requests = Array.from({ length: n }, (_, i) => heartbeatRequest(i));
     await run(`heartbeat round ${round + 1}`, requests);
+  }
+}
+if (route === "activation") {
+  for (let round = 0; round < 3; round++) {
+    const requests = Array.from({ length: n }, (_, i) => {
+      const body = new TestDevice().activationBody({
+        licenseKey: fixture.licenseKey,
+        productId: fixture.productId,
+        clientTime: nowSec(t),
+      });
+      return new Request("http://licensing.test/runtime/v1/activations", {
+        method: "POST",
+        headers: { "content-type": "application/json", "idempotency-key": `bench-activation-${round}-${i}-key` },
+        body: JSON.stringify(body),
+      });
+    });
+    await run(`activation round ${round + 1}`, requests);
   }
 }
 t.close();
