@@ -10,8 +10,8 @@ import { ApiError } from "../../http/errors.ts";
 import type { IdempotencyStore, Outcome } from "../../http/idempotency.ts";
 import type { Db } from "../../store/db.ts";
 import { activations, leases, products } from "../../store/schema/index.ts";
-import type { LicenseRow, LicenseService } from "../licenses/service.ts";
 import { bindNamedUserActivation, redeemNamedUserToken } from "../email-verifications/tokens.ts";
+import type { LicenseRow, LicenseService } from "../licenses/service.ts";
 import type { TrustService } from "../trust/service.ts";
 import { enqueueActivationEvent } from "../webhooks/enqueue.ts";
 import { issueCertificate } from "./certificate.ts";
@@ -30,6 +30,7 @@ const HEARTBEAT_JITTER = 0.1;
 export class ActivationService {
   private readonly countSlots;
   private readonly activeCount;
+  private readonly productById;
   private readonly checkIn;
   private readonly activeOnLicense;
 
@@ -59,6 +60,11 @@ export class ActivationService {
       `UPDATE activations SET last_heartbeat_at = ?, last_seen_at = ?, certificate_expires_at = ?,
        app_version = coalesce(?, app_version), sdk_version = coalesce(?, sdk_version) WHERE id = ?`,
     );
+    this.productById = deps.db
+      .select()
+      .from(products)
+      .where(eq(products.id, sql.placeholder("id")))
+      .prepare();
     this.activeCount = deps.sqlite.prepare<{ active: number }, [string]>(
       "SELECT active FROM activation_counts WHERE license_id = ?",
     );
@@ -74,7 +80,7 @@ export class ActivationService {
    */
   private verifyActivationRequest(body: ActivationCreateBody, target: Target): PublicKeyInfo {
     {
-      const product = this.deps.db.select().from(products).where(eq(products.id, body.product_id)).get();
+      const product = this.productById.get({ id: body.product_id });
       if (!product) throw ApiError.notFound("product");
       Object.assign(target, { environment: product.environment, productId: product.id });
       const signingKey = parsePublicKey(body.device_signing_public_key);
@@ -161,7 +167,7 @@ export class ActivationService {
   ): { activation_id: string; certificate: string; machine_info_digest: string } {
     {
       const now = this.deps.clock.now();
-      const product = this.deps.db.select().from(products).where(eq(products.id, body.product_id)).get();
+      const product = this.productById.get({ id: body.product_id });
       if (!product) throw ApiError.notFound("product");
       Object.assign(target, { environment: product.environment, productId: product.id });
       if (product.signingStatus !== "ready") this.trust.signingKey(product.id);
@@ -186,10 +192,17 @@ export class ActivationService {
       // transaction so a refused activation leaves it unspent.
       const assignmentId =
         policy.identity_mode === "named_user"
-          ? redeemNamedUserToken(this.deps, this.deps.db, body.named_user_token, license.id, deviceThumbprint, now)
+          ? redeemNamedUserToken(
+              this.deps,
+              this.deps.db,
+              body.named_user_token,
+              license.id,
+              deviceThumbprint,
+              now,
+            )
           : null;
       const digest = machineInfoDigest(body.machine_info);
-      const activation = this.deps.db.transaction(
+      const decided = this.deps.db.transaction(
         (tx) => {
           const existing = this.activeActivation(license.id, deviceThumbprint);
           if (existing && !this.culled(existing, license, policy, now)) {
@@ -204,8 +217,17 @@ export class ActivationService {
               appVersion: body.app_version ?? existing.appVersion,
               sdkVersion: body.sdk_version ?? existing.sdkVersion,
             };
-            tx.update(activations).set(refreshed).where(eq(activations.id, existing.id)).run();
-            return { ...existing, ...refreshed };
+            const issued = issueCertificate(
+              this.trust,
+              this.issuer,
+              this.subject(license, policy, { ...existing, machineInfoDigest: digest }),
+              now,
+            );
+            tx.update(activations)
+              .set({ ...refreshed, certificateExpiresAt: issued.expiresAt })
+              .where(eq(activations.id, existing.id))
+              .run();
+            return { row: { ...existing, ...refreshed }, issued };
           }
           if (existing) {
             // Silent past its grace while others filled the license: it competes as a new device.
@@ -240,25 +262,18 @@ export class ActivationService {
             deactivationReason: null,
             offlineUntil: null,
           };
+          // Signed before the row is written, so the row carries its expiry: one write, not two.
+          const issued = issueCertificate(this.trust, this.issuer, this.subject(license, policy, row), now);
+          row.certificateExpiresAt = issued.expiresAt;
           tx.insert(activations).values(row).run();
           enqueueActivationEvent(this.deps, "activation.created", row.id);
-          return row;
+          return { row, issued };
         },
         { behavior: "immediate" },
       );
+      const { row: activation, issued } = decided;
       target.activationId = activation.id;
       if (assignmentId) bindNamedUserActivation(this.deps.db, activation.id, assignmentId);
-      const issued = issueCertificate(
-        this.trust,
-        this.issuer,
-        this.subject(license, policy, activation),
-        now,
-      );
-      this.deps.db
-        .update(activations)
-        .set({ certificateExpiresAt: issued.expiresAt })
-        .where(eq(activations.id, activation.id))
-        .run();
       return {
         activation_id: activation.id,
         certificate: issued.certificate,

@@ -1,4 +1,4 @@
-import { and, count, desc, eq, lt, ne } from "drizzle-orm";
+import { and, count, desc, eq, lt, ne, sql } from "drizzle-orm";
 import { canonicalize } from "../../crypto/jcs.ts";
 import type { ChangeContext, Deps } from "../../deps.ts";
 import { canonicalLicenseKey, formatLicenseKey, generateLicenseKey } from "../../domain/license-key.ts";
@@ -25,13 +25,22 @@ export type LicenseRow = typeof licenses.$inferSelect;
 const keyContext = (licenseId: string) => `license-key:${licenseId}`;
 
 export class LicenseService {
+  /** Every activation looks its license up by key: prepared once. */
+  private readonly byKeyLookup;
+
   constructor(
     private readonly deps: Deps,
     private readonly products: ProductService,
     private readonly policies: PolicyService,
     private readonly customers: CustomerService,
     private readonly plan: () => PlanDefinition,
-  ) {}
+  ) {
+    this.byKeyLookup = deps.db
+      .select()
+      .from(licenses)
+      .where(eq(licenses.keyLookup, sql.placeholder("lookup")))
+      .prepare();
+  }
 
   list(
     environment: Environment,
@@ -74,7 +83,7 @@ export class LicenseService {
     const canonical = canonicalLicenseKey(input);
     if (!canonical) return undefined;
     const lookup = this.deps.secrets.lookupHash(canonical, "license-key");
-    return this.deps.db.select().from(licenses).where(eq(licenses.keyLookup, lookup)).get();
+    return this.byKeyLookup.get({ lookup });
   }
 
   /** The API shape of licenses, with each one's key decrypted and its policy's effective limits. */
