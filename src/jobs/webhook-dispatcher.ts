@@ -25,6 +25,8 @@ export const RETRY_JITTER = 0.1;
 export const ATTEMPT_TIMEOUT_MS = 10_000;
 export const PER_ENDPOINT_CONCURRENCY = 2;
 export const GLOBAL_CONCURRENCY = 16;
+/** A claim outlives its attempt's timeout by this much; then a claim left by a dead process is due again. */
+export const CLAIM_MARGIN_MS = 15_000;
 const POLL_MS = 1_000;
 const EXPIRY_SCAN_MS = 30_000;
 /** Of a receiver's answer, only this much is read (and nothing of it is kept). */
@@ -206,7 +208,7 @@ export class WebhookDispatcher {
        WHERE id = ?4 AND
          ((status = 'pending' AND next_attempt_at <= ?1) OR (status = 'delivering' AND claimed_until <= ?1))`,
     );
-    const claimMs = this.options.claimMs ?? (this.options.timeoutMs ?? ATTEMPT_TIMEOUT_MS) + 60_000;
+    const claimMs = this.options.claimMs ?? (this.options.timeoutMs ?? ATTEMPT_TIMEOUT_MS) + CLAIM_MARGIN_MS;
     for (const { endpoint_id: endpointId } of endpoints) {
       const room = Math.min(perEndpoint - (this.inFlight.get(endpointId) ?? 0), global - this.total);
       if (room <= 0) continue;
