@@ -10,6 +10,7 @@ import {
 import { bareHost, chatMessage, type DestinationKind } from "../modules/webhooks/destinations.ts";
 import { onEnqueue } from "../modules/webhooks/enqueue.ts";
 import { announceExpiries } from "../modules/webhooks/expiries.ts";
+import { purgeFinishedDeliveries } from "../modules/webhooks/retention.ts";
 import {
   cancelPending,
   previousSecretContext,
@@ -29,6 +30,7 @@ export const GLOBAL_CONCURRENCY = 16;
 export const CLAIM_MARGIN_MS = 15_000;
 const POLL_MS = 1_000;
 const EXPIRY_SCAN_MS = 30_000;
+const PURGE_MS = 3_600_000;
 /** Of a receiver's answer, only this much is read (and nothing of it is kept). */
 const MAX_RESPONSE_BYTES = 64 * 1024;
 const USER_AGENT = "licensing-webhooks/1";
@@ -138,10 +140,15 @@ export class WebhookDispatcher {
         this.options.logger.log("error", "webhook dispatch failed", { error: (error as Error).message });
       }
     };
+    let purgedAt = 0;
     const scan = () => {
       try {
         const queued = announceExpiries(this.deps);
         if (queued > 0) kick();
+        if (Date.now() - purgedAt >= PURGE_MS) {
+          purgedAt = Date.now();
+          purgeFinishedDeliveries(this.deps);
+        }
       } catch (error) {
         this.options.logger.log("error", "webhook expiry scan failed", { error: (error as Error).message });
       }

@@ -1,6 +1,7 @@
 import { afterEach, beforeEach, describe, expect, test } from "bun:test";
 import { recordAudit } from "../../src/modules/events/service.ts";
 import { announceExpiries } from "../../src/modules/webhooks/expiries.ts";
+import { purgeFinishedDeliveries } from "../../src/modules/webhooks/retention.ts";
 import { WebhookService } from "../../src/modules/webhooks/service.ts";
 import { createTestContext, type TestContext } from "../support/harness.ts";
 import { activate, activatedDevice, proofCall, runtimeFixture } from "../support/runtime.ts";
@@ -199,5 +200,37 @@ describe("runtime events", () => {
       target: { type: "lease", id: kept.lease_id },
       data: { activation_id: d.activationId, license_id: fx.licenseId },
     });
+  });
+});
+
+describe("retention", () => {
+  test("finished deliveries go with their attempts and events after 30 days; queued ones stay", async () => {
+    subscribe(["customer.created"]);
+    for (const name of ["old-done", "old-queued"]) {
+      await t.call("POST", "/mgmt/v1/customers", { body: { name }, headers: t.idem() });
+    }
+    const [done, queuedOne] = t.deps.sqlite
+      .query<{ id: string }, []>("SELECT id FROM webhook_deliveries ORDER BY id")
+      .all() as { id: string }[];
+    const now = t.clock.now().getTime();
+    t.deps.sqlite.run(
+      "UPDATE webhook_deliveries SET status = 'succeeded', attempts = 1, completed_at = ? WHERE id = ?",
+      [now, done?.id as string],
+    );
+    t.deps.sqlite.run(
+      "INSERT INTO webhook_attempts (id, delivery_id, number, started_at, duration_ms, outcome) VALUES ('wha_1', ?, 1, ?, 5, 'succeeded')",
+      [done?.id as string, now],
+    );
+    t.clock.advance(29 * 86_400);
+    expect(purgeFinishedDeliveries(t.deps)).toBe(0);
+    t.clock.advance(2 * 86_400);
+    await t.call("POST", "/mgmt/v1/customers", { body: { name: "recent" }, headers: t.idem() });
+    expect(purgeFinishedDeliveries(t.deps)).toBe(1);
+    const left = t.deps.sqlite
+      .query<{ id: string }, []>("SELECT id FROM webhook_deliveries ORDER BY id")
+      .all();
+    expect(left.map((row) => row.id)).toEqual([queuedOne?.id as string, expect.any(String)]);
+    expect(t.deps.sqlite.query("SELECT count(*) AS n FROM webhook_attempts").get()).toEqual({ n: 0 });
+    expect(t.deps.sqlite.query("SELECT count(*) AS n FROM webhook_events").get()).toEqual({ n: 2 });
   });
 });

@@ -72,6 +72,8 @@ export const webhookDeliveries = sqliteTable(
   (t) => [
     index("webhook_deliveries_due").on(t.status, t.nextAttemptAt),
     index("webhook_deliveries_endpoint").on(t.endpointId, t.environment, t.id),
+    // Purging old events checks (foreign key) that no delivery still names them.
+    index("webhook_deliveries_event").on(t.eventId),
   ],
 );
 
