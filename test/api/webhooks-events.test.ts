@@ -4,6 +4,7 @@ import { announceExpiries } from "../../src/modules/webhooks/expiries.ts";
 import { purgeFinishedDeliveries } from "../../src/modules/webhooks/retention.ts";
 import { WebhookService } from "../../src/modules/webhooks/service.ts";
 import { createTestContext, type TestContext } from "../support/harness.ts";
+import { integrationConfig, MACHINE, requestPackage, sdkClient } from "../support/offline.ts";
 import { activate, activatedDevice, proofCall, runtimeFixture } from "../support/runtime.ts";
 
 /**
@@ -134,6 +135,21 @@ describe("runtime events", () => {
       target: { id: d.activationId },
       data: { reason: "device", license_id: fx.licenseId },
     });
+  });
+
+  test("activation.created for a device bound by an offline package, beside the audit event", async () => {
+    const fx = await runtimeFixture(t, {
+      policy: { validation_mode: "offline", max_machines: 2 },
+      license: { expires_at: new Date(t.clock.now().getTime() + 90 * 86_400_000).toISOString() },
+    });
+    subscribe(["activation.created", "license.offline_package_issued"]);
+    const config = await integrationConfig(t, fx.productId);
+    const request = await sdkClient(t, config).createOfflineRequest({ machineInfo: MACHINE });
+    expect((await requestPackage(t, fx.licenseId, request)).status).toBe(200);
+    expect(types().sort()).toEqual(["activation.created", "license.offline_package_issued"]);
+    const created = queued().find((q) => q.type === "activation.created");
+    const issued = queued().find((q) => q.type === "license.offline_package_issued");
+    expect(created?.payload.data.target.id).toBe(issued?.payload.data.data.activation_id as string);
   });
 
   test("a vendor's force-deactivation is announced once, by its audit event", async () => {

@@ -14,6 +14,7 @@ import type { ActivationRow, ActivationService } from "../activations/service.ts
 import { recordAudit } from "../events/service.ts";
 import type { LicenseRow, LicenseService } from "../licenses/service.ts";
 import type { TrustService } from "../trust/service.ts";
+import { enqueueActivationEvent } from "../webhooks/enqueue.ts";
 import type { OfflineCertificateBody } from "./model.ts";
 import { checkFreshness, requestedExpiry, type VerifiedRequest, verifyOfflineRequest } from "./request.ts";
 
@@ -322,6 +323,7 @@ export class OfflinePackageService {
       offlineUntil: expiresAt,
     };
     this.deps.db.insert(activations).values(row).run();
+    enqueueActivationEvent(this.deps, "activation.created", row.id);
     return row;
   }
 }
