@@ -54,4 +54,6 @@ export const SIGNED_DENIALS: ReadonlySet<ErrorCode> = new Set([
   "LICENSE_EXPIRED",
   "LICENSE_SUSPENDED",
   "ACTIVATION_DEACTIVATED",
+  // A named-user device whose assignment ended (spec §4.2 rules 1 and 3; RuntimeGate.denyUnassigned).
+  "NAMED_USER_ASSIGNMENT_UNAVAILABLE",
 ]);

@@ -119,6 +119,17 @@ describe("the whole named-user flow", () => {
 });
 
 describe("rule 6: a code only when everything holds, the same 202 either way", () => {
+  test("an address typed in another case matches, and the mail goes to the address as stored", async () => {
+    const response = await startVerification(t, device, f, f.email.toUpperCase());
+    expect(response.status).toBe(202);
+    const mail = await smtp.waitForMail(f.email);
+    expect(mail.raw).toContain(`To: ${f.email}`);
+    expect(mail.raw).not.toContain(f.email.toUpperCase());
+    expect(
+      (await confirmVerification(t, device, response.body.data.verification_id, mail.code ?? "")).status,
+    ).toBe(200);
+  });
+
   test("an address with no user gets the same 202 and no mail, only a suppressed outbox row", async () => {
     const response = await startVerification(t, device, f, "nobody@example.com");
     expect(response.status).toBe(202);

@@ -125,7 +125,8 @@ export class EmailVerificationService {
         this.mail.enqueue(
           tx,
           {
-            to: body.email.trim(),
+            // The address as the vendor stored it: the match ignored case, a mailbox may not.
+            to: matched ? user.email : body.email.trim(),
             template: "email_verification_code",
             locale: body.locale,
             data: { code, product_name: product.name, expires_minutes: String(CODE_TTL_SEC / 60) },
