@@ -514,6 +514,30 @@ describe("team-chat destinations", () => {
     ];
     for (const text of everything) expect(text).not.toContain("SECRETPATHTOKEN");
   });
+  test.each([
+    [
+      "Discord",
+      "https://discord.com/api/webhooks/42/SECRETPATHTOKEN",
+      (m: Record<string, unknown>) => m.content,
+    ],
+    [
+      "Teams",
+      "https://prod-1.westeurope.logic.azure.com/workflows/w/triggers/manual/paths/invoke?sig=SECRETPATHTOKEN",
+      (m: Record<string, unknown>) =>
+        (m as { attachments: { content: { body: { text: string }[] } }[] }).attachments[0]?.content.body[0]
+          ?.text,
+    ],
+  ])("a %s URL gets its service's message shape, unsigned", async (_name, url, textOf) => {
+    subscribe(url, ["customer.created"]);
+    const customerId = await customerCreated();
+    await dispatcher({ connectOverride: () => `http://127.0.0.1:${receiver.port}` }).runOnce();
+    const got = receiver.received[0] as Received;
+    expect(got.headers["webhook-signature"]).toBeUndefined();
+    expect(got.path).toBe(new URL(url).pathname);
+    const text = textOf(JSON.parse(got.body));
+    expect(text).toContain("customer.created");
+    expect(text).toContain(customerId);
+  });
 });
 
 describe("replay", () => {
