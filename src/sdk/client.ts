@@ -4,7 +4,7 @@
  * before anything is stored or returned.
  */
 import type { VerifiedCertificate } from "./certificate.ts";
-import { TrialCapableClient } from "./client-trial.ts";
+import { NamedUserCapableClient } from "./client-named-user.ts";
 import {
   type ActivateOptions,
   type ActivationResult,
@@ -23,7 +23,7 @@ import type { RuntimeResponse } from "./runtime.ts";
 import type { MachineInfo, StoredActivation, StoredDenial, StoredHeartbeat } from "./state.ts";
 import { isInt, isNonEmptyString, isNonNegativeInt, isRecord, isString, unixSeconds } from "./util.ts";
 
-export class LicensingClient extends TrialCapableClient {
+export class LicensingClient extends NamedUserCapableClient {
   private loop: HeartbeatLoop<HeartbeatResult> | undefined;
 
   /** POST /runtime/v1/activations. Generates device keys on first use. */

@@ -16,6 +16,12 @@ export {
   verifyCertificate,
 } from "./certificate.ts";
 export { LicensingClient } from "./client.ts";
+export type {
+  ConfirmEmailVerificationOptions,
+  EmailVerification,
+  NamedUserToken,
+  StartEmailVerificationOptions,
+} from "./client-named-user.ts";
 export type { OfflinePackageInfo, OpenedSealedFile } from "./client-offline.ts";
 export type { ConfirmTrialOptions, StartTrialOptions, TrialVerification } from "./client-trial.ts";
 export {
