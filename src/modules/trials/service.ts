@@ -1,4 +1,5 @@
 import { eq, lt } from "drizzle-orm";
+import { constantTimeEqual } from "../../crypto/constant-time.ts";
 import { PREFIX } from "../../crypto/envelope.ts";
 import { canonicalize } from "../../crypto/jcs.ts";
 import { type PublicKeyInfo, parsePublicKey, thumbprint, verifySignature } from "../../crypto/keys.ts";
@@ -258,7 +259,8 @@ export class TrialVerificationService {
           },
           code,
           now,
-          row.emailLookup !== emailLookup,
+          // The answer hides whether the address or the code was wrong; so must the timing.
+          !constantTimeEqual(row.emailLookup, emailLookup),
         );
         if (check.outcome !== "expired") {
           tx.update(trialVerifications)
