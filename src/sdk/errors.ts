@@ -90,6 +90,8 @@ export const LICENSE_DENIAL_CODES = [
   "LICENSE_EXPIRED",
   "LICENSE_SUSPENDED",
   "ACTIVATION_DEACTIVATED",
+  // A named user whose assignment to the license ended: this device may not use it any more.
+  "NAMED_USER_ASSIGNMENT_UNAVAILABLE",
 ] as const;
 export type LicenseDenialCode = (typeof LICENSE_DENIAL_CODES)[number];
 

@@ -25,6 +25,7 @@ export type LicenseReason =
   | "license_expired"
   | "suspended"
   | "deactivated"
+  | "unassigned"
   | "expired";
 
 export interface LicenseInfo {
@@ -65,6 +66,7 @@ const DENIAL_REASON: Record<string, LicenseReason> = {
   LICENSE_EXPIRED: "license_expired",
   LICENSE_SUSPENDED: "suspended",
   ACTIVATION_DEACTIVATED: "deactivated",
+  NAMED_USER_ASSIGNMENT_UNAVAILABLE: "unassigned",
 };
 
 const STATUS_REASON: Record<string, LicenseReason> = {

@@ -27,6 +27,7 @@ export type LoopStopReason =
   | "LICENSE_REVOKED"
   | "LICENSE_EXPIRED"
   | "ACTIVATION_DEACTIVATED"
+  | "NAMED_USER_ASSIGNMENT_UNAVAILABLE"
   | "NOT_ACTIVATED";
 
 export interface BackoffOptions {
@@ -43,7 +44,12 @@ export interface HeartbeatLoopCallbacks<R> {
   onStop?: (reason: LoopStopReason, error?: unknown) => void;
 }
 
-const TERMINAL = new Set(["LICENSE_REVOKED", "LICENSE_EXPIRED", "ACTIVATION_DEACTIVATED"]);
+const TERMINAL = new Set([
+  "LICENSE_REVOKED",
+  "LICENSE_EXPIRED",
+  "ACTIVATION_DEACTIVATED",
+  "NAMED_USER_ASSIGNMENT_UNAVAILABLE",
+]);
 
 /** The next delay after a failure, or a stop reason. Exported for tests. */
 export function delayAfterError(

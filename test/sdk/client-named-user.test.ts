@@ -94,3 +94,20 @@ test("a malformed code is refused before any request", async () => {
   const error = await sdkError(client().confirmEmailVerification({ verificationId: "ver_x", code: "12345" }));
   expect(error.code).toBe("INVALID_ARGUMENT");
 });
+
+test("a signed NAMED_USER_ASSIGNMENT_UNAVAILABLE on a heartbeat makes the license invalid (reason unassigned)", async () => {
+  const app = client();
+  const started = await app.startEmailVerification({ licenseKey: f.licenseKey, email: f.email });
+  const { namedUserToken } = await app.confirmEmailVerification({
+    verificationId: started.verificationId,
+    code: await smtp.waitForCode(f.email),
+  });
+  await app.activate({ licenseKey: f.licenseKey, machineInfo: { os: "linux", arch: "x64" }, namedUserToken });
+  expect((await app.licenseInfo()).state).toBe("valid");
+  await t.call("DELETE", `/mgmt/v1/license-assignments/${f.assignmentId}`);
+  const refused = await sdkError(app.heartbeat());
+  expect(refused.code).toBe("NAMED_USER_ASSIGNMENT_UNAVAILABLE");
+  expect(refused.kind).toBe("license");
+  expect(refused.details.signed).toBe(true);
+  expect(await app.licenseInfo()).toMatchObject({ state: "invalid", reason: "unassigned" });
+});
