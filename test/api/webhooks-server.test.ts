@@ -98,7 +98,13 @@ test("serve delivers a new event at once, counts failures and the queue in /metr
   status = 204;
   await until(() => received.length === 2, 10_000);
   await until(() => lines.some((line) => line.includes('"webhook attempt failed"')));
-  const after = await http("GET", "/metrics", undefined, TOKEN);
+  // The receiver has answered; the attempt is recorded just after.
+  let after = await http("GET", "/metrics", undefined, TOKEN);
+  for (let i = 0; i < 100 && sample(after.text, "licensing_webhook_queue_depth") !== 0; i++) {
+    await Bun.sleep(20);
+    after = await http("GET", "/metrics", undefined, TOKEN);
+  }
+  expect(sample(after.text, "licensing_webhook_queue_depth")).toBe(0);
   expect(sample(after.text, "licensing_webhook_attempts_total")).toBe(2);
   expect(sample(after.text, "licensing_webhook_failures_total")).toBe(1);
   const log = lines.join("\n");
