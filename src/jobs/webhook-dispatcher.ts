@@ -1,3 +1,4 @@
+import { isIP } from "node:net";
 import type { Deps } from "../deps.ts";
 import { type Clock, systemClock, unixSeconds } from "../domain/clock.ts";
 import type { Logger } from "../http/logger.ts";
@@ -62,6 +63,8 @@ export interface DispatcherOptions {
    * receiver is on loopback.
    */
   connectOverride?: (url: URL) => string | undefined;
+  /** Tests only, never reachable from configuration: a CA to trust besides the system's (a test TLS receiver). */
+  extraCa?: string;
 }
 
 interface ClaimedRow {
@@ -307,6 +310,7 @@ export class WebhookDispatcher {
       body = JSON.stringify(chatMessage(row.kind, JSON.parse(row.payload)));
     }
     let target: string;
+    let tls: { serverName: string } | undefined;
     const override = this.options.connectOverride?.(url);
     if (override !== undefined) {
       target = `${override}${url.pathname}${url.search}`;
@@ -319,16 +323,15 @@ export class WebhookDispatcher {
           return { outcome: "refused", status: null, error: error.message };
         throw error;
       }
-      if (url.protocol === "http:") {
-        // Connect to the address just checked, so a second DNS answer cannot swap in another one.
-        const pinned = new URL(url.href);
-        pinned.hostname = address.includes(":") ? `[${address}]` : address;
-        target = pinned.href;
-        headers.host = url.host;
-      } else {
-        // https needs the name for TLS; see docs/api.md "Webhooks" on the rebinding window this leaves.
-        target = url.href;
-      }
+      // Connect to the address just checked, so a second DNS answer cannot swap in another one
+      // (DNS rebinding). The name still goes out as Host and, for https, as the TLS server name
+      // the certificate is verified against.
+      const pinned = new URL(url.href);
+      pinned.hostname = address.includes(":") ? `[${address}]` : address;
+      target = pinned.href;
+      headers.host = url.host;
+      const host = bareHost(url);
+      if (url.protocol === "https:" && !isIP(host)) tls = { serverName: host };
     }
     try {
       const response = await fetch(target, {
@@ -337,6 +340,9 @@ export class WebhookDispatcher {
         body,
         redirect: "manual",
         signal: AbortSignal.timeout(this.options.timeoutMs ?? ATTEMPT_TIMEOUT_MS),
+        ...(tls || this.options.extraCa
+          ? { tls: { ...tls, ...(this.options.extraCa ? { ca: this.options.extraCa } : {}) } }
+          : {}),
       });
       await drain(response);
       if (response.status >= 200 && response.status <= 299)

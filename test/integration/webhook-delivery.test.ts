@@ -1,4 +1,7 @@
 import { afterEach, beforeEach, describe, expect, test } from "bun:test";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import type { Server } from "bun";
 import { Webhook } from "standardwebhooks";
 import { SecretBox } from "../../src/crypto/secret-box.ts";
@@ -453,6 +456,69 @@ describe("the outbound address check", () => {
     const got = receiver.received[0] as Received;
     expect(got.headers.host).toBe(`receiver.internal:${receiver.port}`);
     verify(secret as string, got);
+  });
+});
+
+describe("https receivers", () => {
+  /** A self-signed certificate for `name`, made with openssl for this test only. */
+  function certificate(name: string): { key: string; cert: string } {
+    const dir = mkdtempSync(join(tmpdir(), "webhook-tls-"));
+    try {
+      const made = Bun.spawnSync(
+        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+          .concat(["-keyout", join(dir, "key.pem"), "-out", join(dir, "cert.pem"), "-days", "2"])
+          .concat(["-subj", `/CN=${name}`, "-addext", `subjectAltName=DNS:${name}`]),
+        { stderr: "pipe" },
+      );
+      expect(made.exitCode, "openssl must be installed").toBe(0);
+      return {
+        key: readFileSync(join(dir, "key.pem"), "utf8"),
+        cert: readFileSync(join(dir, "cert.pem"), "utf8"),
+      };
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }
+
+  test("connect to the checked address and verify the certificate against the URL's name", async () => {
+    const { key, cert } = certificate("hooks.vendor.test");
+    const hosts: string[] = [];
+    const tlsReceiver = Bun.serve({
+      hostname: "127.0.0.1",
+      port: 0,
+      tls: { key, cert },
+      fetch: async (request) => {
+        hosts.push(request.headers.get("host") ?? "");
+        await request.text();
+        return new Response(null, { status: 204 });
+      },
+    });
+    try {
+      const good = subscribe(`https://hooks.vendor.test:${tlsReceiver.port}/in`);
+      // The same receiver under a name its certificate does not carry: the TLS check must fail.
+      const wrong = subscribe(`https://other.vendor.test:${tlsReceiver.port}/in`);
+      await customerCreated();
+      const resolved: string[] = [];
+      await dispatcher({
+        extraCa: cert,
+        resolver: async (host) => {
+          resolved.push(host);
+          return ["127.0.0.1"];
+        },
+      }).runOnce();
+      expect(resolved.sort()).toEqual(["hooks.vendor.test", "other.vendor.test"]);
+      expect(hosts).toEqual([`hooks.vendor.test:${tlsReceiver.port}`]);
+      expect((await deliveries(good.row.id))[0]).toMatchObject({
+        status: "succeeded",
+        last_response_status: 204,
+      });
+      expect((await deliveries(wrong.row.id))[0]).toMatchObject({
+        status: "pending",
+        last_response_status: null,
+      });
+    } finally {
+      tlsReceiver.stop(true);
+    }
   });
 });
 
