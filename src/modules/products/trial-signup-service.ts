@@ -124,14 +124,20 @@ export class TrialSignupService {
   state(product: ProductRow, now: Date, reader: Pick<Db, "select"> = this.deps.db): TrialSignupState {
     const stored = this.stored(product.id, reader);
     const started = this.startedSince(product.id, new Date(now.getTime() - DAY_MS), reader);
-    const policy = stored.policyId
-      ? (reader.select().from(policies).where(eq(policies.id, stored.policyId)).get() ?? null)
-      : null;
+    // Every read happens whatever the outcome (an id that matches nothing when there is no
+    // policy): the runtime start answers the same, in the same time, whether or not it sends.
+    const policy =
+      reader
+        .select()
+        .from(policies)
+        .where(eq(policies.id, stored.policyId ?? ""))
+        .get() ?? null;
+    const entitled = hasFeature(this.plan(), "trial_licenses");
     const usable = policy && trialPolicyProblems(policy, product.id).length === 0 ? policy : null;
     let status: TrialSignupStatus = "accepting";
     if (product.status === "archived") status = "product_archived";
     else if (stored.policyId === null) status = "disabled";
-    else if (!hasFeature(this.plan(), "trial_licenses")) status = "not_entitled";
+    else if (!entitled) status = "not_entitled";
     else if (!usable) status = "policy_unavailable";
     else if (started >= stored.dailyLimit) status = "limit_reached";
     return {

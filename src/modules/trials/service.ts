@@ -101,7 +101,10 @@ export class TrialVerificationService {
       (tx) => {
         const now = this.deps.clock.now();
         const accepting = this.signups.state(product, now, tx).status === "accepting";
-        const send = accepting && this.limits.allow(emailLookup, product.id, now);
+        // Counted even when the product refuses sign-ups: a start that cannot send must not be
+        // measurably cheaper than one that may (test/api/trial-start-work.test.ts).
+        const allowed = this.limits.allow(emailLookup, product.id, now);
+        const send = accepting && allowed;
         const id = this.deps.ids.next("verification", now.getTime());
         const code = generateCode();
         const expiresAt = new Date(now.getTime() + CODE_TTL_SEC * 1000);
