@@ -60,3 +60,17 @@ test("the executable refuses a store migrated by a newer version, and leaves it 
   expect(result.stderr).toContain("migrated by a newer version (9999_from_the_future); upgrade this binary");
   expect(readFileSync(join(data.dataDir, "licensing.db")).equals(before)).toBe(true);
 });
+
+test("the executable refuses a store whose applied migration differs from its own, and leaves it untouched", async () => {
+  const data = createFirstSchemaDataDir(join(tempDir(), "data"));
+  const store = new Database(join(data.dataDir, "licensing.db"));
+  store.run("UPDATE schema_migrations SET hash = ? WHERE tag = '0000_initial'", ["0".repeat(64)]);
+  store.close();
+  const before = readFileSync(join(data.dataDir, "licensing.db"));
+  const result = await runServeToExit(["--data-dir", data.dataDir], {
+    env: { LICENSING_KEYSTORE_PASSPHRASE: FIRST_SCHEMA_PASSPHRASE },
+  });
+  expect(result.exitCode).toBe(1);
+  expect(result.stderr).toContain("migration 0000_initial differs from the one applied to this database");
+  expect(readFileSync(join(data.dataDir, "licensing.db")).equals(before)).toBe(true);
+});
