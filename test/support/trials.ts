@@ -129,10 +129,12 @@ export async function signUp(
   return { verificationId, code, response };
 }
 
-/** Rows the outbox holds for an address: what was (or will be) sent to it. */
+/** Rows the outbox holds for an address: what was (or will be) sent to it; a silent start's suppressed row is not mail. */
 export const mailsTo = (t: TestContext, email: string): number =>
   t.deps.sqlite
-    .query<{ n: number }, [string]>("SELECT count(*) AS n FROM mail_outbox WHERE recipient = ?")
+    .query<{ n: number }, [string]>(
+      "SELECT count(*) AS n FROM mail_outbox WHERE recipient = ? AND status != 'suppressed'",
+    )
     .get(email)?.n ?? 0;
 
 let counter = 0;
