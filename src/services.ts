@@ -17,6 +17,7 @@ import { EmailVerificationService } from "./modules/email-verifications/service.
 import { AuditService } from "./modules/events/service.ts";
 import { LeaseService } from "./modules/leases/service.ts";
 import { LicenseService } from "./modules/licenses/service.ts";
+import { PasskeyService } from "./modules/named-users/passkeys.ts";
 import { NamedUserService } from "./modules/named-users/service.ts";
 import { TwoFactorService } from "./modules/named-users/two-factor.ts";
 import { OfflinePackageService } from "./modules/offline/service.ts";
@@ -78,7 +79,8 @@ export function createServices(deps: Deps, options: ServiceOptions) {
   const trialSignups = new TrialSignupService(deps, products, policies, plan);
   const mail = new MailOutbox(deps);
   const namedUsers = new NamedUserService(deps);
-  const twoFactor = new TwoFactorService(deps, namedUsers);
+  const passkeys = new PasskeyService(deps, namedUsers, options.baseUrl);
+  const twoFactor = new TwoFactorService(deps, namedUsers, passkeys);
   const billing = new BillingService(deps, plan, options.baseUrl);
   const billingClaims = new ClaimService(deps);
   const webhooks = new WebhookService(deps, {
@@ -138,7 +140,16 @@ export function createServices(deps: Deps, options: ServiceOptions) {
     mail,
     namedUsers,
     twoFactor,
-    emailVerifications: new EmailVerificationService(deps, licenses, namedUsers, twoFactor, mail, plan),
+    passkeys,
+    emailVerifications: new EmailVerificationService(
+      deps,
+      licenses,
+      namedUsers,
+      twoFactor,
+      passkeys,
+      mail,
+      plan,
+    ),
     webhooks,
     webhookDeliveries: new DeliveryLog(deps, webhooks),
     billing,

@@ -43,7 +43,7 @@ const en: Record<MailTemplateName, Template> = {
       ...(approval
         ? [
             "",
-            "If you use two-factor and have no authenticator at hand, approve this sign-in here:",
+            "To use your passkey as the second factor, open this link; it shows a code to enter in the app:",
             approval,
           ]
         : []),
@@ -56,7 +56,7 @@ const en: Record<MailTemplateName, Template> = {
       `Enter it in the app within ${h(minutes)} minutes. The code works once.`,
       ...(approval
         ? [
-            `If you use two-factor and have no authenticator at hand, <a href="${h(approval)}">approve this sign-in</a>.`,
+            `To use your passkey as the second factor, <a href="${h(approval)}">approve this sign-in</a>; it shows a code to enter in the app.`,
           ]
         : []),
       "If you did not ask for this code, you can ignore this message.",

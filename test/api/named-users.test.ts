@@ -29,7 +29,7 @@ describe("license users", () => {
       identity: "local",
       status: "active",
       environment: "live",
-      two_factor: { status: "none", locked: false, recovery_codes_remaining: 0 },
+      two_factor: { status: "none", locked: false, recovery_codes_remaining: 0, passkeys: 0 },
     });
     expect(user.public_id).toStartWith("usr_");
     const got = await t.call("GET", `/mgmt/v1/license-users/${user.public_id}`);
@@ -176,6 +176,7 @@ describe("two-factor", () => {
       status: "pending",
       locked: false,
       recovery_codes_remaining: 10,
+      passkeys: 0,
     });
     expect(readFileSync(join(t.dir, "licensing.db")).includes(secret)).toBe(false);
 
@@ -194,7 +195,12 @@ describe("two-factor", () => {
     expect(reenrol.status).toBe(422);
     expect((await t.call("DELETE", `/mgmt/v1/license-users/${user}/two-factor`)).status).toBe(204);
     const off = await t.call("GET", `/mgmt/v1/license-users/${user}`);
-    expect(off.body.data.two_factor).toEqual({ status: "none", locked: false, recovery_codes_remaining: 0 });
+    expect(off.body.data.two_factor).toEqual({
+      status: "none",
+      locked: false,
+      recovery_codes_remaining: 0,
+      passkeys: 0,
+    });
     const again = await t.call("POST", `/mgmt/v1/license-users/${user}/two-factor/totp`);
     expect(again.body.data.secret).not.toBe(secret);
   });

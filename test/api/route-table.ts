@@ -379,6 +379,13 @@ export const MANAGEMENT_ROUTES: RouteCase[] = [
   },
   {
     method: "POST",
+    path: "/mgmt/v1/license-users/:id/two-factor/passkeys/registration-link",
+    scope: "licenses:write",
+    resource: "licenseUser",
+    environmentScoped: true,
+  },
+  {
+    method: "POST",
     path: "/mgmt/v1/license-users/:id/two-factor/unlock",
     scope: "licenses:write",
     resource: "licenseUser",

@@ -112,14 +112,14 @@ export async function startSmtpServer(options: SmtpOptions = {}): Promise<TestSm
         }
         const raw = Buffer.concat(chunks).toString("utf8");
         const subject = decodeSubject(raw);
-        const approval = /https?:\/\/\S+?\/email-verifications\/\S+?approve\S*/.exec(unQuotedPrintable(raw));
+        const approval = /https?:\/\/[^\s"<>]+\/passkeys\/v1\/approve#[^\s"<>]+/.exec(unQuotedPrintable(raw));
         messages.push({
           from: session.envelope.mailFrom ? session.envelope.mailFrom.address : "",
           to: session.envelope.rcptTo.map((r) => r.address.toLowerCase()),
           raw,
           subject,
           code: /^(\d{6})\b/.exec(subject)?.[1] ?? null,
-          approvalUrl: approval ? approval[0].replace(/["<>].*$/, "") : null,
+          approvalUrl: approval ? approval[0] : null,
           user: typeof session.user === "string" ? session.user : null,
           secure: session.secure,
         });

@@ -23,6 +23,7 @@ import {
   products,
 } from "../../store/schema/index.ts";
 import type { LicenseService } from "../licenses/service.ts";
+import type { PasskeyService } from "../named-users/passkeys.ts";
 import { type NamedUserService, normalizeEmail } from "../named-users/service.ts";
 import type { TwoFactorService } from "../named-users/two-factor.ts";
 import type { EmailVerificationConfirmBody, EmailVerificationStartBody } from "./model.ts";
@@ -61,6 +62,7 @@ export class EmailVerificationService {
     private readonly licenses: LicenseService,
     private readonly users: NamedUserService,
     private readonly twoFactor: TwoFactorService,
+    private readonly passkeys: PasskeyService,
     private readonly mail: MailOutbox,
     private readonly plan: () => PlanDefinition,
   ) {}
@@ -84,6 +86,7 @@ export class EmailVerificationService {
     // Asked even without a user or license (ids that match nothing), so a non-matching address
     // costs the same reads as a matching one.
     const assignment = this.users.activeAssignment(license?.id ?? "", user?.id ?? "");
+    const withPasskeys = this.passkeys.count(user?.id ?? "") > 0;
     const matched =
       license !== undefined &&
       license.productId === product.id &&
@@ -122,6 +125,7 @@ export class EmailVerificationService {
           )
           .run();
         tx.insert(emailVerifications).values(row).run();
+        const approvalSecret = this.passkeys.newApproval(tx, id);
         this.mail.enqueue(
           tx,
           {
@@ -129,7 +133,12 @@ export class EmailVerificationService {
             to: matched ? user.email : body.email.trim(),
             template: "email_verification_code",
             locale: body.locale,
-            data: { code, product_name: product.name, expires_minutes: String(CODE_TTL_SEC / 60) },
+            data: {
+              code,
+              product_name: product.name,
+              expires_minutes: String(CODE_TTL_SEC / 60),
+              ...(withPasskeys ? { approval_url: this.passkeys.approvalUrl(id, approvalSecret) } : {}),
+            },
           },
           { suppressed: !matched },
         );
@@ -178,7 +187,7 @@ export class EmailVerificationService {
     const state = this.currentState(tx, row, now);
     if (!state) return assignmentUnavailable();
     const { user } = state;
-    if (user.totpStatus === "enabled") {
+    if (this.twoFactor.required(user)) {
       if (user.twoFactorLockedAt !== null) {
         return new ApiError(
           "TWO_FACTOR_LOCKED",
@@ -192,7 +201,7 @@ export class EmailVerificationService {
           remaining_attempts: check.remainingAttempts + 1,
         });
       }
-      if (this.twoFactor.verify(tx, user, body.second_factor_code) !== "accepted") {
+      if (this.twoFactor.verify(tx, user, body.second_factor_code, row.id) !== "accepted") {
         return new ApiError("TWO_FACTOR_INVALID", "The second factor is wrong.", {
           remaining_attempts: check.remainingAttempts,
         });

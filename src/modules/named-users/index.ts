@@ -7,6 +7,7 @@ import { noContent } from "../../http/respond.ts";
 import { IdempotencyHeaders, IfMatchHeaders } from "../../http/schemas.ts";
 import type { Services } from "../../services.ts";
 import { AssignmentListQuery, LicenseUserListQuery, namedUserModels } from "./model.ts";
+import { passkeysController } from "./passkey-routes.ts";
 import { licenseUserEtag, presentAssignment } from "./service.ts";
 
 const USERS = "/mgmt/v1/license-users";
@@ -15,7 +16,10 @@ const USERS = "/mgmt/v1/license-users";
  * Named users (spec §4.2 rules 6-8): license users, their assignments to named-user licenses and
  * their TOTP two-factor. Scopes: licenses:read to read, licenses:write to change.
  */
-export const namedUsersController = ({ namedUsers, twoFactor, licenses, idempotency }: Services) =>
+export const namedUsersController = (services: Services) =>
+  new Elysia().use(managementRoutes(services)).use(passkeysController(services));
+
+const managementRoutes = ({ namedUsers, twoFactor, passkeys, licenses, idempotency }: Services) =>
   new Elysia({ prefix: "/mgmt/v1", detail: { tags: ["Named users"] } })
     .use(managementAuth)
     .model(namedUserModels)
@@ -197,6 +201,19 @@ export const namedUsersController = ({ namedUsers, twoFactor, licenses, idempote
       {
         scope: "licenses:write",
         detail: { summary: "Turn two-factor off (secret and recovery codes deleted)" },
+      },
+    )
+    .post(
+      "/license-users/:id/two-factor/passkeys/registration-link",
+      ({ caller, params, request, set }) => {
+        set.status = 201;
+        set.headers["cache-control"] = "no-store";
+        return { data: passkeys.registrationLink(params.id, changeContext(caller, request)) };
+      },
+      {
+        scope: "licenses:write",
+        response: { 201: "passkey.registration_link" },
+        detail: { summary: "A single-use link (24 h) for the user to register a passkey; send it to them" },
       },
     )
     .post(

@@ -39,6 +39,9 @@ export const TwoFactorState = Type.Object({
     description: "After too many wrong second factors; unlock with .../two-factor/unlock.",
   }),
   recovery_codes_remaining: Type.Integer(),
+  passkeys: Type.Integer({
+    description: "Registered passkeys; any makes a second factor required, like TOTP.",
+  }),
 });
 
 export const LicenseUser = Type.Object({
@@ -102,6 +105,12 @@ export const namedUserModels = {
   "assignment.list": listOf(Assignment),
   "two_factor.enrolment": dataOf(TotpEnrolment),
   "two_factor.confirm": TotpConfirm,
+  "passkey.registration_link": dataOf(
+    Type.Object({
+      url: Type.String({ description: "Open in the user's browser; the token is in the fragment." }),
+      expires_at: DateTime(),
+    }),
+  ),
 };
 
 export type LicenseUserCreateBody = typeof LicenseUserCreate.static;

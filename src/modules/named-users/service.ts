@@ -9,6 +9,7 @@ import {
   licenseAssignments,
   licenses,
   licenseUsers,
+  passkeys,
   policies,
   recoveryCodes,
 } from "../../store/schema/index.ts";
@@ -49,6 +50,7 @@ export class NamedUserService {
       .from(recoveryCodes)
       .where(and(eq(recoveryCodes.userId, row.id), isNull(recoveryCodes.usedAt)))
       .get();
+    const keys = this.deps.db.select({ n: count() }).from(passkeys).where(eq(passkeys.userId, row.id)).get();
     return {
       public_id: row.id,
       environment: row.environment,
@@ -62,6 +64,7 @@ export class NamedUserService {
         status: row.totpStatus,
         locked: row.twoFactorLockedAt !== null,
         recovery_codes_remaining: row.totpStatus === "none" ? 0 : (remaining?.n ?? 0),
+        passkeys: keys?.n ?? 0,
       },
       created_at: row.createdAt.toISOString(),
       updated_at: row.updatedAt.toISOString(),

@@ -6,6 +6,7 @@ import { ApiError } from "../../http/errors.ts";
 import type { Db } from "../../store/db.ts";
 import { licenseUsers, recoveryCodes } from "../../store/schema/index.ts";
 import { recordAudit } from "../events/service.ts";
+import { APPROVAL_CODE_PATTERN, type PasskeyService } from "./passkeys.ts";
 import type { LicenseUserRow, NamedUserService } from "./service.ts";
 
 /**
@@ -58,7 +59,13 @@ export class TwoFactorService {
   constructor(
     private readonly deps: Deps,
     private readonly users: NamedUserService,
+    private readonly passkeys: PasskeyService,
   ) {}
+
+  /** TOTP on, or at least one passkey: confirmations then need a second factor. */
+  required(user: LicenseUserRow): boolean {
+    return user.totpStatus === "enabled" || this.passkeys.count(user.id) > 0;
+  }
 
   enrol(userId: string, ctx: ChangeContext) {
     const codes = Array.from({ length: RECOVERY_CODE_COUNT }, recoveryCode);
@@ -138,7 +145,8 @@ export class TwoFactorService {
   disable(userId: string, ctx: ChangeContext): void {
     this.deps.db.transaction((tx) => {
       const current = this.users.get(userId, ctx.environment);
-      if (current.totpStatus === "none") return;
+      if (current.totpStatus === "none" && this.passkeys.count(userId) === 0) return;
+      this.passkeys.deleteAll(tx, userId);
       tx.update(licenseUsers)
         .set({
           totpStatus: "none",
@@ -180,13 +188,17 @@ export class TwoFactorService {
   }
 
   /**
-   * Checks a second factor at email confirmation: six digits are a TOTP code, anything else a
-   * recovery code. Writes through `tx` (the step, the used recovery code, the failure count and
+   * Checks a second factor at email confirmation: six digits are a TOTP code, eight digits a
+   * passkey approval code of this verification, anything else a recovery code. Writes through `tx` (the step, the used recovery code, the failure count and
    * the lock), which the caller commits whatever it answers.
    */
-  verify(tx: Writer, user: LicenseUserRow, code: string): SecondFactorResult {
+  verify(tx: Writer, user: LicenseUserRow, code: string, verificationId: string): SecondFactorResult {
     let accepted = false;
-    if (/^[0-9]{6}$/.test(code)) {
+    if (APPROVAL_CODE_PATTERN.test(code)) {
+      accepted = this.passkeys.redeem(tx, verificationId, code);
+      if (accepted)
+        tx.update(licenseUsers).set({ secondFactorFailures: 0 }).where(eq(licenseUsers.id, user.id)).run();
+    } else if (/^[0-9]{6}$/.test(code)) {
       const step = this.totpStep(user, code);
       if (step !== null) {
         accepted = true;

@@ -114,3 +114,45 @@ export const namedUserActivations = sqliteTable("named_user_activations", {
   activationId: text("activation_id").primaryKey(),
   assignmentId: text("assignment_id").notNull(),
 });
+
+/** Passkeys (WebAuthn credentials) of license users: a second factor through an emailed approval link. */
+export const passkeys = sqliteTable(
+  "passkeys",
+  {
+    id: text("id").primaryKey(),
+    userId: text("user_id")
+      .notNull()
+      .references(() => licenseUsers.id),
+    /** base64url of the credential id the authenticator chose. */
+    credentialId: text("credential_id").notNull(),
+    /** `{ alg, jwk }`: the public key only. */
+    publicKey: text("public_key", { mode: "json" })
+      .$type<{ alg: -7 | -8; jwk: Record<string, string> }>()
+      .notNull(),
+    signCount: integer("sign_count").notNull(),
+    createdAt: timestamp("created_at").notNull(),
+    lastUsedAt: timestamp("last_used_at"),
+  },
+  (t) => [uniqueIndex("passkeys_credential").on(t.credentialId), index("passkeys_user").on(t.userId)],
+);
+
+/** Single-use links a vendor sends a user to register a passkey; only an HMAC of the token is kept. */
+export const passkeyRegistrations = sqliteTable("passkey_registrations", {
+  tokenHash: text("token_hash").primaryKey(),
+  userId: text("user_id").notNull(),
+  challenge: text("challenge"),
+  expiresAt: timestamp("expires_at").notNull(),
+  usedAt: timestamp("used_at"),
+});
+
+/**
+ * Passkey approval of one email verification (spec §4.2 rule 7): the link's secret (HMAC), the
+ * WebAuthn challenge while a ceremony runs, and the approval code it produced (HMAC), single use.
+ */
+export const passkeyApprovals = sqliteTable("passkey_approvals", {
+  verificationId: text("verification_id").primaryKey(),
+  secretHash: text("secret_hash").notNull(),
+  challenge: text("challenge"),
+  codeHash: text("code_hash"),
+  usedAt: timestamp("used_at"),
+});

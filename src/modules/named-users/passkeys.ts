@@ -1,0 +1,328 @@
+import { randomBytes, randomInt } from "node:crypto";
+import { and, count, eq, isNull } from "drizzle-orm";
+import { constantTimeEqual } from "../../crypto/constant-time.ts";
+import {
+  type RelyingParty,
+  verifyAssertion,
+  verifyRegistration,
+  WebAuthnError,
+} from "../../crypto/webauthn.ts";
+import type { ChangeContext, Deps } from "../../deps.ts";
+import { ApiError } from "../../http/errors.ts";
+import type { Db } from "../../store/db.ts";
+import {
+  emailVerifications,
+  licenseUsers,
+  passkeyApprovals,
+  passkeyRegistrations,
+  passkeys,
+} from "../../store/schema/index.ts";
+import { recordAudit } from "../events/service.ts";
+import type { NamedUserService } from "./service.ts";
+
+/** How long a vendor's registration link works. */
+export const REGISTRATION_LINK_TTL_SEC = 24 * 3600;
+/** Approval codes are eight digits: told apart from six-digit TOTP codes and `XXXXX-XXXXX` recovery codes. */
+export const APPROVAL_CODE_PATTERN = /^[0-9]{8}$/;
+const MAX_PASSKEYS = 10;
+
+type Writer = Pick<Db, "select" | "insert" | "update" | "delete">;
+
+const b64u = (text: string): Uint8Array => new Uint8Array(Buffer.from(text, "base64url"));
+const linkGone = () =>
+  new ApiError("NOT_FOUND", "This passkey registration link is unknown, used or expired.");
+const approvalGone = () =>
+  new ApiError(
+    "EMAIL_VERIFICATION_EXPIRED",
+    "This approval link is unknown, used or expired; start again in the app.",
+  );
+const refused = (error: unknown) =>
+  new ApiError("TWO_FACTOR_INVALID", "The passkey did not verify.", {
+    reason: error instanceof WebAuthnError ? error.message : "invalid",
+  });
+
+export interface RegistrationBody {
+  token: string;
+  credential_id: string;
+  client_data_json: string;
+  attestation_object: string;
+}
+
+export interface ApprovalBody {
+  verification_id: string;
+  secret: string;
+  credential_id: string;
+  client_data_json: string;
+  authenticator_data: string;
+  signature: string;
+}
+
+/**
+ * Passkeys of license users (spec §4.2 rule 7): a vendor sends a single-use registration link;
+ * later, each verification email of such a user carries an approval link, valid for that
+ * verification only; a WebAuthn assertion there yields an eight-digit approval code, which the
+ * app sends as `second_factor_code`, once. The relying party is the service's base URL.
+ */
+export class PasskeyService {
+  readonly rp: RelyingParty;
+
+  constructor(
+    private readonly deps: Deps,
+    private readonly users: NamedUserService,
+    private readonly baseUrl: string,
+  ) {
+    const url = new URL(baseUrl);
+    this.rp = { id: url.hostname, origin: url.origin };
+  }
+
+  count(userId: string): number {
+    return (
+      this.deps.db.select({ n: count() }).from(passkeys).where(eq(passkeys.userId, userId)).get()?.n ?? 0
+    );
+  }
+
+  registrationLink(userId: string, ctx: ChangeContext) {
+    const user = this.users.get(userId, ctx.environment);
+    if (user.status !== "active")
+      throw new ApiError("INVALID_TRANSITION", "The user is disabled.", { from: "disabled" });
+    const token = randomBytes(32).toString("base64url");
+    const expiresAt = new Date(this.deps.clock.now().getTime() + REGISTRATION_LINK_TTL_SEC * 1000);
+    this.deps.db.transaction((tx) => {
+      tx.insert(passkeyRegistrations)
+        .values({
+          tokenHash: this.hash(token, "passkey-registration"),
+          userId,
+          expiresAt,
+          challenge: null,
+          usedAt: null,
+        })
+        .run();
+      recordAudit(tx, this.deps, ctx, {
+        type: "license_user.passkey_link_created",
+        target: { type: "license_user", id: userId },
+      });
+    });
+    return { url: `${this.baseUrl}/passkeys/v1/register#${token}`, expires_at: expiresAt.toISOString() };
+  }
+
+  registrationOptions(token: string) {
+    return this.deps.db.transaction((tx) => {
+      const link = this.openLink(tx, token);
+      const user = tx.select().from(licenseUsers).where(eq(licenseUsers.id, link.userId)).get();
+      if (user?.status !== "active") throw linkGone();
+      const challenge = randomBytes(32).toString("base64url");
+      tx.update(passkeyRegistrations)
+        .set({ challenge })
+        .where(eq(passkeyRegistrations.tokenHash, link.tokenHash))
+        .run();
+      const existing = tx
+        .select({ id: passkeys.credentialId })
+        .from(passkeys)
+        .where(eq(passkeys.userId, user.id))
+        .all();
+      return {
+        challenge,
+        rp_id: this.rp.id,
+        user_id: user.id,
+        user_name: user.email,
+        exclude_credentials: existing.map((row) => row.id),
+      };
+    });
+  }
+
+  register(body: RegistrationBody) {
+    return this.deps.db.transaction((tx) => {
+      const link = this.openLink(tx, body.token);
+      if (!link.challenge) throw new ApiError("INVALID_REQUEST", "Ask for registration options first.");
+      let verified: ReturnType<typeof verifyRegistration>;
+      try {
+        verified = verifyRegistration({
+          credentialId: b64u(body.credential_id),
+          clientDataJson: b64u(body.client_data_json),
+          attestationObject: b64u(body.attestation_object),
+          challenge: link.challenge,
+          rp: this.rp,
+        });
+      } catch (error) {
+        if (error instanceof WebAuthnError)
+          throw ApiError.validation({ attestation_object: [error.message] });
+        throw error;
+      }
+      if (this.count(link.userId) >= MAX_PASSKEYS) {
+        throw new ApiError("INVALID_TRANSITION", `A user has at most ${MAX_PASSKEYS} passkeys.`, {
+          max: MAX_PASSKEYS,
+        });
+      }
+      const taken = tx
+        .select({ id: passkeys.id })
+        .from(passkeys)
+        .where(eq(passkeys.credentialId, body.credential_id))
+        .get();
+      if (taken) throw ApiError.validation({ credential_id: ["this passkey is registered already"] });
+      const now = this.deps.clock.now();
+      const id = `psk_${this.deps.ids.ulid(now.getTime())}`;
+      tx.insert(passkeys)
+        .values({
+          id,
+          userId: link.userId,
+          credentialId: body.credential_id,
+          publicKey: verified.key,
+          signCount: verified.signCount,
+          createdAt: now,
+          lastUsedAt: null,
+        })
+        .run();
+      tx.update(passkeyRegistrations)
+        .set({ usedAt: now, challenge: null })
+        .where(eq(passkeyRegistrations.tokenHash, link.tokenHash))
+        .run();
+      return { passkey_id: id, user_id: link.userId, created_at: now.toISOString() };
+    });
+  }
+
+  /** Written at every start, matched or not, so both cost the same; the link goes out only to passkey users. */
+  newApproval(tx: Writer, verificationId: string): string {
+    const secret = randomBytes(32).toString("base64url");
+    tx.insert(passkeyApprovals)
+      .values({
+        verificationId,
+        secretHash: this.hash(secret, `passkey-approval:${verificationId}`),
+        challenge: null,
+        codeHash: null,
+        usedAt: null,
+      })
+      .run();
+    return secret;
+  }
+
+  approvalUrl(verificationId: string, secret: string): string {
+    return `${this.baseUrl}/passkeys/v1/approve#${verificationId}.${secret}`;
+  }
+
+  approvalOptions(verificationId: string, secret: string) {
+    return this.deps.db.transaction((tx) => {
+      const { userId } = this.openApproval(tx, verificationId, secret);
+      const challenge = randomBytes(32).toString("base64url");
+      tx.update(passkeyApprovals)
+        .set({ challenge })
+        .where(eq(passkeyApprovals.verificationId, verificationId))
+        .run();
+      const allowed = tx
+        .select({ id: passkeys.credentialId })
+        .from(passkeys)
+        .where(eq(passkeys.userId, userId))
+        .all();
+      return { challenge, rp_id: this.rp.id, allow_credentials: allowed.map((row) => row.id) };
+    });
+  }
+
+  /** Verifies the assertion and returns a fresh approval code; the challenge is spent either way. */
+  approve(body: ApprovalBody) {
+    const outcome = this.deps.db.transaction((tx) => {
+      const { userId, approval, expiresAt } = this.openApproval(tx, body.verification_id, body.secret);
+      if (!approval.challenge) return new ApiError("INVALID_REQUEST", "Ask for approval options first.");
+      tx.update(passkeyApprovals)
+        .set({ challenge: null })
+        .where(eq(passkeyApprovals.verificationId, approval.verificationId))
+        .run();
+      const credential = tx
+        .select()
+        .from(passkeys)
+        .where(and(eq(passkeys.credentialId, body.credential_id), eq(passkeys.userId, userId)))
+        .get();
+      if (!credential) return refused(new WebAuthnError("not a passkey of this user"));
+      let signCount: number;
+      try {
+        signCount = verifyAssertion({
+          key: credential.publicKey,
+          storedSignCount: credential.signCount,
+          clientDataJson: b64u(body.client_data_json),
+          authenticatorData: b64u(body.authenticator_data),
+          signature: b64u(body.signature),
+          challenge: approval.challenge,
+          rp: this.rp,
+        });
+      } catch (error) {
+        if (error instanceof WebAuthnError) return refused(error);
+        throw error;
+      }
+      const now = this.deps.clock.now();
+      tx.update(passkeys).set({ signCount, lastUsedAt: now }).where(eq(passkeys.id, credential.id)).run();
+      const code = String(randomInt(0, 100_000_000)).padStart(8, "0");
+      tx.update(passkeyApprovals)
+        .set({ codeHash: this.codeHash(approval.verificationId, code) })
+        .where(eq(passkeyApprovals.verificationId, approval.verificationId))
+        .run();
+      return { approval_code: code, expires_at: expiresAt.toISOString() };
+    });
+    if (outcome instanceof ApiError) throw outcome;
+    return outcome;
+  }
+
+  /** At confirmation: the approval code of this verification, once. */
+  redeem(tx: Writer, verificationId: string, code: string): boolean {
+    if (!APPROVAL_CODE_PATTERN.test(code)) return false;
+    const used = tx
+      .update(passkeyApprovals)
+      .set({ usedAt: this.deps.clock.now() })
+      .where(
+        and(
+          eq(passkeyApprovals.verificationId, verificationId),
+          eq(passkeyApprovals.codeHash, this.codeHash(verificationId, code)),
+          isNull(passkeyApprovals.usedAt),
+        ),
+      )
+      .returning({ id: passkeyApprovals.verificationId })
+      .all();
+    return used.length === 1;
+  }
+
+  deleteAll(tx: Writer, userId: string): void {
+    tx.delete(passkeys).where(eq(passkeys.userId, userId)).run();
+  }
+
+  private hash(secret: string, purpose: string): string {
+    return this.deps.secrets.lookupHash(secret, purpose);
+  }
+
+  private codeHash(verificationId: string, code: string): string {
+    return this.hash(`${verificationId}\0${code}`, "passkey-approval-code");
+  }
+
+  private openLink(tx: Writer, token: string) {
+    const link = tx
+      .select()
+      .from(passkeyRegistrations)
+      .where(eq(passkeyRegistrations.tokenHash, this.hash(token, "passkey-registration")))
+      .get();
+    if (!link || link.usedAt !== null || link.expiresAt.getTime() <= this.deps.clock.now().getTime())
+      throw linkGone();
+    return link;
+  }
+
+  /** The approval of an open, matched verification whose secret is right; anything else is 410. */
+  private openApproval(tx: Writer, verificationId: string, secret: string) {
+    const approval = tx
+      .select()
+      .from(passkeyApprovals)
+      .where(eq(passkeyApprovals.verificationId, verificationId))
+      .get();
+    const verification = tx
+      .select()
+      .from(emailVerifications)
+      .where(eq(emailVerifications.id, verificationId))
+      .get();
+    const now = this.deps.clock.now().getTime();
+    if (
+      !approval ||
+      !verification?.userId ||
+      !constantTimeEqual(approval.secretHash, this.hash(secret, `passkey-approval:${verificationId}`)) ||
+      approval.usedAt !== null ||
+      verification.closedAt !== null ||
+      verification.expiresAt.getTime() <= now
+    ) {
+      throw approvalGone();
+    }
+    return { userId: verification.userId, approval, expiresAt: verification.expiresAt };
+  }
+}

@@ -1,0 +1,195 @@
+import { afterEach, beforeEach, describe, expect, test } from "bun:test";
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import { TestDevice } from "../support/device.ts";
+import { createTestContext, type TestContext } from "../support/harness.ts";
+import {
+  confirmVerification,
+  type NamedUserFixture,
+  namedUserFixture,
+  startVerification,
+} from "../support/named-users.ts";
+import { SoftAuthenticator } from "../support/passkey.ts";
+import { activate } from "../support/runtime.ts";
+import { deliverMail, startSmtpServer, type TestSmtpServer } from "../support/smtp.ts";
+
+let t: TestContext;
+let smtp: TestSmtpServer;
+let stopMail: () => Promise<void>;
+let f: NamedUserFixture;
+
+beforeEach(async () => {
+  t = createTestContext();
+  smtp = await startSmtpServer();
+  stopMail = deliverMail(t.deps, smtp.url);
+  f = await namedUserFixture(t);
+});
+afterEach(async () => {
+  await stopMail();
+  await smtp.stop();
+  t.close();
+});
+
+const post = (path: string, body: unknown) => t.call("POST", path, { key: null, body });
+
+async function registrationToken(userId = f.userId): Promise<string> {
+  const link = await t.call("POST", `/mgmt/v1/license-users/${userId}/two-factor/passkeys/registration-link`);
+  expect(link.status).toBe(201);
+  expect(link.body.data.url).toStartWith("http://licensing.test/passkeys/v1/register#");
+  return link.body.data.url.split("#")[1];
+}
+
+async function register(authenticator: SoftAuthenticator, overrides: Record<string, unknown> = {}) {
+  const token = await registrationToken();
+  const options = await post("/passkeys/v1/register/options", { token });
+  expect(options.status).toBe(200);
+  expect(options.body.data).toMatchObject({ rp_id: "licensing.test", user_id: f.userId, user_name: f.email });
+  return post("/passkeys/v1/register", {
+    token,
+    ...authenticator.create(options.body.data.challenge, overrides),
+  });
+}
+
+/** Start a verification and read code and approval link from the mail. */
+async function started(device: TestDevice) {
+  const response = await startVerification(t, device, f, f.email);
+  const mail = await smtp.waitForMail(f.email);
+  const [verificationId, secret] = (mail.approvalUrl ?? "#.").split("#")[1]?.split(".") ?? [];
+  if (mail.approvalUrl) expect(verificationId).toBe(response.body.data.verification_id);
+  return {
+    id: response.body.data.verification_id as string,
+    code: mail.code ?? "",
+    secret: secret ?? "",
+    mail,
+  };
+}
+
+async function approve(authenticator: SoftAuthenticator, id: string, secret: string, options = {}) {
+  const challenge = await post("/passkeys/v1/approve/options", { verification_id: id, secret });
+  expect(challenge.status).toBe(200);
+  expect(challenge.body.data.allow_credentials).toContain(authenticator.id);
+  return post("/passkeys/v1/approve", {
+    verification_id: id,
+    secret,
+    ...authenticator.get(challenge.body.data.challenge, options),
+  });
+}
+
+describe("registration", () => {
+  test.each(["p256", "ed25519"] as const)(
+    "a %s passkey registers once through the vendor's link",
+    async (alg) => {
+      const authenticator = new SoftAuthenticator(alg);
+      const token = await registrationToken();
+      const options = await post("/passkeys/v1/register/options", { token });
+      const registered = await post("/passkeys/v1/register", {
+        token,
+        ...authenticator.create(options.body.data.challenge),
+      });
+      expect(registered.status).toBe(201);
+      expect(registered.body.data.passkey_id).toStartWith("psk_");
+      expect((await t.call("GET", `/mgmt/v1/license-users/${f.userId}`)).body.data.two_factor.passkeys).toBe(
+        1,
+      );
+      // The link is spent.
+      expect((await post("/passkeys/v1/register/options", { token })).status).toBe(404);
+      expect(readFileSync(join(t.dir, "licensing.db")).includes(token)).toBe(false);
+    },
+  );
+
+  test("a wrong origin, challenge or relying party is refused, and an expired link is 404", async () => {
+    expect((await register(new SoftAuthenticator("p256"), { origin: "https://evil.example" })).status).toBe(
+      422,
+    );
+    expect((await register(new SoftAuthenticator("p256"), { challenge: "AAAA" })).status).toBe(422);
+    expect((await register(new SoftAuthenticator("p256", "evil.example"))).status).toBe(422);
+    const token = await registrationToken();
+    t.clock.advance(24 * 3600);
+    expect((await post("/passkeys/v1/register/options", { token })).status).toBe(404);
+    expect((await t.call("GET", `/mgmt/v1/license-users/${f.userId}`)).body.data.two_factor.passkeys).toBe(0);
+  });
+
+  test("the pages are served self-contained with a strict Content-Security-Policy", async () => {
+    for (const path of ["/passkeys/v1/register", "/passkeys/v1/approve"]) {
+      const page = await t.call("GET", path, { key: null });
+      expect(page.status).toBe(200);
+      expect(page.headers.get("content-type")).toStartWith("text/html");
+      expect(page.headers.get("content-security-policy")).toContain("default-src 'none'");
+      expect(page.text).toContain("navigator.credentials");
+      expect(page.text).not.toMatch(/src="http/);
+    }
+  });
+});
+
+describe("approval of a sign-in", () => {
+  test("the mail links to approval; the passkey's approval code is the second factor, once", async () => {
+    const authenticator = new SoftAuthenticator("p256");
+    expect((await register(authenticator)).status).toBe(201);
+    const device = new TestDevice();
+    const { id, code, secret } = await started(device);
+    const required = await confirmVerification(t, device, id, code);
+    expect(required.body.error.code).toBe("TWO_FACTOR_REQUIRED");
+    const approved = await approve(authenticator, id, secret);
+    expect(approved.status).toBe(200);
+    const approvalCode: string = approved.body.data.approval_code;
+    expect(approvalCode).toMatch(/^[0-9]{8}$/);
+    const ok = await confirmVerification(t, device, id, code, { second_factor_code: approvalCode });
+    expect(ok.status).toBe(200);
+    expect(
+      (await activate(t, device, f, { body: { named_user_token: ok.body.data.named_user_token } })).status,
+    ).toBe(201);
+
+    // The code belonged to that verification only.
+    const next = await started(device);
+    const reused = await confirmVerification(t, device, next.id, next.code, {
+      second_factor_code: approvalCode,
+    });
+    expect(reused.body.error.code).toBe("TWO_FACTOR_INVALID");
+  });
+
+  test("a forged signature, a replayed counter, a wrong origin or user presence missing is TWO_FACTOR_INVALID", async () => {
+    const authenticator = new SoftAuthenticator("ed25519");
+    await register(authenticator);
+    const { id, secret } = await started(new TestDevice());
+    const forged = new SoftAuthenticator("ed25519");
+    Object.defineProperty(forged, "credentialId", { value: authenticator.credentialId });
+    const bad = await approve(forged, id, secret);
+    expect(bad.status).toBe(401);
+    expect(bad.body.error.code).toBe("TWO_FACTOR_INVALID");
+    expect(
+      (await approve(authenticator, id, secret, { clientData: { origin: "https://evil.example" } })).status,
+    ).toBe(401);
+    expect((await approve(authenticator, id, secret, { flags: 0x04 })).status).toBe(401);
+    expect((await approve(authenticator, id, secret)).status).toBe(200);
+    const replay = await approve(authenticator, id, secret, { keepCounter: true });
+    expect(replay.body.error.details.reason).toContain("counter");
+  });
+
+  test("a wrong secret, a used or replaced verification, and one without options are refused", async () => {
+    const authenticator = new SoftAuthenticator("p256");
+    await register(authenticator);
+    const device = new TestDevice();
+    const { id, secret } = await started(device);
+    expect(
+      (await post("/passkeys/v1/approve/options", { verification_id: id, secret: "A".repeat(43) })).status,
+    ).toBe(410);
+    const noOptions = await post("/passkeys/v1/approve", {
+      verification_id: id,
+      secret,
+      ...authenticator.get("x"),
+    });
+    expect(noOptions.status).toBe(400);
+    await started(device);
+    expect((await post("/passkeys/v1/approve/options", { verification_id: id, secret })).status).toBe(410);
+  });
+
+  test("turning two-factor off deletes the passkeys", async () => {
+    await register(new SoftAuthenticator("p256"));
+    expect((await t.call("DELETE", `/mgmt/v1/license-users/${f.userId}/two-factor`)).status).toBe(204);
+    expect((await t.call("GET", `/mgmt/v1/license-users/${f.userId}`)).body.data.two_factor.passkeys).toBe(0);
+    const device = new TestDevice();
+    const { id, code, mail } = await started(device);
+    expect(mail.approvalUrl).toBeNull();
+    expect((await confirmVerification(t, device, id, code)).status).toBe(200);
+  });
+});
