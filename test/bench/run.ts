@@ -31,6 +31,7 @@ import {
   storeBytes,
 } from "./lib/server.ts";
 import { runWrk, type WrkResult } from "./lib/wrk.ts";
+import { verificationTiming } from "./verification-timing.ts";
 
 /**
  * `npm run bench`: the performance suite of issue 7 against the compiled binary, with the floor of
@@ -710,6 +711,10 @@ async function main(): Promise<number> {
   }
   await server.stop("SIGTERM");
 
+  // 7b. Verification timing (issue 4): its own server and store; this runner is the client.
+  log("verification timing: sending vs silent verification starts, interleaved ...");
+  const timing = await verificationTiming({ workDir: work, serverCpus: SERVER_CPUS, env: SERVER_ENV, log });
+
   // 8. Report.
   const us = (n: number) => `${fixed(n, 1)}`;
   const floors: Record<string, { formula: string; us: number }> = {
@@ -950,6 +955,8 @@ async function main(): Promise<number> {
       verdict(lost === 0 && crash.checked.activations > 0),
     ],
   ];
+  console.log(`\n${timing.report}`);
+  acceptance.push(...timing.acceptance);
   console.log("\n## Summary\n");
   console.log(
     table(["target", "measured", "value", "by CPU time", "result"], acceptance, ["l", "r", "r", "r", "l"]),
@@ -970,6 +977,7 @@ async function main(): Promise<number> {
     scale,
     acceptance,
     setupSec,
+    timing: timing.routes,
   };
   const resultsFile = join(
     tmpdir(),

@@ -1,0 +1,425 @@
+import { generateKeyPairSync } from "node:crypto";
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { publicKeyText } from "../../src/crypto/keys.ts";
+import { freePort } from "../e2e/binary.ts";
+import { cpuSeconds, machineBusySeconds, machineInfo } from "./lib/procstat.ts";
+import { nonce } from "./lib/requests.ts";
+import { type BenchServer, ensureBinary, mgmt, runCli, startServer } from "./lib/server.ts";
+import { seededRandom } from "./lib/stats.ts";
+import {
+  analyse,
+  type ClassSpec,
+  describeTiming,
+  type RouteTiming,
+  type Sample,
+} from "./lib/timing-analysis.ts";
+
+/**
+ * Issue 4's timing acceptance: the 202 of a verification start that sends a code and of one that
+ * is refused silently must not be told apart by latency. For each of the two routes, requests of
+ * a sending class and of silent classes go one at a time, in random order, over keep-alive HTTP on
+ * 127.0.0.1 to the compiled binary (server on one core, this client on the other); the latencies
+ * are compared with the difference of medians (bootstrap 95% CI) and a two-sample KS test, and
+ * the outbox is counted afterwards to prove each class did (or did not) send. See
+ * docs/performance.md "Verification timing".
+ *
+ * `bun test/bench/verification-timing.ts` runs it alone; run.ts calls `verificationTiming`.
+ * BENCH_TIMING_REQUESTS (2000 per class), BENCH_TIMING_GAP_MS (2), BENCH_KEEP=1.
+ */
+
+/** Every request comes from 127.0.0.1: the per-address runtime window would refuse most of them. */
+export const TIMING_SERVER_ENV = {
+  LICENSING_RUNTIME_RATE_LIMIT_IP: "off",
+  LICENSING_RUNTIME_RATE_LIMIT_ACTIVATION: "off",
+  LICENSING_RUNTIME_RATE_LIMIT_LICENSE: "off",
+};
+const POOL = 10;
+/** Trial sends to one address are 120 s apart at least: the silent "gap" class re-primes its addresses this often. */
+const ROUND = 300;
+
+interface Planned {
+  cls: number;
+  body: string;
+  /** The address the body names, for the outbox check. */
+  email: string;
+}
+
+interface Context {
+  server: BenchServer;
+  key: string;
+  dataDir: string;
+  perClass: number;
+  gapMs: number;
+  log: (line: string) => void;
+  /** Mails each address must have received once the run is over (every route so far). */
+  expectedMail: Map<string, number>;
+  /** Totals of the routes checked before, so each route reports its own mails. */
+  mailBefore: { expected: number; found: number };
+}
+
+const random = seededRandom(Date.now() & 0xffffffff);
+let addressCounter = 0;
+const freshAddress = (label: string) => `${label}-${Date.now().toString(36)}-${++addressCounter}@example.com`;
+const deviceKey = () => publicKeyText(generateKeyPairSync("ed25519").publicKey);
+
+function shuffled<T>(items: T[]): T[] {
+  for (let i = items.length - 1; i > 0; i--) {
+    const j = Math.floor(random() * (i + 1));
+    [items[i], items[j]] = [items[j] as T, items[i] as T];
+  }
+  return items;
+}
+
+/** `perClass` of each class, shuffled together. */
+const schedule = (classes: number, perClass: number): number[] =>
+  shuffled(Array.from({ length: classes * perClass }, (_, i) => i % classes));
+
+async function post(
+  ctx: Context,
+  path: string,
+  body: string,
+): Promise<{ status: number; requestId: string | null; ms: number }> {
+  const started = performance.now();
+  const response = await fetch(`${ctx.server.url}${path}`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body,
+  });
+  await response.arrayBuffer();
+  const ms = performance.now() - started;
+  return { status: response.status, requestId: response.headers.get("x-request-id"), ms };
+}
+
+const expectMail = (ctx: Context, email: string) =>
+  ctx.expectedMail.set(email, (ctx.expectedMail.get(email) ?? 0) + 1);
+
+/**
+ * Sends `plan` one request at a time (the next after the previous answer and a `gapMs` pause, so
+ * the mail worker's work after a sending start does not land in the next request), timing each.
+ */
+async function runPlan(
+  ctx: Context,
+  path: string,
+  classes: ClassSpec[],
+  plan: Planned[],
+  measured: boolean,
+  beforeEach?: (index: number) => Promise<void>,
+): Promise<{ samples: Sample[]; statuses: Record<string, number> }> {
+  const samples: Sample[] = [];
+  const statuses: Record<string, number> = {};
+  let previous = -1;
+  for (const [index, item] of plan.entries()) {
+    await beforeEach?.(index);
+    const result = await post(ctx, path, item.body);
+    statuses[result.status] = (statuses[result.status] ?? 0) + 1;
+    if (result.status === 202 && classes[item.cls]?.sends) expectMail(ctx, item.email);
+    if (measured) samples.push({ cls: item.cls, ms: result.ms, requestId: result.requestId, previous });
+    previous = item.cls;
+    if (ctx.gapMs > 0) await Bun.sleep(ctx.gapMs);
+  }
+  return { samples, statuses };
+}
+
+/** Waits for the mail worker to write every pending mail, then counts the .eml files per recipient. */
+async function outboxCheck(ctx: Context): Promise<RouteTiming["outbox"]> {
+  const dir = join(ctx.dataDir, "outbox");
+  const expected = [...ctx.expectedMail.values()].reduce((a, b) => a + b, 0);
+  const files = () => readdirSync(dir, { withFileTypes: true }).filter((f) => f.name.endsWith(".eml"));
+  let last = -1;
+  for (let i = 0; i < 120; i++) {
+    const count = files().length;
+    if (count >= expected && count === last) break;
+    last = count;
+    await Bun.sleep(250);
+  }
+  const found = new Map<string, number>();
+  for (const file of files()) {
+    const head = readFileSync(join(dir, file.name), "utf8").split("\r\n\r\n")[0] ?? "";
+    const to = /^To: (.*)$/m.exec(head)?.[1]?.trim().toLowerCase() ?? "?";
+    found.set(to, (found.get(to) ?? 0) + 1);
+  }
+  const mismatches: string[] = [];
+  for (const address of new Set([...found.keys(), ...ctx.expectedMail.keys()])) {
+    const want = ctx.expectedMail.get(address) ?? 0;
+    const got = found.get(address) ?? 0;
+    if (want !== got) mismatches.push(`${address}: expected ${want}, found ${got}`);
+  }
+  const total = { expected, found: [...found.values()].reduce((a, b) => a + b, 0) };
+  const own = {
+    expected: total.expected - ctx.mailBefore.expected,
+    found: total.found - ctx.mailBefore.found,
+  };
+  ctx.mailBefore = total;
+  return { ...own, mismatches };
+}
+
+/** Measures the load around `body`: this process, the server and everything else on the machine. */
+async function underLoad<T>(ctx: Context, body: () => Promise<T>) {
+  const busy = machineBusySeconds();
+  const self = process.cpuUsage();
+  const server = cpuSeconds(ctx.server.pid);
+  const started = performance.now();
+  const result = await body();
+  const seconds = (performance.now() - started) / 1000;
+  const own = process.cpuUsage(self);
+  const serverCpu = cpuSeconds(ctx.server.pid) - server;
+  const other = machineBusySeconds() - busy - serverCpu - (own.user + own.system) / 1e6;
+  return {
+    result,
+    load: {
+      otherCpuPct: Math.max(0, (other / seconds) * 100),
+      serverCpuPct: (serverCpu / seconds) * 100,
+      seconds,
+    },
+  };
+}
+
+// ---------------------------------------------------------------------------------------------
+/** Named users: the address of an assigned user, an unknown address, a user not assigned. */
+async function emailVerification(ctx: Context): Promise<RouteTiming> {
+  const { url } = ctx.server;
+  const product = await mgmt(url, ctx.key, "POST", "/mgmt/v1/products", {
+    name: "Timing named users",
+    code: `timing-nu-${Date.now().toString(36)}`,
+    environment: "live",
+  });
+  const productId = product.body.data.public_id as string;
+  const policy = await mgmt(url, ctx.key, "POST", "/mgmt/v1/policies", {
+    product_id: productId,
+    name: "Named",
+    identity_mode: "named_user",
+    license_unit_limit: null,
+  });
+  const license = await mgmt(url, ctx.key, "POST", "/mgmt/v1/licenses", {
+    product_id: productId,
+    policy_id: policy.body.data.public_id,
+  });
+  const licenseId = license.body.data.public_id as string;
+  const licenseKey = license.body.data.key as string;
+  const user = async (label: string) => {
+    const email = freshAddress(label);
+    const created = await mgmt(url, ctx.key, "POST", "/mgmt/v1/license-users", { email, name: label });
+    return { email, id: created.body.data.public_id as string };
+  };
+  const assigned: string[] = [];
+  const unassigned: string[] = [];
+  for (let i = 0; i < POOL; i++) {
+    const u = await user("assigned");
+    await mgmt(url, ctx.key, "POST", `/mgmt/v1/licenses/${licenseId}/assignments`, { user_id: u.id });
+    assigned.push(u.email);
+    unassigned.push((await user("unassigned")).email);
+  }
+  const unknown = Array.from({ length: POOL }, () => freshAddress("unknown"));
+  const classes: ClassSpec[] = [
+    { name: "assigned user (sends)", sends: true },
+    { name: "unknown address", sends: false },
+    { name: "user not assigned", sends: false },
+  ];
+  const pools = [assigned, unknown, unassigned];
+  // Pools, not fresh addresses, in every class: a start replaces the open verification of the same
+  // address (an UPDATE that finds one row), so every class must have one open, as after the warm-up.
+  const plan = (cls: number, chosen?: string): Planned => {
+    const email = chosen ?? ((pools[cls] as string[])[Math.floor(random() * POOL)] as string);
+    return {
+      cls,
+      email,
+      body: JSON.stringify({
+        product_id: productId,
+        license_key: licenseKey,
+        email,
+        device_signing_public_key: deviceKey(),
+        nonce: nonce(),
+        locale: "en",
+        sdk_version: "bench",
+      }),
+    };
+  };
+  const path = "/runtime/v1/email-verifications";
+  // Warm-up: every pool address once (so each has an open verification), then 100 of each class.
+  const warm = [
+    ...pools.flatMap((pool, cls) => pool.map((email) => plan(cls, email))),
+    ...schedule(3, 100).map((cls) => plan(cls)),
+  ];
+  await runPlan(ctx, path, classes, warm, false);
+  const measured = schedule(3, ctx.perClass).map((cls) => plan(cls));
+  ctx.log(`  email verification: ${measured.length} starts (${ctx.perClass} per class) ...`);
+  const { result, load } = await underLoad(ctx, () => runPlan(ctx, path, classes, measured, true));
+  return analyse(
+    ctx.server.logPath,
+    path,
+    classes,
+    result.samples,
+    result.statuses,
+    await outboxCheck(ctx),
+    load,
+  );
+}
+
+/** Trials: a fresh address (sends), an address inside its 120 s gap, a product without a trial policy. */
+async function trialVerification(ctx: Context): Promise<RouteTiming> {
+  const { url } = ctx.server;
+  const product = async (label: string, withPolicy: boolean) => {
+    const created = await mgmt(url, ctx.key, "POST", "/mgmt/v1/products", {
+      name: `Timing ${label}`,
+      code: `timing-${label}-${Date.now().toString(36)}`,
+      environment: "live",
+    });
+    const id = created.body.data.public_id as string;
+    if (withPolicy) {
+      const trial = await mgmt(url, ctx.key, "POST", "/mgmt/v1/policies", {
+        product_id: id,
+        name: "Trial",
+        license_type: "trial",
+        trial_days: 14,
+      });
+      await mgmt(url, ctx.key, "PATCH", `/mgmt/v1/products/${id}/trial-signup`, {
+        policy_id: trial.body.data.public_id,
+      });
+    }
+    return id;
+  };
+  const withTrials = await product("trial", true);
+  const withoutTrials = await product("notrial", false);
+  const classes: ClassSpec[] = [
+    { name: "new address (sends)", sends: true },
+    { name: "address inside its 120 s gap", sends: false },
+    { name: "product without trial policy", sends: false },
+  ];
+  const body = (productId: string, email: string) =>
+    JSON.stringify({
+      product_id: productId,
+      email,
+      device_signing_public_key: deviceKey(),
+      nonce: nonce(),
+      locale: "en",
+      sdk_version: "bench",
+    });
+  let gapPool: string[] = [];
+  const plan = (cls: number): Planned => {
+    if (cls === 1) {
+      // Filled in by `prime` right before the request's round: the pool does not exist yet.
+      return { cls, email: "", body: "" };
+    }
+    const email = freshAddress(cls === 0 ? "trial" : "notrial");
+    return { cls, email, body: body(cls === 0 ? withTrials : withoutTrials, email) };
+  };
+  const path = "/runtime/v1/trial-verifications";
+  /** Every ROUND requests: new gap addresses, each sent one code (unmeasured), then the mails written. */
+  const primeRounds = (items: Planned[]) => async (index: number) => {
+    if (index % ROUND !== 0) return;
+    gapPool = Array.from({ length: POOL }, () => freshAddress("gap"));
+    const primes = gapPool.map((email) => ({ cls: 0, email, body: body(withTrials, email) }));
+    await runPlan(ctx, path, classes, primes, false);
+    for (const item of items.slice(index, index + ROUND)) {
+      if (item.cls !== 1) continue;
+      item.email = gapPool[Math.floor(random() * POOL)] as string;
+      item.body = body(withTrials, item.email);
+    }
+    await Bun.sleep(200);
+  };
+  const warm = schedule(3, 100).map(plan);
+  await runPlan(ctx, path, classes, warm, false, primeRounds(warm));
+  const measured = schedule(3, ctx.perClass).map(plan);
+  ctx.log(`  trial verification: ${measured.length} starts (${ctx.perClass} per class) ...`);
+  const { result, load } = await underLoad(ctx, () =>
+    runPlan(ctx, path, classes, measured, true, primeRounds(measured)),
+  );
+  return analyse(
+    ctx.server.logPath,
+    path,
+    classes,
+    result.samples,
+    result.statuses,
+    await outboxCheck(ctx),
+    load,
+  );
+}
+
+// ---------------------------------------------------------------------------------------------
+/**
+ * Starts its own server on a fresh data dir under `workDir` (pinned to `serverCpus`; the caller is
+ * pinned to the other core), runs both routes and stops it.
+ */
+export async function verificationTiming(options: {
+  workDir: string;
+  serverCpus: string | null;
+  log: (line: string) => void;
+  env?: Record<string, string>;
+  perClass?: number;
+  gapMs?: number;
+  /** Run this instead of the executable (e.g. the sources under Bun, to try a change). */
+  command?: string[];
+}): Promise<{
+  routes: RouteTiming[];
+  report: string;
+  acceptance: [string, string, string, string, string][];
+  pass: boolean;
+}> {
+  const dataDir = join(options.workDir, "timing-data");
+  const logDir = join(options.workDir, "timing-logs");
+  mkdirSync(logDir, { recursive: true });
+  const init = await runCli(["init", "--data-dir", dataDir, "--json"]);
+  if (init.exitCode !== 0) throw new Error(`init failed: ${init.stderr}`);
+  const key = JSON.parse(init.stdout).api_keys.live as string;
+  const server = await startServer({
+    dataDir,
+    port: await freePort(),
+    cpus: options.serverCpus,
+    logDir,
+    env: options.env ?? TIMING_SERVER_ENV,
+    command: options.command,
+  });
+  try {
+    const plan = await mgmt(server.url, key, "GET", "/mgmt/v1/plan");
+    const missing = (plan.body.data.unavailable_features as { key: string }[])
+      .map((f) => f.key)
+      .filter((f) => f === "email_license_verification" || f === "trial_licenses");
+    if (missing.length > 0)
+      throw new Error(`the workspace plan (${plan.body.data.plan.code}) lacks ${missing.join(", ")}`);
+    const ctx: Context = {
+      server,
+      key,
+      dataDir,
+      perClass: options.perClass ?? Number(process.env.BENCH_TIMING_REQUESTS ?? 2000),
+      gapMs: options.gapMs ?? Number(process.env.BENCH_TIMING_GAP_MS ?? 2),
+      log: options.log,
+      expectedMail: new Map(),
+      mailBefore: { expected: 0, found: 0 },
+    };
+    const routes = [await emailVerification(ctx), await trialVerification(ctx)];
+    const { report, acceptance } = describeTiming(routes);
+    return { routes, report, acceptance, pass: routes.every((r) => r.pass) };
+  } finally {
+    await server.stop("SIGTERM");
+  }
+}
+
+if (import.meta.main) {
+  const machine = machineInfo();
+  const serverCpus = machine.cores >= 2 ? "0" : null;
+  // As run.ts: this process (the client) on the last core, the server on core 0.
+  if (machine.cores >= 2)
+    Bun.spawnSync(["taskset", "-a", "-p", "-c", String(machine.cores - 1), String(process.pid)], {
+      stdout: "ignore",
+    });
+  const startedAt = performance.now();
+  const log = (line: string) =>
+    console.log(`[${((performance.now() - startedAt) / 1000).toFixed(0).padStart(4)}s] ${line}`);
+  const work = mkdtempSync(join(tmpdir(), "licensing-timing-"));
+  let code = 1;
+  try {
+    log(
+      `binary ${ensureBinary(log)}; server on CPU ${serverCpus ?? "(any)"}, client on CPU ${machine.cores - 1}`,
+    );
+    const result = await verificationTiming({ workDir: work, serverCpus, log });
+    console.log(`\n${result.report}\n`);
+    for (const row of result.acceptance) console.log(`${row[4]}  ${row[0]}: ${row[1]}, ${row[2]}`);
+    code = result.pass ? 0 : 1;
+  } finally {
+    if (process.env.BENCH_KEEP === "1") console.log(`kept ${work}`);
+    else rmSync(work, { recursive: true, force: true });
+  }
+  process.exit(code);
+}
