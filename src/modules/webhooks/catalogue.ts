@@ -38,6 +38,7 @@ export const AUDIT_EVENT_TYPES = [
   "license_user.two_factor_enabled",
   "license_user.two_factor_disabled",
   "license_user.two_factor_unlocked",
+  "license_user.passkey_link_created",
   "license_assignment.created",
   "license_assignment.removed",
   "billing_integration.configured",
