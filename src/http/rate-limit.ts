@@ -90,6 +90,9 @@ export class GcraLimiter {
    * going past its limit is refused for at most that long once it stops.
    */
   charge(key: string, nowMs: number): void {
+    // Some limiters are charged for keys they are never asked about (runtime-limits.ts), so
+    // charging sweeps too: memory stays bounded by the keys charged within about two windows.
+    this.sweep(nowMs);
     const tat = Math.max(this.tat.get(key) ?? nowMs, nowMs);
     this.tat.set(key, Math.min(tat + this.intervalMs, nowMs + 2 * this.burstMs));
   }
@@ -103,6 +106,11 @@ export class GcraLimiter {
     };
     if (!decision.allowed) headers["retry-after"] = String(decision.retryAfterSec);
     return headers;
+  }
+
+  /** Keys remembered (those whose bucket has not refilled, and some that have, until the next sweep). */
+  get size(): number {
+    return this.tat.size;
   }
 
   /** Forget keys whose bucket has refilled: they are indistinguishable from new keys. */

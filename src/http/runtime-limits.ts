@@ -15,8 +15,17 @@ import { classifyRuntimeRequest, type RuntimeMetering } from "./runtime-routes.t
 export interface RuntimeAdmission {
   metering: RuntimeMetering;
   at: Date;
-  /** Device-proof calls only: the buckets to charge once the answer shows the proof verified. */
-  device?: { address: string; activationId: string | null; licenseId: string | null };
+  /** Device-proof calls only: the buckets to charge once the answer shows whether the proof verified. */
+  device?: DeviceAdmission;
+}
+
+interface DeviceAdmission {
+  address: string;
+  activationId: string | null;
+  /** Null for an activation that does not exist (or when nothing needed to look it up). */
+  licenseId: string | null;
+  /** The address-and-activation key of the failing-proof windows; null for an unknown activation. */
+  pair: string | null;
 }
 
 export interface RuntimeLimitDeps {
@@ -34,8 +43,9 @@ export interface RuntimeLimitDeps {
 /**
  * Answers of a device-proof route that say nothing about who sent the request: malformed or
  * missing proof headers, a body refused before the proof is checked, an unknown activation, a
- * proof that does not verify. They are charged to the sender's address, never to the activation
- * the headers name, so nobody can use up a device's window by sending requests in its name.
+ * proof that does not verify. They are never charged to the activation the headers name (nobody
+ * can use up a device's window by sending requests in its name) but to the failing-proof windows
+ * of the sender's address (see admitDevice).
  */
 const UNPROVEN: ReadonlySet<string> = new Set<ErrorCode>([
   "INVALID_REQUEST",
@@ -96,9 +106,15 @@ const refused = (message: string, limiter: GcraLimiter, decision: RateLimitDecis
  */
 export function runtimeLimits(deps: RuntimeLimitDeps) {
   const byAddress = limiter("runtime-ip", deps.limits.ip);
-  // Failed device proofs get their own per-address windows: devices behind one NAT address share
-  // it, and their (proven) calls must not be refused because of the address's anonymous traffic.
+  // Failing device proofs get windows of their own (admitDevice says how they are used): devices
+  // behind one NAT address share it, and their (proven) calls must not be refused because of the
+  // address's anonymous traffic.
   const failedProofs = limiter("runtime-ip-unproven", deps.limits.ip);
+  const failedPairs = limiter("runtime-activation-unproven", deps.limits.activation);
+  // Whether an activation failed from an address within the last window (one failure fills it).
+  const failedLately = deps.limits.ip
+    ? new GcraLimiter({ name: "runtime-ip-unproven", limit: 1, windowSec: deps.limits.ip.windowSec })
+    : null;
   const byActivation = limiter("runtime-activation", deps.limits.activation);
   const byLicense = limiter("runtime-license", deps.limits.license);
 
@@ -138,6 +154,10 @@ export function runtimeLimits(deps: RuntimeLimitDeps) {
         const nowMs = admission.at.getTime();
         if (state.errorCode !== undefined && UNPROVEN.has(state.errorCode)) {
           failedProofs?.charge(device.address, nowMs);
+          if (device.pair !== null) {
+            failedPairs?.charge(device.pair, nowMs);
+            failedLately?.charge(device.pair, nowMs);
+          }
         } else {
           if (device.activationId !== null) byActivation?.charge(device.activationId, nowMs);
           if (device.licenseId !== null) byLicense?.charge(device.licenseId, nowMs);
@@ -160,30 +180,53 @@ export function runtimeLimits(deps: RuntimeLimitDeps) {
 
   /**
    * A device-proof call is let through while its activation's and license's windows have room,
-   * and charged to them once its answer shows the proof verified (mapResponse above); a sender
-   * whose proofs keep failing is refused per address.
+   * and charged to them once its answer shows the proof verified (mapResponse above). Failing
+   * calls cost a signature check each (or, for an unknown activation, a primary-key read), so they
+   * are limited too, without letting a sender refuse devices that share its address:
+   * - per address and activation named (`runtime-activation-unproven`): forging proofs in a
+   *   device's name slows that device only from the forger's own address;
+   * - per address (`runtime-ip-unproven`), all failures together. Past it, requests naming no
+   *   known activation are refused, and a known activation is refused only if it failed from that
+   *   address within the last window: one more signature check per known activation per window
+   *   at most, while an activation that has not failed there (a genuine device) goes on.
    */
   function admitDevice(
     request: Request,
     headers: Record<string, string | number>,
     now: Date,
-  ): RuntimeAdmission["device"] {
+  ): DeviceAdmission {
     const nowMs = now.getTime();
     const address = addressPartition(clientAddress.of(request, deps.trustForwardedFor));
+    const header = request.headers.get("x-service-activation");
+    const activationId = header && header.length <= MAX_ACTIVATION_ID ? header : null;
+    const licenseId =
+      activationId !== null && (byLicense || failedProofs) ? deps.licenseOf(activationId) : null;
+    // Only activations that exist get a key of their own, so made-up ids cannot fill the maps.
+    const pair = licenseId !== null ? `${address} ${activationId}` : null;
     if (failedProofs) {
       const decision = failedProofs.peek(address, nowMs);
       if (!decision.allowed) {
+        const lately = pair !== null && failedLately ? failedLately.peek(pair, nowMs) : null;
+        if (lately === null || !lately.allowed) {
+          const retryAfterSec = Math.min(decision.retryAfterSec, lately?.retryAfterSec ?? Infinity);
+          throw refused("Too many requests with failing device proofs from this address.", failedProofs, {
+            ...decision,
+            retryAfterSec,
+          });
+        }
+      }
+    }
+    if (pair !== null && failedPairs) {
+      const decision = failedPairs.peek(pair, nowMs);
+      if (!decision.allowed) {
         throw refused(
-          "Too many requests with failing device proofs from this address.",
-          failedProofs,
+          "Too many requests with failing device proofs for this activation from this address.",
+          failedPairs,
           decision,
         );
       }
     }
-    const header = request.headers.get("x-service-activation");
-    const activationId = header && header.length <= MAX_ACTIVATION_ID ? header : null;
-    if (activationId === null) return { address, activationId: null, licenseId: null };
-    const licenseId = byLicense ? deps.licenseOf(activationId) : null;
+    if (activationId === null) return { address, activationId: null, licenseId: null, pair: null };
     let shown: { limiter: GcraLimiter; decision: RateLimitDecision } | null = null;
     for (const [bucket, key, message] of [
       [byActivation, activationId, "Too many requests for this activation."],
@@ -196,6 +239,6 @@ export function runtimeLimits(deps: RuntimeLimitDeps) {
       if (!shown || decision.remaining < shown.decision.remaining) shown = { limiter: bucket, decision };
     }
     if (shown) Object.assign(headers, shown.limiter.headers(shown.decision));
-    return { address, activationId, licenseId };
+    return { address, activationId, licenseId, pair };
   }
 }

@@ -125,3 +125,24 @@ describe("GcraLimiter headers", () => {
     expect(headers.get("RateLimit")?.startsWith('"runtime-ip";r=2;t=')).toBe(true);
   });
 });
+
+describe("GcraLimiter memory", () => {
+  test("keys whose bucket has refilled are forgotten, also when the limiter is only ever charged", () => {
+    const limiter = perMinute();
+    // Keys shaped like the per-address-and-activation windows of failing device proofs.
+    for (let i = 0; i < 1_000; i++) limiter.charge(`2001:db8:0:${i.toString(16)}::/64 act_${i}`, T0);
+    expect(limiter.size).toBeGreaterThan(0);
+    expect(limiter.size).toBeLessThanOrEqual(1_000);
+    limiter.charge("203.0.113.1 act_x", T0 + 60_000 + 6_000);
+    expect(limiter.size).toBe(1);
+  });
+
+  test("keys still owing are kept when the others are forgotten", () => {
+    const limiter = perMinute();
+    limiter.charge("old", T0);
+    burst(limiter, "busy", 10, T0 + 50_000);
+    limiter.peek("other", T0 + 60_000 + 6_000);
+    expect(limiter.size).toBe(1);
+    expect(limiter.peek("busy", T0 + 60_000 + 6_000).allowed).toBe(true);
+  });
+});
