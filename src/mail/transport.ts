@@ -24,7 +24,10 @@ export const DEFAULT_MAIL_FROM = "Licensing <licensing@localhost>";
 
 const message = (mail: OutgoingMail): Mail.Options => ({
   from: mail.from,
-  to: mail.to,
+  // An address object, never a string: nodemailer parses a string as a header value and would
+  // read `x<victim@example.com>` as the name x and the mailbox victim@example.com, or a comma as
+  // two recipients. As an object it is one mailbox, whatever the stored text holds.
+  to: { name: "", address: mail.to },
   subject: mail.subject,
   text: mail.text,
   html: mail.html,

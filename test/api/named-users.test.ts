@@ -23,7 +23,8 @@ describe("license users", () => {
     expect(created.status).toBe(201);
     const user = created.body.data;
     expect(user).toMatchObject({
-      email: "Ada@Example.com",
+      // The local part as typed, the domain lower-cased (src/domain/email-address.ts).
+      email: "Ada@example.com",
       name: "Ada",
       external_ref: "crm-1",
       identity: "local",

@@ -1,6 +1,7 @@
 import { Elysia } from "elysia";
 import { managementAuth } from "../../http/auth.ts";
 import { changeContext } from "../../http/context.ts";
+import { emailField } from "../../http/email-field.ts";
 import { postOnce } from "../../http/idempotency.ts";
 import { pageRequest, toPage } from "../../http/pagination.ts";
 import { noContent } from "../../http/respond.ts";
@@ -30,11 +31,14 @@ export const customersController = ({ customers, idempotency }: Services) =>
     )
     .post(
       "",
-      ({ caller, body, headers, request }) =>
-        postOnce(idempotency, ROUTE, { caller, headers, body }, () => {
+      ({ caller, body, headers, request }) => {
+        // The schema's pattern is a first filter; this is the full check (an IDN must convert).
+        if (body.email) emailField(body.email);
+        return postOnce(idempotency, ROUTE, { caller, headers, body }, () => {
           const row = customers.create(body, changeContext(caller, request));
           return { status: 201, body: { data: presentCustomer(row) }, headers: { etag: customerEtag(row) } };
-        }),
+        });
+      },
       {
         scope: "customers:write",
         body: "customer.create",
@@ -59,6 +63,7 @@ export const customersController = ({ customers, idempotency }: Services) =>
     .patch(
       "/:id",
       ({ caller, params, body, headers, request, set }) => {
+        if (body.email) emailField(body.email);
         const row = customers.update(params.id, body, headers["if-match"], changeContext(caller, request));
         set.headers.etag = customerEtag(row);
         return { data: presentCustomer(row) };

@@ -1,10 +1,11 @@
 import { Type } from "@sinclair/typebox";
+import { EMAIL_ADDRESS_PATTERN } from "../../domain/email-address.ts";
 import { pageParams } from "../../http/pagination.ts";
 import { DateTime, dataOf, listOf, Nullable } from "../../http/schemas.ts";
 import { StringEnum } from "../../http/schemas-enum.ts";
 
-/** Deliberately loose: one @, something on each side, no spaces. Deliverability is the mailer's job. */
-export const EMAIL_PATTERN = "^[^\\s@]+@[^\\s@]+\\.[^\\s@]+$";
+/** A plain addr-spec only (src/domain/email-address.ts): never a display name a mailer could read another address from. */
+export const EMAIL_PATTERN = EMAIL_ADDRESS_PATTERN;
 
 const fields = {
   name: Type.Optional(Nullable(Type.String({ minLength: 1, maxLength: 200 }))),

@@ -1,5 +1,6 @@
 import { and, desc, eq, lt, sql } from "drizzle-orm";
 import type { ChangeContext, Deps } from "../../deps.ts";
+import { parseEmailAddress } from "../../domain/email-address.ts";
 import { ApiError } from "../../http/errors.ts";
 import type { PageRequest } from "../../http/pagination.ts";
 import { ifMatchAccepts, opaqueEtag, versionConflict } from "../../http/preconditions.ts";
@@ -8,6 +9,13 @@ import { recordAudit } from "../events/service.ts";
 import type { CustomerBody } from "./model.ts";
 
 export type CustomerRow = typeof customers.$inferSelect;
+
+/**
+ * The address as stored: canonical (domain lower-cased, IDN as punycode) when it parses. The
+ * controller refuses anything else (`emailField`); an internal caller (billing, with the buyer's
+ * address from the provider) keeps its text rather than failing a paid order over its form.
+ */
+const storedEmail = (email: string): string => parseEmailAddress(email)?.address ?? email;
 
 export const customerEtag = (row: CustomerRow): string => opaqueEtag(row.id, row.revision);
 
@@ -62,7 +70,7 @@ export class CustomerService {
     const row: CustomerRow = {
       id: this.deps.ids.next("customer", now.getTime()),
       name: body.name ?? null,
-      email: body.email ?? null,
+      email: body.email ? storedEmail(body.email) : null,
       externalRef: body.external_ref ?? null,
       notes: body.notes ?? null,
       status: "active",
@@ -91,7 +99,8 @@ export class CustomerService {
         keyof typeof FIELDS,
         (typeof FIELDS)[keyof typeof FIELDS],
       ][]) {
-        const value = body[field];
+        const given = body[field];
+        const value = field === "email" && given ? storedEmail(given) : given;
         if (value !== undefined && value !== current[column]) changes[column] = value;
       }
       const next: CustomerRow = { ...current, ...changes };

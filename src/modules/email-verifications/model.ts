@@ -1,7 +1,7 @@
 import { Type } from "@sinclair/typebox";
+import { EmailAddressField } from "../../http/email-field.ts";
 import { IdField } from "../../http/schemas.ts";
 import { NONCE, signed } from "../activations/model.ts";
-import { EMAIL_PATTERN } from "../customers/model.ts";
 
 const DeviceKey = Type.String({ maxLength: 200, description: "ed25519:… or p256:…" });
 const Locale = Type.String({
@@ -14,7 +14,7 @@ export const EmailVerificationStart = Type.Object(
   {
     product_id: IdField(),
     license_key: Type.String({ minLength: 1, maxLength: 64 }),
-    email: Type.String({ minLength: 3, maxLength: 254, pattern: EMAIL_PATTERN }),
+    email: EmailAddressField(),
     device_signing_public_key: DeviceKey,
     nonce: NONCE,
     locale: Type.Optional(Locale),

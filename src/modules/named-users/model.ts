@@ -1,10 +1,12 @@
 import { Type } from "@sinclair/typebox";
+import { EmailAddressField } from "../../http/email-field.ts";
 import { pageParams } from "../../http/pagination.ts";
 import { DateTime, dataOf, IdField, listOf, Nullable } from "../../http/schemas.ts";
 import { StringEnum } from "../../http/schemas-enum.ts";
-import { EMAIL_PATTERN } from "../customers/model.ts";
 
-const Email = Type.String({ minLength: 3, maxLength: 254, pattern: EMAIL_PATTERN });
+const Email = EmailAddressField(
+  "A plain address; the local part is kept as typed, an international domain as punycode; unique in any case.",
+);
 
 const editable = {
   name: Type.Optional(Nullable(Type.String({ minLength: 1, maxLength: 200 }))),

@@ -1,6 +1,8 @@
 import { and, count, desc, eq, isNull, lt } from "drizzle-orm";
 import type { ChangeContext, Deps } from "../../deps.ts";
+import { parseEmailAddress } from "../../domain/email-address.ts";
 import type { Environment } from "../../domain/scopes.ts";
+import { emailField } from "../../http/email-field.ts";
 import { ApiError } from "../../http/errors.ts";
 import type { PageRequest } from "../../http/pagination.ts";
 import { ifMatchAccepts, opaqueEtag, versionConflict } from "../../http/preconditions.ts";
@@ -19,7 +21,9 @@ import type { LicenseUserCreateBody, LicenseUserUpdateBody } from "./model.ts";
 export type LicenseUserRow = typeof licenseUsers.$inferSelect;
 export type AssignmentRow = typeof licenseAssignments.$inferSelect;
 
-export const normalizeEmail = (email: string): string => email.trim().toLowerCase();
+/** An address's lookup key (src/domain/email-address.ts); text that is no address is only lower-cased, and matches nothing stored. */
+export const normalizeEmail = (email: string): string =>
+  parseEmailAddress(email)?.lookupKey ?? email.trim().toLowerCase();
 export const licenseUserEtag = (row: LicenseUserRow): string => opaqueEtag(row.id, row.revision);
 
 export function presentAssignment(row: AssignmentRow) {
@@ -102,11 +106,12 @@ export class NamedUserService {
   create(body: LicenseUserCreateBody, ctx: ChangeContext): LicenseUserRow {
     const now = this.deps.clock.now();
     this.assertCustomer(body.customer_id);
+    const email = emailField(body.email);
     const row: LicenseUserRow = {
       id: this.deps.ids.next("user", now.getTime()),
       environment: ctx.environment,
-      email: body.email.trim(),
-      emailNormalized: normalizeEmail(body.email),
+      email: email.address,
+      emailNormalized: email.lookupKey,
       name: body.name ?? null,
       externalRef: body.external_ref ?? null,
       customerId: body.customer_id ?? null,
@@ -153,11 +158,12 @@ export class NamedUserService {
         changes[column] = value;
         changed.push(field);
       };
-      if (body.email !== undefined && normalizeEmail(body.email) !== current.emailNormalized) {
-        set("email", "email", body.email.trim());
-        changes.emailNormalized = normalizeEmail(body.email);
-      } else if (body.email !== undefined) {
-        set("email", "email", body.email.trim());
+      const email = body.email === undefined ? undefined : emailField(body.email);
+      if (email && email.lookupKey !== current.emailNormalized) {
+        set("email", "email", email.address);
+        changes.emailNormalized = email.lookupKey;
+      } else if (email) {
+        set("email", "email", email.address);
       }
       set("name", "name", body.name);
       set("external_ref", "externalRef", body.external_ref);

@@ -1,16 +1,14 @@
 import { Type } from "@sinclair/typebox";
+import { EmailAddressField } from "../../http/email-field.ts";
 import { IdField } from "../../http/schemas.ts";
 import { MachineInfo, NONCE, signed } from "../activations/model.ts";
 
 const Version = IdField();
 
-/** Lenient on purpose: anything that could be a mailbox passes; what matters is that the code arrives. */
-const Email = Type.String({
-  minLength: 3,
-  maxLength: 254,
-  pattern: "^[^\\s@]+@[^\\s@]+$",
-  description: "The address the code is sent to; compared case-insensitively.",
-});
+/** A plain addr-spec (src/domain/email-address.ts): the limits and the mailer must see one and the same mailbox. */
+const Email = EmailAddressField(
+  "The address the code is sent to, a plain addr-spec (no display name); compared case-insensitively.",
+);
 
 const Locale = Type.String({
   maxLength: 35,

@@ -5,6 +5,7 @@ import { canonicalize } from "../../crypto/jcs.ts";
 import { type PublicKeyInfo, parsePublicKey, thumbprint, verifySignature } from "../../crypto/keys.ts";
 import type { ChangeContext, Deps } from "../../deps.ts";
 import { unixSeconds } from "../../domain/clock.ts";
+import type { EmailAddress } from "../../domain/email-address.ts";
 import {
   CODE_LENGTH,
   CODE_TTL_SEC,
@@ -13,6 +14,7 @@ import {
   hashCode,
 } from "../../domain/verification-code.ts";
 import { CLOCK_SKEW_SEC, proofInvalid } from "../../http/device-proof.ts";
+import { emailField } from "../../http/email-field.ts";
 import { ApiError } from "../../http/errors.ts";
 import type { IdempotencyStore, Outcome } from "../../http/idempotency.ts";
 import type { MailOutbox } from "../../mail/outbox.ts";
@@ -46,9 +48,6 @@ interface StartResult {
   resend_after_sec: number;
   code_length: number;
 }
-
-/** Addresses compare case-insensitively and without surrounding spaces. */
-export const normalizeEmail = (email: string): string => email.trim().toLowerCase();
 
 const expired = () =>
   new ApiError(
@@ -95,7 +94,8 @@ export class TrialVerificationService {
       });
     }
     if (product.signingStatus !== "ready") this.trust.signingKey(product.id);
-    const emailLookup = this.emailLookup(body.email);
+    const email = emailField(body.email);
+    const emailLookup = this.emailLookup(email);
     const deviceThumbprint = thumbprint(body.device_signing_public_key);
     const data = this.deps.db.transaction(
       (tx) => {
@@ -130,7 +130,8 @@ export class TrialVerificationService {
         this.mail.enqueue(
           tx,
           {
-            to: body.email.trim(),
+            // The parsed address, never the text as given: limits and mailer see one mailbox.
+            to: email.address,
             template: "trial_verification_code",
             locale: body.locale,
             data: { code, product_name: product.name, expires_minutes: String(CODE_TTL_SEC / 60) },
@@ -177,7 +178,7 @@ export class TrialVerificationService {
       Object.assign(target, { environment: verification.environment, productId: verification.productId });
       const deviceKey = this.verifyProof(body);
       const deviceThumbprint = thumbprint(deviceKey.text);
-      const emailLookup = this.emailLookup(body.email);
+      const emailLookup = this.emailLookup(emailField(body.email));
       // A used verification goes straight to idempotency: the same request again is a replay.
       if (verification.status === "started") {
         this.checkCode(verification.id, body.code, emailLookup);
@@ -213,8 +214,8 @@ export class TrialVerificationService {
     return product;
   }
 
-  private emailLookup(email: string): string {
-    return this.deps.secrets.lookupHash(normalizeEmail(email), "trial-email");
+  private emailLookup(email: EmailAddress): string {
+    return this.deps.secrets.lookupHash(email.lookupKey, "trial-email");
   }
 
   /** Both device keys, the clock, and the trial proof over the body (its own prefix, never the activation one). */
@@ -332,7 +333,7 @@ export class TrialVerificationService {
         {
           product_id: product.id,
           policy_id: state.policy.id,
-          metadata: { trial_signup_email: normalizeEmail(body.email) },
+          metadata: { trial_signup_email: emailField(body.email).lookupKey },
         },
         ctx,
       );
