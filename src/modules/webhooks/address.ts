@@ -5,10 +5,16 @@ import { isIP } from "node:net";
  * The outbound address check run before every attempt (DESIGN §6,
  * LICENSING_WEBHOOK_ALLOW_PRIVATE_NETWORKS): a receiver URL must not reach loopback, private,
  * link-local, unique-local, cloud-metadata or otherwise non-public addresses, in IPv4 or IPv6
- * spelling (IPv4-mapped, IPv4-compatible and NAT64 forms included), unless the operator allows it.
+ * spelling (IPv4-mapped, IPv4-compatible, SIIT, NAT64, 6to4 and Teredo forms included), unless the
+ * operator allows it. The ranges follow the IANA IPv4 and IPv6 Special-Purpose Address Registries:
+ * every block not marked globally reachable is refused (test/unit/webhook-address.test.ts).
  */
 
-/** IPv4 ranges that are not the public internet: [network, prefix length]. */
+/**
+ * IPv4 ranges that are not the public internet: [network, prefix length]. The globally reachable
+ * special-purpose blocks (AS112 192.31.196.0/24 and 192.175.48.0/24, AMT 192.52.193.0/24) are
+ * left out: a receiver could sit there.
+ */
 const IPV4_BLOCKED: readonly [string, number][] = [
   ["0.0.0.0", 8], // "this network"
   ["10.0.0.0", 8],
@@ -20,6 +26,7 @@ const IPV4_BLOCKED: readonly [string, number][] = [
   ["192.0.2.0", 24], // documentation
   ["192.88.99.0", 24], // 6to4 relay anycast
   ["192.168.0.0", 16],
+  ["168.63.129.16", 32], // Azure WireServer (host configuration and metadata, reachable from every VM)
   ["198.18.0.0", 15], // benchmarking
   ["198.51.100.0", 24],
   ["203.0.113.0", 24],
@@ -78,19 +85,21 @@ function ipv6Blocked(address: string): boolean {
   const [a = 0, b = 0, c = 0, d = 0, e = 0, f = 0, h = 0, i = 0] = g;
   const embeddedV4 = () => `${h >> 8}.${h & 255}.${i >> 8}.${i & 255}`;
   const zeroTo = (n: number) => g.slice(0, n).every((x) => x === 0);
-  if (zeroTo(8)) return true; // ::
-  if (zeroTo(7) && i === 1) return true; // ::1
-  if (zeroTo(5) && f === 0xffff) return ipv4Blocked(embeddedV4()); // ::ffff:a.b.c.d (IPv4-mapped)
-  if (zeroTo(6)) return ipv4Blocked(embeddedV4()); // ::a.b.c.d (IPv4-compatible, deprecated)
+  // Forms that stand for an IPv4 address: that address decides.
+  if (zeroTo(5) && f === 0xffff) return ipv4Blocked(embeddedV4()); // ::ffff:0:0/96 IPv4-mapped
   if (a === 0x64 && b === 0xff9b && c === 0 && d === 0 && e === 0 && f === 0)
-    return ipv4Blocked(embeddedV4()); // NAT64
-  if ((a & 0xfe00) === 0xfc00) return true; // fc00::/7 unique local (incl. fd00:ec2::254 metadata)
-  if ((a & 0xffc0) === 0xfe80) return true; // fe80::/10 link-local
-  if ((a & 0xffc0) === 0xfec0) return true; // fec0::/10 site-local (deprecated)
-  if ((a & 0xff00) === 0xff00) return true; // multicast
-  if (a === 0x2001 && b === 0x0db8) return true; // documentation
-  if (a === 0x0100 && b === 0 && c === 0 && d === 0) return true; // discard-only
-  if (a === 0x2002) return ipv4Blocked(`${b >> 8}.${b & 255}.${c >> 8}.${c & 255}`); // 6to4 wraps an IPv4 address
+    return ipv4Blocked(embeddedV4()); // 64:ff9b::/96 well-known NAT64 (globally reachable)
+  if (a === 0x2002) return ipv4Blocked(`${b >> 8}.${b & 255}.${c >> 8}.${c & 255}`); // 6to4
+  // All global unicast is in 2000::/3. Outside it everything is special-purpose or unallocated:
+  // ::/128, ::1, IPv4-compatible ::a.b.c.d, SIIT ::ffff:0:a.b.c.d, 64:ff9b:1::/48 local-use
+  // NAT64, 100::/64 discard-only and 100:0:0:1::/64 dummy, 5f00::/16 SRv6, fc00::/7 unique local
+  // (fd00:ec2::254 metadata), fe80::/10 link-local, fec0::/10 site-local, ff00::/8 multicast.
+  if ((a & 0xe000) !== 0x2000) return true;
+  // 2001::/23 IETF protocol assignments: Teredo 2001::/32 (reaches whatever IPv4 address it
+  // embeds), benchmarking, ORCHID, and anycast services no webhook receiver is.
+  if (a === 0x2001 && b < 0x0200) return true;
+  if (a === 0x2001 && b === 0x0db8) return true; // 2001:db8::/32 documentation
+  if (a === 0x3fff && b < 0x1000) return true; // 3fff::/20 documentation
   return false;
 }
 
