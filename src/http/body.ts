@@ -4,9 +4,22 @@ import { ApiError } from "./errors.ts";
 export const DEFAULT_BODY_LIMIT = 64 * 1024;
 /** Runtime bodies are a device's few fields: machine info, signals, a proof. */
 export const RUNTIME_BODY_LIMIT = 16 * 1024;
+/**
+ * Billing-provider webhooks carry whole objects (an invoice with its lines, a checkout session
+ * with its items and metadata), which can pass 64 KiB; one refused for its size would be refused
+ * on every retry until the provider gives up. Stripe states no maximum: 1 MiB is far beyond its
+ * events and still cheap to read and verify.
+ */
+export const BILLING_WEBHOOK_BODY_LIMIT = 1024 * 1024;
+const BILLING_WEBHOOK_PREFIX = "/billing/v1/stripe/webhook";
 
-export const bodyLimitFor = (path: string): number =>
-  path.startsWith("/runtime/") ? RUNTIME_BODY_LIMIT : DEFAULT_BODY_LIMIT;
+export const bodyLimitFor = (path: string): number => {
+  if (path.startsWith("/runtime/")) return RUNTIME_BODY_LIMIT;
+  // Exact path (a trailing slash is the same route to the router), nothing under it.
+  if (path === BILLING_WEBHOOK_PREFIX || path === `${BILLING_WEBHOOK_PREFIX}/`)
+    return BILLING_WEBHOOK_BODY_LIMIT;
+  return DEFAULT_BODY_LIMIT;
+};
 
 const BODYLESS = new Set(["GET", "HEAD", "OPTIONS"]);
 

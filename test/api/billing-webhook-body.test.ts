@@ -1,0 +1,144 @@
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { randomBytes } from "node:crypto";
+import Stripe from "stripe";
+import { resolveConfig } from "../../src/config.ts";
+import { unixSeconds } from "../../src/domain/clock.ts";
+import { silentLogger } from "../../src/http/logger.ts";
+import { BillingService } from "../../src/modules/billing/service.ts";
+import { startServer } from "../../src/server.ts";
+import { BASE_URL, createTestContext, type TestContext } from "../support/harness.ts";
+import { storeDigest } from "../support/store-digest.ts";
+
+/**
+ * The billing webhook's body limit. Stripe sends whole objects (an invoice with its lines, a
+ * checkout session with its items), well past the 64 KiB of a management body; a delivery refused
+ * for its size would be refused on every retry until Stripe gives up, so the route takes up to
+ * 1 MiB. Signatures are made by Stripe's own library.
+ */
+const stripe = new Stripe("sk_test_only_for_the_signing_helper");
+const WEBHOOK = "/billing/v1/stripe/webhook";
+const SECRET = `whsec_${randomBytes(24).toString("base64")}`;
+const MIB = 1024 * 1024;
+
+let t: TestContext;
+beforeAll(() => {
+  t = createTestContext();
+  new BillingService(t.deps, () => t.workspace.plan(), BASE_URL).configure(
+    {
+      provider: "stripe",
+      apiKey: `rk_test_${randomBytes(24).toString("hex")}`,
+      webhookSecret: SECRET,
+      secureClaims: true,
+    },
+    { type: "cli", id: "test" },
+  );
+});
+afterAll(() => t.close());
+
+let counter = 0;
+/** A signed event whose JSON text is exactly `size` bytes (an ignored type: only its size matters here). */
+function sizedEvent(size: number, nowSec: number): string {
+  const id = `evt_body_${Date.now().toString(36)}${++counter}`;
+  const shell = (padding: string) =>
+    JSON.stringify({
+      id,
+      object: "event",
+      api_version: "2025-03-31.basil",
+      created: nowSec,
+      livemode: false,
+      type: "customer.updated",
+      data: { object: { id: "cus_big", object: "customer", metadata: { note: padding } } },
+    });
+  const payload = shell("x".repeat(size - shell("").length));
+  expect(Buffer.byteLength(payload)).toBe(size);
+  return payload;
+}
+
+const signed = (payload: string, timestamp: number) =>
+  stripe.webhooks.generateTestHeaderStringAsync({ payload, secret: SECRET, timestamp });
+
+async function deliver(payload: string) {
+  return t.call("POST", WEBHOOK, {
+    key: null,
+    rawBody: payload,
+    headers: {
+      "content-type": "application/json; charset=utf-8",
+      "stripe-signature": await signed(payload, unixSeconds(t.clock.now())),
+    },
+  });
+}
+
+describe("POST /billing/v1/stripe/webhook body limit", () => {
+  test("a 200 KiB signed event is accepted", async () => {
+    const response = await deliver(sizedEvent(200 * 1024, unixSeconds(t.clock.now())));
+    expect(response.status).toBe(200);
+    expect(response.body.data).toMatchObject({ result: "ignored", replayed: false });
+  });
+
+  test("an event of exactly 1 MiB is accepted", async () => {
+    const response = await deliver(sizedEvent(MIB, unixSeconds(t.clock.now())));
+    expect(response.status).toBe(200);
+  });
+
+  test("one byte more than 1 MiB is a 413 in the error envelope and changes nothing", async () => {
+    const before = storeDigest(t.deps.sqlite);
+    const response = await deliver(sizedEvent(MIB + 1, unixSeconds(t.clock.now())));
+    expect(response.status).toBe(413);
+    expect(response.body.error).toMatchObject({
+      code: "PAYLOAD_TOO_LARGE",
+      details: { limit_bytes: MIB },
+    });
+    expect(response.body.error.request_id).toBe(response.headers.get("x-request-id"));
+    expect(storeDigest(t.deps.sqlite)).toBe(before);
+  });
+
+  test("management routes keep their 64 KiB limit", async () => {
+    const response = await t.call("POST", "/mgmt/v1/customers", {
+      body: { name: "Big", email: "big@example.com", metadata: { note: "x".repeat(70_000) } },
+      headers: t.idem(),
+    });
+    expect(response.status).toBe(413);
+    expect(response.body.error.details).toEqual({ limit_bytes: 64 * 1024 });
+  });
+
+  test("over HTTP, a 200 KiB event is accepted and a streamed body past 1 MiB is refused with the envelope", async () => {
+    const server = startServer({
+      config: { ...resolveConfig({ "data-dir": t.dir }, {}, t.dir), port: 0 },
+      passphrase: "test passphrase",
+      logger: silentLogger,
+    });
+    try {
+      const send = async (payload: string, chunked = false) => {
+        const body = chunked
+          ? new ReadableStream<Uint8Array>({
+              start(controller) {
+                const bytes = new TextEncoder().encode(payload);
+                for (let i = 0; i < bytes.byteLength; i += 64 * 1024)
+                  controller.enqueue(bytes.slice(i, i + 64 * 1024));
+                controller.close();
+              },
+            })
+          : payload;
+        return fetch(`${server.url}${WEBHOOK}`, {
+          method: "POST",
+          headers: {
+            "content-type": "application/json; charset=utf-8",
+            "stripe-signature": await signed(payload, Math.floor(Date.now() / 1000)),
+          },
+          body,
+        });
+      };
+      const now = Math.floor(Date.now() / 1000);
+      const accepted = await send(sizedEvent(200 * 1024, now));
+      expect(accepted.status, await accepted.clone().text()).toBe(200);
+      for (const chunked of [false, true]) {
+        const refused = await send(sizedEvent(MIB + 1, now), chunked);
+        expect(refused.status).toBe(413);
+        const body = (await refused.json()) as { error: { code: string; details: unknown } };
+        expect(body.error).toMatchObject({ code: "PAYLOAD_TOO_LARGE", details: { limit_bytes: MIB } });
+      }
+    } finally {
+      await server.shutdown("test");
+    }
+  });
+});
