@@ -1,3 +1,5 @@
+import { isIP } from "node:net";
+
 /**
  * The address a request came from, for the per-address runtime limits. The HTTP server knows the
  * socket's peer and records it here before the app sees the request (server.ts); keyed by the
@@ -16,41 +18,87 @@ export const clientAddress = {
   /**
    * With `trustForwardedFor` (the service runs behind a reverse proxy that appends the client's
    * address to X-Forwarded-For), the last entry of that header: the one the proxy added. Earlier
-   * entries are whatever the client sent and are never trusted. Without it, the socket peer.
+   * entries are whatever the client sent and are never trusted. Without it, or when the last entry
+   * is not an address (see forwardedAddress), the socket peer: that is the proxy, so such requests
+   * share its one window rather than getting a window each.
    */
   of(request: Request, trustForwardedFor: boolean): string {
     if (trustForwardedFor) {
       const forwarded = request.headers.get("x-forwarded-for");
       if (forwarded) {
-        const last = forwarded.slice(forwarded.lastIndexOf(",") + 1).trim();
-        if (last.length > 0 && last.length <= 64) return last;
+        const address = forwardedAddress(forwarded.slice(forwarded.lastIndexOf(",") + 1));
+        if (address !== null) return address;
       }
     }
     return peers.get(request) ?? UNKNOWN_ADDRESS;
   },
 };
 
+/** Longer than any address with a zone and a port; anything longer is not parsed. */
+const MAX_ENTRY = 64;
+const PORT = /^\d{1,5}$/;
+
+/**
+ * The address in one X-Forwarded-For entry, or null when it is not one. Some load balancers
+ * write the client's source port too (`203.0.113.7:51234`, `[2001:db8::1]:443`): it is dropped,
+ * or every connection of one client would get a window of its own.
+ */
+export function forwardedAddress(entry: string): string | null {
+  let text = entry.trim();
+  if (text.length === 0 || text.length > MAX_ENTRY) return null;
+  if (text.startsWith("[")) {
+    const end = text.indexOf("]");
+    if (end === -1) return null;
+    const rest = text.slice(end + 1);
+    if (rest !== "" && !(rest.startsWith(":") && PORT.test(rest.slice(1)))) return null;
+    text = text.slice(1, end);
+    return isIP(withoutZone(text)) === 6 ? text : null;
+  }
+  const colon = text.indexOf(":");
+  // One colon: IPv4 with a port (an IPv6 address has at least two).
+  if (colon !== -1 && colon === text.lastIndexOf(":")) {
+    if (!PORT.test(text.slice(colon + 1))) return null;
+    text = text.slice(0, colon);
+    return isIP(text) === 4 ? text : null;
+  }
+  return isIP(withoutZone(text)) !== 0 ? text : null;
+}
+
+const withoutZone = (address: string) => address.split("%")[0] as string;
+
 /**
  * The bucket an address is limited in. An IPv6 host usually holds a whole /64 and can send from any
- * address in it, so IPv6 addresses share one bucket per /64; IPv4-mapped IPv6 counts as IPv4.
+ * address in it, so IPv6 addresses share one bucket per /64; IPv4-mapped IPv6 (in either spelling)
+ * counts as IPv4. Anything else (UNKNOWN_ADDRESS) is a bucket of its own.
  */
 export function addressPartition(address: string): string {
-  if (!address.includes(":")) return address;
-  const lower = address.toLowerCase().split("%")[0] as string;
-  if (lower.startsWith("::ffff:") && lower.includes(".")) return lower.slice(7);
-  const [head = "", tail] = lower.split("::", 2);
-  const headGroups = head === "" ? [] : head.split(":");
-  const tailGroups = tail === undefined || tail === "" ? [] : tail.split(":");
-  const groups =
-    tail === undefined
-      ? headGroups
-      : [
-          ...headGroups,
-          ...Array(Math.max(0, 8 - headGroups.length - tailGroups.length)).fill("0"),
-          ...tailGroups,
-        ];
+  const plain = withoutZone(address).toLowerCase();
+  const version = isIP(plain);
+  if (version === 4) return plain;
+  if (version !== 6) return address;
+  const groups = ipv6Groups(plain);
+  if (groups.slice(0, 5).every((g) => g === 0) && groups[5] === 0xffff) {
+    const [h = 0, l = 0] = groups.slice(6);
+    return `${h >> 8}.${h & 255}.${l >> 8}.${l & 255}`;
+  }
   return `${groups
     .slice(0, 4)
-    .map((group) => group.replace(/^0+(?=.)/, ""))
+    .map((g) => g.toString(16))
     .join(":")}::/64`;
+}
+
+/** The eight groups of an address isIP accepted as IPv6 (`::` expanded, a dotted tail as two groups). */
+function ipv6Groups(address: string): number[] {
+  let text = address;
+  const lastColon = text.lastIndexOf(":");
+  const tail = text.slice(lastColon + 1);
+  if (tail.includes(".")) {
+    const [a = 0, b = 0, c = 0, d = 0] = tail.split(".").map(Number);
+    text = `${text.slice(0, lastColon + 1)}${((a << 8) | b).toString(16)}:${((c << 8) | d).toString(16)}`;
+  }
+  const [head = "", rest] = text.split("::", 2);
+  const headGroups = head === "" ? [] : head.split(":");
+  const tailGroups = rest === undefined || rest === "" ? [] : rest.split(":");
+  const zeros = rest === undefined ? 0 : 8 - headGroups.length - tailGroups.length;
+  return [...headGroups, ...Array<string>(zeros).fill("0"), ...tailGroups].map((g) => Number.parseInt(g, 16));
 }

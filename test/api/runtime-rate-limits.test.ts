@@ -127,6 +127,26 @@ describe("per client address (unauthenticated runtime calls)", () => {
     expect((await bundle("203.0.113.2")).status).toBe(200);
   });
 
+  test("behind a trusted proxy that writes source ports, every port of one client shares its window, and an entry that is no address counts as the proxy", async () => {
+    t = createTestContext({
+      runtimeRateLimits: { ip: { limit: 1, windowSec: 60 } },
+      trustForwardedFor: true,
+    });
+    const fx = await runtimeFixture(t);
+    const bundle = (forwardedFor: string) =>
+      t.call("GET", `/runtime/v1/products/${fx.productId}/trust-bundle`, {
+        key: null,
+        clientAddress: "127.0.0.1",
+        headers: { "x-forwarded-for": forwardedFor },
+      });
+    expect((await bundle("203.0.113.1:51234")).status).toBe(200);
+    expect((await bundle("203.0.113.1:51235")).status).toBe(429);
+    expect((await bundle("[2001:db8:1:2::1]:443")).status).toBe(200);
+    expect((await bundle("[2001:db8:1:2::7]:444")).status).toBe(429);
+    expect((await bundle("garbage:1")).status).toBe(200);
+    expect((await bundle("more-garbage")).status).toBe(429);
+  });
+
   test("without a trusted proxy X-Forwarded-For is ignored", async () => {
     t = createTestContext({ runtimeRateLimits: { ip: { limit: 1, windowSec: 60 } } });
     const fx = await runtimeFixture(t);
