@@ -35,7 +35,10 @@ export async function parseJsonBody(
   if (BODYLESS.has(request.method)) return undefined;
   const declared = request.headers.get("content-length");
   if (declared !== null && Number(declared) > limit) throw tooLarge(limit);
-  const bytes = await readLimited(request, limit);
+  // A declared length (checked above) bounds what the server reads, so the body is read whole in
+  // one native call; only a body without one (chunked) is read piece by piece under the limit.
+  // The stream reader costs a promise per chunk: measurable on every heartbeat.
+  const bytes = declared !== null ? await readDeclared(request, limit) : await readLimited(request, limit);
   keepRaw(bytes);
   if (bytes.byteLength === 0) return undefined;
   const contentType = request.headers.get("content-type") ?? "";
@@ -125,6 +128,13 @@ function shapeProblem(
     }
   }
   return null;
+}
+
+/** A body whose Content-Length was within the limit; the length is checked again, as read. */
+async function readDeclared(request: Request, limit: number): Promise<Uint8Array> {
+  const bytes = new Uint8Array(await request.arrayBuffer());
+  if (bytes.byteLength > limit) throw tooLarge(limit);
+  return bytes;
 }
 
 /** Reads at most `limit` bytes, so a chunked upload without Content-Length cannot fill memory. */

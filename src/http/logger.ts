@@ -1,3 +1,4 @@
+import { writeSync } from "node:fs";
 import { canonicalLicenseKey } from "../domain/license-key.ts";
 
 /** One JSON object per line on stderr. Never give it secrets: callers pass only named fields. */
@@ -11,13 +12,43 @@ const ORDER: Record<LogLevel, number> = { debug: 10, info: 20, warn: 30, error: 
 
 export function jsonLogger(
   minimum: LogLevel = "info",
-  write = (line: string) => process.stderr.write(line),
+  write: (line: string, urgent: boolean) => void = stderrLines(),
 ): Logger {
   return {
     log(level, msg, fields = {}) {
       if (ORDER[level] < ORDER[minimum]) return;
-      write(`${JSON.stringify({ ts: new Date().toISOString(), level, msg, ...fields })}\n`);
+      write(
+        `${JSON.stringify({ ts: new Date().toISOString(), level, msg, ...fields })}\n`,
+        ORDER[level] >= ORDER.warn,
+      );
     },
+  };
+}
+
+/**
+ * Lines to stderr, gathered and written once per turn of the event loop: one line per request
+ * written on its own cost a write and a stream round trip per request, a tenth of a heartbeat.
+ * Warnings and errors are not held back (a line that says why the process is about to die must
+ * get out), and what is pending is written synchronously when the process exits. A kill -9 can
+ * lose the request lines of the current turn, never an error.
+ */
+export function stderrLines(fd = 2): (line: string, urgent: boolean) => void {
+  let pending: string[] = [];
+  const flush = () => {
+    if (pending.length === 0) return;
+    const text = pending.join("");
+    pending = [];
+    try {
+      writeSync(fd, text);
+    } catch {
+      // stderr closed (a detached process): nothing sensible to do with a log line.
+    }
+  };
+  process.on("exit", flush);
+  return (line, urgent) => {
+    if (pending.length === 0 && !urgent) setImmediate(flush);
+    pending.push(line);
+    if (urgent) flush();
   };
 }
 

@@ -7,7 +7,7 @@ import { activatedDevice, heartbeatPath, nowSec, runtimeFixture } from "../suppo
  * heartbeats or activations through `app.handle` with requests signed beforehand. For
  * before/after comparisons while working on the hot path; `npm run bench` is the real measure.
  *
- * Usage: bun test/bench/inprocess.ts [heartbeat|activation] [N]
+ * Usage: bun test/bench/inprocess.ts [heartbeat|activation|time] [N]
  */
 const route = process.argv[2] ?? "heartbeat";
 const n = Number(process.argv[3] ?? 3000);
@@ -72,6 +72,24 @@ if (route === "activation") {
       });
     });
     await run(`activation round ${round + 1}`, requests);
+  }
+}
+if (route === "time") {
+  for (let round = 0; round < 3; round++) {
+    const requests = Array.from(
+      { length: n },
+      (_, i) =>
+        new Request("http://licensing.test/runtime/v1/time", {
+          method: "POST",
+          headers: { "content-type": "application/json" },
+          body: JSON.stringify({
+            product_id: fixture.productId,
+            nonce: `nonce-${round}-${i}-abcdefghijklmnop`,
+            sdk_version: "1.0.0",
+          }),
+        }),
+    );
+    await run(`time round ${round + 1}`, requests);
   }
 }
 t.close();
