@@ -40,7 +40,7 @@ export interface EmailAddress {
   /** What is mailed: the local part as typed, the domain lower-cased (punycode for an IDN). */
   address: string;
   /** What is compared: NFC, lower-cased. */
-  lookupKey: string;
+  normalized: string;
 }
 
 function asciiDomain(input: string): string | null {
@@ -73,5 +73,5 @@ export function parseEmailAddress(input: string): EmailAddress | null {
   if (!domain) return null;
   const address = `${local}@${domain}`;
   if (address.length > EMAIL_ADDRESS_MAX_LENGTH) return null;
-  return { address, lookupKey: address.normalize("NFC").toLowerCase() };
+  return { address, normalized: address.normalize("NFC").toLowerCase() };
 }

@@ -6,7 +6,8 @@ export const SWEEP_INTERVAL_MS = 10 * 60 * 1000;
 /**
  * Housekeeping that keeps the store small and the key material current: expired idempotency
  * records, runtime events past their 7 days, old device nonces, products whose signing keys are
- * still pending, and retired keys whose retention ended. Each step is independent; one failing
+ * still pending, retired keys whose retention ended, and email verifications (with their passkey
+ * approvals and named-user tokens) older than two days. Each step is independent; one failing
  * does not stop the others.
  */
 export function sweepOnce(services: Services, logger: Logger): Record<string, number> {
@@ -16,6 +17,8 @@ export function sweepOnce(services: Services, logger: Logger): Record<string, nu
     device_nonces: () => services.runtimeGate.purgeNonces(),
     pending_products: () => services.trust.provisionPending(),
     retired_keys: () => services.trust.pruneExpiredKeys(),
+    // Unauthenticated starts write these; two days covers the 24-hour send limits and code budget.
+    email_verifications: () => services.emailVerifications.purge(),
     usage_meter: () => {
       services.usageMeter.flush();
       return 0;

@@ -1,9 +1,12 @@
 import { afterEach, beforeEach, expect, test } from "bun:test";
 import { silentLogger } from "../../src/http/logger.ts";
 import { sweepOnce } from "../../src/jobs/sweeper.ts";
+import { mailPayloadContext } from "../../src/mail/outbox.ts";
 import { createServices } from "../../src/services.ts";
+import { TestDevice } from "../support/device.ts";
 import { factories } from "../support/factories.ts";
 import { BASE_URL, createTestContext, type TestContext } from "../support/harness.ts";
+import { confirmVerification, namedUserFixture, startVerification } from "../support/named-users.ts";
 
 let t: TestContext;
 beforeEach(() => {
@@ -56,4 +59,35 @@ test("a sweep gives a product left pending its signing key and bundle", async ()
   expect(after.status).toBe(200);
   expect(after.body.data.bundle.signing_keys).toHaveLength(1);
   expect((await t.call("GET", `/mgmt/v1/products/${pending.id}`)).body.data.signing_status).toBe("ready");
+});
+
+test("a sweep drops email verifications, their passkey approvals and named-user tokens older than two days, and keeps younger ones", async () => {
+  const services = createServices(t.deps, { baseUrl: BASE_URL });
+  const f = await namedUserFixture(t);
+  const device = new TestDevice();
+  const codeOf = async () => {
+    // The code is only in the outbox (no SMTP here): read it back from the encrypted payload.
+    const row = t.deps.sqlite
+      .query<{ id: string; payload: string }, []>(
+        "SELECT id, payload FROM mail_outbox WHERE status = 'pending' ORDER BY id DESC LIMIT 1",
+      )
+      .get();
+    if (!row) throw new Error("no mail");
+    return JSON.parse(t.deps.secrets.decrypt(row.payload, mailPayloadContext(row.id))).code as string;
+  };
+  const old = await startVerification(t, device, f, f.email);
+  const token = await confirmVerification(t, device, old.body.data.verification_id, await codeOf());
+  expect(token.status).toBe(200);
+  await startVerification(t, device, f, "nobody@example.com");
+  const counts = () => [count("email_verifications"), count("passkey_approvals"), count("named_user_tokens")];
+  expect(counts()).toEqual([2, 2, 1]);
+  t.clock.advance(2 * 86_400 - 60);
+  await startVerification(t, device, f, f.email);
+  sweepOnce(services, silentLogger);
+  expect(counts()).toEqual([3, 3, 1]);
+  // The token lasted 5 minutes past its verification: it goes two days after it expired.
+  t.clock.advance(61 + 300);
+  const done = sweepOnce(services, silentLogger);
+  expect(counts()).toEqual([1, 1, 0]);
+  expect(done.email_verifications).toBe(5);
 });

@@ -177,7 +177,12 @@ async function underLoad<T>(ctx: Context, body: () => Promise<T>) {
 }
 
 // ---------------------------------------------------------------------------------------------
-/** Named users: the address of an assigned user, an unknown address, a user not assigned. */
+/**
+ * Named users: a freshly assigned user (sends), an assigned user inside the 120 s send gap (held
+ * back by the send limits), an unknown address, a user not assigned. Every class has an open
+ * verification for its address before its measured start, so each start's replacing UPDATE finds
+ * one row (a held-back start rewrites it unchanged).
+ */
 async function emailVerification(ctx: Context): Promise<RouteTiming> {
   const { url } = ctx.server;
   const product = await mgmt(url, ctx.key, "POST", "/mgmt/v1/products", {
@@ -198,54 +203,80 @@ async function emailVerification(ctx: Context): Promise<RouteTiming> {
   });
   const licenseId = license.body.data.public_id as string;
   const licenseKey = license.body.data.key as string;
-  const user = async (label: string) => {
-    const email = freshAddress(label);
+  const user = async (label: string, email = freshAddress(label)) => {
     const created = await mgmt(url, ctx.key, "POST", "/mgmt/v1/license-users", { email, name: label });
     return { email, id: created.body.data.public_id as string };
   };
-  const assigned: string[] = [];
-  const unassigned: string[] = [];
-  for (let i = 0; i < POOL; i++) {
-    const u = await user("assigned");
+  const assignedUser = async (email?: string) => {
+    const u = await user("assigned", email);
     await mgmt(url, ctx.key, "POST", `/mgmt/v1/licenses/${licenseId}/assignments`, { user_id: u.id });
-    assigned.push(u.email);
-    unassigned.push((await user("unassigned")).email);
-  }
+    return u.email;
+  };
+  const unassigned: string[] = [];
+  for (let i = 0; i < POOL; i++) unassigned.push((await user("unassigned")).email);
   const unknown = Array.from({ length: POOL }, () => freshAddress("unknown"));
   const classes: ClassSpec[] = [
     { name: "assigned user (sends)", sends: true },
+    { name: "assigned user inside its 120 s send gap", sends: false },
     { name: "unknown address", sends: false },
     { name: "user not assigned", sends: false },
   ];
-  const pools = [assigned, unknown, unassigned];
-  // Pools, not fresh addresses, in every class: a start replaces the open verification of the same
-  // address (an UPDATE that finds one row), so every class must have one open, as after the warm-up.
-  const plan = (cls: number, chosen?: string): Planned => {
-    const email = chosen ?? ((pools[cls] as string[])[Math.floor(random() * POOL)] as string);
-    return {
-      cls,
+  const body = (email: string) =>
+    JSON.stringify({
+      product_id: productId,
+      license_key: licenseKey,
       email,
-      body: JSON.stringify({
-        product_id: productId,
-        license_key: licenseKey,
-        email,
-        device_signing_public_key: deviceKey(),
-        nonce: nonce(),
-        locale: "en",
-        sdk_version: "bench",
-      }),
-    };
+      device_signing_public_key: deviceKey(),
+      nonce: nonce(),
+      locale: "en",
+      sdk_version: "bench",
+    });
+  const pools: Record<number, string[]> = { 2: unknown, 3: unassigned };
+  const plan = (cls: number): Planned => {
+    // Classes 0 and 1 are filled in by `prime` right before their round.
+    if (cls < 2) return { cls, email: "", body: "" };
+    const email = (pools[cls] as string[])[Math.floor(random() * POOL)] as string;
+    return { cls, email, body: body(email) };
   };
   const path = "/runtime/v1/email-verifications";
+  const silent = (email: string): Planned => ({ cls: 2, email, body: body(email) });
+  /**
+   * Every ROUND requests, unmeasured: each sending start gets a new address, started once before
+   * it has a user (an open verification, no mail), then made an assigned user; and POOL new
+   * assigned users are each sent one code, so the gap class's starts that follow are held back.
+   */
+  const primeRounds = (items: Planned[]) => async (index: number) => {
+    if (index % ROUND !== 0) return;
+    const round = items.slice(index, index + ROUND);
+    const fresh = round.filter((item) => item.cls === 0).map(() => freshAddress("assigned"));
+    await runPlan(ctx, path, classes, fresh.map(silent), false);
+    for (const email of fresh) await assignedUser(email);
+    const gapPool: string[] = [];
+    for (let i = 0; i < POOL; i++) gapPool.push(await assignedUser());
+    await runPlan(
+      ctx,
+      path,
+      classes,
+      gapPool.map((email) => ({ cls: 0, email, body: body(email) })),
+      false,
+    );
+    for (const item of round) {
+      if (item.cls > 1) continue;
+      item.email =
+        item.cls === 0 ? (fresh.shift() as string) : (gapPool[Math.floor(random() * POOL)] as string);
+      item.body = body(item.email);
+    }
+    await Bun.sleep(200);
+  };
   // Warm-up: every pool address once (so each has an open verification), then 100 of each class.
-  const warm = [
-    ...pools.flatMap((pool, cls) => pool.map((email) => plan(cls, email))),
-    ...schedule(3, 100).map((cls) => plan(cls)),
-  ];
-  await runPlan(ctx, path, classes, warm, false);
-  const measured = schedule(3, ctx.perClass).map((cls) => plan(cls));
+  await runPlan(ctx, path, classes, [...unknown, ...unassigned].map(silent), false);
+  const warm = schedule(classes.length, 100).map(plan);
+  await runPlan(ctx, path, classes, warm, false, primeRounds(warm));
+  const measured = schedule(classes.length, ctx.perClass).map(plan);
   ctx.log(`  email verification: ${measured.length} starts (${ctx.perClass} per class) ...`);
-  const { result, load } = await underLoad(ctx, () => runPlan(ctx, path, classes, measured, true));
+  const { result, load } = await underLoad(ctx, () =>
+    runPlan(ctx, path, classes, measured, true, primeRounds(measured)),
+  );
   return analyse(
     ctx.server.logPath,
     path,

@@ -6,7 +6,7 @@ const pattern = new RegExp(EMAIL_ADDRESS_PATTERN);
 test("a plain address is kept as typed for mailing and lower-cased for its lookup key", () => {
   expect(parseEmailAddress("Ada.Lovelace+News@Example.COM")).toEqual({
     address: "Ada.Lovelace+News@example.com",
-    lookupKey: "ada.lovelace+news@example.com",
+    normalized: "ada.lovelace+news@example.com",
   });
   expect(parseEmailAddress("o'brien_{x}/y=z?#$%&*^`|~-!@mail.example.org")?.address).toBe(
     "o'brien_{x}/y=z?#$%&*^`|~-!@mail.example.org",
@@ -80,10 +80,10 @@ test("an international domain becomes punycode; lookalike full-width punctuation
   expect(parseEmailAddress("Jürgen@Bücher.example")).toBeNull(); // the local part stays ASCII
   expect(parseEmailAddress("juergen@Bücher.example")).toEqual({
     address: "juergen@xn--bcher-kva.example",
-    lookupKey: "juergen@xn--bcher-kva.example",
+    normalized: "juergen@xn--bcher-kva.example",
   });
   // NFC first: a decomposed ü is the same domain.
-  expect(parseEmailAddress("juergen@Bu\u0308cher.example")?.lookupKey).toBe("juergen@xn--bcher-kva.example");
+  expect(parseEmailAddress("juergen@Bu\u0308cher.example")?.normalized).toBe("juergen@xn--bcher-kva.example");
   // Only an ASCII dot separates labels: a full-width one is not taken for one.
   expect(parseEmailAddress("a@example\uff0ecom")).toBeNull();
   expect(parseEmailAddress("a@exa\uff1cmple.com")).toBeNull();

@@ -1,4 +1,4 @@
-import { and, eq, isNull } from "drizzle-orm";
+import { and, eq, inArray, isNull, lt, sql } from "drizzle-orm";
 import { parsePublicKey, thumbprint } from "../../crypto/keys.ts";
 import type { Deps } from "../../deps.ts";
 import { canonicalLicenseKey } from "../../domain/license-key.ts";
@@ -11,6 +11,7 @@ import {
   generateCode,
   hashCode,
 } from "../../domain/verification-code.ts";
+import { emailField } from "../../http/email-field.ts";
 import { ApiError } from "../../http/errors.ts";
 import type { MailOutbox } from "../../mail/outbox.ts";
 import {
@@ -19,13 +20,15 @@ import {
   licenses,
   licenseUsers,
   namedUserTokens,
+  passkeyApprovals,
   policies,
   products,
 } from "../../store/schema/index.ts";
 import type { LicenseService } from "../licenses/service.ts";
 import type { PasskeyService } from "../named-users/passkeys.ts";
-import { type NamedUserService, normalizeEmail } from "../named-users/service.ts";
+import type { NamedUserService } from "../named-users/service.ts";
 import type { TwoFactorService } from "../named-users/two-factor.ts";
+import { VERIFICATION_SEND_LIMITS, VerificationLimits } from "./limits.ts";
 import type { EmailVerificationConfirmBody, EmailVerificationStartBody } from "./model.ts";
 import {
   assignmentUnavailable,
@@ -34,8 +37,10 @@ import {
   newNamedUserToken,
 } from "./tokens.ts";
 
-/** What the 202 tells a client to wait before asking for another code. */
-export const RESEND_AFTER_SEC = 60;
+/** What the 202 tells a client to wait before asking for another code: a start sooner sends none. */
+export const RESEND_AFTER_SEC = VERIFICATION_SEND_LIMITS.sameAddressGapSec;
+/** Verifications, their approvals and tokens are kept this long (the limits look back 24 hours), then purged. */
+export const KEEP_VERIFICATIONS_MS = 2 * 86_400_000;
 const FEATURE = "email_license_verification";
 
 type VerificationRow = typeof emailVerifications.$inferSelect;
@@ -57,6 +62,8 @@ const planLacksFeature = () =>
  * token for one activation.
  */
 export class EmailVerificationService {
+  private readonly limits: VerificationLimits;
+
   constructor(
     private readonly deps: Deps,
     private readonly licenses: LicenseService,
@@ -65,7 +72,9 @@ export class EmailVerificationService {
     private readonly passkeys: PasskeyService,
     private readonly mail: MailOutbox,
     private readonly plan: () => PlanDefinition,
-  ) {}
+  ) {
+    this.limits = new VerificationLimits(deps.sqlite);
+  }
 
   start(body: EmailVerificationStartBody) {
     const product = this.deps.db.select().from(products).where(eq(products.id, body.product_id)).get();
@@ -74,6 +83,7 @@ export class EmailVerificationService {
     const deviceKey = parsePublicKey(body.device_signing_public_key);
     if (!deviceKey)
       throw ApiError.validation({ device_signing_public_key: ["not an ed25519: or p256: public key"] });
+    const email = emailField(body.email);
     const now = this.deps.clock.now();
 
     // From here on both outcomes do the same reads, HMACs, encryption and writes.
@@ -81,7 +91,7 @@ export class EmailVerificationService {
     const policy = license
       ? this.deps.db.select().from(policies).where(eq(policies.id, license.policyId)).get()
       : undefined;
-    const users = this.users.activeUsersWithEmail(product.environment, body.email);
+    const users = this.users.activeUsersWithEmail(product.environment, email.normalized);
     const user = users.length === 1 ? users[0] : undefined;
     // Asked even without a user or license (ids that match nothing), so a non-matching address
     // costs the same reads as a matching one.
@@ -98,18 +108,26 @@ export class EmailVerificationService {
     const id = this.deps.ids.next("verification", now.getTime());
     const code = generateCode();
     const expiresAt = new Date(now.getTime() + CODE_TTL_SEC * 1000);
-    const subject = `${product.id}\0${canonicalLicenseKey(body.license_key) ?? body.license_key}\0${normalizeEmail(body.email)}`;
+    const subject = `${product.id}\0${canonicalLicenseKey(body.license_key) ?? body.license_key}\0${email.normalized}`;
+    const addressHash = this.deps.secrets.lookupHash(
+      `${product.environment}\0${email.normalized}`,
+      "email-verification-address",
+    );
     const row: VerificationRow = {
       id,
       environment: product.environment,
       productId: product.id,
       subjectHash: this.deps.secrets.lookupHash(subject, "email-verification-subject"),
-      licenseId: matched ? license.id : null,
-      userId: matched ? user.id : null,
-      assignmentId: matched ? assignment.id : null,
+      // Filled in below once the send limits have answered.
+      licenseId: null,
+      userId: null,
+      assignmentId: null,
       deviceThumbprint: thumbprint(deviceKey.text),
       codeHash: hashCode(this.deps.secrets, id, code),
       attempts: 0,
+      codeFailures: 0,
+      addressHash,
+      sent: false,
       expiresAt,
       closedAt: null,
       closedReason: null,
@@ -117,9 +135,27 @@ export class EmailVerificationService {
     };
     this.deps.db.transaction(
       (tx) => {
-        // Spec §3.2 rule 3: a newer start for the same product, license key and address replaces the older.
+        // Asked whether or not the address matched, inside the immediate transaction so parallel
+        // starts cannot overrun it.
+        const allowed = this.limits.allowSend(addressHash, now);
+        const send = matched && allowed;
+        if (send)
+          Object.assign(row, {
+            licenseId: license.id,
+            userId: user.id,
+            assignmentId: assignment.id,
+            sent: true,
+          });
+        // Spec §3.2 rule 3: a newer start for the same product, license key and address replaces
+        // the older; one the send limits hold back does not, or anyone with the license key could
+        // keep cancelling a user's sign-in. Held back, the same rows are rewritten unchanged, so
+        // both cost the same.
+        const replace = allowed ? 1 : 0;
         tx.update(emailVerifications)
-          .set({ closedAt: now, closedReason: "replaced" })
+          .set({
+            closedAt: sql`CASE WHEN ${replace} = 1 THEN ${now.getTime()} ELSE closed_at END`,
+            closedReason: sql`CASE WHEN ${replace} = 1 THEN 'replaced' ELSE closed_reason END`,
+          })
           .where(
             and(eq(emailVerifications.subjectHash, row.subjectHash), isNull(emailVerifications.closedAt)),
           )
@@ -130,7 +166,7 @@ export class EmailVerificationService {
           tx,
           {
             // The address as the vendor stored it: the match ignored case, a mailbox may not.
-            to: matched ? user.email : body.email.trim(),
+            to: send ? user.email : email.address,
             template: "email_verification_code",
             locale: body.locale,
             data: {
@@ -140,7 +176,7 @@ export class EmailVerificationService {
               ...(withPasskeys ? { approval_url: this.passkeys.approvalUrl(id, approvalSecret) } : {}),
             },
           },
-          { suppressed: !matched },
+          { suppressed: !send },
         );
       },
       { behavior: "immediate" },
@@ -172,6 +208,9 @@ export class EmailVerificationService {
     const now = this.deps.clock.now();
     const row = tx.select().from(emailVerifications).where(eq(emailVerifications.id, verificationId)).get();
     if (!row) return expired();
+    // Past the user's wrong-code budget nothing is compared or counted: the answer cannot tell a
+    // right guess from a wrong one.
+    if (row.userId !== null && !this.limits.withinFailureBudget(row.userId, now)) return expired();
     const deviceMismatch = row.deviceThumbprint !== thumbprint(body.device_signing_public_key);
     const check = checkCode(this.deps.secrets, row, body.code, now, row.licenseId === null || deviceMismatch);
     if (check.outcome === "expired") return expired();
@@ -179,6 +218,10 @@ export class EmailVerificationService {
       tx.update(emailVerifications).set({ attempts }).where(eq(emailVerifications.id, row.id)).run();
     setAttempts(check.attempts);
     if (check.outcome === "invalid") {
+      tx.update(emailVerifications)
+        .set({ codeFailures: row.codeFailures + 1 })
+        .where(eq(emailVerifications.id, row.id))
+        .run();
       return new ApiError("EMAIL_VERIFICATION_CODE_INVALID", "The code, address or device key is wrong.", {
         remaining_attempts: check.remainingAttempts,
       });
@@ -229,6 +272,37 @@ export class EmailVerificationService {
       data: { named_user_token: token, expires_at: expiresAt.toISOString() },
       productId: row.productId,
     };
+  }
+
+  /**
+   * Deletes verifications older than two days (long closed or expired: codes last 10 minutes),
+   * their passkey approvals, and named-user tokens expired as long. Unauthenticated starts write
+   * a row each, so without this the store would only grow. Returns how many rows went.
+   */
+  purge(): number {
+    const before = new Date(this.deps.clock.now().getTime() - KEEP_VERIFICATIONS_MS);
+    return this.deps.db.transaction((tx) => {
+      const old = tx
+        .select({ id: emailVerifications.id })
+        .from(emailVerifications)
+        .where(lt(emailVerifications.createdAt, before));
+      const approvals = tx
+        .delete(passkeyApprovals)
+        .where(inArray(passkeyApprovals.verificationId, old))
+        .returning({ id: passkeyApprovals.verificationId })
+        .all().length;
+      const verifications = tx
+        .delete(emailVerifications)
+        .where(lt(emailVerifications.createdAt, before))
+        .returning({ id: emailVerifications.id })
+        .all().length;
+      const tokens = tx
+        .delete(namedUserTokens)
+        .where(lt(namedUserTokens.expiresAt, before))
+        .returning({ id: namedUserTokens.tokenHash })
+        .all().length;
+      return approvals + verifications + tokens;
+    });
   }
 
   /** Rule 8: the assignment, user, license and policy the code was sent for, if all still hold. */

@@ -23,7 +23,7 @@ export type AssignmentRow = typeof licenseAssignments.$inferSelect;
 
 /** An address's lookup key (src/domain/email-address.ts); text that is no address is only lower-cased, and matches nothing stored. */
 export const normalizeEmail = (email: string): string =>
-  parseEmailAddress(email)?.lookupKey ?? email.trim().toLowerCase();
+  parseEmailAddress(email)?.normalized ?? email.trim().toLowerCase();
 export const licenseUserEtag = (row: LicenseUserRow): string => opaqueEtag(row.id, row.revision);
 
 export function presentAssignment(row: AssignmentRow) {
@@ -111,7 +111,7 @@ export class NamedUserService {
       id: this.deps.ids.next("user", now.getTime()),
       environment: ctx.environment,
       email: email.address,
-      emailNormalized: email.lookupKey,
+      emailNormalized: email.normalized,
       name: body.name ?? null,
       externalRef: body.external_ref ?? null,
       customerId: body.customer_id ?? null,
@@ -159,9 +159,9 @@ export class NamedUserService {
         changed.push(field);
       };
       const email = body.email === undefined ? undefined : emailField(body.email);
-      if (email && email.lookupKey !== current.emailNormalized) {
+      if (email && email.normalized !== current.emailNormalized) {
         set("email", "email", email.address);
-        changes.emailNormalized = email.lookupKey;
+        changes.emailNormalized = email.normalized;
       } else if (email) {
         set("email", "email", email.address);
       }

@@ -215,7 +215,7 @@ export class TrialVerificationService {
   }
 
   private emailLookup(email: EmailAddress): string {
-    return this.deps.secrets.lookupHash(email.lookupKey, "trial-email");
+    return this.deps.secrets.lookupHash(email.normalized, "trial-email");
   }
 
   /** Both device keys, the clock, and the trial proof over the body (its own prefix, never the activation one). */
@@ -333,7 +333,7 @@ export class TrialVerificationService {
         {
           product_id: product.id,
           policy_id: state.policy.id,
-          metadata: { trial_signup_email: emailField(body.email).lookupKey },
+          metadata: { trial_signup_email: emailField(body.email).normalized },
         },
         ctx,
       );

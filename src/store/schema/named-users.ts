@@ -89,25 +89,40 @@ export const emailVerifications = sqliteTable(
     deviceThumbprint: text("device_thumbprint").notNull(),
     codeHash: text("code_hash").notNull(),
     attempts: integer("attempts").notNull().default(0),
+    /** Wrong codes among the attempts (not second factors): a user's budget counts them across verifications. */
+    codeFailures: integer("code_failures").notNull().default(0),
+    /** HMAC of environment and address (lookup key): the send limits count by it. Null on rows from before. */
+    addressHash: text("address_hash"),
+    /** Whether a code was mailed (rule 6 held and the send limits allowed). */
+    sent: integer("sent", { mode: "boolean" }).notNull().default(false),
     expiresAt: timestamp("expires_at").notNull(),
     closedAt: timestamp("closed_at"),
     closedReason: text("closed_reason", { enum: ["used", "replaced"] }),
     createdAt: timestamp("created_at").notNull(),
   },
-  (t) => [index("email_verifications_subject").on(t.subjectHash, t.closedAt)],
+  (t) => [
+    index("email_verifications_subject").on(t.subjectHash, t.closedAt),
+    index("email_verifications_address").on(t.addressHash, t.createdAt),
+    index("email_verifications_user").on(t.userId, t.createdAt),
+    index("email_verifications_created").on(t.createdAt),
+  ],
 );
 
-export const namedUserTokens = sqliteTable("named_user_tokens", {
-  /** HMAC of the token; the token itself is only ever in the response. */
-  tokenHash: text("token_hash").primaryKey(),
-  verificationId: text("verification_id").notNull(),
-  licenseId: text("license_id").notNull(),
-  userId: text("user_id").notNull(),
-  assignmentId: text("assignment_id").notNull(),
-  deviceThumbprint: text("device_thumbprint").notNull(),
-  expiresAt: timestamp("expires_at").notNull(),
-  usedAt: timestamp("used_at"),
-});
+export const namedUserTokens = sqliteTable(
+  "named_user_tokens",
+  {
+    /** HMAC of the token; the token itself is only ever in the response. */
+    tokenHash: text("token_hash").primaryKey(),
+    verificationId: text("verification_id").notNull(),
+    licenseId: text("license_id").notNull(),
+    userId: text("user_id").notNull(),
+    assignmentId: text("assignment_id").notNull(),
+    deviceThumbprint: text("device_thumbprint").notNull(),
+    expiresAt: timestamp("expires_at").notNull(),
+    usedAt: timestamp("used_at"),
+  },
+  (t) => [index("named_user_tokens_expires").on(t.expiresAt)],
+);
 
 /** Which assignment a named-user activation holds: heartbeats check it is still active (rule 1). */
 export const namedUserActivations = sqliteTable("named_user_activations", {
