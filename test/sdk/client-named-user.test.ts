@@ -58,7 +58,7 @@ test.each(["ed25519", "p256"] as const)(
       email: f.email,
       locale: "en",
     });
-    expect(started).toMatchObject({ resendAfterSec: 60, codeLength: 6 });
+    expect(started).toMatchObject({ resendAfterSec: 120, codeLength: 6 });
     const code = await smtp.waitForCode(f.email);
     const token = await app.confirmEmailVerification({ verificationId: started.verificationId, code });
     expect(token.namedUserToken).toStartWith("nut_");
