@@ -195,6 +195,11 @@ export class TrustService {
     return signed;
   }
 
+  /** True when the product has an active signing key (so it exists); answered from the memo. */
+  hasActiveKey(productId: string): boolean {
+    return this.activeKeyRow(productId) !== undefined;
+  }
+
   /** The product's active signing key, for certificates and offline packages. */
   signingKey(productId: string): { keyId: string; privateKey: KeyObject; notBefore: number } {
     const row = this.activeKeyRow(productId);
