@@ -89,6 +89,8 @@ export interface ProviderEvent {
   id: string;
   type: string;
   livemode: boolean;
+  /** When the provider created the event (Unix seconds): the only order its events have. */
+  created: number | undefined;
   object: Json;
 }
 
@@ -99,7 +101,7 @@ export function readEvent(body: unknown): ProviderEvent | undefined {
   const object = isObject(body.data) ? body.data.object : undefined;
   if (!id || !type || typeof body.livemode !== "boolean" || !isObject(object)) return undefined;
   if (id.length > 255 || type.length > 255) return undefined;
-  return { id, type, livemode: body.livemode, object };
+  return { id, type, livemode: body.livemode, created: int(body.created), object };
 }
 
 /** The price of a line item, in the shapes of both older and newer (2025-03+) API versions. */
@@ -161,6 +163,14 @@ export function subscriptionPeriodEnd(subscription: Json): number | undefined {
 }
 
 const ENDED_STATUSES = new Set(["canceled", "incomplete_expired", "unpaid"]);
+/**
+ * Statuses Stripe never leaves: a canceled subscription can change only its cancellation details,
+ * and an expired incomplete one nothing. (`unpaid` ends access but is left when paid.)
+ */
+const TERMINAL_STATUSES = new Set(["canceled", "incomplete_expired"]);
+
+export const subscriptionTerminal = (subscription: Json): boolean =>
+  TERMINAL_STATUSES.has(str(subscription.status) ?? "");
 
 /**
  * When a subscription stops granting the license, in Unix seconds: `ended_at` (or now) once it has

@@ -13,6 +13,7 @@ import {
   type ProviderEvent,
   str,
   subscriptionEnd,
+  subscriptionTerminal,
 } from "./stripe.ts";
 
 /** A renewal may arrive a little after the period it pays for begins; the license waits this long. */
@@ -39,9 +40,21 @@ export class SubscriptionLedger {
     return this.applyEnd(tx, next, event, ctx, "extend");
   }
 
+  /**
+   * A subscription's new state. Each event carries the whole subscription as it was when Stripe
+   * created the event, so the newest one (by `created`, then id) decides and an older one arriving
+   * late is ignored. The end is final: once deleted (or canceled), nothing revives it.
+   */
   changed(tx: Db, event: ProviderEvent, ctx: ChangeContext): Outcome {
     const subscriptionId = str(event.object.id);
-    if (!subscriptionId) return done("failed", "malformed_event");
+    const created = event.created;
+    if (!subscriptionId || created === undefined) return done("failed", "malformed_event");
+    const current = this.get(subscriptionId, ctx.environment);
+    const stale = current ? olderThanApplied(created, event.id, current) : false;
+    if (current?.ended) return done("ignored", stale ? "stale" : "subscription_ended", current.licenseId);
+    const ending = event.type === "customer.subscription.deleted" || subscriptionTerminal(event.object);
+    // An end is applied even when a newer change came first: the subscription cannot have restarted.
+    if (stale && !ending) return done("ignored", "stale", current?.licenseId ?? null);
     const nowSec = unixSeconds(this.deps.clock.now());
     const end =
       event.type === "customer.subscription.deleted"
@@ -49,6 +62,8 @@ export class SubscriptionLedger {
         : subscriptionEnd(event.object, nowSec);
     const next = this.upsert(tx, ctx.environment, subscriptionId, {
       endsAt: end === undefined ? null : new Date(end * 1000),
+      ended: ending,
+      ...(stale ? {} : { stateEventAt: new Date(created * 1000), stateEventId: event.id }),
     });
     if (!next.licenseId) return done("succeeded", "awaiting_checkout");
     return this.applyEnd(tx, next, event, ctx, "set");
@@ -118,7 +133,12 @@ export class SubscriptionLedger {
     tx: Db,
     environment: Environment,
     subscriptionId: string,
-    changes: Partial<Pick<SubscriptionRow, "licenseId" | "paidThrough" | "endsAt">>,
+    changes: Partial<
+      Pick<
+        SubscriptionRow,
+        "licenseId" | "paidThrough" | "endsAt" | "stateEventAt" | "stateEventId" | "ended"
+      >
+    >,
   ): SubscriptionRow {
     const current = this.get(subscriptionId, environment);
     const row: SubscriptionRow = {
@@ -127,6 +147,9 @@ export class SubscriptionLedger {
       licenseId: current?.licenseId ?? null,
       paidThrough: current?.paidThrough ?? null,
       endsAt: current?.endsAt ?? null,
+      stateEventAt: current?.stateEventAt ?? null,
+      stateEventId: current?.stateEventId ?? null,
+      ended: current?.ended ?? false,
       ...changes,
       updatedAt: this.deps.clock.now(),
     };
@@ -139,6 +162,17 @@ export class SubscriptionLedger {
       .run();
     return row;
   }
+}
+
+/**
+ * Whether a change Stripe created at `created` (Unix seconds) precedes the newest one applied.
+ * Changes created in the same second are ordered by event id: arbitrary, but the same whatever
+ * order they arrive in, so every delivery order ends in the same state.
+ */
+function olderThanApplied(created: number, eventId: string, applied: SubscriptionRow): boolean {
+  if (!applied.stateEventAt) return false;
+  const appliedSec = Math.floor(applied.stateEventAt.getTime() / 1000);
+  return created < appliedSec || (created === appliedSec && eventId < (applied.stateEventId ?? ""));
 }
 
 /**

@@ -86,6 +86,14 @@ export const billingSubscriptions = sqliteTable(
     paidThrough: timestamp("paid_through"),
     /** Set when the provider says the subscription ends (at period end, or now). */
     endsAt: timestamp("ends_at"),
+    /**
+     * The provider's `created` time and id of the newest subscription change applied. The provider
+     * does not order its events: a change older than this one arrives late and is ignored.
+     */
+    stateEventAt: timestamp("state_event_at"),
+    stateEventId: text("state_event_id"),
+    /** The subscription reached a terminal status (canceled, incomplete_expired): no change revives it. */
+    ended: integer("ended", { mode: "boolean" }).notNull().default(false),
     updatedAt: timestamp("updated_at").notNull(),
   },
   (t) => [
