@@ -35,6 +35,14 @@ export function sweepOnce(services: Services, logger: Logger): Record<string, nu
   return done;
 }
 
+/**
+ * Device nonces arrive with every device-proof call (thousands a second at load) and expire ten
+ * minutes later: they are deleted in small batches four times a second, so no single delete holds
+ * up the requests queued behind it. 2,000 per batch keeps up with 8,000 calls a second.
+ */
+export const NONCE_PURGE_INTERVAL_MS = 250;
+export const NONCE_PURGE_BATCH = 2_000;
+
 /** Runs the sweep now and then every interval; returns the stop function. */
 export function startSweeper(services: Services, logger: Logger, intervalMs = SWEEP_INTERVAL_MS): () => void {
   const run = () => {
@@ -44,5 +52,17 @@ export function startSweeper(services: Services, logger: Logger, intervalMs = SW
   run();
   const timer = setInterval(run, intervalMs);
   timer.unref?.();
-  return () => clearInterval(timer);
+  const purgeNonces = () => {
+    try {
+      services.runtimeGate.purgeNonces(NONCE_PURGE_BATCH);
+    } catch (error) {
+      logger.log("error", "nonce purge failed", { error: (error as Error).message });
+    }
+  };
+  const nonceTimer = setInterval(purgeNonces, NONCE_PURGE_INTERVAL_MS);
+  nonceTimer.unref?.();
+  return () => {
+    clearInterval(timer);
+    clearInterval(nonceTimer);
+  };
 }

@@ -91,3 +91,19 @@ test("a sweep drops email verifications, their passkey approvals and named-user 
   expect(counts()).toEqual([1, 1, 0]);
   expect(done.email_verifications).toBe(5);
 });
+
+test("device nonces past the replay window are purged in batches no larger than asked, newer ones kept", () => {
+  const services = createServices(t.deps, { baseUrl: BASE_URL });
+  const nowSec = Math.floor(t.clock.now().getTime() / 1000);
+  const insert = t.deps.sqlite.prepare(
+    "INSERT INTO device_nonces (activation_id, nonce, seen_at) VALUES (?, ?, ?)",
+  );
+  for (let i = 0; i < 25; i++) insert.run("act_old", `old-nonce-${i}`, nowSec - 601 - i);
+  for (let i = 0; i < 5; i++) insert.run("act_new", `new-nonce-${i}`, nowSec - 599 + i);
+  expect(services.runtimeGate.purgeNonces(10)).toBe(10);
+  expect(count("device_nonces")).toBe(20);
+  expect(services.runtimeGate.purgeNonces(10)).toBe(10);
+  expect(services.runtimeGate.purgeNonces(10)).toBe(5);
+  expect(services.runtimeGate.purgeNonces(10)).toBe(0);
+  expect(count("device_nonces")).toBe(5);
+});

@@ -213,8 +213,8 @@ export class RuntimeGate {
     }
   }
 
-  purgeNonces(): number {
-    return this.proofs.purgeOld(unixSeconds(this.deps.clock.now()));
+  purgeNonces(limit?: number): number {
+    return this.proofs.purgeOld(unixSeconds(this.deps.clock.now()), limit);
   }
 }
 
