@@ -4,6 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { publicKeyText } from "../../src/crypto/keys.ts";
 import { freePort } from "../e2e/binary.ts";
+import { createApiKeys } from "./lib/fixture.ts";
 import { cpuSeconds, machineBusySeconds, machineInfo } from "./lib/procstat.ts";
 import { nonce } from "./lib/requests.ts";
 import { type BenchServer, ensureBinary, mgmt, runCli, startServer } from "./lib/server.ts";
@@ -35,8 +36,7 @@ export const TIMING_SERVER_ENV = {
   LICENSING_RUNTIME_RATE_LIMIT_ACTIVATION: "off",
   LICENSING_RUNTIME_RATE_LIMIT_LICENSE: "off",
 };
-const POOL = 10;
-/** Trial sends to one address are 120 s apart at least: the silent "gap" class re-primes its addresses this often. */
+/** Requests per round: each round's addresses are made and started once right before it. */
 const ROUND = 300;
 
 interface Planned {
@@ -49,6 +49,8 @@ interface Planned {
 interface Context {
   server: BenchServer;
   key: string;
+  /** More live API keys, so the many users of the email rounds are made in parallel. */
+  keys: string[];
   dataDir: string;
   perClass: number;
   gapMs: number;
@@ -177,11 +179,24 @@ async function underLoad<T>(ctx: Context, body: () => Promise<T>) {
 }
 
 // ---------------------------------------------------------------------------------------------
+/** Runs `task` for every item, `keys.length` at a time, each worker with its own API key (100/s each). */
+async function eachWithKeys<T>(keys: string[], items: T[], task: (item: T, key: string) => Promise<void>) {
+  let next = 0;
+  await Promise.all(
+    keys.map(async (key) => {
+      while (next < items.length) await task(items[next++] as T, key);
+    }),
+  );
+}
+
 /**
  * Named users: a freshly assigned user (sends), an assigned user inside the 120 s send gap (held
- * back by the send limits), an unknown address, a user not assigned. Every class has an open
- * verification for its address before its measured start, so each start's replacing UPDATE finds
- * one row (a held-back start rewrites it unchanged).
+ * back by the send limits), an unknown address, a user not assigned. Every measured start has an
+ * address of its own that met the store exactly once before (one earlier start, the open
+ * verification its start replaces or, held back, rewrites unchanged): the send-limit query reads
+ * an address's verifications of the last 24 hours, so an address reused across the run would
+ * cost more than a fresh one whatever its class. An attacker compares two addresses that share a
+ * history (their own probes), not one that has and one that has not.
  */
 async function emailVerification(ctx: Context): Promise<RouteTiming> {
   const { url } = ctx.server;
@@ -203,24 +218,20 @@ async function emailVerification(ctx: Context): Promise<RouteTiming> {
   });
   const licenseId = license.body.data.public_id as string;
   const licenseKey = license.body.data.key as string;
-  const user = async (label: string, email = freshAddress(label)) => {
-    const created = await mgmt(url, ctx.key, "POST", "/mgmt/v1/license-users", { email, name: label });
-    return { email, id: created.body.data.public_id as string };
+  const user = async (key: string, email: string, assigned: boolean) => {
+    const created = await mgmt(url, key, "POST", "/mgmt/v1/license-users", { email, name: "timing" });
+    if (assigned)
+      await mgmt(url, key, "POST", `/mgmt/v1/licenses/${licenseId}/assignments`, {
+        user_id: created.body.data.public_id,
+      });
   };
-  const assignedUser = async (email?: string) => {
-    const u = await user("assigned", email);
-    await mgmt(url, ctx.key, "POST", `/mgmt/v1/licenses/${licenseId}/assignments`, { user_id: u.id });
-    return u.email;
-  };
-  const unassigned: string[] = [];
-  for (let i = 0; i < POOL; i++) unassigned.push((await user("unassigned")).email);
-  const unknown = Array.from({ length: POOL }, () => freshAddress("unknown"));
   const classes: ClassSpec[] = [
     { name: "assigned user (sends)", sends: true },
     { name: "assigned user inside its 120 s send gap", sends: false },
     { name: "unknown address", sends: false },
     { name: "user not assigned", sends: false },
   ];
+  const labels = ["assigned", "gap", "unknown", "unassigned"];
   const body = (email: string) =>
     JSON.stringify({
       product_id: productId,
@@ -231,45 +242,37 @@ async function emailVerification(ctx: Context): Promise<RouteTiming> {
       locale: "en",
       sdk_version: "bench",
     });
-  const pools: Record<number, string[]> = { 2: unknown, 3: unassigned };
-  const plan = (cls: number): Planned => {
-    // Classes 0 and 1 are filled in by `prime` right before their round.
-    if (cls < 2) return { cls, email: "", body: "" };
-    const email = (pools[cls] as string[])[Math.floor(random() * POOL)] as string;
-    return { cls, email, body: body(email) };
-  };
+  // Filled in by `primeRounds` right before the request's round.
+  const plan = (cls: number): Planned => ({ cls, email: "", body: "" });
   const path = "/runtime/v1/email-verifications";
   const silent = (email: string): Planned => ({ cls: 2, email, body: body(email) });
   /**
-   * Every ROUND requests, unmeasured: each sending start gets a new address, started once before
-   * it has a user (an open verification, no mail), then made an assigned user; and POOL new
-   * assigned users are each sent one code, so the gap class's starts that follow are held back.
+   * Every ROUND requests, unmeasured: a new address per request of the round and one start for
+   * it. The sending class's address is started before it has a user (no mail) and then made an
+   * assigned user; the gap class's is made an assigned user and sent its code; the unassigned
+   * class's is made a user first; the unknown class's never is.
    */
   const primeRounds = (items: Planned[]) => async (index: number) => {
     if (index % ROUND !== 0) return;
     const round = items.slice(index, index + ROUND);
-    const fresh = round.filter((item) => item.cls === 0).map(() => freshAddress("assigned"));
-    await runPlan(ctx, path, classes, fresh.map(silent), false);
-    for (const email of fresh) await assignedUser(email);
-    const gapPool: string[] = [];
-    for (let i = 0; i < POOL; i++) gapPool.push(await assignedUser());
+    for (const item of round) item.email = freshAddress(labels[item.cls] as string);
+    const of = (cls: number) => round.filter((item) => item.cls === cls).map((item) => item.email);
+    await eachWithKeys(ctx.keys, [...of(1), ...of(3)], (email, key) =>
+      user(key, email, email.startsWith("gap")),
+    );
+    await runPlan(ctx, path, classes, [...of(0), ...of(2), ...of(3)].map(silent), false);
     await runPlan(
       ctx,
       path,
       classes,
-      gapPool.map((email) => ({ cls: 0, email, body: body(email) })),
+      of(1).map((email) => ({ cls: 0, email, body: body(email) })),
       false,
     );
-    for (const item of round) {
-      if (item.cls > 1) continue;
-      item.email =
-        item.cls === 0 ? (fresh.shift() as string) : (gapPool[Math.floor(random() * POOL)] as string);
-      item.body = body(item.email);
-    }
-    await Bun.sleep(200);
+    await eachWithKeys(ctx.keys, of(0), (email, key) => user(key, email, true));
+    for (const item of round) item.body = body(item.email);
+    // The primes' mails are written 50-500 ms after their answers: before the round, not in it.
+    await Bun.sleep(700);
   };
-  // Warm-up: every pool address once (so each has an open verification), then 100 of each class.
-  await runPlan(ctx, path, classes, [...unknown, ...unassigned].map(silent), false);
   const warm = schedule(classes.length, 100).map(plan);
   await runPlan(ctx, path, classes, warm, false, primeRounds(warm));
   const measured = schedule(classes.length, ctx.perClass).map(plan);
@@ -327,28 +330,31 @@ async function trialVerification(ctx: Context): Promise<RouteTiming> {
       locale: "en",
       sdk_version: "bench",
     });
-  let gapPool: string[] = [];
-  const plan = (cls: number): Planned => {
-    if (cls === 1) {
-      // Filled in by `prime` right before the request's round: the pool does not exist yet.
-      return { cls, email: "", body: "" };
-    }
-    const email = freshAddress(cls === 0 ? "trial" : "notrial");
-    return { cls, email, body: body(cls === 0 ? withTrials : withoutTrials, email) };
-  };
+  // Filled in by `primeRounds` right before the request's round.
+  const plan = (cls: number): Planned => ({ cls, email: "", body: "" });
   const path = "/runtime/v1/trial-verifications";
-  /** Every ROUND requests: new gap addresses, each sent one code (unmeasured), then the mails written. */
+  const labels = ["trial", "gap", "notrial"];
+  /**
+   * Every ROUND requests, unmeasured: a new address per request of the round and one start for
+   * it, so each meets one verification of its own in the send-limit query: the gap class's was
+   * sent its code (the product with trials), the others' were not (the product without).
+   */
   const primeRounds = (items: Planned[]) => async (index: number) => {
     if (index % ROUND !== 0) return;
-    gapPool = Array.from({ length: POOL }, () => freshAddress("gap"));
-    const primes = gapPool.map((email) => ({ cls: 0, email, body: body(withTrials, email) }));
+    const round = items.slice(index, index + ROUND);
+    const primes = round.map((item): Planned => {
+      item.email = freshAddress(labels[item.cls] as string);
+      item.body = body(item.cls === 2 ? withoutTrials : withTrials, item.email);
+      const gap = item.cls === 1;
+      return {
+        cls: gap ? 0 : 2,
+        email: item.email,
+        body: body(gap ? withTrials : withoutTrials, item.email),
+      };
+    });
     await runPlan(ctx, path, classes, primes, false);
-    for (const item of items.slice(index, index + ROUND)) {
-      if (item.cls !== 1) continue;
-      item.email = gapPool[Math.floor(random() * POOL)] as string;
-      item.body = body(withTrials, item.email);
-    }
-    await Bun.sleep(200);
+    // The primes' mails are written 50-500 ms after their answers: before the round, not in it.
+    await Bun.sleep(700);
   };
   const warm = schedule(3, 100).map(plan);
   await runPlan(ctx, path, classes, warm, false, primeRounds(warm));
@@ -412,6 +418,7 @@ export async function verificationTiming(options: {
     const ctx: Context = {
       server,
       key,
+      keys: await createApiKeys(dataDir, 8),
       dataDir,
       perClass: options.perClass ?? Number(process.env.BENCH_TIMING_REQUESTS ?? 2000),
       gapMs: options.gapMs ?? Number(process.env.BENCH_TIMING_GAP_MS ?? 2),

@@ -6,7 +6,7 @@ import { ApiError, FieldErrorCollector } from "../../http/errors.ts";
 import { versionConflict, versionEtag } from "../../http/preconditions.ts";
 import { bodyReference } from "../../http/references.ts";
 import type { Db } from "../../store/db.ts";
-import { policies, products, trialGrants, trialSignups } from "../../store/schema/index.ts";
+import { products, trialGrants, trialSignups } from "../../store/schema/index.ts";
 import { recordAudit } from "../events/service.ts";
 import type { PolicyRow, PolicyService } from "../policies/service.ts";
 import { archived, type ProductRow, type ProductService } from "./service.ts";
@@ -36,11 +36,16 @@ export interface TrialSignupState {
   startedLast24Hours: number;
   status: TrialSignupStatus;
   /** The chosen policy while it can still issue trials. */
-  policy: PolicyRow | null;
+  policy: TrialPolicyFields | null;
 }
 
+export type TrialPolicyFields = Pick<
+  PolicyRow,
+  "id" | "productId" | "licenseType" | "status" | "identityMode" | "validationMode" | "perpetualMode"
+>;
+
 /** A policy a sign-up can issue: an active device-identity trial policy that is used online. */
-export function trialPolicyProblems(policy: PolicyRow, productId: string): string[] {
+export function trialPolicyProblems(policy: TrialPolicyFields, productId: string): string[] {
   const problems: string[] = [];
   if (policy.productId !== productId) problems.push("belongs to another product");
   if (policy.licenseType !== "trial") problems.push("must be a trial policy (license_type trial)");
@@ -56,12 +61,30 @@ export function trialPolicyProblems(policy: PolicyRow, productId: string): strin
  * their concurrency token: a change bumps it, and If-Match compares against it.
  */
 export class TrialSignupService {
+  /**
+   * The settings and the chosen policy in one row of one shape, nulls where there are none: read
+   * apart through the ORM, a missing row cost less to materialise than a found one, and a start
+   * for a product without a trial policy answered 0.02-0.04 ms sooner than a sending one
+   * (test/bench/verification-timing.ts). Plain columns, the same work whatever they hold.
+   */
+  private readonly signupRow;
+
   constructor(
     private readonly deps: Deps,
     private readonly products: ProductService,
     private readonly policies: PolicyService,
     private readonly plan: () => PlanDefinition,
-  ) {}
+  ) {
+    this.signupRow = deps.sqlite.prepare<SignupRow, [string]>(
+      `SELECT s.policy_id AS signupPolicyId, s.daily_limit AS dailyLimit, p.id AS id,
+              p.product_id AS productId, p.license_type AS licenseType, p.status AS status,
+              p.identity_mode AS identityMode, p.validation_mode AS validationMode,
+              p.perpetual_mode AS perpetualMode
+       FROM products x LEFT JOIN trial_signups s ON s.product_id = x.id
+         LEFT JOIN policies p ON p.id = s.policy_id
+       WHERE x.id = ?`,
+    );
+  }
 
   /** GET: 404 for another environment's product, 409 for an archived one. */
   get(productId: string, environment: Environment) {
@@ -122,18 +145,16 @@ export class TrialSignupService {
 
   /** Whether the product accepts a sign-up now, and with which policy; for the runtime routes. */
   state(product: ProductRow, now: Date, reader: Pick<Db, "select"> = this.deps.db): TrialSignupState {
-    const stored = this.stored(product.id, reader);
+    // Every read and check happens whatever the outcome: the runtime start answers the same, in
+    // the same time, whether or not it sends. The row is read on the same connection as `reader`,
+    // so inside the caller's transaction.
+    const { signupPolicyId, dailyLimit, ...policy } = this.signupRow.get(product.id) ?? EMPTY_SIGNUP_ROW;
+    const stored = { policyId: signupPolicyId, dailyLimit: dailyLimit ?? DEFAULT_DAILY_LIMIT };
     const started = this.startedSince(product.id, new Date(now.getTime() - DAY_MS), reader);
-    // Every read happens whatever the outcome (an id that matches nothing when there is no
-    // policy): the runtime start answers the same, in the same time, whether or not it sends.
-    const policy =
-      reader
-        .select()
-        .from(policies)
-        .where(eq(policies.id, stored.policyId ?? ""))
-        .get() ?? null;
     const entitled = hasFeature(this.plan(), "trial_licenses");
-    const usable = policy && trialPolicyProblems(policy, product.id).length === 0 ? policy : null;
+    // Checked on the nulls too (it then finds problems), so the work does not depend on a policy.
+    const problems = trialPolicyProblems(policy as TrialPolicyFields, product.id);
+    const usable = policy.id !== null && problems.length === 0 ? (policy as TrialPolicyFields) : null;
     let status: TrialSignupStatus = "accepting";
     if (product.status === "archived") status = "product_archived";
     else if (stored.policyId === null) status = "disabled";
@@ -172,6 +193,22 @@ export class TrialSignupService {
     );
   }
 }
+
+/** `signupRow`'s columns: each null when the product has no settings or no chosen policy. */
+type SignupRow = { signupPolicyId: string | null; dailyLimit: number | null } & {
+  [K in keyof TrialPolicyFields]: TrialPolicyFields[K] | null;
+};
+const EMPTY_SIGNUP_ROW: SignupRow = {
+  signupPolicyId: null,
+  dailyLimit: null,
+  id: null,
+  productId: null,
+  licenseType: null,
+  status: null,
+  identityMode: null,
+  validationMode: null,
+  perpetualMode: null,
+};
 
 function present(state: TrialSignupState, version: number) {
   return {
