@@ -1,7 +1,8 @@
 import type { Database } from "bun:sqlite";
 import { sha256Hex } from "../crypto/encoding.ts";
 import { PREFIX } from "../crypto/envelope.ts";
-import { type PublicKeyInfo, verifySignature } from "../crypto/keys.ts";
+import { canonicalize } from "../crypto/jcs.ts";
+import { type PublicKeyInfo, parsePublicKey, verifySignature } from "../crypto/keys.ts";
 import { ApiError } from "./errors.ts";
 
 /** DESIGN §5: a proof more than 300 s from the server clock is refused, and nonces are kept that long. */
@@ -65,6 +66,42 @@ export function pathAndQueryOf(url: string): string {
 export const proofInvalid = (reason: string) =>
   new ApiError("DEVICE_PROOF_INVALID", "The device proof does not verify.", { reason });
 
+const clockSkew = (nowSec: number) =>
+  new ApiError("CLOCK_SKEW", "The device clock differs from the server clock by more than 300 seconds.", {
+    server_time: nowSec,
+  });
+
+/** The fields of a request that carries the device's keys and a proof over its own body. */
+export interface BodyProof {
+  device_signing_public_key: string;
+  device_kem_public_key: string;
+  client_time: number;
+  device_proof: string;
+}
+
+/**
+ * A request proved by the body itself (activation create, trial confirm): both device keys
+ * well-formed (a P-256 KEM key), the device clock within the window, and `device_proof` over
+ * `prefix` + the JCS of every other field. Each route has its own prefix, so a proof made for one
+ * can never be replayed on the other. Returns the device's signing key.
+ */
+export function verifyBodyProof(body: BodyProof, prefix: string, nowSec: number): PublicKeyInfo {
+  const signingKey = parsePublicKey(body.device_signing_public_key);
+  const kemKey = parsePublicKey(body.device_kem_public_key);
+  const errors: Record<string, string[]> = {};
+  if (!signingKey)
+    errors.device_signing_public_key = ["must be ed25519:<b64u 32 bytes> or p256:<b64u 65-byte point>"];
+  if (kemKey?.alg !== "p256")
+    errors.device_kem_public_key = ["must be p256:<b64u 65-byte uncompressed point>"];
+  if (!signingKey || kemKey?.alg !== "p256") throw ApiError.validation(errors);
+  if (Math.abs(nowSec - body.client_time) > CLOCK_SKEW_SEC) throw clockSkew(nowSec);
+  const { device_proof, ...signedPart } = body;
+  if (!verifySignature(signingKey, prefix + canonicalize(signedPart), device_proof)) {
+    throw proofInvalid("invalid_signature");
+  }
+  return signingKey;
+}
+
 /**
  * Checks a device proof against the activation's key: clock window, signature, then the nonce,
  * which is recorded (in the store, so restarts keep it) only once the signature has verified.
@@ -88,15 +125,7 @@ export class DeviceProofVerifier {
     deviceKey: PublicKeyInfo,
     nowSec: number,
   ): void {
-    if (Math.abs(nowSec - proof.timestamp) > CLOCK_SKEW_SEC) {
-      throw new ApiError(
-        "CLOCK_SKEW",
-        "The device clock differs from the server clock by more than 300 seconds.",
-        {
-          server_time: nowSec,
-        },
-      );
-    }
+    if (Math.abs(nowSec - proof.timestamp) > CLOCK_SKEW_SEC) throw clockSkew(nowSec);
     const message = deviceProofMessage({ ...request, ...proof });
     if (!verifySignature(deviceKey, message, proof.signature)) throw proofInvalid("invalid_signature");
     if (this.remember.run(proof.activationId, proof.nonce, nowSec).changes === 0)

@@ -1,11 +1,10 @@
 import { and, eq, sql } from "drizzle-orm";
 import { PREFIX } from "../../crypto/envelope.ts";
-import { canonicalize } from "../../crypto/jcs.ts";
-import { type PublicKeyInfo, parsePublicKey, thumbprint, verifySignature } from "../../crypto/keys.ts";
+import { type PublicKeyInfo, thumbprint } from "../../crypto/keys.ts";
 import type { Deps } from "../../deps.ts";
 import { unixSeconds } from "../../domain/clock.ts";
 import { licenseStatus } from "../../domain/license-state.ts";
-import { CLOCK_SKEW_SEC, type DeviceProofHeaders, proofInvalid } from "../../http/device-proof.ts";
+import { type DeviceProofHeaders, verifyBodyProof } from "../../http/device-proof.ts";
 import { ApiError } from "../../http/errors.ts";
 import type { IdempotencyStore, Outcome } from "../../http/idempotency.ts";
 import type { Db } from "../../store/db.ts";
@@ -79,34 +78,10 @@ export class ActivationService {
    * activation proof over the body. Runs before idempotency, so a replay needs a valid proof too.
    */
   private verifyActivationRequest(body: ActivationCreateBody, target: Target): PublicKeyInfo {
-    {
-      const product = this.productById.get({ id: body.product_id });
-      if (!product) throw ApiError.notFound("product");
-      Object.assign(target, { environment: product.environment, productId: product.id });
-      const signingKey = parsePublicKey(body.device_signing_public_key);
-      const kemKey = parsePublicKey(body.device_kem_public_key);
-      const errors: Record<string, string[]> = {};
-      if (!signingKey)
-        errors.device_signing_public_key = ["must be ed25519:<b64u 32 bytes> or p256:<b64u 65-byte point>"];
-      if (kemKey?.alg !== "p256")
-        errors.device_kem_public_key = ["must be p256:<b64u 65-byte uncompressed point>"];
-      if (!signingKey || kemKey?.alg !== "p256") throw ApiError.validation(errors);
-      const nowSec = unixSeconds(this.deps.clock.now());
-      if (Math.abs(nowSec - body.client_time) > CLOCK_SKEW_SEC) {
-        throw new ApiError(
-          "CLOCK_SKEW",
-          "The device clock differs from the server clock by more than 300 seconds.",
-          {
-            server_time: nowSec,
-          },
-        );
-      }
-      const { device_proof, ...signedPart } = body;
-      if (!verifySignature(signingKey, PREFIX.activationProof + canonicalize(signedPart), device_proof)) {
-        throw proofInvalid("invalid_signature");
-      }
-      return signingKey;
-    }
+    const product = this.productById.get({ id: body.product_id });
+    if (!product) throw ApiError.notFound("product");
+    Object.assign(target, { environment: product.environment, productId: product.id });
+    return verifyBodyProof(body, PREFIX.activationProof, unixSeconds(this.deps.clock.now()));
   }
 
   /**

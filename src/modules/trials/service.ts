@@ -1,8 +1,7 @@
 import { eq, lt } from "drizzle-orm";
 import { constantTimeEqual } from "../../crypto/constant-time.ts";
 import { PREFIX } from "../../crypto/envelope.ts";
-import { canonicalize } from "../../crypto/jcs.ts";
-import { type PublicKeyInfo, parsePublicKey, thumbprint, verifySignature } from "../../crypto/keys.ts";
+import { type PublicKeyInfo, parsePublicKey, thumbprint } from "../../crypto/keys.ts";
 import type { ChangeContext, Deps } from "../../deps.ts";
 import { unixSeconds } from "../../domain/clock.ts";
 import type { EmailAddress } from "../../domain/email-address.ts";
@@ -13,7 +12,7 @@ import {
   generateCode,
   hashCode,
 } from "../../domain/verification-code.ts";
-import { CLOCK_SKEW_SEC, proofInvalid } from "../../http/device-proof.ts";
+import { verifyBodyProof } from "../../http/device-proof.ts";
 import { emailField } from "../../http/email-field.ts";
 import { ApiError } from "../../http/errors.ts";
 import type { IdempotencyStore, Outcome } from "../../http/idempotency.ts";
@@ -220,29 +219,7 @@ export class TrialVerificationService {
 
   /** Both device keys, the clock, and the trial proof over the body (its own prefix, never the activation one). */
   private verifyProof(body: TrialConfirmBody): PublicKeyInfo {
-    const signingKey = parsePublicKey(body.device_signing_public_key);
-    const kemKey = parsePublicKey(body.device_kem_public_key);
-    const errors: Record<string, string[]> = {};
-    if (!signingKey)
-      errors.device_signing_public_key = ["must be ed25519:<b64u 32 bytes> or p256:<b64u 65-byte point>"];
-    if (kemKey?.alg !== "p256")
-      errors.device_kem_public_key = ["must be p256:<b64u 65-byte uncompressed point>"];
-    if (!signingKey || kemKey?.alg !== "p256") throw ApiError.validation(errors);
-    const nowSec = unixSeconds(this.deps.clock.now());
-    if (Math.abs(nowSec - body.client_time) > CLOCK_SKEW_SEC) {
-      throw new ApiError(
-        "CLOCK_SKEW",
-        "The device clock differs from the server clock by more than 300 seconds.",
-        {
-          server_time: nowSec,
-        },
-      );
-    }
-    const { device_proof, ...signedPart } = body;
-    if (!verifySignature(signingKey, PREFIX.trialProof + canonicalize(signedPart), device_proof)) {
-      throw proofInvalid("invalid_signature");
-    }
-    return signingKey;
+    return verifyBodyProof(body, PREFIX.trialProof, unixSeconds(this.deps.clock.now()));
   }
 
   /** One attempt, counted and committed before the answer whatever it is. */
