@@ -3,11 +3,11 @@
  * user), confirm (the code and, for users with two-factor, a second factor), then activate() with
  * the returned token. Every answer passes the full verification chain.
  */
-import { TrialCapableClient } from "./client-trial.ts";
+import { readVerificationStart, TrialCapableClient, type VerificationStart } from "./client-trial.ts";
 import { invalidResponse } from "./core.ts";
 import { usageError } from "./errors.ts";
 import { newNonce } from "./proof.ts";
-import { isInt, isNonEmptyString, isRecord, isString } from "./util.ts";
+import { isNonEmptyString, isRecord, isString } from "./util.ts";
 
 export interface StartEmailVerificationOptions {
   licenseKey: string;
@@ -16,13 +16,7 @@ export interface StartEmailVerificationOptions {
   locale?: string;
 }
 
-export interface EmailVerification {
-  verificationId: string;
-  /** ISO 8601: when the code stops working (10 minutes after the start). */
-  expiresAt: string;
-  resendAfterSec: number;
-  codeLength: number;
-}
+export type EmailVerification = VerificationStart;
 
 export interface ConfirmEmailVerificationOptions {
   verificationId: string;
@@ -69,23 +63,7 @@ export class NamedUserCapableClient extends TrialCapableClient {
         },
         nonce,
       });
-      const data = res.data;
-      if (
-        res.status !== 202 ||
-        !isRecord(data) ||
-        !isNonEmptyString(data.verification_id) ||
-        !isNonEmptyString(data.expires_at) ||
-        !isInt(data.resend_after_sec) ||
-        !isInt(data.code_length)
-      ) {
-        throw invalidResponse("email verification start malformed");
-      }
-      return {
-        verificationId: data.verification_id,
-        expiresAt: data.expires_at,
-        resendAfterSec: data.resend_after_sec,
-        codeLength: data.code_length,
-      };
+      return readVerificationStart(res, "email verification");
     });
   }
 

@@ -7,6 +7,7 @@ import { OfflineCapableClient } from "./client-offline.ts";
 import { type ActivationResult, checkMachineInfo, invalidResponse, machineInfoDigest } from "./core.ts";
 import { usageError, verificationError } from "./errors.ts";
 import { newIdempotencyKey, newNonce, signTrialProof } from "./proof.ts";
+import type { RuntimeResponse } from "./runtime.ts";
 import type { MachineInfo, StoredActivation } from "./state.ts";
 import { isInt, isNonEmptyString, isRecord, isString } from "./util.ts";
 
@@ -16,13 +17,37 @@ export interface StartTrialOptions {
   locale?: string;
 }
 
-export interface TrialVerification {
+/** The 202 of a verification start, trial or email (both answer this shape). */
+export interface VerificationStart {
   verificationId: string;
   /** ISO 8601: when the code stops working (10 minutes after the start). */
   expiresAt: string;
   /** Do not start again for this address before this many seconds: keep confirming this one. */
   resendAfterSec: number;
   codeLength: number;
+}
+
+export type TrialVerification = VerificationStart;
+
+/** Reads a verification start's answer; anything but a well-formed 202 is an invalid response. */
+export function readVerificationStart(res: RuntimeResponse, what: string): VerificationStart {
+  const data = res.data;
+  if (
+    res.status !== 202 ||
+    !isRecord(data) ||
+    !isNonEmptyString(data.verification_id) ||
+    !isNonEmptyString(data.expires_at) ||
+    !isInt(data.resend_after_sec) ||
+    !isInt(data.code_length)
+  ) {
+    throw invalidResponse(`${what} start malformed`);
+  }
+  return {
+    verificationId: data.verification_id,
+    expiresAt: data.expires_at,
+    resendAfterSec: data.resend_after_sec,
+    codeLength: data.code_length,
+  };
 }
 
 export interface ConfirmTrialOptions {
@@ -63,23 +88,7 @@ export class TrialCapableClient extends OfflineCapableClient {
         },
         nonce,
       });
-      const data = res.data;
-      if (
-        res.status !== 202 ||
-        !isRecord(data) ||
-        !isNonEmptyString(data.verification_id) ||
-        !isNonEmptyString(data.expires_at) ||
-        !isInt(data.resend_after_sec) ||
-        !isInt(data.code_length)
-      ) {
-        throw invalidResponse("trial verification start malformed");
-      }
-      return {
-        verificationId: data.verification_id,
-        expiresAt: data.expires_at,
-        resendAfterSec: data.resend_after_sec,
-        codeLength: data.code_length,
-      };
+      return readVerificationStart(res, "trial verification");
     });
   }
 

@@ -23,7 +23,12 @@ export type {
   StartEmailVerificationOptions,
 } from "./client-named-user.ts";
 export type { OfflinePackageInfo, OpenedSealedFile } from "./client-offline.ts";
-export type { ConfirmTrialOptions, StartTrialOptions, TrialVerification } from "./client-trial.ts";
+export type {
+  ConfirmTrialOptions,
+  StartTrialOptions,
+  TrialVerification,
+  VerificationStart,
+} from "./client-trial.ts";
 export {
   type Environment,
   type ResolvedConfig,
