@@ -1,4 +1,4 @@
-import { readFileSync } from "node:fs";
+import { readdirSync, readFileSync } from "node:fs";
 
 /**
  * Process CPU and memory from /proc: utime+stime of every thread of the process (field 14 and 15
@@ -15,8 +15,11 @@ export interface ProcSample {
   hwmMiB: number;
 }
 
-export function cpuSeconds(pid: number): number {
-  const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+export function cpuSeconds(pid: number, tid?: number): number {
+  const stat = readFileSync(
+    tid === undefined ? `/proc/${pid}/stat` : `/proc/${pid}/task/${tid}/stat`,
+    "utf8",
+  );
   // The command name (field 2) is in parentheses and may contain spaces: split after it.
   const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
   const utime = Number(fields[11]);
@@ -80,4 +83,18 @@ export function machineBusySeconds(): number {
     ((user ?? 0) + (nice ?? 0) + (system ?? 0) + (irq ?? 0) + (softirq ?? 0) + (steal ?? 0)) /
     CLOCK_TICKS_PER_SEC
   );
+}
+
+/** CPU seconds per thread of a process so far, keyed by thread id, with the thread's name. */
+export function threadCpu(pid: number): Map<number, { name: string; cpuSec: number }> {
+  const threads = new Map<number, { name: string; cpuSec: number }>();
+  for (const tid of readdirSync(`/proc/${pid}/task`).map(Number)) {
+    try {
+      const name = readFileSync(`/proc/${pid}/task/${tid}/comm`, "utf8").trim();
+      threads.set(tid, { name, cpuSec: cpuSeconds(pid, tid) });
+    } catch {
+      // The thread ended between the listing and the read.
+    }
+  }
+  return threads;
 }

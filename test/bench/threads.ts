@@ -1,0 +1,68 @@
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { freePort } from "../e2e/binary.ts";
+import { activateDevices, createFixture } from "./lib/fixture.ts";
+import { threadCpu } from "./lib/procstat.ts";
+import { heartbeatRequest, writeRequestFile } from "./lib/requests.ts";
+import { ensureBinary, ensureWrk, runCli, startServer } from "./lib/server.ts";
+import { runWrk } from "./lib/wrk.ts";
+
+/**
+ * Where a served heartbeat's CPU goes by thread: the compiled binary pinned to core 0, heartbeats
+ * replayed by wrk from core 1, and each thread's CPU time (/proc/<pid>/task) divided by the
+ * requests served. The request thread is the one named after the process (or "bun"); the others
+ * are Bun's and JavaScriptCore's helpers and the WAL checkpointer (a Worker).
+ *
+ * Usage: bun test/bench/threads.ts [SECONDS]
+ */
+const seconds = Number(process.argv[2] ?? 15);
+const log = (line: string) => console.log(line);
+ensureBinary(log);
+ensureWrk(log);
+const work = mkdtempSync(join(tmpdir(), "licensing-threads-"));
+const dataDir = join(work, "data");
+Bun.spawnSync(["taskset", "-a", "-p", "-c", "1", String(process.pid)], { stdout: "ignore" });
+const init = await runCli(["init", "--data-dir", dataDir, "--json"]);
+const liveKey = JSON.parse(init.stdout).api_keys.live as string;
+const server = await startServer({
+  dataDir,
+  port: await freePort(),
+  cpus: "0",
+  logDir: work,
+  // One address drives everything: the per-address limits would measure themselves.
+  env: {
+    LICENSING_RUNTIME_RATE_LIMIT_IP: "off",
+    LICENSING_RUNTIME_RATE_LIMIT_ACTIVATION: "off",
+    LICENSING_RUNTIME_RATE_LIMIT_LICENSE: "off",
+  },
+});
+try {
+  const fixture = await createFixture(server.url, liveKey, 1);
+  const devices = await activateDevices(server.url, fixture, 2000, 16);
+  const pick = () => devices[Math.floor(Math.random() * devices.length)] as (typeof devices)[number];
+  const file = join(work, "requests.txt");
+  writeRequestFile(
+    file,
+    Array.from({ length: seconds * 4000 }, () => heartbeatRequest(pick())),
+  );
+  const before = threadCpu(server.pid);
+  const result = await runWrk({ url: server.url, file, durationSec: seconds, connections: 32, cpus: "1" });
+  const after = threadCpu(server.pid);
+  const requests = result.rps * seconds;
+  console.log(`heartbeat: ${result.rps.toFixed(0)} req/s, statuses ${JSON.stringify(result.statuses)}`);
+  let total = 0;
+  const rows: [string, number][] = [];
+  for (const [tid, { name, cpuSec }] of after) {
+    const used = cpuSec - (before.get(tid)?.cpuSec ?? 0);
+    if (used <= 0) continue;
+    total += used;
+    rows.push([`${name} (${tid})`, (used * 1e6) / requests]);
+  }
+  rows.sort((a, b) => b[1] - a[1]);
+  for (const [name, us] of rows) console.log(`  ${name.padEnd(32)} ${us.toFixed(1)} µs/request`);
+  console.log(`  ${"all threads".padEnd(32)} ${((total * 1e6) / requests).toFixed(1)} µs/request`);
+} finally {
+  await server.stop("SIGTERM");
+  rmSync(work, { recursive: true, force: true });
+}
