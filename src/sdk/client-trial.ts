@@ -5,10 +5,10 @@
  */
 import { OfflineCapableClient } from "./client-offline.ts";
 import { type ActivationResult, checkMachineInfo, invalidResponse, machineInfoDigest } from "./core.ts";
-import { usageError, verificationError } from "./errors.ts";
+import { usageError } from "./errors.ts";
 import { newIdempotencyKey, newNonce, signTrialProof } from "./proof.ts";
 import type { RuntimeResponse } from "./runtime.ts";
-import type { MachineInfo, StoredActivation } from "./state.ts";
+import type { MachineInfo } from "./state.ts";
 import { isInt, isNonEmptyString, isRecord, isString } from "./util.ts";
 
 export interface StartTrialOptions {
@@ -139,38 +139,7 @@ export class TrialCapableClient extends OfflineCapableClient {
       const data = res.data;
       if (!isRecord(data) || !isNonEmptyString(data.activation_id) || !isNonEmptyString(data.license_id))
         throw invalidResponse("trial confirmation data malformed");
-      if (data.machine_info_digest !== digest) {
-        throw verificationError("MACHINE_INFO_DIGEST_MISMATCH", "server digest differs from ours", {
-          expected: digest,
-          received: data.machine_info_digest,
-        });
-      }
-      const cert = this.verifyCert(
-        data.certificate,
-        res.bundle,
-        keys,
-        data.activation_id,
-        res.assertion.server_time,
-      );
-      if (cert.claims.sub !== data.license_id)
-        throw invalidResponse("the certificate names another license than license_id");
-      const activation: StoredActivation = {
-        activation_id: data.activation_id,
-        license_id: cert.claims.sub,
-        machine_info: machineInfo,
-        machine_info_digest: digest,
-      };
-      await this.state.setJson("activation", activation);
-      await this.state.set("certificate", cert.jws);
-      await this.state.delete("denial");
-      await this.state.delete("last_heartbeat");
-      return {
-        activationId: data.activation_id,
-        licenseId: cert.claims.sub,
-        machineInfoDigest: digest,
-        certificate: cert.claims,
-        serverTime: res.assertion.server_time,
-      };
+      return this.acceptActivation(res, data, data.activation_id, keys, machineInfo, digest, data.license_id);
     });
   }
 }

@@ -20,7 +20,7 @@ import { evaluateLicense, type LicenseInfo, type LicenseState } from "./license.
 import { HeartbeatLoop, type HeartbeatLoopCallbacks } from "./loop.ts";
 import { newIdempotencyKey, newNonce, signActivationProof } from "./proof.ts";
 import type { RuntimeResponse } from "./runtime.ts";
-import type { MachineInfo, StoredActivation, StoredDenial, StoredHeartbeat } from "./state.ts";
+import type { MachineInfo, StoredDenial, StoredHeartbeat } from "./state.ts";
 import { isInt, isNonEmptyString, isNonNegativeInt, isRecord, isString, unixSeconds } from "./util.ts";
 
 export class LicensingClient extends NamedUserCapableClient {
@@ -73,36 +73,7 @@ export class LicensingClient extends NamedUserCapableClient {
       const data = res.data;
       if (!isRecord(data) || !isNonEmptyString(data.activation_id))
         throw invalidResponse("activation data malformed");
-      if (data.machine_info_digest !== digest) {
-        throw verificationError("MACHINE_INFO_DIGEST_MISMATCH", "server digest differs from ours", {
-          expected: digest,
-          received: data.machine_info_digest,
-        });
-      }
-      const cert = this.verifyCert(
-        data.certificate,
-        res.bundle,
-        keys,
-        data.activation_id,
-        res.assertion.server_time,
-      );
-      const activation: StoredActivation = {
-        activation_id: data.activation_id,
-        license_id: cert.claims.sub,
-        machine_info: machineInfo,
-        machine_info_digest: digest,
-      };
-      await this.state.setJson("activation", activation);
-      await this.state.set("certificate", cert.jws);
-      await this.state.delete("denial");
-      await this.state.delete("last_heartbeat");
-      return {
-        activationId: data.activation_id,
-        licenseId: cert.claims.sub,
-        machineInfoDigest: digest,
-        certificate: cert.claims,
-        serverTime: res.assertion.server_time,
-      };
+      return this.acceptActivation(res, data, data.activation_id, keys, machineInfo, digest);
     });
   }
 

@@ -264,6 +264,48 @@ export class ClientCore {
     return error;
   }
 
+  /**
+   * The data of an activation answer (activation create or trial confirm), once its envelope
+   * verified: the digest must be ours and the certificate must bind this device and activation;
+   * then the activation becomes this client's, replacing any denial and heartbeat state.
+   */
+  protected async acceptActivation(
+    res: RuntimeResponse,
+    data: { readonly [field: string]: unknown },
+    activationId: string,
+    keys: DeviceKeys,
+    machineInfo: MachineInfo,
+    digest: string,
+    expectedLicenseId?: string,
+  ): Promise<ActivationResult> {
+    if (data.machine_info_digest !== digest) {
+      throw verificationError("MACHINE_INFO_DIGEST_MISMATCH", "server digest differs from ours", {
+        expected: digest,
+        received: data.machine_info_digest,
+      });
+    }
+    const cert = this.verifyCert(data.certificate, res.bundle, keys, activationId, res.assertion.server_time);
+    if (expectedLicenseId !== undefined && cert.claims.sub !== expectedLicenseId)
+      throw invalidResponse("the certificate names another license than license_id");
+    const activation: StoredActivation = {
+      activation_id: activationId,
+      license_id: cert.claims.sub,
+      machine_info: machineInfo,
+      machine_info_digest: digest,
+    };
+    await this.state.setJson("activation", activation);
+    await this.state.set("certificate", cert.jws);
+    await this.state.delete("denial");
+    await this.state.delete("last_heartbeat");
+    return {
+      activationId: activationId,
+      licenseId: cert.claims.sub,
+      machineInfoDigest: digest,
+      certificate: cert.claims,
+      serverTime: res.assertion.server_time,
+    };
+  }
+
   protected verifyCert(
     jws: unknown,
     bundle: TrustBundle,
