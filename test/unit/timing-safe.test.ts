@@ -34,9 +34,8 @@ const ALLOWED: Reviewed[] = [
     ["src/modules/activations/machine.ts", "body.machine_info_digest !== activation.machineInfoDigest"],
     ["src/sdk/client-offline.ts", "machineInfoDigest(info) === digest"],
     ["src/sdk/client-offline.ts", "stored?.machine_info_digest === digest"],
-    ["src/sdk/client.ts", "data.machine_info_digest !== digest"],
+    ["src/sdk/core.ts", "data.machine_info_digest !== digest"],
     ["src/sdk/client.ts", "data.machine_info_digest !== expectedDigest"],
-    ["src/sdk/client-trial.ts", "data.machine_info_digest !== digest"],
   ),
   ...reviewed("a product code is a public identifier", [
     "src/modules/products/service.ts",
