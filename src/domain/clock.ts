@@ -8,9 +8,15 @@ export const systemClock: Clock = { now: () => new Date() };
 /** A clock that starts at real time and can be pushed forward (the --test-clock route, tests). */
 export class AdjustableClock implements Clock {
   private offsetMs = 0;
+  private frozenAtMs: number | null = null;
   constructor(private readonly base: Clock = systemClock) {}
   now(): Date {
-    return new Date(this.base.now().getTime() + this.offsetMs);
+    return new Date((this.frozenAtMs ?? this.base.now().getTime()) + this.offsetMs);
+  }
+  /** Holds time still until advanced, so a test at an exact boundary cannot straddle a second. */
+  freeze(): Date {
+    this.frozenAtMs = this.base.now().getTime();
+    return this.now();
   }
   advance(seconds: number): Date {
     this.offsetMs += seconds * 1000;

@@ -379,6 +379,7 @@ describe("confirm refusals", () => {
 
   test("a device clock more than 300 s off is 401 CLOCK_SKEW", async () => {
     const v = await started();
+    t.clock.freeze();
     const response = await confirmTrial(
       t,
       v.id,
