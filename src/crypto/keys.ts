@@ -25,14 +25,23 @@ export const keyIdOf = (publicKeyText: string): string => `k_${thumbprint(public
  * Parses a contract key string; null for anything malformed, not on the curve or of small order.
  * `vetted`: the key was accepted (and its point checked) when it was first stored, so the point
  * is not decoded again in JavaScript on every heartbeat of a cold device.
+ * `signatureFollows`: the caller verifies a signature by this key before it stores or trusts
+ * anything about it (a device proof), so an Ed25519 point off the curve is left for that verify
+ * to refuse instead of being decoded here (see isAcceptableEd25519Encoding).
  */
-export function parsePublicKey(text: string, options: { vetted?: boolean } = {}): PublicKeyInfo | null {
+export function parsePublicKey(
+  text: string,
+  options: { vetted?: boolean; signatureFollows?: boolean } = {},
+): PublicKeyInfo | null {
   if (typeof text !== "string" || text.length > 200) return null;
   try {
     if (text.startsWith(ED25519_PREFIX)) {
       const raw = b64u.decode(text.slice(ED25519_PREFIX.length));
       if (raw.length !== 32 || b64u.encode(raw) !== text.slice(ED25519_PREFIX.length)) return null;
-      if (!options.vetted && !isSafeEd25519Point(raw)) return null;
+      if (!options.vetted) {
+        if (!isAcceptableEd25519Encoding(raw)) return null;
+        if (!options.signatureFollows && !isOnEd25519Curve(raw)) return null;
+      }
       const key = createPublicKey({
         key: { kty: "OKP", crv: "Ed25519", x: b64u.encode(raw) },
         format: "jwk",
@@ -63,17 +72,66 @@ export function parsePublicKey(text: string, options: { vetted?: boolean } = {})
 /**
  * A device key must not be of small order: a small-order key (the identity, say) "verifies" a
  * forged signature over any message with node:crypto, which would let anyone sign as that device.
- * Decoding also refuses non-canonical encodings and points off the curve.
+ * Nor may it be a non-canonical encoding (y >= p): node:crypto reduces y, so two strings, and two
+ * thumbprints, would name one key.
+ *
+ * Both are byte checks of constant cost, no point arithmetic: y is canonical when its 255 low bits
+ * (little-endian) are below p = 2^255 - 19; the small-order points are the eight torsion points,
+ * whose encodings with the sign bit masked are the five in SMALL_ORDER_Y (x = 0 only for y = ±1,
+ * so x = 0 with the sign bit set, non-canonical, is refused by that list too). What bytes cannot
+ * tell is whether y is on the curve at all; that needs a square root mod p (~60 µs of BigInt
+ * arithmetic, a tenth of an activation's CPU). A point off the curve can never verify a signature
+ * (node:crypto's verify decodes the key and fails), so callers that verify a device proof right
+ * after parsing skip it (`signatureFollows`) and decode only to explain a failed proof
+ * (isOnEd25519Curve); every other caller pays for the decode.
  *
  * A mixed-order key (a proper point plus a torsion component) is not refused: only its owner can
  * sign for it, and only this server verifies device signatures, so cofactored and cofactorless
  * verifiers cannot disagree about it. The full subgroup check costs ~0.5 ms of JavaScript per
  * key, three times a whole activation's floor (docs/performance.md).
  */
-function isSafeEd25519Point(raw: Uint8Array): boolean {
+function isAcceptableEd25519Encoding(raw: Uint8Array): boolean {
+  const top = (raw[31] as number) & 0x7f;
+  // p = 0x7fff…ffed: y >= p only when every byte above the lowest is at its maximum.
+  if (top === 0x7f && (raw[0] as number) >= 0xed) {
+    let i = 1;
+    while (i < 31 && raw[i] === 0xff) i++;
+    if (i === 31) return false;
+  }
+  for (const small of SMALL_ORDER_Y) {
+    if (top !== small[31]) continue;
+    let i = 0;
+    while (i < 31 && raw[i] === small[i]) i++;
+    if (i === 31) return false;
+  }
+  return true;
+}
+
+/**
+ * The encodings (sign bit masked) of the eight points of order dividing 8: y = 1 (the identity),
+ * y = p - 1 (order 2), y = 0 (the two of order 4), and y8, p - y8 (the four of order 8).
+ * test/unit/keys.test.ts recomputes this list from the curve.
+ */
+const SMALL_ORDER_Y: readonly Uint8Array[] = [
+  "0000000000000000000000000000000000000000000000000000000000000000",
+  "0100000000000000000000000000000000000000000000000000000000000000",
+  "ecffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff7f",
+  "26e8958fc2b227b045c3f489f2ef98f0d5dfac05d3c63339b13802886d53fc05",
+  "c7176a703d4dd84fba3c0b760d10670f2a2053fa2c39ccc64ec7fd7792ac037a",
+].map((hex) => Uint8Array.from(Buffer.from(hex, "hex")));
+
+/** Exported for the tests that recompute it. */
+export const ED25519_SMALL_ORDER_Y = SMALL_ORDER_Y;
+
+/** Whether an Ed25519 key's point is on the curve: the full decode, ~60 µs. P-256 keys: always. */
+export function isOnCurve(info: PublicKeyInfo): boolean {
+  return info.alg !== "ed25519" || isOnEd25519Curve(b64u.decode(info.text.slice(ED25519_PREFIX.length)));
+}
+
+function isOnEd25519Curve(raw: Uint8Array): boolean {
   try {
-    const point = ed25519.Point.fromBytes(raw);
-    return !point.isSmallOrder();
+    ed25519.Point.fromBytes(raw);
+    return true;
   } catch {
     return false;
   }

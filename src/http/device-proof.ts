@@ -2,7 +2,7 @@ import type { Database } from "bun:sqlite";
 import { sha256Hex } from "../crypto/encoding.ts";
 import { PREFIX } from "../crypto/envelope.ts";
 import { canonicalize } from "../crypto/jcs.ts";
-import { type PublicKeyInfo, parsePublicKey, verifySignature } from "../crypto/keys.ts";
+import { isOnCurve, type PublicKeyInfo, parsePublicKey, verifySignature } from "../crypto/keys.ts";
 import { ApiError } from "./errors.ts";
 
 /** DESIGN §5: a proof more than 300 s from the server clock is refused, and nonces are kept that long. */
@@ -86,18 +86,25 @@ export interface BodyProof {
  * can never be replayed on the other. Returns the device's signing key.
  */
 export function verifyBodyProof(body: BodyProof, prefix: string, nowSec: number): PublicKeyInfo {
-  const signingKey = parsePublicKey(body.device_signing_public_key);
+  // The proof below is by this key, so its point is decoded only to explain a failure (keys.ts).
+  const signingKey = parsePublicKey(body.device_signing_public_key, { signatureFollows: true });
   const kemKey = parsePublicKey(body.device_kem_public_key);
-  const errors: Record<string, string[]> = {};
-  if (!signingKey)
-    errors.device_signing_public_key = ["must be ed25519:<b64u 32 bytes> or p256:<b64u 65-byte point>"];
-  if (kemKey?.alg !== "p256")
-    errors.device_kem_public_key = ["must be p256:<b64u 65-byte uncompressed point>"];
-  if (!signingKey || kemKey?.alg !== "p256") throw ApiError.validation(errors);
-  if (Math.abs(nowSec - body.client_time) > CLOCK_SKEW_SEC) throw clockSkew(nowSec);
+  // The slow check runs only for requests that fail anyway: an off-curve key stays a 422.
+  const keyError = (signingKeyOk: boolean) => {
+    const errors: Record<string, string[]> = {};
+    if (!signingKeyOk)
+      errors.device_signing_public_key = ["must be ed25519:<b64u 32 bytes> or p256:<b64u 65-byte point>"];
+    if (kemKey?.alg !== "p256")
+      errors.device_kem_public_key = ["must be p256:<b64u 65-byte uncompressed point>"];
+    return ApiError.validation(errors);
+  };
+  if (!signingKey || kemKey?.alg !== "p256") throw keyError(signingKey !== null && isOnCurve(signingKey));
+  if (Math.abs(nowSec - body.client_time) > CLOCK_SKEW_SEC) {
+    throw isOnCurve(signingKey) ? clockSkew(nowSec) : keyError(false);
+  }
   const { device_proof, ...signedPart } = body;
   if (!verifySignature(signingKey, prefix + canonicalize(signedPart), device_proof)) {
-    throw proofInvalid("invalid_signature");
+    throw isOnCurve(signingKey) ? proofInvalid("invalid_signature") : keyError(false);
   }
   return signingKey;
 }

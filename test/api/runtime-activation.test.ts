@@ -1,4 +1,6 @@
 import { afterEach, beforeEach, describe, expect, test } from "bun:test";
+import { createHash } from "node:crypto";
+import { ed25519 } from "@noble/curves/ed25519.js";
 import { TestDevice } from "../support/device.ts";
 import { expectSignedEnvelope, verifiedCertificate } from "../support/envelope.ts";
 import { factories } from "../support/factories.ts";
@@ -315,6 +317,38 @@ describe("errors", () => {
       });
       expect(response.status).toBe(422);
     }
+  });
+
+  test("an Ed25519 signing key off the curve answers 422 whatever else is wrong, and activates nothing", async () => {
+    // The first y (SHA-256 of a counter) that is not on the curve: no one holds its private key,
+    // so the proof can only be one made by another key.
+    let offCurve = new Uint8Array(32);
+    for (let i = 0; ; i++) {
+      offCurve = Uint8Array.from(createHash("sha256").update(`off-curve ${i}`).digest());
+      offCurve[31] = (offCurve[31] as number) & 0x7f;
+      try {
+        ed25519.Point.fromBytes(offCurve);
+      } catch {
+        break;
+      }
+    }
+    const device = new TestDevice();
+    t.clock.freeze();
+    for (const clientTime of [nowSec(t), nowSec(t) - 301]) {
+      const body = {
+        ...device.activationBody({ licenseKey: fx.licenseKey, productId: fx.productId, clientTime }),
+        device_signing_public_key: `ed25519:${Buffer.from(offCurve).toString("base64url")}`,
+      };
+      const response = await t.call("POST", "/runtime/v1/activations", {
+        key: null,
+        body,
+        headers: t.idem(),
+      });
+      expect(response.status).toBe(422);
+      expect(response.body.error.code).toBe("VALIDATION_FAILED");
+      expect(Object.keys(response.body.error.details.errors)).toEqual(["device_signing_public_key"]);
+    }
+    expect(activations()).toBe(0);
   });
 
   test("a product whose signing keys are pending answers 409 SIGNING_KEY_PENDING", async () => {
