@@ -195,8 +195,8 @@ export function startServer({ config, passphrase, logger }: StartOptions): Runni
 
     const fetch = async (request: Request, peer: Server<undefined>): Promise<Response> => {
       inFlight++;
-      // Before the app: the per-address runtime limits need the socket's peer.
-      clientAddress.set(request, peer.requestIP(request)?.address);
+      // Before the app: the per-address runtime limits ask it for the socket's peer, if ever.
+      clientAddress.setSource(request, peer);
       const started = performance.now();
       let response: Response;
       try {

@@ -1,11 +1,20 @@
 import { isIP } from "node:net";
 
 /**
- * The address a request came from, for the per-address runtime limits. The HTTP server knows the
- * socket's peer and records it here before the app sees the request (server.ts); keyed by the
- * Request object, so nothing outlives the request.
+ * The address a request came from, for the per-address runtime limits. The HTTP server records
+ * where to find the socket's peer before the app sees the request (server.ts); keyed by the
+ * Request object, so nothing outlives the request. Most requests never ask (the limits may be off,
+ * most routes have none), so the server records its own handle and the peer is looked up only
+ * when first asked: asking Bun for it allocates, about 1% of a heartbeat. Asked after the client
+ * has hung up, Bun no longer knows the peer: such a request counts as UNKNOWN_ADDRESS, one window
+ * shared by all of them, and its answer goes nowhere.
  */
-const peers = new WeakMap<Request, string>();
+const peers = new WeakMap<Request, string | PeerSource>();
+
+/** What Bun's server passes to fetch: it knows each pending request's socket. */
+export interface PeerSource {
+  requestIP(request: Request): { address: string } | null;
+}
 
 /** Used when nothing says where a request came from (app.handle without a server). */
 export const UNKNOWN_ADDRESS = "unknown";
@@ -14,6 +23,10 @@ export const clientAddress = {
   /** The socket peer, as the server saw it. */
   set(request: Request, address: string | null | undefined): void {
     if (address) peers.set(request, address);
+  },
+  /** The server that received the request: the peer is asked of it on first use. */
+  setSource(request: Request, source: PeerSource): void {
+    peers.set(request, source);
   },
   /**
    * With `trustForwardedFor` (the service runs behind a reverse proxy that appends the client's
@@ -30,9 +43,21 @@ export const clientAddress = {
         if (address !== null) return address;
       }
     }
-    return peers.get(request) ?? UNKNOWN_ADDRESS;
+    return peerOf(request);
   },
 };
+
+function peerOf(request: Request): string {
+  const known = peers.get(request);
+  if (known === undefined || typeof known === "string") return known ?? UNKNOWN_ADDRESS;
+  const address = known.requestIP(request)?.address;
+  if (!address) {
+    peers.delete(request);
+    return UNKNOWN_ADDRESS;
+  }
+  peers.set(request, address);
+  return address;
+}
 
 /** Longer than any address with a zone and a port; anything longer is not parsed. */
 const MAX_ENTRY = 64;

@@ -1,5 +1,11 @@
 import { describe, expect, test } from "bun:test";
-import { addressPartition, clientAddress, forwardedAddress } from "../../src/http/client-address.ts";
+import {
+  addressPartition,
+  clientAddress,
+  forwardedAddress,
+  type PeerSource,
+  UNKNOWN_ADDRESS,
+} from "../../src/http/client-address.ts";
 
 /**
  * Where a request came from, for the per-address runtime limits: the last X-Forwarded-For entry
@@ -93,5 +99,55 @@ describe("address partitions of unusual spellings", () => {
 
   test("something that is not an address is its own partition, never an IPv6 /64", () => {
     expect(addressPartition("unknown")).toBe("unknown");
+  });
+});
+
+describe("the socket peer, looked up only when asked", () => {
+  /** A real Bun server whose handler records its server as the source and answers `answer`. */
+  async function serve(answer: (request: Request, source: PeerSource & { asked: number }) => string) {
+    const server = Bun.serve({
+      hostname: "127.0.0.1",
+      port: 0,
+      fetch(request, peer) {
+        const source = {
+          asked: 0,
+          requestIP(r: Request) {
+            this.asked++;
+            return peer.requestIP(r);
+          },
+        };
+        clientAddress.setSource(request, source);
+        const body = answer(request, source);
+        return new Response(`${body} asked=${source.asked}`);
+      },
+    });
+    try {
+      return await (
+        await fetch(`http://127.0.0.1:${server.port}/`, { headers: { "x-forwarded-for": "203.0.113.7" } })
+      ).text();
+    } finally {
+      server.stop(true);
+    }
+  }
+
+  test("the peer is the socket's address, asked of the server once however often it is needed", async () => {
+    expect(await serve((r) => [clientAddress.of(r, false), clientAddress.of(r, false)].join(" "))).toBe(
+      "127.0.0.1 127.0.0.1 asked=1",
+    );
+  });
+
+  test("a request whose address is never needed never asks the server", async () => {
+    expect(await serve(() => "none")).toBe("none asked=0");
+  });
+
+  test("a trusted X-Forwarded-For answers without asking the server for the peer", async () => {
+    expect(await serve((r) => clientAddress.of(r, true))).toBe("203.0.113.7 asked=0");
+  });
+
+  test("a server that no longer knows the peer (the client hung up) gives the unknown address", () => {
+    const request = new Request("http://licensing.test/runtime/v1/time");
+    clientAddress.setSource(request, { requestIP: () => null });
+    expect(clientAddress.of(request, false)).toBe(UNKNOWN_ADDRESS);
+    expect(clientAddress.of(new Request("http://licensing.test/"), false)).toBe(UNKNOWN_ADDRESS);
   });
 });
