@@ -41,6 +41,7 @@ import { TrustService } from "./modules/trust/service.ts";
 import { DeliveryLog } from "./modules/webhooks/deliveries.ts";
 import { WebhookService } from "./modules/webhooks/service.ts";
 import { WorkspaceService } from "./modules/workspace/service.ts";
+import { GroupCommit } from "./store/group-commit.ts";
 
 export interface ServiceOptions {
   /** The public URL: certificate issuer, integration config, error links. */
@@ -68,11 +69,14 @@ export function createServices(deps: Deps, options: ServiceOptions) {
   // Read by every request (402, monthly allowances): cached, not a store read each time.
   const planCache = new PlanCache(workspace);
   const cachedPlan = () => planCache.current().plan;
+  // Device calls of one event-loop turn share a commit (the server's WAL restart holds it too).
+  const groupCommit = new GroupCommit(deps.sqlite);
   const runtimeGate = new RuntimeGate(
     deps,
     deviceBlocks,
     runtimeEvents,
     new DeviceProofVerifier(deps.sqlite),
+    groupCommit,
   );
   const activations = new ActivationService(deps, trust, licenses, runtimeGate, idempotency, options.baseUrl);
   const sealedFiles = new SealedFileService(deps, products, plan, options.sealedFileEnvironments);
@@ -88,6 +92,7 @@ export function createServices(deps: Deps, options: ServiceOptions) {
   });
   return {
     deps,
+    groupCommit,
     apiKeys: new ApiKeyService(deps),
     workspace,
     audit: new AuditService(deps),

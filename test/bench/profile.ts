@@ -49,7 +49,8 @@ const server = await startServer({
   },
   command: [
     process.execPath,
-    "--cpu-prof-md",
+    // PROFILE_JSON=1: Chrome's .cpuprofile instead (for tools that want the raw samples).
+    process.env.PROFILE_JSON === "1" ? "--cpu-prof" : "--cpu-prof-md",
     "--cpu-prof-interval=250",
     `--cpu-prof-dir=${profileDir}`,
     join(root, "src/main.ts"),

@@ -15,10 +15,13 @@ import { runWrk } from "./lib/wrk.ts";
  * are Bun's and JavaScriptCore's helpers and the WAL checkpointer (a Worker).
  *
  * Usage: bun test/bench/threads.ts [SECONDS]
+ * THREADS_SOURCES=1 serves from this checkout's sources instead of the compiled binary (quick
+ * before/after comparisons while editing; the binary is what `npm run bench` measures).
  */
 const seconds = Number(process.argv[2] ?? 15);
+const fromSources = process.env.THREADS_SOURCES === "1";
 const log = (line: string) => console.log(line);
-ensureBinary(log);
+if (!fromSources) ensureBinary(log);
 ensureWrk(log);
 const work = mkdtempSync(join(tmpdir(), "licensing-threads-"));
 const dataDir = join(work, "data");
@@ -36,6 +39,7 @@ const server = await startServer({
     LICENSING_RUNTIME_RATE_LIMIT_ACTIVATION: "off",
     LICENSING_RUNTIME_RATE_LIMIT_LICENSE: "off",
   },
+  command: fromSources ? [process.execPath, join(import.meta.dir, "..", "..", "src/main.ts")] : undefined,
 });
 try {
   const fixture = await createFixture(server.url, liveKey, 1);

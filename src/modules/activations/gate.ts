@@ -6,6 +6,7 @@ import { type RuntimeOperation, runtimeDenial, SIGNED_DENIALS } from "../../doma
 import type { Environment } from "../../domain/scopes.ts";
 import { type DeviceProofHeaders, type DeviceProofVerifier, proofInvalid } from "../../http/device-proof.ts";
 import { ApiError, type ErrorCode, type SignedFor } from "../../http/errors.ts";
+import type { GroupCommit } from "../../store/group-commit.ts";
 import { activations, licenses, policies } from "../../store/schema/index.ts";
 import type { DeviceBlockService } from "../device-blocks/service.ts";
 import { prepareAssignmentCheck } from "../email-verifications/tokens.ts";
@@ -53,13 +54,13 @@ export class RuntimeGate {
    */
   private readonly byId;
   private assignmentActive?: (activationId: string) => boolean;
-  private readonly unitOfWork;
 
   constructor(
     private readonly deps: Deps,
     private readonly blocks: DeviceBlockService,
     private readonly events: RuntimeEventService,
     private readonly proofs: DeviceProofVerifier,
+    private readonly commits: GroupCommit,
   ) {
     const id = sql.placeholder("id");
     this.byId = {
@@ -67,16 +68,6 @@ export class RuntimeGate {
       license: deps.db.select().from(licenses).where(eq(licenses.id, id)).prepare(),
       policy: deps.db.select().from(policies).where(eq(policies.id, id)).prepare(),
     };
-    this.unitOfWork = deps.sqlite.transaction(
-      (work: () => unknown): { result: unknown } | { refusal: ApiError } => {
-        try {
-          return { result: work() };
-        } catch (error) {
-          if (error instanceof ApiError) return { refusal: error };
-          throw error;
-        }
-      },
-    );
   }
 
   /**
@@ -175,17 +166,30 @@ export class RuntimeGate {
   }
 
   /**
-   * Runs one runtime operation as one transaction, and records it in runtime_events if it is
-   * refused. One commit per request instead of one per write (the nonce, the check-in): commits
-   * are the largest cost of a heartbeat after the signatures. A refusal commits too, because what
-   * was written before it is meant to last: the nonce that was spent, the displaced device that
-   * was culled. Writes that must not outlive a refusal use their own (nested) transaction.
+   * Runs one runtime operation as one unit of work, and records it in runtime_events if it is
+   * refused. The work shares a commit with the other device calls of the same event-loop turn
+   * (store/group-commit.ts) and settles only once that commit is done: commits are the largest
+   * cost of a heartbeat after the signatures. A refusal commits too, because what was written
+   * before it is meant to last: the nonce that was spent, the displaced device that was culled.
+   * Writes that must not outlive a refusal use their own (nested) transaction.
    */
-  observe<T>(operation: RuntimeOperationName, target: Target, call: RuntimeCall, work: () => T): T {
+  async observe<T>(
+    operation: RuntimeOperationName,
+    target: Target,
+    call: RuntimeCall,
+    work: () => T,
+  ): Promise<T> {
     try {
-      const outcome = this.unitOfWork.immediate(work);
+      const outcome = await this.commits.run((): { result: T } | { refusal: ApiError } => {
+        try {
+          return { result: work() };
+        } catch (error) {
+          if (error instanceof ApiError) return { refusal: error };
+          throw error;
+        }
+      });
       if ("refusal" in outcome) throw outcome.refusal;
-      return outcome.result as T;
+      return outcome.result;
     } catch (error) {
       if (error instanceof ApiError && target.environment) {
         this.events.record({

@@ -13,8 +13,8 @@ export const runtimeActivationsController = ({ activations, signer }: Services) 
     .model(activationModels)
     .post(
       "",
-      ({ body, headers, request }) => {
-        const outcome = activations.activateOnce(body, headers["idempotency-key"], runtimeCall(request));
+      async ({ body, headers, request }) => {
+        const outcome = await activations.activateOnce(body, headers["idempotency-key"], runtimeCall(request));
         // Stored unsigned: a replay is signed afresh for this request's nonce (DESIGN §4).
         const response = signer.respond(request, outcome.status, JSON.parse(outcome.body), {
           productId: body.product_id,
@@ -32,8 +32,8 @@ export const runtimeActivationsController = ({ activations, signer }: Services) 
     )
     .post(
       "/:id/heartbeat",
-      ({ params, body, request }) => {
-        const result = activations.heartbeat(
+      async ({ params, body, request }) => {
+        const result = await activations.heartbeat(
           params.id,
           readDeviceProofHeaders(request.headers),
           body,
@@ -49,8 +49,8 @@ export const runtimeActivationsController = ({ activations, signer }: Services) 
     )
     .delete(
       "/:id",
-      ({ params, request }) => {
-        const result = activations.deactivate(
+      async ({ params, request }) => {
+        const result = await activations.deactivate(
           params.id,
           readDeviceProofHeaders(request.headers),
           runtimeCall(request),

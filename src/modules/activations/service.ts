@@ -89,7 +89,7 @@ export class ActivationService {
    * needs a valid proof too), then the activation runs inside the idempotency transaction. A
    * refusal is recorded after that transaction has rolled back, so the record survives.
    */
-  activateOnce(body: ActivationCreateBody, idempotencyKey: string | undefined, call: RuntimeCall): Outcome {
+  activateOnce(body: ActivationCreateBody, idempotencyKey: string | undefined, call: RuntimeCall): Promise<Outcome> {
     const target: Target = {};
     return this.gate.observe("activation_create", target, call, () => {
       const deviceKey = this.verifyActivationRequest(body, target);
@@ -321,7 +321,7 @@ export class ActivationService {
     });
   }
 
-  deactivate(activationId: string, proof: DeviceProofHeaders, call: RuntimeCall): SignedResult<string> {
+  deactivate(activationId: string, proof: DeviceProofHeaders, call: RuntimeCall): Promise<SignedResult<string>> {
     const target: Target = { activationId };
     return this.gate.observe("deactivation", target, call, () => {
       const { activation, license, now, signedFor } = this.gate.authenticate(

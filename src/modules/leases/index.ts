@@ -11,8 +11,8 @@ export const leasesController = ({ leases, signer }: Services) =>
     .model(leaseModels)
     .post(
       "",
-      ({ body, request }) => {
-        const result = leases.acquire(body, readDeviceProofHeaders(request.headers), runtimeCall(request));
+      async ({ body, request }) => {
+        const result = await leases.acquire(body, readDeviceProofHeaders(request.headers), runtimeCall(request));
         return signer.respond(request, 201, result.data, result);
       },
       {
@@ -23,8 +23,8 @@ export const leasesController = ({ leases, signer }: Services) =>
     )
     .post(
       "/:id/heartbeat",
-      ({ params, body, request }) => {
-        const result = leases.heartbeat(
+      async ({ params, body, request }) => {
+        const result = await leases.heartbeat(
           params.id,
           body.instance_id,
           readDeviceProofHeaders(request.headers),
@@ -40,8 +40,8 @@ export const leasesController = ({ leases, signer }: Services) =>
     )
     .delete(
       "/:id",
-      ({ params, body, request }) => {
-        const result = leases.release(
+      async ({ params, body, request }) => {
+        const result = await leases.release(
           params.id,
           body.instance_id,
           readDeviceProofHeaders(request.headers),

@@ -47,7 +47,7 @@ export class LeaseService {
     body: { activation_id: string; instance_id: string },
     proof: DeviceProofHeaders,
     call: RuntimeCall,
-  ): SignedResult<LeaseData> {
+  ): Promise<SignedResult<LeaseData>> {
     const target = { activationId: body.activation_id };
     return this.gate.observe("lease_create", target, call, () => {
       if (proof.activationId !== body.activation_id) throw proofInvalid("activation_mismatch");
@@ -118,7 +118,7 @@ export class LeaseService {
     instanceId: string,
     proof: DeviceProofHeaders,
     call: RuntimeCall,
-  ): SignedResult<LeaseData> {
+  ): Promise<SignedResult<LeaseData>> {
     const target = {};
     return this.gate.observe("lease_heartbeat", target, call, () => {
       const { lease, activation, license, policy, now, signedFor } = this.leaseFor(
@@ -149,7 +149,7 @@ export class LeaseService {
     instanceId: string,
     proof: DeviceProofHeaders,
     call: RuntimeCall,
-  ): SignedResult<{ lease_id: string; status: "released" }> {
+  ): Promise<SignedResult<{ lease_id: string; status: "released" }>> {
     const target = {};
     return this.gate.observe("lease_release", target, call, () => {
       const { lease, now, signedFor } = this.leaseFor(leaseId, proof, call, target);

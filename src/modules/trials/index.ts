@@ -27,8 +27,8 @@ export const trialVerificationsController = ({ trials, signer }: Services) =>
     )
     .post(
       "/:id/confirm",
-      ({ params, body, headers, request }) => {
-        const { outcome, productId } = trials.confirm(
+      async ({ params, body, headers, request }) => {
+        const { outcome, productId } = await trials.confirm(
           params.id,
           body,
           headers["idempotency-key"],

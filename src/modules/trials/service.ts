@@ -165,7 +165,7 @@ export class TrialVerificationService {
     body: TrialConfirmBody,
     idempotencyKey: string | undefined,
     call: RuntimeCall,
-  ): { outcome: Outcome; productId: string } {
+  ): Promise<{ outcome: Outcome; productId: string }> {
     const target: Target = {};
     return this.gate.observe("activation_create", target, call, () => {
       const verification = this.deps.db

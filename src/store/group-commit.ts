@@ -1,0 +1,131 @@
+import type { Database, Statement } from "bun:sqlite";
+
+/** How many calls share one commit at most; the rest go into the next one, a turn later. */
+const DEFAULT_MAX_BATCH = 64;
+
+interface Pending {
+  work: () => unknown;
+  resolve: (value: unknown) => void;
+  reject: (error: unknown) => void;
+}
+
+type Outcome = { ok: true; value: unknown } | { ok: false; error: unknown };
+
+/**
+ * Device calls that arrive in the same turn of the event loop share one SQLite commit. A commit
+ * costs a fixed ~30 µs on top of its pages (WAL and shared-memory locks, a write per page), which
+ * on a heartbeat is more than its reads; a batch pays it once, and writes the pages several calls
+ * touch (the nonce table's last leaf, the count rows) once.
+ *
+ * Nothing is acknowledged early: each call's promise settles only after the commit that holds its
+ * writes, so an answer the client has seen is on disk in the WAL (kill -9 safe), exactly as with a
+ * commit per call. Each call runs inside its own savepoint: one that throws has its writes rolled
+ * back and its error delivered, and the others commit. If the commit itself fails, every call of
+ * the batch fails with that error and nothing of it is kept.
+ *
+ * The calls run synchronously one after another inside the drain, so nothing else on this
+ * connection (a management request, a sweeper) can slip writes into the batch. `hold` stops
+ * draining for a moment (the WAL restart, checkpointer.ts) without blocking the event loop: calls
+ * queue and run when `release` is called.
+ */
+export class GroupCommit {
+  private queue: Pending[] = [];
+  private scheduled = false;
+  private holds = 0;
+  private readonly statements: Record<
+    "begin" | "commit" | "rollback" | "savepoint" | "release" | "undo",
+    Statement
+  >;
+
+  constructor(
+    private readonly sqlite: Database,
+    private readonly maxBatch = DEFAULT_MAX_BATCH,
+  ) {
+    this.statements = {
+      begin: sqlite.prepare("BEGIN IMMEDIATE"),
+      commit: sqlite.prepare("COMMIT"),
+      rollback: sqlite.prepare("ROLLBACK"),
+      savepoint: sqlite.prepare("SAVEPOINT group_commit_call"),
+      release: sqlite.prepare("RELEASE group_commit_call"),
+      undo: sqlite.prepare("ROLLBACK TO group_commit_call"),
+    };
+  }
+
+  /** Runs `work` in the next shared transaction; settles once that transaction has committed. */
+  run<T>(work: () => T): Promise<T> {
+    return new Promise<T>((resolve, reject) => {
+      this.queue.push({ work, resolve: resolve as (value: unknown) => void, reject });
+      this.schedule();
+    });
+  }
+
+  /** Calls waiting for their commit (for the WAL restart and tests). */
+  get waiting(): number {
+    return this.queue.length;
+  }
+
+  /** Stops draining until `release`; queued and new calls wait. Holds nest. */
+  hold(): void {
+    this.holds++;
+  }
+
+  release(): void {
+    if (this.holds === 0) return;
+    this.holds--;
+    if (this.holds === 0) this.schedule();
+  }
+
+  private schedule(): void {
+    if (this.scheduled || this.holds > 0 || this.queue.length === 0) return;
+    this.scheduled = true;
+    setImmediate(() => {
+      this.scheduled = false;
+      if (this.holds > 0) return;
+      this.drain(this.queue.splice(0, this.maxBatch));
+      this.schedule();
+    });
+  }
+
+  private drain(batch: Pending[]): void {
+    let outcomes: Outcome[];
+    try {
+      outcomes = this.runBatch(batch);
+    } catch (error) {
+      for (const call of batch) call.reject(error);
+      return;
+    }
+    batch.forEach((call, i) => {
+      const outcome = outcomes[i] as Outcome;
+      if (outcome.ok) call.resolve(outcome.value);
+      else call.reject(outcome.error);
+    });
+  }
+
+  /** The whole batch in one transaction; throws (having rolled back) if it cannot commit. */
+  private runBatch(batch: Pending[]): Outcome[] {
+    const { begin, commit, rollback, savepoint, release, undo } = this.statements;
+    // Someone else's transaction left open on this connection would swallow the batch's commit.
+    if (this.sqlite.inTransaction)
+      throw new Error("group commit: the connection is already in a transaction");
+    begin.run();
+    const outcomes: Outcome[] = [];
+    try {
+      for (const call of batch) {
+        savepoint.run();
+        try {
+          outcomes.push({ ok: true, value: call.work() });
+          release.run();
+        } catch (error) {
+          undo.run();
+          release.run();
+          outcomes.push({ ok: false, error });
+        }
+      }
+      commit.run();
+    } catch (error) {
+      if (this.sqlite.inTransaction) rollback.run();
+      throw error;
+    }
+    return outcomes;
+  }
+}
