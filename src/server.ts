@@ -184,6 +184,8 @@ export function startServer({ config, passphrase, logger }: StartOptions): Runni
     stopWebhooks = webhookDispatcher.start();
     metrics?.collect(() => webhookDispatcher.metricLines());
     flushUsage = () => services.usageMeter.flush();
+    // The WAL is restarted by holding the device calls' shared commits for a moment (checkpointer.ts).
+    checkpointer.restartWith(services.groupCommit);
     const app = clock instanceof AdjustableClock ? base.use(testClockRoutes(clock)) : base;
     metrics?.useRoutes(app.routes);
     if (config.testClock) {

@@ -9,27 +9,37 @@ import type { Database } from "bun:sqlite";
  * core. Durability is unchanged: a commit is in the WAL before it is acknowledged, checkpointed or
  * not.
  *
+ * The WAL file is only reused from its start ("restarted") by a write that finds every frame
+ * already checkpointed, which under steady writes never happens: each checkpoint ends behind the
+ * commits made while it ran. So once the WAL passes `restartAtFrames`, the device calls' group
+ * commit is held for a moment (calls queue; the event loop runs on), the worker checkpoints the
+ * few frames left, and the hold is released: the next commit restarts the WAL. Without this the
+ * safety net fired every ~2 s at 1,200 heartbeats/s, a 10-40 ms stall on the request thread.
+ *
  * The worker's source is inlined (a Blob URL) so the compiled executable needs no extra file.
  */
 const WORKER_SOURCE = `
 import { Database } from "bun:sqlite";
 let db;
 let timer;
-function checkpoint() {
+function checkpoint(type) {
   try {
     const [row] = db.query("PRAGMA wal_checkpoint(PASSIVE)").all();
-    postMessage({ type: "checkpointed", log: row.log, checkpointed: row.checkpointed });
+    postMessage({ type, log: row.log, checkpointed: row.checkpointed });
   } catch (error) {
     // SQLITE_BUSY and friends: the next tick tries again.
     postMessage({ type: "error", message: String(error && error.message || error) });
+    if (type === "caught-up") postMessage({ type, log: -1, checkpointed: -2 });
   }
 }
 self.onmessage = (event) => {
   const message = event.data;
-  if (message.type === "start") {
+  if (message.type === "catch-up") {
+    checkpoint("caught-up");
+  } else if (message.type === "start") {
     db = new Database(message.path);
     db.run("PRAGMA busy_timeout = 1000");
-    timer = setInterval(checkpoint, message.intervalMs);
+    timer = setInterval(() => checkpoint("checkpointed"), message.intervalMs);
     postMessage({ type: "started" });
   } else if (message.type === "stop") {
     clearInterval(timer);
@@ -39,16 +49,33 @@ self.onmessage = (event) => {
 };
 `;
 
+/** Writes that can pause for a moment while the WAL is restarted (store/group-commit.ts). */
+export interface WriteHold {
+  hold(): void;
+  release(): void;
+}
+
 export interface CheckpointerOptions {
-  /** How often the worker checkpoints. A heartbeat writes a few pages; 250 ms keeps the WAL small. */
+  /** How often the worker checkpoints. A heartbeat writes a few pages; 100 ms keeps the WAL small. */
   intervalMs?: number;
   /** Called with each checkpoint's result, for tests and metrics. */
   onCheckpoint?: (result: { log: number; checkpointed: number }) => void;
+  /** Held while the worker catches up, so the next commit restarts the WAL; none: never held. */
+  writes?: WriteHold;
+  /** WAL size (pages) from which a restart is arranged; 4,000 pages is ~16 MiB. */
+  restartAtFrames?: number;
+  /** Called after each restart attempt with how long writes were held and whether it caught up. */
+  onRestart?: (result: { heldMs: number; caughtUp: boolean }) => void;
 }
+
+/** The longest writes are ever held, whatever the worker does (it may have died). */
+const MAX_HOLD_MS = 50;
 
 export interface Checkpointer {
   /** True once the worker runs and the server connection has stopped checkpointing itself. */
   ready: Promise<boolean>;
+  /** From now on, hold these writes to restart the WAL (they exist only after start-up). */
+  restartWith(writes: WriteHold): void;
   stop(): Promise<void>;
 }
 
@@ -65,6 +92,28 @@ export function startCheckpointer(
   const worker = new Worker(url);
   let active = true;
   let stopped: (() => void) | undefined;
+  let writes = options.writes;
+  const restartAtFrames = options.restartAtFrames ?? 4_000;
+  // One restart at a time: writes held, the worker asked to catch up, released on its answer.
+  const restart = {
+    heldSince: 0,
+    timeout: undefined as ReturnType<typeof setTimeout> | undefined,
+    begin() {
+      if (!writes || this.heldSince !== 0) return;
+      writes.hold();
+      this.heldSince = performance.now();
+      this.timeout = setTimeout(() => this.end(false), MAX_HOLD_MS);
+      worker.postMessage({ type: "catch-up" });
+    },
+    end(caughtUp: boolean) {
+      if (!writes || this.heldSince === 0) return;
+      clearTimeout(this.timeout);
+      const heldMs = performance.now() - this.heldSince;
+      this.heldSince = 0;
+      writes.release();
+      options.onRestart?.({ heldMs, caughtUp });
+    },
+  };
   const ready = new Promise<boolean>((resolve) => {
     worker.onmessage = (event: MessageEvent) => {
       const message = event.data as { type: string; log?: number; checkpointed?: number };
@@ -79,23 +128,31 @@ export function startCheckpointer(
         // A WAL that once grew under a burst is cut back after the next full checkpoint.
         sqlite.run("PRAGMA journal_size_limit = 67108864");
         resolve(true);
-      } else if (message.type === "checkpointed")
-        options.onCheckpoint?.({ log: message.log ?? 0, checkpointed: message.checkpointed ?? 0 });
-      else if (message.type === "stopped") stopped?.();
+      } else if (message.type === "checkpointed") {
+        const result = { log: message.log ?? 0, checkpointed: message.checkpointed ?? 0 };
+        options.onCheckpoint?.(result);
+        if (active && writes && result.log >= restartAtFrames) restart.begin();
+      } else if (message.type === "caught-up") {
+        restart.end(message.log === message.checkpointed);
+      } else if (message.type === "stopped") stopped?.();
     };
     worker.onerror = () => {
       URL.revokeObjectURL(url);
       resolve(false);
     };
   });
-  worker.postMessage({ type: "start", path, intervalMs: options.intervalMs ?? 250 });
+  worker.postMessage({ type: "start", path, intervalMs: options.intervalMs ?? 100 });
   // The worker must not hold the process open on its own.
   (worker as Worker & { unref(): void }).unref(); // Bun's Worker has unref; the DOM typing does not
   return {
     ready,
+    restartWith(hold) {
+      writes = hold;
+    },
     async stop() {
       if (!active) return;
       active = false;
+      restart.end(false);
       const done = new Promise<void>((resolve) => {
         stopped = resolve;
       });

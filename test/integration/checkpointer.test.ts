@@ -1,9 +1,10 @@
 import { afterEach, expect, test } from "bun:test";
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, rmSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { startCheckpointer } from "../../src/store/checkpointer.ts";
 import { openStore, type Store } from "../../src/store/db.ts";
+import { GroupCommit } from "../../src/store/group-commit.ts";
 
 let dir: string;
 let store: Store;
@@ -71,4 +72,48 @@ test("data written while checkpoints run is all there after a reopen", async () 
   expect(count).toBe(2_000);
   const integrity = store.sqlite.query<{ integrity_check: string }, []>("PRAGMA integrity_check").get();
   expect(integrity?.integrity_check).toBe("ok");
+});
+
+test("under steady writes the held catch-up lets the next commit restart the WAL, so the file stays small", async () => {
+  const path = freshStore();
+  const commits = new GroupCommit(store.sqlite);
+  const restarts: { heldMs: number; caughtUp: boolean }[] = [];
+  const checkpointer = startCheckpointer(store.sqlite, path, {
+    intervalMs: 5,
+    writes: commits,
+    restartAtFrames: 200,
+    onRestart: (result) => restarts.push(result),
+  });
+  expect(await checkpointer.ready).toBe(true);
+  const insert = store.sqlite.prepare("INSERT INTO t (v) VALUES (?)");
+  let largestWal = 0;
+  // ~4,000 commits of a page or more each, never pausing: without restarts the WAL would hold them all.
+  for (let i = 0; i < 4_000; i++) {
+    await commits.run(() => insert.run("x".repeat(3_000)));
+    if (i % 50 === 0) largestWal = Math.max(largestWal, statSync(`${path}-wal`).size);
+  }
+  await checkpointer.stop();
+  expect(restarts.some((r) => r.caughtUp)).toBe(true);
+  // Far below 4,000 pages (~16 MiB); the restart point is 200 pages and a restart waits at most one interval.
+  expect(largestWal).toBeLessThan(1_500 * 4_120);
+  const count = store.sqlite.query<{ n: number }, []>("SELECT count(*) AS n FROM t").get()?.n;
+  expect(count).toBe(4_000);
+});
+
+test("without writes to hold the WAL is never restarted early and nothing waits", async () => {
+  const path = freshStore();
+  const restarts: unknown[] = [];
+  const checkpointer = startCheckpointer(store.sqlite, path, {
+    intervalMs: 5,
+    restartAtFrames: 10,
+    onRestart: (result) => restarts.push(result),
+  });
+  expect(await checkpointer.ready).toBe(true);
+  const insert = store.sqlite.prepare("INSERT INTO t (v) VALUES (?)");
+  for (let i = 0; i < 200; i++) {
+    insert.run("x".repeat(3_000));
+    if (i % 20 === 0) await Bun.sleep(2);
+  }
+  await checkpointer.stop();
+  expect(restarts).toEqual([]);
 });
