@@ -54,26 +54,60 @@ export function stderrLines(fd = 2): (line: string, urgent: boolean) => void {
 
 export const silentLogger: Logger = { log() {} };
 
-const API_KEY_LIKE = /lsk_[A-Za-z0-9_]*/;
-
 /**
  * The path as it goes into a log line. Clients sometimes put a secret in the URL (a license key
  * where an id belongs, an API key pasted into the path); a segment that looks like either is
  * replaced, so the request is still traceable but the log never holds the secret.
+ *
+ * It runs for every request, so the common segment costs little: it is decoded only when it holds
+ * a '%', and the full license-key recognition runs only when the segment could be one (see
+ * mayBeLicenseKey). A path with nothing to replace is returned as it came, without a copy.
  */
 export function redactPath(path: string): string {
-  return path
-    .split("/")
-    .map((segment) => {
-      let decoded = segment;
-      try {
-        decoded = decodeURIComponent(segment);
-      } catch {
-        // Not valid percent-encoding: judged as sent.
-      }
-      if (API_KEY_LIKE.test(decoded)) return "[redacted-api-key]";
-      if (canonicalLicenseKey(decoded) !== null) return "[redacted-license-key]";
-      return segment;
-    })
-    .join("/");
+  let out: string | null = null;
+  let start = 0;
+  while (start <= path.length) {
+    let end = path.indexOf("/", start);
+    if (end === -1) end = path.length;
+    const segment = path.slice(start, end);
+    const replacement = redactedSegment(segment);
+    if (replacement !== null && out === null) out = path.slice(0, start);
+    if (out !== null) out += (replacement ?? segment) + (end < path.length ? "/" : "");
+    start = end + 1;
+  }
+  return out ?? path;
+}
+
+/** The replacement of one path segment, or null when it is kept. */
+function redactedSegment(segment: string): string | null {
+  let decoded = segment;
+  if (segment.includes("%")) {
+    try {
+      decoded = decodeURIComponent(segment);
+    } catch {
+      // Not valid percent-encoding: judged as sent.
+    }
+  }
+  // An API key is `lsk_` and then anything: the prefix alone marks the segment.
+  if (decoded.includes("lsk_")) return "[redacted-api-key]";
+  if (mayBeLicenseKey(decoded) && canonicalLicenseKey(decoded) !== null) return "[redacted-license-key]";
+  return null;
+}
+
+/**
+ * Any ASCII character but whitespace, '-', letters other than U and digits: those survive
+ * canonicalLicenseKey's folding (dashes and whitespace dropped, upper-cased, I/L to 1, O to 0) as
+ * something outside the key alphabet. Non-ASCII code units are let through, since some upper-case
+ * to key characters (U+0131 dotless i to I) or are whitespace (U+00A0).
+ */
+const NEVER_IN_KEY = /[^\s0-9A-TV-Za-tv-z\u0080-\uffff-]/;
+
+/**
+ * A cheap necessary condition for canonicalLicenseKey accepting `text`: long enough (folding only
+ * removes characters) and no character that folding keeps outside the alphabet. Most segments
+ * (ids like `act_…`, route words) fail it; test/unit/logger-redaction.test.ts checks that no
+ * spelling of a real key does.
+ */
+function mayBeLicenseKey(text: string): boolean {
+  return text.length >= 25 && !NEVER_IN_KEY.test(text);
 }
