@@ -124,7 +124,13 @@ function openMigratedStore(config: Config, logger: Logger): Store {
 export function startServer({ config, passphrase, logger }: StartOptions): RunningServer {
   const keystore = openKeystore(config.dataDir, passphrase);
   const store = openMigratedStore(config, logger);
-  const checkpointer = startCheckpointer(store.sqlite, dataPaths(config.dataDir).store);
+  const checkpointer = startCheckpointer(store.sqlite, dataPaths(config.dataDir).store, {
+    onRestart: ({ heldMs, caughtUp }) =>
+      logger.log(caughtUp ? "debug" : "info", "wal restart", {
+        writes_held_ms: Math.round(heldMs * 1000) / 1000,
+        caught_up: caughtUp,
+      }),
+  });
   void checkpointer.ready.then((running) =>
     running
       ? logger.log("info", "wal checkpoints run in the background")

@@ -1,0 +1,120 @@
+import { mkdtempSync, readFileSync, rmSync, statSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { freePort } from "../e2e/binary.ts";
+import { activateDevices, createFixture } from "./lib/fixture.ts";
+import { heartbeatRequest, writeRequestFile } from "./lib/requests.ts";
+import { ensureBinary, pinned, runCli, startServer } from "./lib/server.ts";
+
+/**
+ * The open-model heartbeat latency run alone (the "latency under load" part of `npm run bench`),
+ * for quick before/after comparisons of the tail: the server pinned to core 0, the open-loop
+ * generator on core 1, heartbeats from random devices at a fixed rate.
+ *
+ * Usage: bun test/bench/latency.ts RATE [SECONDS]
+ * LATENCY_SOURCES=1 serves from this checkout's sources instead of the compiled binary;
+ * LATENCY_TIMELINE=1 prints, per 100 ms of the server's log, the requests over 10 ms and the WAL
+ * restarts; LATENCY_SERVER_CPUS (default 0) where the server may run; LATENCY_KEEP=1 keeps the
+ * work directory (server log included); BUN_JSC_* variables (e.g. BUN_JSC_logGC=1) reach the server.
+ */
+const rate = Number(process.argv[2] ?? 1200);
+const seconds = Number(process.argv[3] ?? 15);
+const fromSources = process.env.LATENCY_SOURCES === "1";
+if (!fromSources) ensureBinary((line) => console.log(line));
+const work = mkdtempSync(join(tmpdir(), "licensing-latency-"));
+const dataDir = join(work, "data");
+Bun.spawnSync(["taskset", "-a", "-p", "-c", "1", String(process.pid)], { stdout: "ignore" });
+const init = await runCli(["init", "--data-dir", dataDir, "--json"]);
+const liveKey = JSON.parse(init.stdout).api_keys.live as string;
+const server = await startServer({
+  dataDir,
+  port: await freePort(),
+  // LATENCY_SERVER_CPUS=0,1: the server may use both cores (its helper threads then need not
+  // preempt the request thread), sharing core 1 with the generator.
+  cpus: process.env.LATENCY_SERVER_CPUS ?? "0",
+  logDir: work,
+  env: {
+    LICENSING_RUNTIME_RATE_LIMIT_IP: "off",
+    LICENSING_RUNTIME_RATE_LIMIT_ACTIVATION: "off",
+    LICENSING_RUNTIME_RATE_LIMIT_LICENSE: "off",
+    // debug: the server logs every WAL restart and how long it held the writes.
+    LICENSING_LOG_LEVEL: "debug",
+    ...Object.fromEntries(
+      Object.entries(process.env).filter(([k]) => k.startsWith("BUN_JSC_")) as [string, string][],
+    ),
+  },
+  command: fromSources ? [process.execPath, join(import.meta.dir, "..", "..", "src/main.ts")] : undefined,
+});
+try {
+  const fixture = await createFixture(server.url, liveKey, 1);
+  const devices = await activateDevices(server.url, fixture, 3000, 16);
+  const openLoop = async (name: string, sec: number) => {
+    const file = join(work, `${name}.txt`);
+    writeRequestFile(
+      file,
+      Array.from({ length: Math.ceil(rate * sec) + 10 }, () =>
+        heartbeatRequest(devices[Math.floor(Math.random() * devices.length)] as (typeof devices)[number]),
+      ),
+    );
+    const proc = Bun.spawn(
+      pinned("1", [
+        process.execPath,
+        join(import.meta.dir, "open-loop.ts"),
+        server.url,
+        file,
+        String(rate),
+        String(sec),
+      ]),
+      { stdout: "pipe", stderr: "inherit" },
+    );
+    const stdout = await new Response(proc.stdout).text();
+    await proc.exited;
+    return stdout.trim();
+  };
+  // Warm: the JIT has compiled the heartbeat path and every device's key is imported, as in the
+  // bench, whose open-loop part runs after the closed-loop runs.
+  await openLoop("warm-up", 5);
+  const logFrom = statSync(server.logPath).size;
+  console.log(await openLoop("open-loop", seconds));
+  const logged = readFileSync(server.logPath).subarray(logFrom).toString("utf8").split("\n");
+  const restarts = logged
+    .filter((line) => line.includes('"msg":"wal restart"'))
+    .map((line) => JSON.parse(line) as { writes_held_ms: number; caught_up: boolean });
+  const held = restarts.map((r) => r.writes_held_ms).sort((a, b) => a - b);
+  console.log(
+    `wal restarts: ${restarts.length} (${restarts.filter((r) => !r.caught_up).length} not caught up), writes held p50 ${held[Math.floor(held.length / 2)] ?? "-"} ms, max ${held[held.length - 1] ?? "-"} ms`,
+  );
+  const durations = logged
+    .filter((line) => line.includes('"msg":"request"'))
+    .map((line) => (JSON.parse(line) as { duration_ms: number }).duration_ms)
+    .sort((a, b) => a - b);
+  const at = (q: number) => durations[Math.max(0, Math.ceil(durations.length * q) - 1)];
+  console.log(
+    `inside the server: ${durations.length} requests, p50 ${at(0.5)} ms, p99 ${at(0.99)} ms, max ${at(1)} ms, over 10 ms: ${durations.filter((d) => d > 10).length}`,
+  );
+  if (process.env.LATENCY_TIMELINE === "1") {
+    // When the slow requests happened: per 100 ms of the server's log, the slowest and the restarts.
+    const windows = new Map<number, { slow: number; max: number; restarts: number }>();
+    for (const line of logged) {
+      if (!line.startsWith("{")) continue;
+      const entry = JSON.parse(line) as { ts: string; msg: string; duration_ms?: number };
+      const w = Math.floor(Date.parse(entry.ts) / 100);
+      const window = windows.get(w) ?? { slow: 0, max: 0, restarts: 0 };
+      if (entry.msg === "wal restart") window.restarts++;
+      if (entry.msg === "request" && entry.duration_ms !== undefined) {
+        window.max = Math.max(window.max, entry.duration_ms);
+        if (entry.duration_ms > 10) window.slow++;
+      }
+      windows.set(w, window);
+    }
+    for (const [w, window] of [...windows].sort((a, b) => a[0] - b[0]))
+      if (window.slow > 0 || window.restarts > 0)
+        console.log(
+          `${new Date(w * 100).toISOString().slice(11, 22)} slow ${window.slow} max ${window.max} ms restarts ${window.restarts}`,
+        );
+  }
+} finally {
+  await server.stop("SIGTERM");
+  if (process.env.LATENCY_KEEP === "1") console.log(`kept ${work}`);
+  else rmSync(work, { recursive: true, force: true });
+}
