@@ -19,9 +19,9 @@ type Outcome = { ok: true; value: unknown } | { ok: false; error: unknown };
  *
  * Nothing is acknowledged early: each call's promise settles only after the commit that holds its
  * writes, so an answer the client has seen is on disk in the WAL (kill -9 safe), exactly as with a
- * commit per call. Each call runs inside its own savepoint: one that throws has its writes rolled
- * back and its error delivered, and the others commit. If the commit itself fails, every call of
- * the batch fails with that error and nothing of it is kept.
+ * commit per call. A call that throws has its writes rolled back and its error delivered, and the
+ * others commit (see runBatch for how). If the commit itself fails, every call of the batch fails
+ * with that error and nothing of it is kept.
  *
  * The calls run synchronously one after another inside the drain, so nothing else on this
  * connection (a management request, a sweeper) can slip writes into the batch. `hold` stops
@@ -101,16 +101,32 @@ export class GroupCommit {
     });
   }
 
-  /** The whole batch in one transaction; throws (having rolled back) if it cannot commit. */
+  /**
+   * The whole batch in one transaction; throws (having rolled back) if it cannot commit. Calls
+   * almost never throw (the gate turns refusals into values), so the batch first runs without a
+   * savepoint per call: each level of savepoint copies every page it touches. If a call does throw,
+   * that attempt is rolled back as a whole and the batch runs again with each call in its own
+   * savepoint, which is safe because nothing of the first attempt was kept.
+   */
   private runBatch(batch: Pending[]): Outcome[] {
-    const { begin, commit, rollback, savepoint, release, undo } = this.statements;
     // Someone else's transaction left open on this connection would swallow the batch's commit.
     if (this.sqlite.inTransaction)
       throw new Error("group commit: the connection is already in a transaction");
+    return this.attempt(batch, false) ?? (this.attempt(batch, true) as Outcome[]);
+  }
+
+  /** One try at the batch; null when a call threw in a try without savepoints (rolled back). */
+  private attempt(batch: Pending[], isolated: boolean): Outcome[] | null {
+    const { begin, commit, rollback, savepoint, release, undo } = this.statements;
     begin.run();
     const outcomes: Outcome[] = [];
+    let committing = false;
     try {
       for (const call of batch) {
+        if (!isolated) {
+          outcomes.push({ ok: true, value: call.work() });
+          continue;
+        }
         savepoint.run();
         try {
           outcomes.push({ ok: true, value: call.work() });
@@ -121,9 +137,11 @@ export class GroupCommit {
           outcomes.push({ ok: false, error });
         }
       }
+      committing = true;
       commit.run();
     } catch (error) {
       if (this.sqlite.inTransaction) rollback.run();
+      if (!isolated && !committing) return null;
       throw error;
     }
     return outcomes;

@@ -92,6 +92,27 @@ describe("group commit", () => {
     expect(committedIds()).toEqual([10, 30]);
   });
 
+  test("a call that throws makes the batch run again with each call isolated, and each write is kept once", async () => {
+    const commits = new GroupCommit(writer);
+    const runs = { first: 0, failing: 0, last: 0 };
+    const counted = (name: keyof typeof runs, id: number) => () => {
+      runs[name]++;
+      return insert(id)();
+    };
+    const results = await Promise.allSettled([
+      commits.run(counted("first", 1)),
+      commits.run(() => {
+        runs.failing++;
+        throw new Error("a bug");
+      }),
+      commits.run(counted("last", 3)),
+    ]);
+    expect(results.map((r) => r.status)).toEqual(["fulfilled", "rejected", "fulfilled"]);
+    // The first try stopped at the failing call; the second ran all three.
+    expect(runs).toEqual({ first: 2, failing: 2, last: 1 });
+    expect(committedIds()).toEqual([1, 3]);
+  });
+
   test("a nested transaction inside a call works as a savepoint of the batch", async () => {
     const commits = new GroupCommit(writer);
     const nested = writer.transaction(() => {

@@ -8,6 +8,7 @@ import { type DeviceProofHeaders, verifyBodyProof } from "../../http/device-proo
 import { ApiError } from "../../http/errors.ts";
 import type { IdempotencyStore, Outcome } from "../../http/idempotency.ts";
 import type { Db } from "../../store/db.ts";
+import { preparedInsert } from "../../store/prepared-insert.ts";
 import { activations, leases, products } from "../../store/schema/index.ts";
 import { bindNamedUserActivation, redeemNamedUserToken } from "../email-verifications/tokens.ts";
 import type { LicenseRow, LicenseService } from "../licenses/service.ts";
@@ -32,6 +33,7 @@ export class ActivationService {
   private readonly productById;
   private readonly checkIn;
   private readonly activeOnLicense;
+  private readonly insertActivation;
 
   constructor(
     private readonly deps: Deps,
@@ -41,6 +43,7 @@ export class ActivationService {
     private readonly idempotency: IdempotencyStore,
     private readonly issuer: string,
   ) {
+    this.insertActivation = preparedInsert(deps.sqlite, activations);
     this.activeOnLicense = deps.db
       .select()
       .from(activations)
@@ -89,7 +92,11 @@ export class ActivationService {
    * needs a valid proof too), then the activation runs inside the idempotency transaction. A
    * refusal is recorded after that transaction has rolled back, so the record survives.
    */
-  activateOnce(body: ActivationCreateBody, idempotencyKey: string | undefined, call: RuntimeCall): Promise<Outcome> {
+  activateOnce(
+    body: ActivationCreateBody,
+    idempotencyKey: string | undefined,
+    call: RuntimeCall,
+  ): Promise<Outcome> {
     const target: Target = {};
     return this.gate.observe("activation_create", target, call, () => {
       const deviceKey = this.verifyActivationRequest(body, target);
@@ -177,8 +184,9 @@ export class ActivationService {
             )
           : null;
       const digest = machineInfoDigest(body.machine_info);
-      const decided = this.deps.db.transaction(
-        (tx) => {
+      // A savepoint of its own: a refusal below (the slots are full) must also undo the cull.
+      const decided = this.deps.sqlite
+        .transaction((tx: Db) => {
           const existing = this.activeActivation(license.id, deviceThumbprint);
           if (existing && !this.culled(existing, license, policy, now)) {
             // Activating again is a check-in with the full machine_info: it refreshes the slot
@@ -240,12 +248,11 @@ export class ActivationService {
           // Signed before the row is written, so the row carries its expiry: one write, not two.
           const issued = issueCertificate(this.trust, this.issuer, this.subject(license, policy, row), now);
           row.certificateExpiresAt = issued.expiresAt;
-          tx.insert(activations).values(row).run();
+          this.insertActivation(row);
           enqueueActivationEvent(this.deps, "activation.created", row.id);
           return { row, issued };
-        },
-        { behavior: "immediate" },
-      );
+        })
+        .immediate(this.deps.db);
       const { row: activation, issued } = decided;
       target.activationId = activation.id;
       if (assignmentId) bindNamedUserActivation(this.deps.db, activation.id, assignmentId);
@@ -321,7 +328,11 @@ export class ActivationService {
     });
   }
 
-  deactivate(activationId: string, proof: DeviceProofHeaders, call: RuntimeCall): Promise<SignedResult<string>> {
+  deactivate(
+    activationId: string,
+    proof: DeviceProofHeaders,
+    call: RuntimeCall,
+  ): Promise<SignedResult<string>> {
     const target: Target = { activationId };
     return this.gate.observe("deactivation", target, call, () => {
       const { activation, license, now, signedFor } = this.gate.authenticate(
