@@ -1,8 +1,10 @@
 import { Database } from "bun:sqlite";
 import { expect, test } from "bun:test";
+import { eq } from "drizzle-orm";
 import { drizzle } from "drizzle-orm/bun-sqlite";
 import { integer, sqliteTable, text } from "drizzle-orm/sqlite-core";
 import { preparedInsert } from "../../src/store/prepared-insert.ts";
+import { preparedRowReader } from "../../src/store/prepared-select.ts";
 import { timestamp } from "../../src/store/schema/columns.ts";
 
 const things = sqliteTable("things", {
@@ -79,4 +81,25 @@ test("an omitted optional column is stored as NULL, and a constraint still holds
   expect(() =>
     insert({ id: "x", kind: "a", details: {}, seenAt: new Date(5), enabled: true, count: 1 }),
   ).toThrow("UNIQUE constraint failed");
+});
+
+test("a prepared row reader returns the same object as Drizzle's select, nulls and all", () => {
+  const { sqlite, db } = freshDb();
+  const insert = preparedInsert(sqlite, things);
+  insert({
+    id: "full",
+    kind: "b",
+    details: { a: [1, { b: null }] },
+    seenAt: new Date(7),
+    endedAt: new Date(8),
+    enabled: false,
+    note: "n",
+    count: 3,
+  });
+  insert({ id: "sparse", kind: "a", details: {}, seenAt: new Date(9), enabled: true, count: 0 });
+  const read = preparedRowReader<typeof things, [string]>(sqlite, things, '"id" = ?');
+  for (const id of ["full", "sparse"]) {
+    expect(read(id)).toEqual(db.select().from(things).where(eq(things.id, id)).get());
+  }
+  expect(read("missing")).toBeUndefined();
 });
