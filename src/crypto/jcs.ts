@@ -43,14 +43,13 @@ export function canonicalize(value: unknown): string {
   }
 }
 
+/** What JSON.stringify escapes in a string: '"', '\\', U+0000..U+001F, and surrogates (lone ones). */
+const NEEDS_ESCAPE = /["\\\u0000-\u001f\ud800-\udfff]/;
+
 /**
- * JSON.stringify of a string. It escapes only '"', '\\', U+0000..U+001F and lone surrogates; a
- * string with none of those (and no surrogate at all, to keep the scan simple) is just quoted.
+ * JSON.stringify of a string. A string with nothing to escape (ids, hashes, base64url: nearly all
+ * of them) is just quoted; the check is one native regex scan, several times faster than a loop.
  */
 function quote(text: string): string {
-  for (let i = 0; i < text.length; i++) {
-    const c = text.charCodeAt(i);
-    if (c < 0x20 || c === 0x22 || c === 0x5c || (c >= 0xd800 && c <= 0xdfff)) return JSON.stringify(text);
-  }
-  return `"${text}"`;
+  return NEEDS_ESCAPE.test(text) ? JSON.stringify(text) : `"${text}"`;
 }

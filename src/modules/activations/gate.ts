@@ -1,4 +1,3 @@
-import { eq, sql } from "drizzle-orm";
 import { type PublicKeyInfo, parsePublicKey } from "../../crypto/keys.ts";
 import type { Deps } from "../../deps.ts";
 import { unixSeconds } from "../../domain/clock.ts";
@@ -7,6 +6,7 @@ import type { Environment } from "../../domain/scopes.ts";
 import { type DeviceProofHeaders, type DeviceProofVerifier, proofInvalid } from "../../http/device-proof.ts";
 import { ApiError, type ErrorCode, type SignedFor } from "../../http/errors.ts";
 import type { GroupCommit } from "../../store/group-commit.ts";
+import { preparedRowReader } from "../../store/prepared-select.ts";
 import { activations, licenses, policies } from "../../store/schema/index.ts";
 import type { DeviceBlockService } from "../device-blocks/service.ts";
 import { prepareAssignmentCheck } from "../email-verifications/tokens.ts";
@@ -62,11 +62,10 @@ export class RuntimeGate {
     private readonly proofs: DeviceProofVerifier,
     private readonly commits: GroupCommit,
   ) {
-    const id = sql.placeholder("id");
     this.byId = {
-      activation: deps.db.select().from(activations).where(eq(activations.id, id)).prepare(),
-      license: deps.db.select().from(licenses).where(eq(licenses.id, id)).prepare(),
-      policy: deps.db.select().from(policies).where(eq(policies.id, id)).prepare(),
+      activation: preparedRowReader<typeof activations, [string]>(deps.sqlite, activations, '"id" = ?'),
+      license: preparedRowReader<typeof licenses, [string]>(deps.sqlite, licenses, '"id" = ?'),
+      policy: preparedRowReader<typeof policies, [string]>(deps.sqlite, policies, '"id" = ?'),
     };
   }
 
@@ -77,7 +76,7 @@ export class RuntimeGate {
   authenticate(activationId: string | null, proof: DeviceProofHeaders, call: RuntimeCall, target: Target) {
     if (activationId !== null && proof.activationId !== activationId)
       throw proofInvalid("activation_mismatch");
-    const activation = this.byId.activation.get({ id: proof.activationId });
+    const activation = this.byId.activation(proof.activationId);
     if (!activation) throw ApiError.notFound("activation");
     Object.assign(target, {
       environment: activation.environment,
@@ -92,7 +91,7 @@ export class RuntimeGate {
       this.deviceKey(activation.deviceSigningKey),
       unixSeconds(now),
     );
-    const license = this.byId.license.get({ id: activation.licenseId });
+    const license = this.byId.license(activation.licenseId);
     if (!license) throw new Error(`activation ${activation.id} has no license`);
     return {
       activation,
@@ -148,7 +147,7 @@ export class RuntimeGate {
   }
 
   policyOf(license: LicenseRow): PolicyWithId {
-    const policy = this.byId.policy.get({ id: license.policyId });
+    const policy = this.byId.policy(license.policyId);
     if (!policy) throw new Error(`license ${license.id} has no policy`);
     return { ...settingsOf(policy), id: policy.id };
   }
