@@ -3,6 +3,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { freePort } from "../e2e/binary.ts";
 import { activateDevices, createFixture } from "./lib/fixture.ts";
+import { threadCpu } from "./lib/procstat.ts";
 import { heartbeatRequest, writeRequestFile } from "./lib/requests.ts";
 import { ensureBinary, pinned, runCli, startServer } from "./lib/server.ts";
 
@@ -15,7 +16,8 @@ import { ensureBinary, pinned, runCli, startServer } from "./lib/server.ts";
  * LATENCY_SOURCES=1 serves from this checkout's sources instead of the compiled binary;
  * LATENCY_TIMELINE=1 prints, per 100 ms of the server's log, the requests over 10 ms and the WAL
  * restarts; LATENCY_SERVER_CPUS (default 0) where the server may run; LATENCY_KEEP=1 keeps the
- * work directory (server log included); BUN_JSC_* variables (e.g. BUN_JSC_logGC=1) reach the server.
+ * work directory (server log included); BUN_JSC_* variables (e.g. BUN_JSC_logGC=1) reach the server;
+ * LATENCY_PROFILE=<dir> serves the sources under Bun's profiler and writes a .cpuprofile there.
  */
 const rate = Number(process.argv[2] ?? 1200);
 const seconds = Number(process.argv[3] ?? 15);
@@ -43,7 +45,16 @@ const server = await startServer({
       Object.entries(process.env).filter(([k]) => k.startsWith("BUN_JSC_")) as [string, string][],
     ),
   },
-  command: fromSources ? [process.execPath, join(import.meta.dir, "..", "..", "src/main.ts")] : undefined,
+  command: process.env.LATENCY_PROFILE
+    ? [
+        process.execPath,
+        "--cpu-prof",
+        `--cpu-prof-dir=${process.env.LATENCY_PROFILE}`,
+        join(import.meta.dir, "..", "..", "src/main.ts"),
+      ]
+    : fromSources
+      ? [process.execPath, join(import.meta.dir, "..", "..", "src/main.ts")]
+      : undefined,
 });
 try {
   const fixture = await createFixture(server.url, liveKey, 1);
@@ -75,7 +86,19 @@ try {
   // bench, whose open-loop part runs after the closed-loop runs.
   await openLoop("warm-up", 5);
   const logFrom = statSync(server.logPath).size;
+  const before = threadCpu(server.pid);
   console.log(await openLoop("open-loop", seconds));
+  const after = threadCpu(server.pid);
+  const perThread = [...after]
+    .map(([tid, { name, cpuSec }]) => ({
+      name,
+      us: ((cpuSec - (before.get(tid)?.cpuSec ?? 0)) * 1e6) / (rate * seconds),
+    }))
+    .filter((t) => t.us > 0.5)
+    .sort((a, b) => b.us - a.us);
+  console.log(
+    `server CPU per request: ${perThread.reduce((sum, t) => sum + t.us, 0).toFixed(1)} µs (${perThread.map((t) => `${t.name} ${t.us.toFixed(1)}`).join(", ")})`,
+  );
   const logged = readFileSync(server.logPath).subarray(logFrom).toString("utf8").split("\n");
   const restarts = logged
     .filter((line) => line.includes('"msg":"wal restart"'))
