@@ -8,6 +8,9 @@ import type { SQLiteTable } from "drizzle-orm/sqlite-core";
  * hands null to the column mappers. Values go through each column's own `mapToDriverValue`
  * (JSON, timestamps, booleans), as Drizzle would convert them; null and undefined are NULL.
  */
+// SQL built with interpolation on purpose: only from the Drizzle schema's own table and column
+// names and from constant text in the calling code, once when a statement is prepared; values
+// are always bound parameters, never request data in the text (test/api/security-review.test.ts).
 export function preparedInsert<T extends SQLiteTable>(
   sqlite: Database,
   table: T,
