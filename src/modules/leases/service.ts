@@ -25,6 +25,7 @@ export class LeaseService {
   private readonly seatsByInstance;
   private readonly seatsByDevice;
   private readonly heldByDevice;
+  private readonly activeLeases;
 
   constructor(
     private readonly deps: Deps,
@@ -37,6 +38,9 @@ export class LeaseService {
     );
     this.seatsByDevice = deps.sqlite.prepare<{ n: number }, [string, number]>(
       "SELECT count(DISTINCT activation_id) AS n FROM leases WHERE license_id = ? AND status = 'active' AND expires_at > ?",
+    );
+    this.activeLeases = deps.sqlite.prepare<{ active: number }, [string]>(
+      "SELECT active FROM lease_counts WHERE license_id = ?",
     );
     this.heldByDevice = deps.sqlite.prepare<{ n: number }, [string, number]>(
       "SELECT count(*) AS n FROM leases WHERE activation_id = ? AND status = 'active' AND expires_at > ?",
@@ -84,7 +88,7 @@ export class LeaseService {
           if (
             limit !== null &&
             needsSeat &&
-            this.seatsTaken(license.id, policy.concurrency_unit, now) >= limit
+            this.seatsFull(license.id, policy.concurrency_unit, limit, now)
           ) {
             throw new ApiError(
               "CONCURRENCY_LIMIT_REACHED",
@@ -191,6 +195,17 @@ export class LeaseService {
   private seatsTaken(licenseId: string, unit: string, now: Date): number {
     const statement = unit === "device" ? this.seatsByDevice : this.seatsByInstance;
     return statement.get(licenseId, now.getTime())?.n ?? 0;
+  }
+
+  /**
+   * Whether every seat is taken. Fewer leases marked active (live or expired, one row kept by
+   * triggers) than seats means room whatever the unit (a device holds at least one lease): only a
+   * license at its limit pays for counting the live ones.
+   */
+  private seatsFull(licenseId: string, unit: string, limit: number, now: Date): boolean {
+    const marked = this.activeLeases.get(licenseId)?.active ?? 0;
+    if (marked < limit) return false;
+    return this.seatsTaken(licenseId, unit, now) >= limit;
   }
 }
 

@@ -1,4 +1,5 @@
 export * from "./activation-counts.ts";
+export * from "./lease-counts.ts";
 export * from "./audit.ts";
 export * from "./billing.ts";
 export * from "./browser-runtime.ts";
