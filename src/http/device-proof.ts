@@ -122,7 +122,9 @@ export class DeviceProofVerifier {
       "INSERT INTO device_nonces (activation_id, nonce, seen_at) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
     );
     this.purge = sqlite.prepare<unknown, [number, number]>(
-      "DELETE FROM device_nonces WHERE rowid IN (SELECT rowid FROM device_nonces WHERE seen_at < ? LIMIT ?)",
+      // WITHOUT ROWID (migration 0017): the oldest rows are named by their key.
+      `DELETE FROM device_nonces WHERE (activation_id, nonce) IN
+       (SELECT activation_id, nonce FROM device_nonces WHERE seen_at < ? ORDER BY seen_at LIMIT ?)`,
     );
   }
 

@@ -107,3 +107,25 @@ test("device nonces past the replay window are purged in batches no larger than 
   expect(services.runtimeGate.purgeNonces(10)).toBe(0);
   expect(count("device_nonces")).toBe(5);
 });
+
+test("device nonces are kept in a WITHOUT ROWID table (two B-trees per insert), oldest purged first", () => {
+  const table = t.deps.sqlite
+    .query<{ sql: string }, []>(
+      "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'device_nonces'",
+    )
+    .get();
+  expect(table?.sql).toContain("WITHOUT ROWID");
+  const services = createServices(t.deps, { baseUrl: BASE_URL });
+  const nowSec = Math.floor(t.clock.now().getTime() / 1000);
+  const insert = t.deps.sqlite.prepare(
+    "INSERT INTO device_nonces (activation_id, nonce, seen_at) VALUES (?, ?, ?)",
+  );
+  // Keys in the opposite order of age: the purge must follow seen_at, not the key.
+  for (let i = 0; i < 6; i++) insert.run(`act_${9 - i}`, "n", nowSec - 700 - i * 10);
+  expect(services.runtimeGate.purgeNonces(3)).toBe(3);
+  const left = t.deps.sqlite
+    .query<{ seen_at: number }, []>("SELECT seen_at FROM device_nonces ORDER BY seen_at")
+    .all()
+    .map((row) => nowSec - row.seen_at);
+  expect(left).toEqual([720, 710, 700]);
+});

@@ -43,7 +43,10 @@ export const activations = sqliteTable(
   ],
 );
 
-/** Device-proof nonces seen within the clock-skew window, so a replay is refused even after a restart. */
+/**
+ * Device-proof nonces seen within the clock-skew window, so a replay is refused even after a
+ * restart. WITHOUT ROWID since migration 0017 (hand-written: Drizzle's schema cannot say so).
+ */
 export const deviceNonces = sqliteTable(
   "device_nonces",
   {
