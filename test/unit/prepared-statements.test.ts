@@ -4,7 +4,7 @@ import { eq } from "drizzle-orm";
 import { drizzle } from "drizzle-orm/bun-sqlite";
 import { integer, sqliteTable, text } from "drizzle-orm/sqlite-core";
 import { preparedInsert } from "../../src/store/prepared-insert.ts";
-import { preparedJoinReader, preparedRowReader } from "../../src/store/prepared-select.ts";
+import { preparedRowReader } from "../../src/store/prepared-select.ts";
 import { timestamp } from "../../src/store/schema/columns.ts";
 
 const things = sqliteTable("things", {
@@ -101,42 +101,5 @@ test("a prepared row reader returns the same object as Drizzle's select, nulls a
   for (const id of ["full", "sparse"]) {
     expect(read(id)).toEqual(db.select().from(things).where(eq(things.id, id)).get());
   }
-  expect(read("missing")).toBeUndefined();
-});
-
-const owners = sqliteTable("owners", {
-  id: text("id").primaryKey(),
-  since: timestamp("since").notNull(),
-  profile: text("profile", { mode: "json" }).$type<{ tier: string }>(),
-});
-
-test("a prepared join reader maps each table's part like Drizzle, and a LEFT JOIN miss as undefined", () => {
-  const { sqlite, db } = freshDb();
-  sqlite.run("CREATE TABLE owners (id TEXT PRIMARY KEY, since INTEGER NOT NULL, profile TEXT)");
-  sqlite.run("ALTER TABLE things ADD COLUMN owner TEXT");
-  const insert = preparedInsert(sqlite, things);
-  insert({ id: "owned", kind: "a", details: { x: 1 }, seenAt: new Date(3), enabled: true, count: 1 });
-  insert({ id: "orphan", kind: "b", details: {}, seenAt: new Date(4), enabled: false, count: 2 });
-  sqlite.run("UPDATE things SET owner = 'o1' WHERE id = 'owned'");
-  db.insert(owners)
-    .values({ id: "o1", since: new Date(99), profile: { tier: "gold" } })
-    .run();
-  const read = preparedJoinReader<
-    [{ alias: "t"; table: typeof things }, { alias: "o"; table: typeof owners }],
-    [string]
-  >(
-    sqlite,
-    [
-      { alias: "t", table: things },
-      { alias: "o", table: owners },
-    ],
-    "things t LEFT JOIN owners o ON o.id = t.owner WHERE t.id = ?",
-  );
-  const [thing, owner] = read("owned") ?? [];
-  expect(thing).toEqual(db.select().from(things).where(eq(things.id, "owned")).get());
-  expect(owner).toEqual({ id: "o1", since: new Date(99), profile: { tier: "gold" } });
-  const [orphan, nobody] = read("orphan") ?? [];
-  expect(orphan?.id).toBe("orphan");
-  expect(nobody).toBeUndefined();
   expect(read("missing")).toBeUndefined();
 });

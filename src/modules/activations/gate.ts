@@ -6,7 +6,7 @@ import type { Environment } from "../../domain/scopes.ts";
 import { type DeviceProofHeaders, type DeviceProofVerifier, proofInvalid } from "../../http/device-proof.ts";
 import { ApiError, type ErrorCode, type SignedFor } from "../../http/errors.ts";
 import type { GroupCommit } from "../../store/group-commit.ts";
-import { preparedJoinReader, preparedRowReader } from "../../store/prepared-select.ts";
+import { preparedRowReader } from "../../store/prepared-select.ts";
 import { activations, licenses, policies } from "../../store/schema/index.ts";
 import type { DeviceBlockService } from "../device-blocks/service.ts";
 import { prepareAssignmentCheck } from "../email-verifications/tokens.ts";
@@ -52,8 +52,7 @@ export class RuntimeGate {
    * The hot path's reads, prepared once: building a Drizzle query per request costs several times
    * the read itself (DESIGN §7).
    */
-  private readonly policyById;
-  private readonly deviceCall;
+  private readonly byId;
   private assignmentActive?: (activationId: string) => boolean;
 
   constructor(
@@ -63,25 +62,11 @@ export class RuntimeGate {
     private readonly proofs: DeviceProofVerifier,
     private readonly commits: GroupCommit,
   ) {
-    this.policyById = preparedRowReader<typeof policies, [string]>(deps.sqlite, policies, '"id" = ?');
-    // The first column of each table must be its primary key (the LEFT JOIN miss check).
-    this.deviceCall = preparedJoinReader<
-      [
-        { alias: "a"; table: typeof activations },
-        { alias: "l"; table: typeof licenses },
-        { alias: "p"; table: typeof policies },
-      ],
-      [string]
-    >(
-      deps.sqlite,
-      [
-        { alias: "a", table: activations },
-        { alias: "l", table: licenses },
-        { alias: "p", table: policies },
-      ],
-      `activations a LEFT JOIN licenses l ON l.id = a.license_id LEFT JOIN policies p ON p.id = l.policy_id
-       WHERE a.id = ?`,
-    );
+    this.byId = {
+      activation: preparedRowReader<typeof activations, [string]>(deps.sqlite, activations, '"id" = ?'),
+      license: preparedRowReader<typeof licenses, [string]>(deps.sqlite, licenses, '"id" = ?'),
+      policy: preparedRowReader<typeof policies, [string]>(deps.sqlite, policies, '"id" = ?'),
+    };
   }
 
   /**
@@ -91,8 +76,7 @@ export class RuntimeGate {
   authenticate(activationId: string | null, proof: DeviceProofHeaders, call: RuntimeCall, target: Target) {
     if (activationId !== null && proof.activationId !== activationId)
       throw proofInvalid("activation_mismatch");
-    // Activation, license and policy in one read; the license is looked at only after the proof.
-    const [activation, license, policy] = this.deviceCall(proof.activationId) ?? [];
+    const activation = this.byId.activation(proof.activationId);
     if (!activation) throw ApiError.notFound("activation");
     Object.assign(target, {
       environment: activation.environment,
@@ -107,12 +91,12 @@ export class RuntimeGate {
       this.deviceKey(activation.deviceSigningKey),
       unixSeconds(now),
     );
+    const license = this.byId.license(activation.licenseId);
     if (!license) throw new Error(`activation ${activation.id} has no license`);
-    if (!policy) throw new Error(`license ${license.id} has no policy`);
     return {
       activation,
       license,
-      policy: withId(policy),
+      policy: this.policyOf(license),
       now,
       signedFor: { productId: activation.productId, nonce: proof.nonce },
     };
@@ -163,9 +147,9 @@ export class RuntimeGate {
   }
 
   policyOf(license: LicenseRow): PolicyWithId {
-    const policy = this.policyById(license.policyId);
+    const policy = this.byId.policy(license.policyId);
     if (!policy) throw new Error(`license ${license.id} has no policy`);
-    return withId(policy);
+    return { ...settingsOf(policy), id: policy.id };
   }
 
   private deviceKey(text: string): PublicKeyInfo {
@@ -236,11 +220,6 @@ export class RuntimeGate {
     return this.proofs.purgeOld(unixSeconds(this.deps.clock.now()), limit);
   }
 }
-
-const withId = (policy: typeof policies.$inferSelect): PolicyWithId => ({
-  ...settingsOf(policy),
-  id: policy.id,
-});
 
 /** A guard's denial as an error; signed only when `signedFor` is given (runtime responses). */
 export const denialError = (code: ErrorCode, signedFor?: SignedFor): ApiError =>
