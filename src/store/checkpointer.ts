@@ -20,8 +20,6 @@ import type { Database } from "bun:sqlite";
  */
 const WORKER_SOURCE = `
 import { Database } from "bun:sqlite";
-import { readlinkSync } from "node:fs";
-import { setPriority } from "node:os";
 let db;
 let timer;
 function checkpoint(type) {
@@ -32,23 +30,16 @@ function checkpoint(type) {
   } catch (error) {
     // SQLITE_BUSY and friends: the next tick tries again.
     postMessage({ type: "error", message: String(error && error.message || error) });
-    if (type === "caught-up") postMessage({ type, log: -1, checkpointed: -2 });
+    if (type !== "checkpointed") postMessage({ type, log: -1, checkpointed: -2 });
   }
-}
-// Linux: this thread alone at the lowest priority, so copying pages never preempts the request
-// thread on a busy core; it runs in the gaps (and the safety net covers a core that has none).
-function lowerPriority() {
-  try {
-    const tid = Number(readlinkSync("/proc/thread-self").split("/").pop());
-    if (Number.isInteger(tid) && tid > 0) setPriority(tid, 19);
-  } catch {}
 }
 self.onmessage = (event) => {
   const message = event.data;
-  if (message.type === "catch-up") {
+  if (message.type === "prepare") {
+    checkpoint("prepared");
+  } else if (message.type === "catch-up") {
     checkpoint("caught-up");
   } else if (message.type === "start") {
-    lowerPriority();
     db = new Database(message.path);
     db.run("PRAGMA busy_timeout = 1000");
     timer = setInterval(() => checkpoint("checkpointed"), message.intervalMs);
@@ -76,7 +67,7 @@ export interface CheckpointerOptions {
   writes?: WriteHold;
   /**
    * WAL size (pages) from which a restart is arranged: 8,000 pages (~32 MiB), before the server
-   * connection's own safety net (10,000). Each restart holds writes for a catch-up checkpoint (two
+   * connection's own safety net (10,000). Each restart holds writes for a short catch-up checkpoint (two
    * fsyncs, ~5 ms here), so fewer restarts mean fewer held calls; the file stays under 40 MiB.
    */
   restartAtFrames?: number;
@@ -113,13 +104,27 @@ export function startCheckpointer(
   let stopped: (() => void) | undefined;
   let writes = options.writes;
   const restartAtFrames = options.restartAtFrames ?? 8_000;
-  // One restart at a time: writes held, the worker asked to catch up, released on its answer.
+  // One restart at a time, in two steps. "prepare": the worker checkpoints once more without any
+  // hold, so little is left that is not yet in the database file or not yet synced; "catch-up":
+  // writes are held while it checkpoints that little (its fsyncs are short because little is
+  // dirty), and released on its answer.
   const restart = {
+    step: "idle" as "idle" | "preparing" | "held",
     heldSince: 0,
     frames: 0,
     timeout: undefined as ReturnType<typeof setTimeout> | undefined,
-    begin(frames: number) {
-      if (!writes || this.heldSince !== 0) return;
+    begin() {
+      if (!writes || this.step !== "idle") return;
+      this.step = "preparing";
+      worker.postMessage({ type: "prepare" });
+    },
+    prepared(frames: number) {
+      if (!writes || this.step !== "preparing") return;
+      if (!active) {
+        this.step = "idle";
+        return;
+      }
+      this.step = "held";
       writes.hold();
       this.heldSince = performance.now();
       this.frames = frames;
@@ -127,10 +132,11 @@ export function startCheckpointer(
       worker.postMessage({ type: "catch-up" });
     },
     end(caughtUp: boolean, checkpointMs: number) {
-      if (!writes || this.heldSince === 0) return;
+      if (this.step === "preparing") this.step = "idle";
+      if (!writes || this.step !== "held") return;
+      this.step = "idle";
       clearTimeout(this.timeout);
       const heldMs = performance.now() - this.heldSince;
-      this.heldSince = 0;
       writes.release();
       options.onRestart?.({ heldMs, checkpointMs, frames: this.frames, caughtUp });
     },
@@ -152,8 +158,9 @@ export function startCheckpointer(
       } else if (message.type === "checkpointed") {
         const result = { log: message.log ?? 0, checkpointed: message.checkpointed ?? 0 };
         options.onCheckpoint?.(result);
-        if (active && writes && result.log >= restartAtFrames)
-          restart.begin(result.log - result.checkpointed);
+        if (active && writes && result.log >= restartAtFrames) restart.begin();
+      } else if (message.type === "prepared") {
+        restart.prepared(Math.max(0, (message.log ?? 0) - (message.checkpointed ?? 0)));
       } else if (message.type === "caught-up") {
         restart.end(message.log === message.checkpointed, message.ms ?? 0);
       } else if (message.type === "stopped") stopped?.();

@@ -58,7 +58,7 @@ const server = await startServer({
 });
 try {
   const fixture = await createFixture(server.url, liveKey, 1);
-  const devices = await activateDevices(server.url, fixture, 3000, 16);
+  const devices = await activateDevices(server.url, fixture, Number(process.env.LATENCY_DEVICES ?? 3000), 16);
   const openLoop = async (name: string, sec: number) => {
     const file = join(work, `${name}.txt`);
     writeRequestFile(

@@ -94,8 +94,9 @@ test("under steady writes the held catch-up lets the next commit restart the WAL
   }
   await checkpointer.stop();
   expect(restarts.some((r) => r.caughtUp)).toBe(true);
-  // Far below 4,000 pages (~16 MiB); the restart point is 200 pages and a restart waits at most one interval.
-  expect(largestWal).toBeLessThan(1_500 * 4_120);
+  // Far below the ~10,000 pages this writes without restarts (the next test's case); the restart
+  // point is 200 pages, and arranging one takes the worker two checkpoints at this write rate.
+  expect(largestWal).toBeLessThan(2_500 * 4_120);
   const count = store.sqlite.query<{ n: number }, []>("SELECT count(*) AS n FROM t").get()?.n;
   expect(count).toBe(4_000);
 });
