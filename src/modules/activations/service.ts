@@ -9,6 +9,7 @@ import { ApiError } from "../../http/errors.ts";
 import type { IdempotencyStore, Outcome } from "../../http/idempotency.ts";
 import type { Db } from "../../store/db.ts";
 import { preparedInsert } from "../../store/prepared-insert.ts";
+import { preparedRowReader } from "../../store/prepared-select.ts";
 import { activations, leases, products } from "../../store/schema/index.ts";
 import { bindNamedUserActivation, redeemNamedUserToken } from "../email-verifications/tokens.ts";
 import type { LicenseRow, LicenseService } from "../licenses/service.ts";
@@ -62,11 +63,7 @@ export class ActivationService {
       `UPDATE activations SET last_heartbeat_at = ?, last_seen_at = ?, certificate_expires_at = ?,
        app_version = coalesce(?, app_version), sdk_version = coalesce(?, sdk_version) WHERE id = ?`,
     );
-    this.productById = deps.db
-      .select()
-      .from(products)
-      .where(eq(products.id, sql.placeholder("id")))
-      .prepare();
+    this.productById = preparedRowReader<typeof products, [string]>(deps.sqlite, products, '"id" = ?');
     this.activeCount = deps.sqlite.prepare<{ active: number }, [string]>(
       "SELECT active FROM activation_counts WHERE license_id = ?",
     );
@@ -81,7 +78,7 @@ export class ActivationService {
    * activation proof over the body. Runs before idempotency, so a replay needs a valid proof too.
    */
   private verifyActivationRequest(body: ActivationCreateBody, target: Target): PublicKeyInfo {
-    const product = this.productById.get({ id: body.product_id });
+    const product = this.productById(body.product_id);
     if (!product) throw ApiError.notFound("product");
     Object.assign(target, { environment: product.environment, productId: product.id });
     return verifyBodyProof(body, PREFIX.activationProof, unixSeconds(this.deps.clock.now()));
@@ -149,7 +146,7 @@ export class ActivationService {
   ): { activation_id: string; certificate: string; machine_info_digest: string } {
     {
       const now = this.deps.clock.now();
-      const product = this.productById.get({ id: body.product_id });
+      const product = this.productById(body.product_id);
       if (!product) throw ApiError.notFound("product");
       Object.assign(target, { environment: product.environment, productId: product.id });
       if (product.signingStatus !== "ready") this.trust.signingKey(product.id);

@@ -1,4 +1,4 @@
-import { and, count, desc, eq, lt, ne, sql } from "drizzle-orm";
+import { and, count, desc, eq, lt, ne } from "drizzle-orm";
 import { canonicalize } from "../../crypto/jcs.ts";
 import type { ChangeContext, Deps } from "../../deps.ts";
 import { canonicalLicenseKey, formatLicenseKey, generateLicenseKey } from "../../domain/license-key.ts";
@@ -10,6 +10,7 @@ import { ApiError, FieldErrorCollector } from "../../http/errors.ts";
 import type { PageRequest } from "../../http/pagination.ts";
 import { versionConflict, versionEtag } from "../../http/preconditions.ts";
 import { bodyReference } from "../../http/references.ts";
+import { preparedRowReader } from "../../store/prepared-select.ts";
 import { licenses, policies } from "../../store/schema/index.ts";
 import type { CustomerService } from "../customers/service.ts";
 import { recordAudit } from "../events/service.ts";
@@ -35,11 +36,12 @@ export class LicenseService {
     private readonly customers: CustomerService,
     private readonly plan: () => PlanDefinition,
   ) {
-    this.byKeyLookup = deps.db
-      .select()
-      .from(licenses)
-      .where(eq(licenses.keyLookup, sql.placeholder("lookup")))
-      .prepare();
+    // Activation's lookup: compiled once, rows mapped without Drizzle's generic mapper.
+    this.byKeyLookup = preparedRowReader<typeof licenses, [string]>(
+      deps.sqlite,
+      licenses,
+      '"key_lookup" = ?',
+    );
   }
 
   list(
@@ -83,7 +85,7 @@ export class LicenseService {
     const canonical = canonicalLicenseKey(input);
     if (!canonical) return undefined;
     const lookup = this.deps.secrets.lookupHash(canonical, "license-key");
-    return this.byKeyLookup.get({ lookup });
+    return this.byKeyLookup(lookup);
   }
 
   /** The API shape of licenses, with each one's key decrypted and its policy's effective limits. */
