@@ -56,8 +56,13 @@ const pageCount = () =>
   t.deps.sqlite.query<{ page_count: number }, []>("PRAGMA page_count").get()?.page_count ?? 0;
 
 test("with the disk full, writes answer 503 SERVICE_UNAVAILABLE and change nothing; with space back, the same requests succeed", async () => {
-  // Commit what is pending first, so the cap applies to the file as it is.
+  // No free pages left inside the file (a migration that rebuilt a table leaves some), and what
+  // is pending committed first, so the cap applies to the file as it is.
+  t.deps.sqlite.run("VACUUM");
   t.deps.sqlite.run("PRAGMA wal_checkpoint(TRUNCATE)");
+  expect(
+    t.deps.sqlite.query<{ freelist_count: number }, []>("PRAGMA freelist_count").get()?.freelist_count,
+  ).toBe(0);
   setMaxPages(pageCount());
   const device = new TestDevice();
   const activationBody = device.activationBody({
