@@ -44,6 +44,7 @@ export function canonicalize(value: unknown): string {
 }
 
 /** What JSON.stringify escapes in a string: '"', '\\', U+0000..U+001F, and surrogates (lone ones). */
+// biome-ignore lint/suspicious/noControlCharactersInRegex: U+0000-U+001F is exactly what JSON escapes.
 const NEEDS_ESCAPE = /["\\\u0000-\u001f\ud800-\udfff]/;
 
 /**

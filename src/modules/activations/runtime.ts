@@ -14,7 +14,11 @@ export const runtimeActivationsController = ({ activations, signer }: Services) 
     .post(
       "",
       async ({ body, headers, request }) => {
-        const outcome = await activations.activateOnce(body, headers["idempotency-key"], runtimeCall(request));
+        const outcome = await activations.activateOnce(
+          body,
+          headers["idempotency-key"],
+          runtimeCall(request),
+        );
         // Stored unsigned: a replay is signed afresh for this request's nonce (DESIGN §4).
         const response = signer.respond(request, outcome.status, JSON.parse(outcome.body), {
           productId: body.product_id,

@@ -12,7 +12,11 @@ export const leasesController = ({ leases, signer }: Services) =>
     .post(
       "",
       async ({ body, request }) => {
-        const result = await leases.acquire(body, readDeviceProofHeaders(request.headers), runtimeCall(request));
+        const result = await leases.acquire(
+          body,
+          readDeviceProofHeaders(request.headers),
+          runtimeCall(request),
+        );
         return signer.respond(request, 201, result.data, result);
       },
       {
