@@ -377,6 +377,12 @@ describe("machine slots of heartbeat-required policies", () => {
     const back = await activate(t, first, strict);
     expect(back.status).toBe(409);
     expect(back.body.error.code).toBe("MACHINE_LIMIT_REACHED");
+    // The refusal undid everything the attempt did, the cull of its old activation included: it is
+    // still there, to be culled (signed 410) when it next checks in.
+    const rows = t.deps.sqlite
+      .query<{ status: string }, [string]>("SELECT status FROM activations WHERE device_thumbprint = ?")
+      .all(first.thumbprint);
+    expect(rows).toEqual([{ status: "active" }]);
   });
 
   test("a device that checks in keeps its slot however long it runs", async () => {

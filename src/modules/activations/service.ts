@@ -181,75 +181,74 @@ export class ActivationService {
             )
           : null;
       const digest = machineInfoDigest(body.machine_info);
-      // A savepoint of its own: a refusal below (the slots are full) must also undo the cull.
-      const decided = this.deps.sqlite
-        .transaction((tx: Db) => {
-          const existing = this.activeActivation(license.id, deviceThumbprint);
-          if (existing && !this.culled(existing, license, policy, now)) {
-            // Activating again is a check-in with the full machine_info: it refreshes the slot
-            // and the baseline, and takes no second slot.
-            const refreshed = {
-              machineInfo: body.machine_info,
-              machineInfoDigest: digest,
-              machineBaselineAt: now,
-              lastSeenAt: now,
-              lastHeartbeatAt: now,
-              appVersion: body.app_version ?? existing.appVersion,
-              sdkVersion: body.sdk_version ?? existing.sdkVersion,
-            };
-            const issued = issueCertificate(
-              this.trust,
-              this.issuer,
-              this.subject(license, policy, { ...existing, machineInfoDigest: digest }),
-              now,
-            );
-            tx.update(activations)
-              .set({ ...refreshed, certificateExpiresAt: issued.expiresAt })
-              .where(eq(activations.id, existing.id))
-              .run();
-            return { row: { ...existing, ...refreshed }, issued };
-          }
-          if (existing) {
-            // Silent past its grace while others filled the license: it competes as a new device.
-            this.end(existing.id, "culled", now, tx);
-          }
-          const maxMachines = license.maxMachinesOverride ?? policy.max_machines;
-          if (this.slotsFull(license.id, policy, maxMachines, now)) {
-            throw new ApiError("MACHINE_LIMIT_REACHED", "Every machine slot of this license is in use.", {
-              max_machines: maxMachines,
-            });
-          }
-          const row: ActivationRow = {
-            id: this.deps.ids.next("activation", now.getTime()),
-            environment: license.environment,
-            productId: product.id,
-            licenseId: license.id,
-            status: "active",
-            deviceSigningKey: deviceKey.text,
-            deviceThumbprint,
-            deviceKemKey: body.device_kem_public_key,
+      // No savepoint of its own: both callers run this inside the idempotency record's (the key is
+      // required), which a refusal below (the slots are full) rolls back, the cull included.
+      const decided = ((tx: Db) => {
+        const existing = this.activeActivation(license.id, deviceThumbprint);
+        if (existing && !this.culled(existing, license, policy, now)) {
+          // Activating again is a check-in with the full machine_info: it refreshes the slot
+          // and the baseline, and takes no second slot.
+          const refreshed = {
             machineInfo: body.machine_info,
             machineInfoDigest: digest,
             machineBaselineAt: now,
-            machineSignals: body.machine_signals ?? {},
-            appVersion: body.app_version ?? null,
-            sdkVersion: body.sdk_version ?? null,
-            activatedAt: now,
             lastSeenAt: now,
-            lastHeartbeatAt: null,
-            certificateExpiresAt: now,
-            deactivatedAt: null,
-            deactivationReason: null,
-            offlineUntil: null,
+            lastHeartbeatAt: now,
+            appVersion: body.app_version ?? existing.appVersion,
+            sdkVersion: body.sdk_version ?? existing.sdkVersion,
           };
-          // Signed before the row is written, so the row carries its expiry: one write, not two.
-          const issued = issueCertificate(this.trust, this.issuer, this.subject(license, policy, row), now);
-          row.certificateExpiresAt = issued.expiresAt;
-          this.insertActivation(row);
-          enqueueActivationEvent(this.deps, "activation.created", row.id);
-          return { row, issued };
-        })
-        .immediate(this.deps.db);
+          const issued = issueCertificate(
+            this.trust,
+            this.issuer,
+            this.subject(license, policy, { ...existing, machineInfoDigest: digest }),
+            now,
+          );
+          tx.update(activations)
+            .set({ ...refreshed, certificateExpiresAt: issued.expiresAt })
+            .where(eq(activations.id, existing.id))
+            .run();
+          return { row: { ...existing, ...refreshed }, issued };
+        }
+        if (existing) {
+          // Silent past its grace while others filled the license: it competes as a new device.
+          this.end(existing.id, "culled", now, tx);
+        }
+        const maxMachines = license.maxMachinesOverride ?? policy.max_machines;
+        if (this.slotsFull(license.id, policy, maxMachines, now)) {
+          throw new ApiError("MACHINE_LIMIT_REACHED", "Every machine slot of this license is in use.", {
+            max_machines: maxMachines,
+          });
+        }
+        const row: ActivationRow = {
+          id: this.deps.ids.next("activation", now.getTime()),
+          environment: license.environment,
+          productId: product.id,
+          licenseId: license.id,
+          status: "active",
+          deviceSigningKey: deviceKey.text,
+          deviceThumbprint,
+          deviceKemKey: body.device_kem_public_key,
+          machineInfo: body.machine_info,
+          machineInfoDigest: digest,
+          machineBaselineAt: now,
+          machineSignals: body.machine_signals ?? {},
+          appVersion: body.app_version ?? null,
+          sdkVersion: body.sdk_version ?? null,
+          activatedAt: now,
+          lastSeenAt: now,
+          lastHeartbeatAt: null,
+          certificateExpiresAt: now,
+          deactivatedAt: null,
+          deactivationReason: null,
+          offlineUntil: null,
+        };
+        // Signed before the row is written, so the row carries its expiry: one write, not two.
+        const issued = issueCertificate(this.trust, this.issuer, this.subject(license, policy, row), now);
+        row.certificateExpiresAt = issued.expiresAt;
+        this.insertActivation(row);
+        enqueueActivationEvent(this.deps, "activation.created", row.id);
+        return { row, issued };
+      })(this.deps.db);
       const { row: activation, issued } = decided;
       target.activationId = activation.id;
       if (assignmentId) bindNamedUserActivation(this.deps.db, activation.id, assignmentId);
