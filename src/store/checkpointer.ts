@@ -30,7 +30,8 @@ function checkpoint(type) {
   } catch (error) {
     // SQLITE_BUSY and friends: the next tick tries again.
     postMessage({ type: "error", message: String(error && error.message || error) });
-    if (type !== "checkpointed") postMessage({ type, log: -1, checkpointed: -2 });
+    // A restart step waits for its answer: say it failed rather than leave it waiting.
+    if (type !== "checkpointed") postMessage({ type, failed: true });
   }
 }
 self.onmessage = (event) => {
@@ -73,9 +74,9 @@ export interface CheckpointerOptions {
   restartAtFrames?: number;
   /**
    * Called after each restart attempt: how long writes were held, how long the worker's catch-up
-   * checkpoint took, how many frames it had left at the start, and whether it caught up.
+   * checkpoint took, and whether it caught up.
    */
-  onRestart?: (result: { heldMs: number; checkpointMs: number; frames: number; caughtUp: boolean }) => void;
+  onRestart?: (result: { heldMs: number; checkpointMs: number; caughtUp: boolean }) => void;
 }
 
 /** The longest writes are ever held, whatever the worker does (it may have died). */
@@ -111,23 +112,21 @@ export function startCheckpointer(
   const restart = {
     step: "idle" as "idle" | "preparing" | "held",
     heldSince: 0,
-    frames: 0,
     timeout: undefined as ReturnType<typeof setTimeout> | undefined,
     begin() {
       if (!writes || this.step !== "idle") return;
       this.step = "preparing";
       worker.postMessage({ type: "prepare" });
     },
-    prepared(frames: number) {
+    prepared(failed: boolean) {
       if (!writes || this.step !== "preparing") return;
-      if (!active) {
+      if (!active || failed) {
         this.step = "idle";
         return;
       }
       this.step = "held";
       writes.hold();
       this.heldSince = performance.now();
-      this.frames = frames;
       this.timeout = setTimeout(() => this.end(false, 0), MAX_HOLD_MS);
       worker.postMessage({ type: "catch-up" });
     },
@@ -138,12 +137,18 @@ export function startCheckpointer(
       clearTimeout(this.timeout);
       const heldMs = performance.now() - this.heldSince;
       writes.release();
-      options.onRestart?.({ heldMs, checkpointMs, frames: this.frames, caughtUp });
+      options.onRestart?.({ heldMs, checkpointMs, caughtUp });
     },
   };
   const ready = new Promise<boolean>((resolve) => {
     worker.onmessage = (event: MessageEvent) => {
-      const message = event.data as { type: string; log?: number; checkpointed?: number; ms?: number };
+      const message = event.data as {
+        type: string;
+        log?: number;
+        checkpointed?: number;
+        ms?: number;
+        failed?: boolean;
+      };
       if (message.type === "started") {
         URL.revokeObjectURL(url);
         if (!active) return resolve(false);
@@ -160,9 +165,9 @@ export function startCheckpointer(
         options.onCheckpoint?.(result);
         if (active && writes && result.log >= restartAtFrames) restart.begin();
       } else if (message.type === "prepared") {
-        restart.prepared(Math.max(0, (message.log ?? 0) - (message.checkpointed ?? 0)));
+        restart.prepared(message.failed === true);
       } else if (message.type === "caught-up") {
-        restart.end(message.log === message.checkpointed, message.ms ?? 0);
+        restart.end(!message.failed && message.log === message.checkpointed, message.ms ?? 0);
       } else if (message.type === "stopped") stopped?.();
     };
     worker.onerror = () => {

@@ -246,6 +246,22 @@ describe("attacks on the device proof", () => {
     );
   });
 
+  test("a request sent twice at once, so both share one commit, is answered once and refused once as a replay", async () => {
+    const { device, activationId } = await activatedDevice(t, fx);
+    t.clock.freeze();
+    const nonce = "same-turn-replay-nonce-0001";
+    const [first, second] = await Promise.all([
+      beat(device, activationId, undefined, { nonce }),
+      beat(device, activationId, undefined, { nonce }),
+    ]);
+    expect([first.status, second.status].sort()).toEqual([200, 401]);
+    expectProofRefused(first.status === 401 ? first : second, "replayed");
+    const nonces = t.deps.sqlite
+      .query<{ n: number }, [string]>("SELECT count(*) AS n FROM device_nonces WHERE nonce = ?")
+      .get(nonce)?.n;
+    expect(nonces).toBe(1);
+  });
+
   test("a timestamp 301 seconds off answers CLOCK_SKEW with the server time; 300 is accepted", async () => {
     const { device, activationId } = await activatedDevice(t, fx);
     t.clock.freeze();
