@@ -41,33 +41,27 @@ const serialize = (result: IdempotentResult) => ({
   headers: result.headers ?? {},
 });
 
-type Claim =
-  | { kind: "claimed" }
-  | { kind: "replay"; status: number; body: string; headers: Record<string, string> }
-  | { kind: "mismatch" }
-  | { kind: "in_flight" };
-
 interface Row {
   fingerprint: string;
   state: "in_flight" | "completed";
   response_status: number | null;
   response_body: string | null;
   response_headers: string | null;
+  expires_at: number;
 }
 
 /**
- * Idempotency-Key per DESIGN §4. The record is claimed synchronously before any work, so of two
- * concurrent requests with one key only one ever runs: the other sees it in flight (409, retryable)
- * or, once it is done, gets the replay. Only 2xx results are kept; a failed attempt releases the key
- * so a corrected retry can run.
+ * Idempotency-Key per DESIGN §4. The lookup, the work and the record of its result are one
+ * transaction (a savepoint inside a caller's), so of two requests with one key only one ever runs
+ * and the other gets the replay, and a crash leaves the work and its record both or neither. Only
+ * 2xx results are kept; a failed attempt leaves no record, so a corrected retry can run.
+ * `in_flight` records come only from versions that claimed a key before the work: they answer 409
+ * (retryable) until the sweeper drops them.
  */
 export class IdempotencyStore {
-  private readonly insert;
   private readonly select;
-  private readonly complete;
-  private readonly release;
+  private readonly record;
   private readonly purgeExpired;
-  private readonly deleteExpiredOne;
 
   /**
    * With `secrets`, stored response bodies are encrypted: a replayed create answers with what it
@@ -80,35 +74,29 @@ export class IdempotencyStore {
     private readonly clock: Clock,
     private readonly secrets?: SecretBox,
   ) {
-    this.insert = sqlite.prepare<unknown, [string, string, string, string, string, number, number]>(
-      `INSERT INTO idempotency_records (scope, method, route, idempotency_key, fingerprint, state, created_at, expires_at)
-       VALUES (?, ?, ?, ?, ?, 'in_flight', ?, ?) ON CONFLICT DO NOTHING`,
-    );
     this.select = sqlite.prepare<Row, [string, string, string, string]>(
-      `SELECT fingerprint, state, response_status, response_body, response_headers FROM idempotency_records
-       WHERE scope = ? AND method = ? AND route = ? AND idempotency_key = ?`,
+      `SELECT fingerprint, state, response_status, response_body, response_headers, expires_at
+       FROM idempotency_records WHERE scope = ? AND method = ? AND route = ? AND idempotency_key = ?`,
     );
-    this.complete = sqlite.prepare<unknown, [number, string, string, string, string, string, string]>(
-      `UPDATE idempotency_records SET state = 'completed', response_status = ?, response_body = ?, response_headers = ?
-       WHERE scope = ? AND method = ? AND route = ? AND idempotency_key = ?`,
-    );
-    this.release = sqlite.prepare<unknown, [string, string, string, string]>(
-      "DELETE FROM idempotency_records WHERE scope = ? AND method = ? AND route = ? AND idempotency_key = ?",
-    );
-    this.deleteExpiredOne = sqlite.prepare<unknown, [string, string, string, string, number]>(
-      `DELETE FROM idempotency_records WHERE scope = ? AND method = ? AND route = ? AND idempotency_key = ?
-       AND expires_at <= ?`,
+    // An expired record of the same key is replaced in place.
+    this.record = sqlite.prepare<
+      unknown,
+      [string, string, string, string, string, number, string, string, number, number]
+    >(
+      `INSERT INTO idempotency_records (scope, method, route, idempotency_key, fingerprint, state,
+         response_status, response_body, response_headers, created_at, expires_at)
+       VALUES (?, ?, ?, ?, ?, 'completed', ?, ?, ?, ?, ?)
+       ON CONFLICT (scope, method, route, idempotency_key) DO UPDATE SET fingerprint = excluded.fingerprint,
+         state = 'completed', response_status = excluded.response_status, response_body = excluded.response_body,
+         response_headers = excluded.response_headers, created_at = excluded.created_at,
+         expires_at = excluded.expires_at`,
     );
     this.purgeExpired = sqlite.prepare<unknown, [number]>(
       "DELETE FROM idempotency_records WHERE expires_at <= ?",
     );
   }
 
-  /**
-   * Runs `work` at most once per key and answers replays and conflicts itself. `work` runs inside
-   * the same transaction that completes the record, so a crash leaves both or neither: never a
-   * resource whose key a retry would not find.
-   */
+  /** Runs `work` at most once per key and answers replays and conflicts itself. */
   execute(call: IdempotentCall, work: () => IdempotentResult): Outcome {
     if (call.key === undefined) {
       if (call.required) {
@@ -123,41 +111,47 @@ export class IdempotencyStore {
       throw new ApiError("INVALID_REQUEST", "Idempotency-Key must be 16-255 visible ASCII characters.");
     }
     const ids = [call.scope, call.method, call.route, call.key] as const;
-    const claim = this.claim(ids, sha256Hex(canonicalize(call.body ?? null)));
-    switch (claim.kind) {
-      case "replay":
-        return { status: claim.status, body: claim.body, headers: claim.headers, replayed: true };
-      case "mismatch":
-        throw new ApiError(
-          "IDEMPOTENCY_CONFLICT",
-          "This Idempotency-Key was already used with a different request body.",
-        );
-      case "in_flight":
-        throw new ApiError(
-          "IDEMPOTENCY_CONFLICT",
-          "A request with this Idempotency-Key is still being processed; retry shortly.",
-          {},
-          { retryable: true },
-        );
+    const fingerprint = sha256Hex(canonicalize(call.body ?? null));
+    const nowMs = this.clock.now().getTime();
+    return this.sqlite
+      .transaction((): Outcome => {
+        const earlier = this.select.get(...ids);
+        if (earlier && earlier.expires_at > nowMs) return this.replay(earlier, fingerprint, ids);
+        const result = serialize(work());
+        if (result.status >= 200 && result.status <= 299) {
+          const stored = this.secrets ? this.secrets.encrypt(result.body, bodyContext(ids)) : result.body;
+          const headers = JSON.stringify(result.headers);
+          this.record.run(...ids, fingerprint, result.status, stored, headers, nowMs, nowMs + RETENTION_MS);
+        }
+        return { ...result, replayed: false };
+      })
+      .immediate();
+  }
+
+  /** The earlier answer for this key, or why there is none to give. */
+  private replay(earlier: Row, fingerprint: string, ids: readonly [string, string, string, string]): Outcome {
+    if (earlier.fingerprint !== fingerprint) {
+      throw new ApiError(
+        "IDEMPOTENCY_CONFLICT",
+        "This Idempotency-Key was already used with a different request body.",
+      );
     }
-    try {
-      return this.sqlite
-        .transaction((): Outcome => {
-          const result = serialize(work());
-          if (result.status >= 200 && result.status <= 299) {
-            const stored = this.secrets ? this.secrets.encrypt(result.body, bodyContext(ids)) : result.body;
-            this.complete.run(result.status, stored, JSON.stringify(result.headers), ...ids);
-          } else {
-            this.release.run(...ids);
-          }
-          return { ...result, replayed: false };
-        })
-        .immediate();
-    } catch (error) {
-      // The work's writes rolled back with the transaction; free the key for a corrected retry.
-      this.release.run(...ids);
-      throw error;
+    if (earlier.state === "in_flight") {
+      throw new ApiError(
+        "IDEMPOTENCY_CONFLICT",
+        "A request with this Idempotency-Key is still being processed; retry shortly.",
+        {},
+        { retryable: true },
+      );
     }
+    return {
+      status: earlier.response_status ?? 200,
+      body: this.readBody(earlier.response_body ?? "", ids),
+      headers: earlier.response_headers
+        ? (JSON.parse(earlier.response_headers) as Record<string, string>)
+        : {},
+      replayed: true,
+    };
   }
 
   /** `execute` as an HTTP response, with `Idempotent-Replayed: true` on a replay. */
@@ -171,27 +165,6 @@ export class IdempotencyStore {
         ...(outcome.replayed ? { "idempotent-replayed": "true" } : {}),
       },
     });
-  }
-
-  private claim(ids: readonly [string, string, string, string], fingerprint: string): Claim {
-    const nowMs = this.clock.now().getTime();
-    return this.sqlite
-      .transaction((): Claim => {
-        this.deleteExpiredOne.run(...ids, nowMs);
-        if (this.insert.run(...ids, fingerprint, nowMs, nowMs + RETENTION_MS).changes === 1)
-          return { kind: "claimed" };
-        const row = this.select.get(...ids);
-        if (!row) return { kind: "in_flight" };
-        if (row.fingerprint !== fingerprint) return { kind: "mismatch" };
-        if (row.state === "in_flight") return { kind: "in_flight" };
-        return {
-          kind: "replay",
-          status: row.response_status ?? 200,
-          body: this.readBody(row.response_body ?? "", ids),
-          headers: row.response_headers ? (JSON.parse(row.response_headers) as Record<string, string>) : {},
-        };
-      })
-      .immediate();
   }
 
   /** A JSON body starts with `{` or `[`; an encrypted one with the SecretBox's `v1.`. */

@@ -51,7 +51,7 @@ const ALLOWED: Reviewed[] = [
   ]),
   ...reviewed(
     "the SHA-256 of the caller's own request body, under the caller's own API key and Idempotency-Key",
-    ["src/http/idempotency.ts", "row.fingerprint !== fingerprint"],
+    ["src/http/idempotency.ts", "earlier.fingerprint !== fingerprint"],
   ),
   ...reviewed("the hash of a migration's SQL, public and compared at start-up", [
     "src/store/migrate.ts",
