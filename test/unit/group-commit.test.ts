@@ -145,6 +145,64 @@ describe("group commit", () => {
     expect(committedIds()).toEqual([1, 2]);
   });
 
+  test("a batch stops taking calls once its work has run past the budget; the rest commit next, in order", async () => {
+    const commits = new GroupCommit(writer, 64, 5);
+    const slowInsert = (id: number) => () => {
+      const until = performance.now() + 3;
+      while (performance.now() < until) {
+        // Busy for 3 ms: two such calls use up the 5 ms budget.
+      }
+      return insert(id)();
+    };
+    const seenAtSettle = new Map<number, number[]>();
+    await Promise.all(
+      [1, 2, 3, 4, 5].map((id) =>
+        commits.run(slowInsert(id)).then(() => seenAtSettle.set(id, committedIds())),
+      ),
+    );
+    // Each batch ran until 5 ms had passed: two calls, two calls, then the last one.
+    expect([...seenAtSettle.entries()].sort((a, b) => a[0] - b[0])).toEqual([
+      [1, [1, 2]],
+      [2, [1, 2]],
+      [3, [1, 2, 3, 4]],
+      [4, [1, 2, 3, 4]],
+      [5, [1, 2, 3, 4, 5]],
+    ]);
+  });
+
+  test("a call that throws in a batch the budget cut short is retried with the calls before it only", async () => {
+    const commits = new GroupCommit(writer, 64, 2);
+    const runs = { first: 0, failing: 0, last: 0 };
+    let seenByFirst: number[] = [];
+    const results = await Promise.allSettled([
+      commits
+        .run(() => {
+          runs.first++;
+          return insert(1)();
+        })
+        .then(() => {
+          seenByFirst = committedIds();
+        }),
+      commits.run(() => {
+        runs.failing++;
+        const until = performance.now() + 3;
+        while (performance.now() < until) {
+          // Past the budget: the batch takes no call after this one.
+        }
+        throw new Error("a bug");
+      }),
+      commits.run(() => {
+        runs.last++;
+        return insert(3)();
+      }),
+    ]);
+    expect(results.map((r) => r.status)).toEqual(["fulfilled", "rejected", "fulfilled"]);
+    expect(runs).toEqual({ first: 2, failing: 2, last: 1 });
+    // The retried batch was the first two calls; the last one committed after it, on its own.
+    expect(seenByFirst).toEqual([1]);
+    expect(committedIds()).toEqual([1, 3]);
+  });
+
   test("held calls wait without blocking the event loop and run on release", async () => {
     const commits = new GroupCommit(writer);
     commits.hold();
