@@ -42,7 +42,10 @@ const server = await startServer({
     // debug: the server logs every WAL restart and how long it held the writes.
     LICENSING_LOG_LEVEL: "debug",
     ...Object.fromEntries(
-      Object.entries(process.env).filter(([k]) => k.startsWith("BUN_JSC_")) as [string, string][],
+      Object.entries(process.env).filter(([k]) => k.startsWith("BUN_JSC_") || k.startsWith("MIMALLOC_")) as [
+        string,
+        string,
+      ][],
     ),
   },
   command: process.env.LATENCY_PROFILE

@@ -38,6 +38,10 @@ const server = await startServer({
     LICENSING_RUNTIME_RATE_LIMIT_IP: "off",
     LICENSING_RUNTIME_RATE_LIMIT_ACTIVATION: "off",
     LICENSING_RUNTIME_RATE_LIMIT_LICENSE: "off",
+    // JavaScriptCore's options (e.g. BUN_JSC_useFTLJIT=false) reach the server, to try them.
+    ...Object.fromEntries(
+      Object.entries(process.env).filter(([k]) => k.startsWith("BUN_JSC_")) as [string, string][],
+    ),
   },
   command: fromSources ? [process.execPath, join(import.meta.dir, "..", "..", "src/main.ts")] : undefined,
 });
@@ -48,7 +52,7 @@ try {
   const file = join(work, "requests.txt");
   writeRequestFile(
     file,
-    Array.from({ length: seconds * 4000 }, () => heartbeatRequest(pick())),
+    Array.from({ length: seconds * 6000 }, () => heartbeatRequest(pick())),
   );
   const before = threadCpu(server.pid);
   const result = await runWrk({ url: server.url, file, durationSec: seconds, connections: 32, cpus: "1" });
@@ -56,15 +60,20 @@ try {
   const requests = result.rps * seconds;
   console.log(`heartbeat: ${result.rps.toFixed(0)} req/s, statuses ${JSON.stringify(result.statuses)}`);
   let total = 0;
-  const rows: [string, number][] = [];
-  for (const [tid, { name, cpuSec }] of after) {
+  const rows: [string, number, number][] = [];
+  for (const [tid, { name, cpuSec, systemSec }] of after) {
     const used = cpuSec - (before.get(tid)?.cpuSec ?? 0);
     if (used <= 0) continue;
     total += used;
-    rows.push([`${name} (${tid})`, (used * 1e6) / requests]);
+    const kernel = systemSec - (before.get(tid)?.systemSec ?? 0);
+    rows.push([`${name} (${tid})`, (used * 1e6) / requests, (kernel * 1e6) / requests]);
   }
   rows.sort((a, b) => b[1] - a[1]);
-  for (const [name, us] of rows) console.log(`  ${name.padEnd(32)} ${us.toFixed(1)} µs/request`);
+  for (const [name, us, kernelUs] of rows) {
+    console.log(`  ${name.padEnd(32)} ${us.toFixed(1)} µs/request (${kernelUs.toFixed(1)} in the kernel)`);
+  }
+  if (result.exhausted > 0)
+    console.log(`warning: the request file ran out (${result.exhausted} /healthz sent)`);
   console.log(`  ${"all threads".padEnd(32)} ${((total * 1e6) / requests).toFixed(1)} µs/request`);
 } finally {
   await server.stop("SIGTERM");

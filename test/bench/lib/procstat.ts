@@ -16,15 +16,22 @@ export interface ProcSample {
 }
 
 export function cpuSeconds(pid: number, tid?: number): number {
+  const { userSec, systemSec } = cpuSplit(pid, tid);
+  return userSec + systemSec;
+}
+
+/** User and system (kernel) CPU seconds of a process or one of its threads. */
+export function cpuSplit(pid: number, tid?: number): { userSec: number; systemSec: number } {
   const stat = readFileSync(
     tid === undefined ? `/proc/${pid}/stat` : `/proc/${pid}/task/${tid}/stat`,
     "utf8",
   );
   // The command name (field 2) is in parentheses and may contain spaces: split after it.
   const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-  const utime = Number(fields[11]);
-  const stime = Number(fields[12]);
-  return (utime + stime) / CLOCK_TICKS_PER_SEC;
+  return {
+    userSec: Number(fields[11]) / CLOCK_TICKS_PER_SEC,
+    systemSec: Number(fields[12]) / CLOCK_TICKS_PER_SEC,
+  };
 }
 
 export function memoryMiB(pid: number): { rssMiB: number; hwmMiB: number } {
@@ -86,12 +93,13 @@ export function machineBusySeconds(): number {
 }
 
 /** CPU seconds per thread of a process so far, keyed by thread id, with the thread's name. */
-export function threadCpu(pid: number): Map<number, { name: string; cpuSec: number }> {
-  const threads = new Map<number, { name: string; cpuSec: number }>();
+export function threadCpu(pid: number): Map<number, { name: string; cpuSec: number; systemSec: number }> {
+  const threads = new Map<number, { name: string; cpuSec: number; systemSec: number }>();
   for (const tid of readdirSync(`/proc/${pid}/task`).map(Number)) {
     try {
       const name = readFileSync(`/proc/${pid}/task/${tid}/comm`, "utf8").trim();
-      threads.set(tid, { name, cpuSec: cpuSeconds(pid, tid) });
+      const { userSec, systemSec } = cpuSplit(pid, tid);
+      threads.set(tid, { name, cpuSec: userSec + systemSec, systemSec });
     } catch {
       // The thread ended between the listing and the read.
     }
