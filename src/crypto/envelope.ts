@@ -63,14 +63,46 @@ export const signDelegation = (delegation: Delegation, parentKey: KeyObject): Si
   signature: signEd25519(parentKey, PREFIX.delegation + canonicalize(delegation)),
 });
 
+interface SignInput {
+  requestId: string;
+  nonce: string;
+  serverTime: number;
+  status: number;
+  body: unknown;
+}
+
 /**
  * Signs a runtime response: `body` is `data` for a success and the `error` object for a signed
  * denial; either way the hash covers its JCS form.
  */
-export function signResponse(
+export function signResponse(signer: OnlineSigner, input: SignInput): EnvelopeSignature {
+  return sign(signer, input, canonicalize(input.body)).signature;
+}
+
+/**
+ * The whole JSON text of a signed success, `{ data, response_assertion, response_signature,
+ * signing_delegation }`, from the JCS forms the signature needs anyway: JCS is JSON, so the data
+ * and the assertion are not serialised a second time, and the delegation (the same for a whole
+ * key period) is serialised once per period.
+ */
+export function signedResponseText(signer: OnlineSigner, input: SignInput): string {
+  const dataText = canonicalize(input.body);
+  const { signature, assertionText } = sign(signer, input, dataText);
+  let delegationText = delegationTexts.get(signer.delegation);
+  if (delegationText === undefined) {
+    delegationText = JSON.stringify(signer.delegation);
+    delegationTexts.set(signer.delegation, delegationText);
+  }
+  return `{"data":${dataText},"response_assertion":${assertionText},"response_signature":"${signature.response_signature}","signing_delegation":${delegationText}}`;
+}
+
+const delegationTexts = new WeakMap<SignedDelegation, string>();
+
+function sign(
   signer: OnlineSigner,
-  input: { requestId: string; nonce: string; serverTime: number; status: number; body: unknown },
-): EnvelopeSignature {
+  input: SignInput,
+  bodyText: string,
+): { signature: EnvelopeSignature; assertionText: string } {
   const assertion: ResponseAssertion = {
     v: 1,
     product_id: signer.productId,
@@ -80,11 +112,15 @@ export function signResponse(
     nonce: input.nonce,
     server_time: input.serverTime,
     status: input.status,
-    body_sha256: sha256Hex(canonicalize(input.body)),
+    body_sha256: sha256Hex(bodyText),
   };
+  const assertionText = canonicalize(assertion);
   return {
-    response_assertion: assertion,
-    response_signature: signEd25519(signer.privateKey, PREFIX.response + canonicalize(assertion)),
-    signing_delegation: signer.delegation,
+    assertionText,
+    signature: {
+      response_assertion: assertion,
+      response_signature: signEd25519(signer.privateKey, PREFIX.response + assertionText),
+      signing_delegation: signer.delegation,
+    },
   };
 }

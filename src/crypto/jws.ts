@@ -1,8 +1,7 @@
 import type { KeyObject } from "node:crypto";
-import { b64u } from "./encoding.ts";
 import { signEd25519 } from "./keys.ts";
 
-const encodeJson = (value: unknown) => b64u.encode(new TextEncoder().encode(JSON.stringify(value)));
+const encodeJson = (value: unknown) => Buffer.from(JSON.stringify(value)).toString("base64url");
 
 /** RFC 7515 compact serialization with EdDSA (RFC 8037). */
 export function signCompactJws(

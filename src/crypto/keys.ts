@@ -172,7 +172,7 @@ export const cryptoCounters = { signatures: 0, verifications: 0 };
 /** Ed25519 signature over `message`, as b64u of the raw 64 bytes. */
 export const signEd25519 = (key: KeyObject, message: string | Uint8Array): string => {
   cryptoCounters.signatures++;
-  return b64u.encode(sign(null, typeof message === "string" ? Buffer.from(message) : message, key));
+  return sign(null, typeof message === "string" ? Buffer.from(message) : message, key).toString("base64url");
 };
 
 const SIGNATURE_PATTERN = /^[A-Za-z0-9_-]{86}$/;
@@ -188,7 +188,7 @@ export function verifySignature(
 ): boolean {
   cryptoCounters.verifications++;
   if (typeof signature !== "string" || !SIGNATURE_PATTERN.test(signature)) return false;
-  const raw = b64u.decode(signature);
+  const raw = Buffer.from(signature, "base64url");
   if (raw.length !== 64) return false;
   const data = typeof message === "string" ? Buffer.from(message) : message;
   try {

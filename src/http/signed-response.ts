@@ -1,4 +1,4 @@
-import { type EnvelopeSignature, signResponse } from "../crypto/envelope.ts";
+import { type EnvelopeSignature, signedResponseText, signResponse } from "../crypto/envelope.ts";
 import type { Clock } from "../domain/clock.ts";
 import { unixSeconds } from "../domain/clock.ts";
 import type { TrustService } from "../modules/trust/service.ts";
@@ -32,7 +32,14 @@ export class RuntimeSigner {
 
   respond(request: Request, status: number, data: unknown, signedFor: SignedFor, at?: Date): Response {
     const requestId = requestState.get(request)?.requestId ?? "req_unknown";
-    const body = { data, ...this.signature(signedFor, requestId, status, data, at) };
-    return new Response(JSON.stringify(body), { status, headers: { "content-type": "application/json" } });
+    const now = at ?? this.clock.now();
+    const text = signedResponseText(this.trust.onlineSigner(signedFor.productId, now), {
+      requestId,
+      nonce: signedFor.nonce,
+      serverTime: unixSeconds(now),
+      status,
+      body: data,
+    });
+    return new Response(text, { status, headers: { "content-type": "application/json" } });
   }
 }

@@ -12,6 +12,7 @@ import {
   type ResponseAssertion,
   type SignedDelegation,
   signDelegation,
+  signedResponseText,
   signResponse,
 } from "../../src/crypto/envelope.ts";
 import { canonicalize } from "../../src/crypto/jcs.ts";
@@ -479,6 +480,18 @@ describe("trust bundle, delegation and signed envelope", () => {
           "signing_delegation",
         ].sort(),
       );
+      if ("data" in v.envelope) {
+        // The text the server sends for a success is this same envelope, with the data as its JCS.
+        const text = signedResponseText(signer, {
+          requestId: assertion.request_id,
+          nonce: assertion.nonce,
+          serverTime: assertion.server_time,
+          status: assertion.status,
+          body,
+        });
+        expect(JSON.parse(text)).toEqual(v.envelope);
+        expect(text).toContain(`"data":${v.body_canonical},`);
+      }
     });
   }
 
