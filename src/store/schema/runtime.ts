@@ -36,8 +36,10 @@ export const activations = sqliteTable(
   },
   (t) => [
     index("activations_license_status").on(t.licenseId, t.status),
-    index("activations_env_id").on(t.environment, t.id),
-    index("activations_device").on(t.deviceThumbprint),
+    // The usage report counts an environment's activations by when they were made (migration
+    // 0018; it replaced (environment, id) and the device-key index, which no query used and every
+    // activation paid for).
+    index("activations_env_activated").on(t.environment, t.activatedAt),
     // Re-activation looks a device up on its license; without this SQLite scans the license's rows.
     index("activations_license_device").on(t.licenseId, t.deviceThumbprint, t.status),
   ],
