@@ -56,6 +56,8 @@ interface RootKey {
 type SigningKeyRow = typeof signingKeys.$inferSelect;
 interface ActiveKeyMemo {
   dataVersion: number;
+  /** Whether data_version was read in this turn of the event loop. */
+  checkedThisTurn: boolean;
   rows: Map<string, SigningKeyRow>;
 }
 const activeKeyMemos = new WeakMap<Database, ActiveKeyMemo>();
@@ -87,7 +89,7 @@ export class TrustService {
     // Shared by every TrustService on this connection: its writes are invisible to data_version.
     let memo = activeKeyMemos.get(deps.sqlite);
     if (!memo) {
-      memo = { dataVersion: -1, rows: new Map() };
+      memo = { dataVersion: -1, checkedThisTurn: false, rows: new Map() };
       activeKeyMemos.set(deps.sqlite, memo);
     }
     this.activeKeys = memo;
@@ -329,10 +331,18 @@ export class TrustService {
 
   private activeKeyRow(productId: string) {
     const memo = this.activeKeys;
-    const version = this.dataVersion.get()?.data_version ?? -1;
-    if (version !== memo.dataVersion) {
-      memo.rows.clear();
-      memo.dataVersion = version;
+    // Asked once per turn of the event loop: the pragma costs a few µs, and a heartbeat, its
+    // response and the other calls of a shared commit (group-commit.ts) all ask within one turn.
+    if (!memo.checkedThisTurn) {
+      memo.checkedThisTurn = true;
+      setImmediate(() => {
+        memo.checkedThisTurn = false;
+      });
+      const version = this.dataVersion.get()?.data_version ?? -1;
+      if (version !== memo.dataVersion) {
+        memo.rows.clear();
+        memo.dataVersion = version;
+      }
     }
     const remembered = memo.rows.get(productId);
     if (remembered) return remembered;
