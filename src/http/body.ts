@@ -54,7 +54,7 @@ export async function parseJsonBody(
   }
   let text: string;
   try {
-    text = new TextDecoder("utf-8", { fatal: true }).decode(bytes);
+    text = UTF8.decode(bytes);
   } catch {
     throw new ApiError("INVALID_REQUEST", "The body is not valid UTF-8.");
   }
@@ -66,7 +66,7 @@ export async function parseJsonBody(
       parse_error: error instanceof Error ? error.message : String(error),
     });
   }
-  const problem = shapeProblem(parsed);
+  const problem = inspect(parsed);
   if (problem?.kind === "depth") {
     throw new ApiError("INVALID_REQUEST", `The body nests deeper than ${MAX_DEPTH} levels.`, {
       max_depth: MAX_DEPTH,
@@ -78,53 +78,59 @@ export async function parseJsonBody(
   if (problem?.kind === "unicode") {
     throw ApiError.validation({ [problem.path]: ["must be valid Unicode (no lone surrogates, I-JSON)"] });
   }
-  defuseConversions(parsed);
   return parsed;
 }
 
-const PRIMITIVE_HOOKS = ["toString", "valueOf"];
-
-/**
- * `{"name": {"toString": null}}` gives an object that cannot be turned into a string: its own
- * `toString` shadows the inherited one. Schema error messages interpolate the offending value
- * (Elysia's do), and would throw instead of reporting a 422. Such objects get a hidden
- * `Symbol.toPrimitive`, invisible to JSON, key listing and validation, so they print as any other
- * object; the fields themselves stay, and are refused as unknown or mistyped like any other.
- */
-function defuseConversions(value: unknown): void {
-  const stack: unknown[] = [value];
-  while (stack.length > 0) {
-    const node = stack.pop();
-    if (typeof node !== "object" || node === null) continue;
-    if (!Array.isArray(node) && PRIMITIVE_HOOKS.some((name) => Object.hasOwn(node, name))) {
-      Object.defineProperty(node, Symbol.toPrimitive, { value: () => "[object Object]", enumerable: false });
-    }
-    for (const child of Object.values(node)) stack.push(child);
-  }
-}
+/** Stateless (no `stream` option), so one decoder serves every request. */
+const UTF8 = new TextDecoder("utf-8", { fatal: true });
 
 /** Far beyond any real payload; stops recursive work later (canonical JSON, storage) from blowing the stack. */
 export const MAX_DEPTH = 32;
 
+type Problem = { kind: "depth" } | { kind: "number" | "unicode"; path: string };
+
+/** A value met on the walk, with the way back to the root, so a path is spelt only for a problem. */
+interface Visit {
+  value: unknown;
+  depth: number;
+  parent: Visit | null;
+  key: string;
+}
+
+const pathOf = (visit: Visit | null): string => {
+  const keys: string[] = [];
+  for (let at = visit; at?.parent; at = at.parent) keys.push(at.key);
+  return keys.reverse().join(".") || "body";
+};
+
 /**
- * Depth beyond MAX_DEPTH, a number JSON.parse turned into ±Infinity (`1e400`), or a string with a
- * lone surrogate: each would break later work (canonical JSON, signatures, storage). Iterative, so the check cannot overflow the stack itself.
+ * One walk over a parsed body, iterative so it cannot overflow the stack itself. It finds depth
+ * beyond MAX_DEPTH, a number JSON.parse turned into ±Infinity (`1e400`), or a string with a lone
+ * surrogate: each would break later work (canonical JSON, signatures, storage).
+ *
+ * On the way it defuses objects like `{"name": {"toString": null}}`, which cannot be turned into
+ * a string: their own `toString` shadows the inherited one. Schema error messages interpolate the
+ * offending value (Elysia's do), and would throw instead of reporting a 422. Such objects get a
+ * hidden `Symbol.toPrimitive`, invisible to JSON, key listing and validation, so they print as any
+ * other object; the fields themselves stay, and are refused as unknown or mistyped like any other.
  */
-function shapeProblem(
-  value: unknown,
-): { kind: "depth" } | { kind: "number" | "unicode"; path: string } | null {
-  const stack: [unknown, number, string][] = [[value, 1, ""]];
+function inspect(body: unknown): Problem | null {
+  const stack: Visit[] = [{ value: body, depth: 1, parent: null, key: "" }];
   while (stack.length > 0) {
-    const [node, depth, path] = stack.pop() as [unknown, number, string];
-    if (typeof node === "number" && !Number.isFinite(node)) return { kind: "number", path: path || "body" };
+    const visit = stack.pop() as Visit;
+    const node = visit.value;
+    if (typeof node === "number" && !Number.isFinite(node)) return { kind: "number", path: pathOf(visit) };
     // A lone surrogate cannot be encoded as UTF-8, so no two parties could agree on its JCS form.
-    if (typeof node === "string" && !node.isWellFormed()) return { kind: "unicode", path: path || "body" };
+    if (typeof node === "string" && !node.isWellFormed()) return { kind: "unicode", path: pathOf(visit) };
     if (typeof node !== "object" || node === null) continue;
-    if (depth > MAX_DEPTH) return { kind: "depth" };
-    for (const [key, child] of Object.entries(node)) {
-      const childPath = path ? `${path}.${key}` : key;
-      if (!key.isWellFormed()) return { kind: "unicode", path: path || "body" };
-      stack.push([child, depth + 1, childPath]);
+    if (visit.depth > MAX_DEPTH) return { kind: "depth" };
+    if (!Array.isArray(node) && (Object.hasOwn(node, "toString") || Object.hasOwn(node, "valueOf"))) {
+      Object.defineProperty(node, Symbol.toPrimitive, { value: () => "[object Object]", enumerable: false });
+    }
+    const record = node as Record<string, unknown>;
+    for (const key in record) {
+      if (!key.isWellFormed()) return { kind: "unicode", path: pathOf(visit) };
+      stack.push({ value: record[key], depth: visit.depth + 1, parent: visit, key });
     }
   }
   return null;
