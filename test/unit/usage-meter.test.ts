@@ -1,7 +1,7 @@
 import { Database } from "bun:sqlite";
-import { beforeEach, expect, test } from "bun:test";
+import { beforeEach, describe, expect, test } from "bun:test";
 import { AdjustableClock } from "../../src/domain/clock.ts";
-import { nextMonthStart, UsageMeter } from "../../src/modules/plan/usage-meter.ts";
+import { monthOf, nextMonthStart, UsageMeter } from "../../src/modules/plan/usage-meter.ts";
 import { migrate } from "../../src/store/migrate.ts";
 
 let sqlite: Database;
@@ -41,4 +41,19 @@ test("each calendar month counts from zero", () => {
   meter.count("m");
   clock.advance((nextMonthStart(clock.now()).getTime() - clock.now().getTime()) / 1000 + 1);
   expect(meter.used("m")).toBe(0);
+});
+
+describe("monthOf", () => {
+  test("names the UTC month of any instant, whatever month was asked for before", () => {
+    const instants = [
+      "2026-11-22T23:59:59.999Z",
+      "2026-12-01T00:00:00.000Z",
+      "2026-11-30T23:59:59.999Z",
+      "2027-01-01T00:00:00.000Z",
+      "2024-02-29T12:00:00.000Z",
+      "2026-11-01T00:00:00.000Z",
+      "2026-10-31T23:59:59.999Z",
+    ];
+    for (const instant of instants) expect(monthOf(new Date(instant))).toBe(instant.slice(0, 7));
+  });
 });

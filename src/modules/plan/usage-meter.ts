@@ -5,7 +5,16 @@ import type { Clock } from "../../domain/clock.ts";
 const FLUSH_EVERY_COUNTS = 100;
 const FLUSH_EVERY_MS = 5_000;
 
-export const monthOf = (date: Date): string => date.toISOString().slice(0, 7);
+/** The month last asked for, and its bounds: every request asks, nearly always for this month. */
+let lastMonth = { from: 0, to: 0, label: "" };
+
+export function monthOf(date: Date): string {
+  const at = date.getTime();
+  if (at >= lastMonth.from && at < lastMonth.to) return lastMonth.label;
+  const from = Date.UTC(date.getUTCFullYear(), date.getUTCMonth(), 1);
+  lastMonth = { from, to: nextMonthStart(date).getTime(), label: date.toISOString().slice(0, 7) };
+  return lastMonth.label;
+}
 
 /** The first instant of the next calendar month (UTC): when a monthly allowance resets. */
 export function nextMonthStart(date: Date): Date {
