@@ -31,6 +31,8 @@ export interface Outcome {
   status: number;
   /** The JSON text of the body. */
   body: string;
+  /** The body as a value: the work's own result, or for a replay the stored text parsed. */
+  value: unknown;
   headers: Record<string, string>;
   replayed: boolean;
 }
@@ -38,6 +40,7 @@ export interface Outcome {
 const serialize = (result: IdempotentResult) => ({
   status: result.status,
   body: JSON.stringify(result.body),
+  value: result.body,
   headers: result.headers ?? {},
 });
 
@@ -144,9 +147,11 @@ export class IdempotencyStore {
         { retryable: true },
       );
     }
+    const body = this.readBody(earlier.response_body ?? "", ids);
     return {
       status: earlier.response_status ?? 200,
-      body: this.readBody(earlier.response_body ?? "", ids),
+      body,
+      value: JSON.parse(body),
       headers: earlier.response_headers
         ? (JSON.parse(earlier.response_headers) as Record<string, string>)
         : {},

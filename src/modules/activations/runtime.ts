@@ -20,7 +20,7 @@ export const runtimeActivationsController = ({ activations, signer }: Services) 
           runtimeCall(request),
         );
         // Stored unsigned: a replay is signed afresh for this request's nonce (DESIGN §4).
-        const response = signer.respond(request, outcome.status, JSON.parse(outcome.body), {
+        const response = signer.respond(request, outcome.status, outcome.value, {
           productId: body.product_id,
           nonce: body.nonce,
         });

@@ -1,4 +1,4 @@
-import { and, eq, sql } from "drizzle-orm";
+import { and, eq } from "drizzle-orm";
 import { PREFIX } from "../../crypto/envelope.ts";
 import { type PublicKeyInfo, thumbprint } from "../../crypto/keys.ts";
 import type { Deps } from "../../deps.ts";
@@ -45,17 +45,11 @@ export class ActivationService {
     private readonly issuer: string,
   ) {
     this.insertActivation = preparedInsert(deps.sqlite, activations);
-    this.activeOnLicense = deps.db
-      .select()
-      .from(activations)
-      .where(
-        and(
-          eq(activations.licenseId, sql.placeholder("licenseId")),
-          eq(activations.deviceThumbprint, sql.placeholder("thumbprint")),
-          eq(activations.status, "active"),
-        ),
-      )
-      .prepare();
+    this.activeOnLicense = preparedRowReader<typeof activations, [string, string]>(
+      deps.sqlite,
+      activations,
+      `"license_id" = ? AND "device_thumbprint" = ? AND "status" = 'active'`,
+    );
     this.checkIn = deps.sqlite.prepare<
       unknown,
       [number, number, number, string | null, string | null, string]
@@ -125,7 +119,7 @@ export class ActivationService {
     const signedFor = { productId: body.product_id, nonce: body.nonce };
     const now = this.deps.clock.now();
     this.gate.deny("activate", license, null, thumbprint(deviceKey.text), now, signedFor);
-    const { activation_id: activationId } = JSON.parse(outcome.body) as { activation_id: string };
+    const { activation_id: activationId } = outcome.value as { activation_id: string };
     const stored = this.deps.db.select().from(activations).where(eq(activations.id, activationId)).get();
     if (stored?.status !== "active") {
       throw new ApiError(
@@ -345,7 +339,7 @@ export class ActivationService {
 
   /** The device's active activation on the license, if it has one (at most one: re-activation reuses it). */
   activeActivation(licenseId: string, deviceThumbprint: string): ActivationRow | undefined {
-    return this.activeOnLicense.get({ licenseId, thumbprint: deviceThumbprint });
+    return this.activeOnLicense(licenseId, deviceThumbprint);
   }
 
   /**

@@ -369,7 +369,7 @@ export class TrialVerificationService {
 
   /** As for activation create: a replay never outlives a revocation or a deactivation. */
   private recheckReplay(outcome: Outcome, deviceThumbprint: string, nonce: string, productId: string): void {
-    const stored = JSON.parse(outcome.body) as { license_id: string; activation_id: string };
+    const stored = outcome.value as { license_id: string; activation_id: string };
     const license = this.deps.db.select().from(licenses).where(eq(licenses.id, stored.license_id)).get();
     if (!license) throw expired();
     const signedFor = { productId, nonce };
