@@ -8,6 +8,7 @@ import {
   type BenchRequest,
   heartbeatRequest,
   leaseAcquireRequest,
+  timeRequest,
   writeRequestFile,
 } from "./lib/requests.ts";
 import { runCli, startServer } from "./lib/server.ts";
@@ -18,7 +19,7 @@ import { runWrk } from "./lib/wrk.ts";
  * (--cpu-prof-md, readable markdown with file:line), pinned to core 0, drives one route with wrk
  * from core 1, stops the server and prints where the profile is.
  *
- * Usage: bun test/bench/profile.ts [heartbeat|activation|lease-acquire] [SECONDS]
+ * Usage: bun test/bench/profile.ts [heartbeat|activation|lease-acquire|time] [SECONDS]
  * PROFILE_ROOT=<dir> profiles another checkout's sources (default: this repository);
  * PROFILE_DEVICES (500) devices are activated first (their cost is in the profile too), on the
  * first of PROFILE_LICENSES (1) licenses; profiled activations go to a random one of them.
@@ -69,6 +70,7 @@ try {
         fixture.productId,
       ).request,
     "lease-acquire": () => leaseAcquireRequest(pick(), `profile-${++instance}`),
+    time: () => timeRequest(fixture.productId),
   };
   const build = builders[routeName];
   if (!build) throw new Error(`unknown route ${routeName}`);
@@ -77,7 +79,7 @@ try {
   // leave wrk sending /healthz for the rest of the run, and the profile would be of that.
   writeRequestFile(
     file,
-    Array.from({ length: seconds * 6000 }, () => build()),
+    Array.from({ length: seconds * (routeName === "time" ? 15000 : 6000) }, () => build()),
   );
   const result = await runWrk({ url: server.url, file, durationSec: seconds, connections: 32, cpus: "1" });
   console.log(`${routeName}: ${result.rps.toFixed(0)} req/s, statuses ${JSON.stringify(result.statuses)}`);
