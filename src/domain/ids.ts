@@ -32,7 +32,11 @@ const ULID_PATTERN = /^[0-9A-HJKMNP-TV-Z]{26}$/;
  */
 export class IdGenerator {
   private lastTime = -1;
+  private lastTimeText = "";
   private lastRandom: number[] = [];
+  /** Random bytes drawn in bulk (every request makes an id): one system call per 256 ids. */
+  private pool = new Uint8Array(0);
+  private poolAt = 0;
 
   next(kind: IdKind, nowMs: number): string {
     return `${ID_PREFIXES[kind]}_${this.ulid(nowMs)}`;
@@ -44,11 +48,26 @@ export class IdGenerator {
       random = increment(this.lastRandom);
       nowMs = this.lastTime;
     } else {
-      random = Array.from(crypto.getRandomValues(new Uint8Array(RANDOM_CHARS)), (b) => b & 31);
+      random = this.freshRandom();
+      this.lastTimeText = encodeTime(nowMs);
     }
     this.lastTime = nowMs;
     this.lastRandom = random;
-    return encodeTime(nowMs) + random.map((d) => CROCKFORD_ALPHABET[d]).join("");
+    let out = this.lastTimeText;
+    for (const digit of random) out += CROCKFORD_ALPHABET[digit];
+    return out;
+  }
+
+  private freshRandom(): number[] {
+    if (this.poolAt + RANDOM_CHARS > this.pool.length) {
+      this.pool = crypto.getRandomValues(new Uint8Array(RANDOM_CHARS * 256));
+      this.poolAt = 0;
+    }
+    const digits = new Array<number>(RANDOM_CHARS);
+    for (let i = 0; i < RANDOM_CHARS; i++) digits[i] = (this.pool[this.poolAt + i] as number) & 31;
+    // Each byte is used once: no two ids share random bits.
+    this.poolAt += RANDOM_CHARS;
+    return digits;
   }
 }
 
