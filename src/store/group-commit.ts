@@ -4,11 +4,12 @@ import type { Database, Statement } from "bun:sqlite";
 const DEFAULT_MAX_BATCH = 64;
 /**
  * How long a batch keeps taking calls: every call of a batch is answered only after the last one
- * has run, so a batch of 60 heartbeats after a hiccup would make all 60 wait ~20 ms. Past this
- * much work the batch commits and the rest go into the next one. Half the commit's savings are
- * had by 4 calls a commit; at ~0.3 ms a call, 2 ms still shares a commit among 6 or 7.
+ * has run, so a batch of 64 heartbeats after a hiccup would make all of them wait ~20 ms. Past
+ * this much work the batch commits and the rest go into the next one. At ~0.25 ms a call, 5 ms
+ * still shares a commit among some 20 calls (the commit's savings are nearly all had by then);
+ * 2 ms cost throughput where calls are slow (a store far larger than its page cache).
  */
-const DEFAULT_BATCH_BUDGET_MS = 2;
+const DEFAULT_BATCH_BUDGET_MS = 5;
 
 interface Pending {
   work: () => unknown;
