@@ -93,14 +93,15 @@ try {
   console.log(await openLoop("open-loop", seconds));
   const after = threadCpu(server.pid);
   const perThread = [...after]
-    .map(([tid, { name, cpuSec }]) => ({
+    .map(([tid, { name, cpuSec, systemSec }]) => ({
       name,
       us: ((cpuSec - (before.get(tid)?.cpuSec ?? 0)) * 1e6) / (rate * seconds),
+      kernelUs: ((systemSec - (before.get(tid)?.systemSec ?? 0)) * 1e6) / (rate * seconds),
     }))
     .filter((t) => t.us > 0.5)
     .sort((a, b) => b.us - a.us);
   console.log(
-    `server CPU per request: ${perThread.reduce((sum, t) => sum + t.us, 0).toFixed(1)} µs (${perThread.map((t) => `${t.name} ${t.us.toFixed(1)}`).join(", ")})`,
+    `server CPU per request: ${perThread.reduce((sum, t) => sum + t.us, 0).toFixed(1)} µs (${perThread.map((t) => `${t.name} ${t.us.toFixed(1)}, ${t.kernelUs.toFixed(1)} in the kernel`).join("; ")})`,
   );
   const logged = readFileSync(server.logPath).subarray(logFrom).toString("utf8").split("\n");
   const restarts = logged
