@@ -31,8 +31,10 @@ export class MailOutbox {
 
   /**
    * Writes the row with the caller's writer and returns its id; the worker is nudged after the
-   * current task. `suppressed` does all the same work but the row is never sent: for answers that
-   * must not reveal, even by their timing, whether a mail went out.
+   * current task. `suppressed` does all the same work, and writes a row as large (the encrypted
+   * payload included), but the row is never sent: for answers that must not reveal, even by their
+   * timing, whether a mail went out. The payload of a suppressed verification mail holds a code
+   * the verification refuses anyway (it matched nobody, or is held back), under the data key.
    */
   enqueue(tx: Writer, mail: MailRequest, options: { suppressed?: boolean } = {}): string {
     const now = this.deps.clock.now();
@@ -44,7 +46,7 @@ export class MailOutbox {
         template: mail.template,
         locale: mail.locale ?? "",
         recipient: mail.to,
-        payload: options.suppressed ? null : payload,
+        payload,
         status: options.suppressed ? "suppressed" : "pending",
         attempts: 0,
         nextAttemptAt: now,

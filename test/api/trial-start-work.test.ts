@@ -112,8 +112,9 @@ describe("a trial start does the same work whether or not it sends", () => {
       )
       .all(email);
     expect(rows.map((row) => row.status)).toEqual(["pending", "suppressed"]);
-    // The suppressed row keeps no code: nothing could ever send it.
-    expect(rows[1]?.payload).toBeNull();
+    // The suppressed row is as large as the sent one (its payload encrypted too); nothing sends it.
+    expect(rows[1]?.payload).toStartWith("v1.");
+    expect(rows[1]?.payload?.length).toBe(rows[0]?.payload?.length);
   });
 
   test("a start for a product without a trial policy runs the same statements as one refused by the send limits", async () => {

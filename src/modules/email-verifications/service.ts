@@ -91,11 +91,14 @@ export class EmailVerificationService {
     const policy = license
       ? this.deps.db.select().from(policies).where(eq(policies.id, license.policyId)).get()
       : undefined;
-    const users = this.users.activeUsersWithEmail(product.environment, email.normalized);
-    const user = users.length === 1 ? users[0] : undefined;
-    // Asked even without a user or license (ids that match nothing), so a non-matching address
-    // costs the same reads as a matching one.
-    const assignment = this.users.activeAssignment(license?.id ?? "", user?.id ?? "");
+    // One row of the same shape whether or not the address has a user, asked with a license id
+    // that matches nothing when there is no license, so a non-matching address costs the same.
+    const found = this.users.assignedUserByEmail(product.environment, email.normalized, license?.id ?? "");
+    const user =
+      found.users === 1 && found.userId !== null && found.userEmail !== null
+        ? { id: found.userId, email: found.userEmail }
+        : undefined;
+    const assignmentId = user ? found.assignmentId : null;
     const withPasskeys = this.passkeys.count(user?.id ?? "") > 0;
     const matched =
       license !== undefined &&
@@ -103,7 +106,7 @@ export class EmailVerificationService {
       licenseStatus(license, now) === "active" &&
       policy?.identityMode === "named_user" &&
       user !== undefined &&
-      assignment !== undefined;
+      assignmentId !== null;
 
     const id = this.deps.ids.next("verification", now.getTime());
     const code = generateCode();
@@ -143,7 +146,7 @@ export class EmailVerificationService {
           Object.assign(row, {
             licenseId: license.id,
             userId: user.id,
-            assignmentId: assignment.id,
+            assignmentId,
             sent: true,
           });
         // Spec §3.2 rule 3: a newer start for the same product, license key and address replaces

@@ -1,3 +1,4 @@
+import type { Statement } from "bun:sqlite";
 import { and, count, desc, eq, isNull, lt } from "drizzle-orm";
 import type { ChangeContext, Deps } from "../../deps.ts";
 import { parseEmailAddress } from "../../domain/email-address.ts";
@@ -46,6 +47,8 @@ const emailTaken = () =>
  * address is unique within its environment (a partial unique index backs the check).
  */
 export class NamedUserService {
+  private assignedByEmail?: Statement<unknown[], [string, string, string]>;
+
   constructor(private readonly deps: Deps) {}
 
   present(row: LicenseUserRow) {
@@ -303,34 +306,33 @@ export class NamedUserService {
     });
   }
 
-  /** Active users of an environment with this address (rule 6 wants exactly one). */
-  activeUsersWithEmail(environment: Environment, email: string): LicenseUserRow[] {
-    return this.deps.db
-      .select()
-      .from(licenseUsers)
-      .where(
-        and(
-          eq(licenseUsers.environment, environment),
-          eq(licenseUsers.emailNormalized, normalizeEmail(email)),
-          eq(licenseUsers.status, "active"),
-        ),
-      )
-      .limit(2)
-      .all();
-  }
-
-  activeAssignment(licenseId: string, userId: string): AssignmentRow | undefined {
-    return this.deps.db
-      .select()
-      .from(licenseAssignments)
-      .where(
-        and(
-          eq(licenseAssignments.licenseId, licenseId),
-          eq(licenseAssignments.userId, userId),
-          eq(licenseAssignments.status, "active"),
-        ),
-      )
-      .get();
+  /**
+   * Rule 6's match in one read that gives back one row of the same shape whatever it finds: how
+   * many active users of the environment have this address (exactly one may match), the first
+   * one's id and address, and its active assignment to the license. An address with no user costs
+   * what one with a user costs: no row object is made for either (a found row took longer to
+   * materialise than a missing one, which a verification start's timing would show).
+   */
+  assignedUserByEmail(
+    environment: Environment,
+    email: string,
+    licenseId: string,
+  ): { users: number; userId: string | null; userEmail: string | null; assignmentId: string | null } {
+    this.assignedByEmail ??= this.deps.sqlite.prepare<unknown[], [string, string, string]>(
+      `SELECT (SELECT count(*) FROM (SELECT 1 FROM license_users WHERE environment = ?1
+                 AND email_normalized = ?2 AND status = 'active' LIMIT 2)),
+              u.id, u.email, a.id
+       FROM (SELECT 1) AS one
+       LEFT JOIN license_users AS u ON u.environment = ?1 AND u.email_normalized = ?2 AND u.status = 'active'
+       LEFT JOIN license_assignments AS a ON a.license_id = ?3 AND a.user_id = u.id AND a.status = 'active'
+       LIMIT 1`,
+    );
+    const [users, userId, userEmail, assignmentId] = (this.assignedByEmail.values(
+      environment,
+      normalizeEmail(email),
+      licenseId,
+    )[0] ?? [0, null, null, null]) as [number, string | null, string | null, string | null];
+    return { users, userId, userEmail, assignmentId };
   }
 
   private activeWithEmail(environment: Environment, emailNormalized: string): string | undefined {
