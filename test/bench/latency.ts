@@ -5,7 +5,7 @@ import { freePort } from "../e2e/binary.ts";
 import { activateDevices, createFixture } from "./lib/fixture.ts";
 import { threadCpu } from "./lib/procstat.ts";
 import { heartbeatRequest, writeRequestFile } from "./lib/requests.ts";
-import { ensureBinary, pinned, runCli, startServer } from "./lib/server.ts";
+import { ensureBinary, initToolStore, pinned, startServer, toolServerEnv } from "./lib/server.ts";
 
 /**
  * The open-model heartbeat latency run alone (the "latency under load" part of `npm run bench`),
@@ -25,9 +25,7 @@ const fromSources = process.env.LATENCY_SOURCES === "1";
 if (!fromSources) ensureBinary((line) => console.log(line));
 const work = mkdtempSync(join(tmpdir(), "licensing-latency-"));
 const dataDir = join(work, "data");
-Bun.spawnSync(["taskset", "-a", "-p", "-c", "1", String(process.pid)], { stdout: "ignore" });
-const init = await runCli(["init", "--data-dir", dataDir, "--json"]);
-const liveKey = JSON.parse(init.stdout).api_keys.live as string;
+const liveKey = await initToolStore(dataDir);
 const server = await startServer({
   dataDir,
   port: await freePort(),
@@ -35,19 +33,8 @@ const server = await startServer({
   // preempt the request thread), sharing core 1 with the generator.
   cpus: process.env.LATENCY_SERVER_CPUS ?? "0",
   logDir: work,
-  env: {
-    LICENSING_RUNTIME_RATE_LIMIT_IP: "off",
-    LICENSING_RUNTIME_RATE_LIMIT_ACTIVATION: "off",
-    LICENSING_RUNTIME_RATE_LIMIT_LICENSE: "off",
-    // debug: the server logs every WAL restart and how long it held the writes.
-    LICENSING_LOG_LEVEL: "debug",
-    ...Object.fromEntries(
-      Object.entries(process.env).filter(([k]) => k.startsWith("BUN_JSC_") || k.startsWith("MIMALLOC_")) as [
-        string,
-        string,
-      ][],
-    ),
-  },
+  // debug: the server logs every WAL restart and how long it held the writes.
+  env: toolServerEnv({ LICENSING_LOG_LEVEL: "debug" }),
   command: process.env.LATENCY_PROFILE
     ? [
         process.execPath,

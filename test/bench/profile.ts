@@ -11,7 +11,7 @@ import {
   timeRequest,
   writeRequestFile,
 } from "./lib/requests.ts";
-import { runCli, startServer } from "./lib/server.ts";
+import { initToolStore, startServer, toolServerEnv } from "./lib/server.ts";
 import { runWrk } from "./lib/wrk.ts";
 
 /**
@@ -33,21 +33,13 @@ const work = mkdtempSync(join(tmpdir(), "licensing-profile-"));
 const dataDir = join(work, "data");
 const profileDir = join(work, "profile");
 mkdirSync(profileDir);
-Bun.spawnSync(["taskset", "-a", "-p", "-c", "1", String(process.pid)], { stdout: "ignore" });
-
-const init = await runCli(["init", "--data-dir", dataDir, "--json"]);
-const liveKey = JSON.parse(init.stdout).api_keys.live as string;
+const liveKey = await initToolStore(dataDir);
 const server = await startServer({
   dataDir,
   port: await freePort(),
   cpus: "0",
   logDir: work,
-  // Load from one address on few licenses: the runtime burst windows would only get in the way.
-  env: {
-    LICENSING_RUNTIME_RATE_LIMIT_IP: "off",
-    LICENSING_RUNTIME_RATE_LIMIT_ACTIVATION: "off",
-    LICENSING_RUNTIME_RATE_LIMIT_LICENSE: "off",
-  },
+  env: toolServerEnv(),
   command: [
     process.execPath,
     // PROFILE_JSON=1: Chrome's .cpuprofile instead (for tools that want the raw samples).

@@ -5,7 +5,7 @@ import { freePort } from "../e2e/binary.ts";
 import { activateDevices, createFixture } from "./lib/fixture.ts";
 import { threadCpu } from "./lib/procstat.ts";
 import { heartbeatRequest, writeRequestFile } from "./lib/requests.ts";
-import { ensureBinary, ensureWrk, runCli, startServer } from "./lib/server.ts";
+import { ensureBinary, ensureWrk, initToolStore, startServer, toolServerEnv } from "./lib/server.ts";
 import { runWrk } from "./lib/wrk.ts";
 
 /**
@@ -25,24 +25,13 @@ if (!fromSources) ensureBinary(log);
 ensureWrk(log);
 const work = mkdtempSync(join(tmpdir(), "licensing-threads-"));
 const dataDir = join(work, "data");
-Bun.spawnSync(["taskset", "-a", "-p", "-c", "1", String(process.pid)], { stdout: "ignore" });
-const init = await runCli(["init", "--data-dir", dataDir, "--json"]);
-const liveKey = JSON.parse(init.stdout).api_keys.live as string;
+const liveKey = await initToolStore(dataDir);
 const server = await startServer({
   dataDir,
   port: await freePort(),
   cpus: "0",
   logDir: work,
-  // One address drives everything: the per-address limits would measure themselves.
-  env: {
-    LICENSING_RUNTIME_RATE_LIMIT_IP: "off",
-    LICENSING_RUNTIME_RATE_LIMIT_ACTIVATION: "off",
-    LICENSING_RUNTIME_RATE_LIMIT_LICENSE: "off",
-    // JavaScriptCore's options (e.g. BUN_JSC_useFTLJIT=false) reach the server, to try them.
-    ...Object.fromEntries(
-      Object.entries(process.env).filter(([k]) => k.startsWith("BUN_JSC_")) as [string, string][],
-    ),
-  },
+  env: toolServerEnv(),
   command: fromSources ? [process.execPath, join(import.meta.dir, "..", "..", "src/main.ts")] : undefined,
 });
 try {

@@ -75,6 +75,36 @@ export async function runCli(args: string[]): Promise<{ exitCode: number; stdout
   return { exitCode, stdout, stderr };
 }
 
+/**
+ * What the hot-path tools (threads, latency, profile) start with: this process moved to the load
+ * generators' core (the last one), and a fresh data dir made by `licensing init`; returns its live
+ * API key.
+ */
+export async function initToolStore(dataDir: string): Promise<string> {
+  Bun.spawnSync(["taskset", "-a", "-p", "-c", "1", String(process.pid)], { stdout: "ignore" });
+  const init = await runCli(["init", "--data-dir", dataDir, "--json"]);
+  return JSON.parse(init.stdout).api_keys.live as string;
+}
+
+/**
+ * The server environment of the hot-path tools: one address drives everything, so the runtime
+ * burst windows are off (they would measure themselves), and JavaScriptCore's and the allocator's
+ * own variables (`BUN_JSC_*`, e.g. `BUN_JSC_useFTLJIT=false`, and `MIMALLOC_*`) reach the server,
+ * to try them.
+ */
+export function toolServerEnv(extra: Record<string, string> = {}): Record<string, string> {
+  const engine = Object.entries(process.env).filter(
+    ([name]) => name.startsWith("BUN_JSC_") || name.startsWith("MIMALLOC_"),
+  ) as [string, string][];
+  return {
+    LICENSING_RUNTIME_RATE_LIMIT_IP: "off",
+    LICENSING_RUNTIME_RATE_LIMIT_ACTIVATION: "off",
+    LICENSING_RUNTIME_RATE_LIMIT_LICENSE: "off",
+    ...Object.fromEntries(engine),
+    ...extra,
+  };
+}
+
 export interface BenchServer {
   pid: number;
   url: string;
