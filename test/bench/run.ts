@@ -29,6 +29,7 @@ import {
   runCli,
   startServer,
   storeBytes,
+  toolServerEnv,
 } from "./lib/server.ts";
 import { runWrk, type WrkResult } from "./lib/wrk.ts";
 import { verificationTiming } from "./verification-timing.ts";
@@ -78,13 +79,10 @@ if (LOAD_CPUS !== null)
 /**
  * Every request comes from 127.0.0.1 and thousands of devices share a few licenses, so the
  * runtime burst windows (per address, activation and license) would measure the limiter, not the
- * service: they are off, as docs/operations.md "Rate limits" allows.
+ * service: they are off, as docs/operations.md "Rate limits" allows. `BUN_JSC_*` and `MIMALLOC_*`
+ * variables reach the server, to measure the engine's options (e.g. BUN_JSC_useFTLJIT=false).
  */
-const SERVER_ENV = {
-  LICENSING_RUNTIME_RATE_LIMIT_IP: "off",
-  LICENSING_RUNTIME_RATE_LIMIT_ACTIVATION: "off",
-  LICENSING_RUNTIME_RATE_LIMIT_LICENSE: "off",
-};
+const SERVER_ENV = toolServerEnv();
 const work = mkdtempSync(join(tmpdir(), "licensing-bench-"));
 const dataDir = join(work, "data");
 mkdirSync(join(work, "logs"));
