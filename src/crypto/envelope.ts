@@ -76,7 +76,7 @@ interface SignInput {
  * denial; either way the hash covers its JCS form.
  */
 export function signResponse(signer: OnlineSigner, input: SignInput): EnvelopeSignature {
-  return sign(signer, input, canonicalize(input.body)).signature;
+  return signAssertion(signer, input, canonicalize(input.body)).signature;
 }
 
 /**
@@ -87,7 +87,7 @@ export function signResponse(signer: OnlineSigner, input: SignInput): EnvelopeSi
  */
 export function signedResponseText(signer: OnlineSigner, input: SignInput): string {
   const dataText = canonicalize(input.body);
-  const { signature, assertionText } = sign(signer, input, dataText);
+  const { signature, assertionText } = signAssertion(signer, input, dataText);
   let delegationText = delegationTexts.get(signer.delegation);
   if (delegationText === undefined) {
     delegationText = JSON.stringify(signer.delegation);
@@ -98,7 +98,8 @@ export function signedResponseText(signer: OnlineSigner, input: SignInput): stri
 
 const delegationTexts = new WeakMap<SignedDelegation, string>();
 
-function sign(
+/** The assertion over a body's JCS text, its own JCS text, and its signature. */
+function signAssertion(
   signer: OnlineSigner,
   input: SignInput,
   bodyText: string,

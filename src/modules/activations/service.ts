@@ -207,12 +207,7 @@ export class ActivationService {
           // Silent past its grace while others filled the license: it competes as a new device.
           this.end(existing.id, "culled", now, tx);
         }
-        const maxMachines = license.maxMachinesOverride ?? policy.max_machines;
-        if (this.slotsFull(license.id, policy, maxMachines, now)) {
-          throw new ApiError("MACHINE_LIMIT_REACHED", "Every machine slot of this license is in use.", {
-            max_machines: maxMachines,
-          });
-        }
+        this.requireFreeSlot(license, policy, now);
         const row: ActivationRow = {
           id: this.deps.ids.next("activation", now.getTime()),
           environment: license.environment,
@@ -410,6 +405,16 @@ export class ActivationService {
     const active = this.activeCount.get(licenseId)?.active ?? 0;
     if (active < maxMachines) return false;
     return this.slotsInUse(licenseId, policy, now) >= maxMachines;
+  }
+
+  /** Throws MACHINE_LIMIT_REACHED unless a new device may take a slot (online or offline). */
+  requireFreeSlot(license: LicenseRow, policy: PolicyWithId, now: Date): void {
+    const maxMachines = license.maxMachinesOverride ?? policy.max_machines;
+    if (this.slotsFull(license.id, policy, maxMachines, now)) {
+      throw new ApiError("MACHINE_LIMIT_REACHED", "Every machine slot of this license is in use.", {
+        max_machines: maxMachines,
+      });
+    }
   }
 
   /** A stale device coming back finds its slot taken when the fresh ones already fill the license. */

@@ -293,12 +293,7 @@ export class OfflinePackageService {
       this.deps.db.update(activations).set(changes).where(eq(activations.id, existing.id)).run();
       return { ...existing, ...changes };
     }
-    const maxMachines = license.maxMachinesOverride ?? policy.max_machines;
-    if (this.activationService.slotsFull(license.id, policy, maxMachines, now)) {
-      throw new ApiError("MACHINE_LIMIT_REACHED", "Every machine slot of this license is in use.", {
-        max_machines: maxMachines,
-      });
-    }
+    this.activationService.requireFreeSlot(license, policy, now);
     const row: ActivationRow = {
       id: this.deps.ids.next("activation", now.getTime()),
       environment: license.environment,
