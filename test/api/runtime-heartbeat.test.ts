@@ -1,4 +1,6 @@
+import { Database } from "bun:sqlite";
 import { afterEach, beforeEach, describe, expect, test } from "bun:test";
+import { join } from "node:path";
 import { createApp } from "../../src/app.ts";
 import { machineInfoDigest } from "../../src/modules/activations/machine.ts";
 import { TestDevice } from "../support/device.ts";
@@ -97,6 +99,41 @@ describe("happy path", () => {
     const seen = new Set<number>();
     for (let i = 0; i < 20; i++) seen.add((await beat(device, activationId)).body.data.next_heartbeat_in);
     expect(seen.size).toBeGreaterThan(5);
+  });
+});
+
+describe("policy changes reach the next call", () => {
+  const interval = async (device: TestDevice, id: string) =>
+    (await beat(device, id)).body.data.next_heartbeat_in as number;
+
+  test("a policy edited through the API sets the interval of the very next heartbeat", async () => {
+    const { device, activationId } = await activatedDevice(t, fx);
+    expect(await interval(device, activationId)).toBeGreaterThanOrEqual(3240);
+    const etag = (await t.call("GET", `/mgmt/v1/policies/${fx.policyId}`)).headers.get("etag") ?? "";
+    const edit = await t.call("PATCH", `/mgmt/v1/policies/${fx.policyId}`, {
+      body: { heartbeat_sec: 600 },
+      headers: { "if-match": etag },
+    });
+    expect(edit.status).toBe(200);
+    const next = await interval(device, activationId);
+    expect(next).toBeGreaterThanOrEqual(540);
+    expect(next).toBeLessThanOrEqual(660);
+  });
+
+  test("a policy changed by another process (its revision raised) is read again, not served from memory", async () => {
+    const { device, activationId } = await activatedDevice(t, fx);
+    expect(await interval(device, activationId)).toBeGreaterThanOrEqual(3240);
+    const other = new Database(join(t.dir, "licensing.db"));
+    try {
+      other
+        .query("UPDATE policies SET heartbeat_sec = 900, revision = revision + 1 WHERE id = ?")
+        .run(fx.policyId);
+    } finally {
+      other.close();
+    }
+    const next = await interval(device, activationId);
+    expect(next).toBeGreaterThanOrEqual(810);
+    expect(next).toBeLessThanOrEqual(990);
   });
 });
 
@@ -357,8 +394,9 @@ describe("machine info", () => {
 
   test("an unmanaged offline perpetual license takes no heartbeats", async () => {
     const { device, activationId } = await activatedDevice(t, fx);
+    // As every policy change does: the revision rises (the runtime caches settings per revision).
     t.deps.sqlite.run(
-      "UPDATE policies SET perpetual_mode = 'unmanaged', license_type = 'perpetual' WHERE id = ?",
+      "UPDATE policies SET perpetual_mode = 'unmanaged', license_type = 'perpetual', revision = revision + 1 WHERE id = ?",
       [fx.policyId],
     );
     const response = await beat(device, activationId);

@@ -38,6 +38,7 @@ export interface Target {
 }
 
 const DEVICE_KEY_CACHE_LIMIT = 100_000;
+const POLICY_CACHE_LIMIT = 10_000;
 
 export type PolicyWithId = ReturnType<typeof settingsOf> & { id: string };
 
@@ -48,6 +49,14 @@ export type PolicyWithId = ReturnType<typeof settingsOf> & { id: string };
  */
 export class RuntimeGate {
   private readonly deviceKeys = new Map<string, PublicKeyInfo>();
+  /**
+   * Policies by id with the revision they were read at. Every change to a policy row raises its
+   * revision (policies/service.ts), so one indexed read of that number tells whether the cached
+   * settings still hold, whichever process changed them; reading and mapping the whole row was
+   * the larger part of a heartbeat's third read. Frozen: callers share the object.
+   */
+  private readonly policies = new Map<string, { revision: number; policy: PolicyWithId }>();
+  private readonly policyRevision;
   /**
    * The hot path's reads, prepared once: building a Drizzle query per request costs several times
    * the read itself (DESIGN §7).
@@ -67,6 +76,9 @@ export class RuntimeGate {
       license: preparedRowReader<typeof licenses, [string]>(deps.sqlite, licenses, '"id" = ?'),
       policy: preparedRowReader<typeof policies, [string]>(deps.sqlite, policies, '"id" = ?'),
     };
+    this.policyRevision = deps.sqlite.prepare<[number], [string]>(
+      'SELECT "revision" FROM "policies" WHERE "id" = ?',
+    );
   }
 
   /**
@@ -147,9 +159,15 @@ export class RuntimeGate {
   }
 
   policyOf(license: LicenseRow): PolicyWithId {
-    const policy = this.byId.policy(license.policyId);
-    if (!policy) throw new Error(`license ${license.id} has no policy`);
-    return { ...settingsOf(policy), id: policy.id };
+    const revision = this.policyRevision.values(license.policyId)[0]?.[0];
+    const cached = this.policies.get(license.policyId);
+    if (cached !== undefined && cached.revision === revision) return cached.policy;
+    const row = this.byId.policy(license.policyId);
+    if (!row) throw new Error(`license ${license.id} has no policy`);
+    const policy = deepFreeze({ ...settingsOf(row), id: row.id });
+    if (this.policies.size >= POLICY_CACHE_LIMIT) this.policies.clear();
+    this.policies.set(row.id, { revision: row.revision, policy });
+    return policy;
   }
 
   private deviceKey(text: string): PublicKeyInfo {
@@ -219,6 +237,15 @@ export class RuntimeGate {
   purgeNonces(limit?: number): number {
     return this.proofs.purgeOld(unixSeconds(this.deps.clock.now()), limit);
   }
+}
+
+/** The row's own objects, made read-only: a cached policy is shared by every call that reads it. */
+function deepFreeze<T>(value: T): T {
+  if (typeof value === "object" && value !== null && !Object.isFrozen(value)) {
+    Object.freeze(value);
+    for (const inner of Object.values(value)) deepFreeze(inner);
+  }
+  return value;
 }
 
 /** A guard's denial as an error; signed only when `signedFor` is given (runtime responses). */
