@@ -17,6 +17,7 @@ import { ApiError } from "./http/errors.ts";
 import { IdempotencyStore } from "./http/idempotency.ts";
 import { type Logger, redactPath } from "./http/logger.ts";
 import { Metrics } from "./http/metrics.ts";
+import { pathOf } from "./http/request-path.ts";
 import { startSweeper } from "./jobs/sweeper.ts";
 import { WebhookDispatcher } from "./jobs/webhook-dispatcher.ts";
 import { createMailTransport, DEFAULT_MAIL_FROM } from "./mail/transport.ts";
@@ -304,12 +305,4 @@ export function startServer({ config, passphrase, logger }: StartOptions): Runni
       return shutdownPromise;
     },
   };
-}
-
-/** The path without the query: queries can carry cursors and emails that do not belong in logs. */
-function pathOf(url: string): string {
-  const start = url.indexOf("/", url.indexOf("//") + 2);
-  if (start === -1) return "/";
-  const query = url.indexOf("?", start);
-  return query === -1 ? url.slice(start) : url.slice(start, query);
 }

@@ -1,6 +1,6 @@
 import type { KeyObject } from "node:crypto";
 import { sha256Hex } from "./encoding.ts";
-import { canonicalize } from "./jcs.ts";
+import { canonicalize, quote } from "./jcs.ts";
 import { signEd25519 } from "./keys.ts";
 
 /** Signing-string prefixes of the contract (DESIGN §5). Never change one; add a -v2 instead. */
@@ -115,7 +115,7 @@ function signAssertion(
     status: input.status,
     body_sha256: sha256Hex(bodyText),
   };
-  const assertionText = canonicalize(assertion);
+  const assertionText = assertionJcs(assertion);
   return {
     assertionText,
     signature: {
@@ -124,4 +124,14 @@ function signAssertion(
       signing_delegation: signer.delegation,
     },
   };
+}
+
+/**
+ * The JCS text of an assertion, written out in its fixed key order (RFC 8785 sorts keys by UTF-16
+ * code units: body_sha256, key_id, nonce, parent_key_id, product_id, request_id, server_time,
+ * status, v). Every signed response makes one, so it skips the generic walk and the key sort;
+ * test/unit/jcs-equivalence.test.ts holds it equal to the plain implementation.
+ */
+export function assertionJcs(a: ResponseAssertion): string {
+  return `{"body_sha256":${quote(a.body_sha256)},"key_id":${quote(a.key_id)},"nonce":${quote(a.nonce)},"parent_key_id":${quote(a.parent_key_id)},"product_id":${quote(a.product_id)},"request_id":${quote(a.request_id)},"server_time":${canonicalize(a.server_time)},"status":${canonicalize(a.status)},"v":${canonicalize(a.v)}}`;
 }

@@ -51,6 +51,6 @@ const NEEDS_ESCAPE = /["\\\u0000-\u001f\ud800-\udfff]/;
  * JSON.stringify of a string. A string with nothing to escape (ids, hashes, base64url: nearly all
  * of them) is just quoted; the check is one native regex scan, several times faster than a loop.
  */
-function quote(text: string): string {
+export function quote(text: string): string {
   return NEEDS_ESCAPE.test(text) ? JSON.stringify(text) : `"${text}"`;
 }

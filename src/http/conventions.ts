@@ -9,6 +9,7 @@ import { type ErrorEnvelope, errorBody, toApiError } from "./envelope.ts";
 import { ApiError, type SignedFor } from "./errors.ts";
 import type { Logger } from "./logger.ts";
 import type { GcraLimiter } from "./rate-limit.ts";
+import { pathOf } from "./request-path.ts";
 import { requestState } from "./request-state.ts";
 
 export interface ConventionDeps {
@@ -50,8 +51,7 @@ export function httpConventions(deps: ConventionDeps) {
       requestState.set(request, { requestId, startedAt: performance.now() });
       set.headers["x-request-id"] = requestId;
       if (deps.testClock) set.headers["x-service-test-clock"] = "1";
-      if (new URL(request.url).pathname.startsWith(MANAGEMENT_PREFIX))
-        authenticate(request, set.headers, deps, now);
+      if (pathOf(request.url).startsWith(MANAGEMENT_PREFIX)) authenticate(request, set.headers, deps, now);
     })
     .onParse({ as: "global" }, ({ request, path, route }) => {
       const state = requestState.get(request);
@@ -103,7 +103,7 @@ function authenticate(
       { headers: { "www-authenticate": 'Bearer realm="mgmt"' } },
     );
   }
-  const path = new URL(request.url).pathname;
+  const path = pathOf(request.url);
   deps.planGate?.admit(request.method, path, now);
   const decision = deps.managementLimiter.check(caller.id, now.getTime());
   Object.assign(headers, deps.managementLimiter.headers(decision));

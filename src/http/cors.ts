@@ -1,4 +1,5 @@
 import { Elysia } from "elysia";
+import { pathOf } from "./request-path.ts";
 
 /** What the plugin needs to know; `BrowserOriginCache` answers from memory. */
 export interface CorsOrigins {
@@ -105,12 +106,4 @@ function preflight(
       headers.set("access-control-allow-private-network", "true");
   }
   return new Response(null, { status: 204, headers });
-}
-
-/** The path of an absolute request URL, without building a URL object on the hot path. */
-function pathOf(url: string): string {
-  const start = url.indexOf("/", url.indexOf("://") + 3);
-  if (start < 0) return "/";
-  const query = url.indexOf("?", start);
-  return query < 0 ? url.slice(start) : url.slice(start, query);
 }

@@ -57,12 +57,6 @@ export function deviceProofMessage(input: {
   return `${PREFIX.deviceProof}${input.method}\n${input.pathAndQuery}\n${input.activationId}\n${input.timestamp}\n${input.nonce}\n${sha256Hex(input.body)}`;
 }
 
-/** Path and query exactly as the request line carried them. */
-export function pathAndQueryOf(url: string): string {
-  const start = url.indexOf("/", url.indexOf("//") + 2);
-  return start === -1 ? "/" : url.slice(start);
-}
-
 export const proofInvalid = (reason: string) =>
   new ApiError("DEVICE_PROOF_INVALID", "The device proof does not verify.", { reason });
 

@@ -1,5 +1,5 @@
 import type { RuntimeCall } from "../modules/activations/gate.ts";
-import { pathAndQueryOf } from "./device-proof.ts";
+import { pathAndQueryOf } from "./request-path.ts";
 import { requestState } from "./request-state.ts";
 
 /** The plain facts of a runtime request that services need: no HTTP objects beyond this point. */

@@ -8,6 +8,7 @@ import {
   type RateLimitSetting,
   type RuntimeRateLimitSettings,
 } from "./rate-limit.ts";
+import { pathOf } from "./request-path.ts";
 import { requestState } from "./request-state.ts";
 import { classifyRuntimeRequest, type RuntimeMetering } from "./runtime-routes.ts";
 
@@ -74,13 +75,6 @@ export function countsTowardAllowance(
   if (metering === "activation") return status === 201 && !replayed;
   return errorCode !== "LICENSE_REVOKED" && errorCode !== "LICENSE_EXPIRED";
 }
-
-const pathOf = (url: string): string => {
-  const start = url.indexOf("/", url.indexOf("//") + 2);
-  if (start === -1) return "/";
-  const query = url.indexOf("?", start);
-  return query === -1 ? url.slice(start) : url.slice(start, query);
-};
 
 const limiter = (name: string, setting: RateLimitSetting | null) =>
   setting ? new GcraLimiter({ name, ...setting }) : null;

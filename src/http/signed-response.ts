@@ -30,7 +30,19 @@ export class RuntimeSigner {
     });
   }
 
-  respond(request: Request, status: number, data: unknown, signedFor: SignedFor, at?: Date): Response {
+  /**
+   * The signed answer as a Response that already carries the headers the hooks put in `set`
+   * (request id, rate limits, CORS). Elysia would otherwise copy a returned Response and those
+   * headers into a new Headers and a second Response on every call; with `set.headers` handed
+   * over here and left empty, it returns this one as it is.
+   */
+  respond(
+    { request, set }: { request: Request; set: { headers: Record<string, string | number> } },
+    status: number,
+    data: unknown,
+    signedFor: SignedFor,
+    at?: Date,
+  ): Response {
     const requestId = requestState.get(request)?.requestId ?? "req_unknown";
     const now = at ?? this.clock.now();
     const text = signedResponseText(this.trust.onlineSigner(signedFor.productId, now), {
@@ -40,6 +52,10 @@ export class RuntimeSigner {
       status,
       body: data,
     });
-    return new Response(text, { status, headers: { "content-type": "application/json" } });
+    const headers = set.headers;
+    headers["content-type"] = "application/json";
+    set.headers = {};
+    // Header values are strings or numbers (rate limits); Response writes numbers as text.
+    return new Response(text, { status, headers: headers as Record<string, string> });
   }
 }

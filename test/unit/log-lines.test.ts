@@ -48,3 +48,24 @@ test("lines below the level are dropped", async () => {
 });
 
 process.on("exit", () => rmSync(dir, { recursive: true, force: true }));
+
+test("a line is the JSON of ts, level, msg and then the fields, whatever the fields hold", () => {
+  const lines: string[] = [];
+  const logger = jsonLogger("debug", (line) => lines.push(line));
+  const cases: [string, Record<string, unknown> | undefined][] = [
+    ["request", { request_id: "req_1", status: 200, duration_ms: 0.25 }],
+    ['quote " and \\ and \n', { nested: { a: [1, null, "é"] }, gone: undefined, big: 1e21 }],
+    ["no fields", undefined],
+    ["empty fields", {}],
+    ["only undefined", { gone: undefined }],
+  ];
+  for (const [msg, fields] of cases) logger.log("debug", msg, fields);
+  fd = openSync(path, "w");
+  lines.forEach((line, i) => {
+    const [msg, fields] = cases[i] as (typeof cases)[number];
+    const parsed = JSON.parse(line);
+    expect(line.endsWith("\n")).toBe(true);
+    expect(line.slice(0, -1)).toBe(JSON.stringify({ ts: parsed.ts, level: "debug", msg, ...fields }));
+    expect(Number.isNaN(Date.parse(parsed.ts))).toBe(false);
+  });
+});

@@ -13,14 +13,14 @@ export const runtimeActivationsController = ({ activations, signer }: Services) 
     .model(activationModels)
     .post(
       "",
-      async ({ body, headers, request }) => {
+      async ({ body, headers, request, set }) => {
         const outcome = await activations.activateOnce(
           body,
           headers["idempotency-key"],
           runtimeCall(request),
         );
         // Stored unsigned: a replay is signed afresh for this request's nonce (DESIGN §4).
-        const response = signer.respond(request, outcome.status, outcome.value, {
+        const response = signer.respond({ request, set }, outcome.status, outcome.value, {
           productId: body.product_id,
           nonce: body.nonce,
         });
@@ -36,14 +36,14 @@ export const runtimeActivationsController = ({ activations, signer }: Services) 
     )
     .post(
       "/:id/heartbeat",
-      async ({ params, body, request }) => {
+      async ({ params, body, request, set }) => {
         const result = await activations.heartbeat(
           params.id,
           readDeviceProofHeaders(request.headers),
           body,
           runtimeCall(request),
         );
-        return signer.respond(request, 200, result.data, result);
+        return signer.respond({ request, set }, 200, result.data, result);
       },
       {
         body: "heartbeat.request",
@@ -53,13 +53,13 @@ export const runtimeActivationsController = ({ activations, signer }: Services) 
     )
     .delete(
       "/:id",
-      async ({ params, request }) => {
+      async ({ params, request, set }) => {
         const result = await activations.deactivate(
           params.id,
           readDeviceProofHeaders(request.headers),
           runtimeCall(request),
         );
-        return signer.respond(request, 200, result.data, result);
+        return signer.respond({ request, set }, 200, result.data, result);
       },
       {
         response: { 200: "deactivation.result" },

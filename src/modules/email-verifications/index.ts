@@ -10,9 +10,12 @@ export const emailVerificationsController = ({ emailVerifications, signer }: Ser
     .model(emailVerificationModels)
     .post(
       "",
-      ({ body, request }) => {
+      ({ body, request, set }) => {
         const result = emailVerifications.start(body);
-        return signer.respond(request, 202, result.data, { productId: result.productId, nonce: body.nonce });
+        return signer.respond({ request, set }, 202, result.data, {
+          productId: result.productId,
+          nonce: body.nonce,
+        });
       },
       {
         body: "email_verification.start",
@@ -24,9 +27,12 @@ export const emailVerificationsController = ({ emailVerifications, signer }: Ser
     )
     .post(
       "/:verification_id/confirm",
-      ({ params, body, request }) => {
+      ({ params, body, request, set }) => {
         const result = emailVerifications.confirm(params.verification_id, body);
-        return signer.respond(request, 200, result.data, { productId: result.productId, nonce: body.nonce });
+        return signer.respond({ request, set }, 200, result.data, {
+          productId: result.productId,
+          nonce: body.nonce,
+        });
       },
       {
         body: "email_verification.confirm",

@@ -11,13 +11,13 @@ export const leasesController = ({ leases, signer }: Services) =>
     .model(leaseModels)
     .post(
       "",
-      async ({ body, request }) => {
+      async ({ body, request, set }) => {
         const result = await leases.acquire(
           body,
           readDeviceProofHeaders(request.headers),
           runtimeCall(request),
         );
-        return signer.respond(request, 201, result.data, result);
+        return signer.respond({ request, set }, 201, result.data, result);
       },
       {
         body: "lease.create",
@@ -27,14 +27,14 @@ export const leasesController = ({ leases, signer }: Services) =>
     )
     .post(
       "/:id/heartbeat",
-      async ({ params, body, request }) => {
+      async ({ params, body, request, set }) => {
         const result = await leases.heartbeat(
           params.id,
           body.instance_id,
           readDeviceProofHeaders(request.headers),
           runtimeCall(request),
         );
-        return signer.respond(request, 200, result.data, result);
+        return signer.respond({ request, set }, 200, result.data, result);
       },
       {
         body: "lease.instance",
@@ -44,14 +44,14 @@ export const leasesController = ({ leases, signer }: Services) =>
     )
     .delete(
       "/:id",
-      async ({ params, body, request }) => {
+      async ({ params, body, request, set }) => {
         const result = await leases.release(
           params.id,
           body.instance_id,
           readDeviceProofHeaders(request.headers),
           runtimeCall(request),
         );
-        return signer.respond(request, 200, result.data, result);
+        return signer.respond({ request, set }, 200, result.data, result);
       },
       {
         body: "lease.instance",

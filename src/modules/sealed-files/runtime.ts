@@ -11,14 +11,14 @@ export const sealedFileKeysController = ({ sealedFileKeys, signer }: Services) =
     .model(sealedFileKeyModels)
     .post(
       "/:id/sealed-file-keys",
-      async ({ params, body, request }) => {
+      async ({ params, body, request, set }) => {
         const result = await sealedFileKeys.release(
           params.id,
           readDeviceProofHeaders(request.headers),
           body,
           runtimeCall(request),
         );
-        return signer.respond(request, 200, result.data, result);
+        return signer.respond({ request, set }, 200, result.data, result);
       },
       {
         body: "sealed-file-key.request",

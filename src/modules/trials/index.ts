@@ -12,9 +12,9 @@ export const trialVerificationsController = ({ trials, signer }: Services) =>
     .model(trialModels)
     .post(
       "",
-      ({ body, request }) => {
+      ({ body, request, set }) => {
         const result = trials.start(body);
-        return signer.respond(request, 202, result.data, result);
+        return signer.respond({ request, set }, 202, result.data, result);
       },
       {
         body: "trial-verification.start",
@@ -27,7 +27,7 @@ export const trialVerificationsController = ({ trials, signer }: Services) =>
     )
     .post(
       "/:id/confirm",
-      async ({ params, body, headers, request }) => {
+      async ({ params, body, headers, request, set }) => {
         const { outcome, productId } = await trials.confirm(
           params.id,
           body,
@@ -35,7 +35,7 @@ export const trialVerificationsController = ({ trials, signer }: Services) =>
           runtimeCall(request),
         );
         // Stored unsigned: a replay is signed afresh for this request's nonce (DESIGN §4).
-        const response = signer.respond(request, outcome.status, outcome.value, {
+        const response = signer.respond({ request, set }, outcome.status, outcome.value, {
           productId,
           nonce: body.nonce,
         });

@@ -54,14 +54,14 @@ export const runtimeTrustController = ({ trust, signer, deps }: Services) => {
     )
     .post(
       "/time",
-      ({ body, request }) => {
+      ({ body, request, set }) => {
         // A product with an active key exists (the common case, answered from memory); only
         // without one is the product looked up, to tell 404 from a pending key's 409.
         if (!trust.hasActiveKey(body.product_id)) productExists(body.product_id);
         // One reading of the clock for both the data and the signed server_time.
         const now = deps.clock.now();
         return signer.respond(
-          request,
+          { request, set },
           200,
           isoSeconds(unixSeconds(now)),
           { productId: body.product_id, nonce: body.nonce },
