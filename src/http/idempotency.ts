@@ -65,6 +65,8 @@ export class IdempotencyStore {
   private readonly select;
   private readonly record;
   private readonly purgeExpired;
+  /** Made once: bun:sqlite builds a transaction wrapper and its variants on every call otherwise. */
+  private readonly atomically;
 
   /**
    * With `secrets`, stored response bodies are encrypted: a replayed create answers with what it
@@ -97,6 +99,7 @@ export class IdempotencyStore {
     this.purgeExpired = sqlite.prepare<unknown, [number]>(
       "DELETE FROM idempotency_records WHERE expires_at <= ?",
     );
+    this.atomically = sqlite.transaction((run: () => Outcome): Outcome => run());
   }
 
   /** Runs `work` at most once per key and answers replays and conflicts itself. */
@@ -116,19 +119,17 @@ export class IdempotencyStore {
     const ids = [call.scope, call.method, call.route, call.key] as const;
     const fingerprint = sha256Hex(canonicalize(call.body ?? null));
     const nowMs = this.clock.now().getTime();
-    return this.sqlite
-      .transaction((): Outcome => {
-        const earlier = this.select.get(...ids);
-        if (earlier && earlier.expires_at > nowMs) return this.replay(earlier, fingerprint, ids);
-        const result = serialize(work());
-        if (result.status >= 200 && result.status <= 299) {
-          const stored = this.secrets ? this.secrets.encrypt(result.body, bodyContext(ids)) : result.body;
-          const headers = JSON.stringify(result.headers);
-          this.record.run(...ids, fingerprint, result.status, stored, headers, nowMs, nowMs + RETENTION_MS);
-        }
-        return { ...result, replayed: false };
-      })
-      .immediate();
+    return this.atomically.immediate((): Outcome => {
+      const earlier = this.select.get(...ids);
+      if (earlier && earlier.expires_at > nowMs) return this.replay(earlier, fingerprint, ids);
+      const result = serialize(work());
+      if (result.status >= 200 && result.status <= 299) {
+        const stored = this.secrets ? this.secrets.encrypt(result.body, bodyContext(ids)) : result.body;
+        const headers = JSON.stringify(result.headers);
+        this.record.run(...ids, fingerprint, result.status, stored, headers, nowMs, nowMs + RETENTION_MS);
+      }
+      return { ...result, replayed: false };
+    });
   }
 
   /** The earlier answer for this key, or why there is none to give. */
