@@ -210,7 +210,9 @@ describe("the response assertion's hand-written JCS text", () => {
         status: random() < 0.5 ? pick([200, 201, 202, 403, 410]) : randomNumber(),
         body_sha256: randomString(),
       };
-      expect(outcome(assertionJcs as (value: unknown) => string, assertion)).toEqual(outcome(reference, assertion));
+      expect(outcome(assertionJcs as (value: unknown) => string, assertion)).toEqual(
+        outcome(reference, assertion),
+      );
     }
   });
 });

@@ -89,12 +89,13 @@ export async function initToolStore(dataDir: string): Promise<string> {
 /**
  * The server environment of the hot-path tools: one address drives everything, so the runtime
  * burst windows are off (they would measure themselves), and JavaScriptCore's and the allocator's
- * own variables (`BUN_JSC_*`, e.g. `BUN_JSC_useFTLJIT=false`, and `MIMALLOC_*`) reach the server,
+ * own variables (`BUN_JSC_*`, e.g. `BUN_JSC_useFTLJIT=false`, Bun's GC timer `BUN_GC_*` and
+ * `MIMALLOC_*`) reach the server,
  * to try them.
  */
 export function toolServerEnv(extra: Record<string, string> = {}): Record<string, string> {
   const engine = Object.entries(process.env).filter(
-    ([name]) => name.startsWith("BUN_JSC_") || name.startsWith("MIMALLOC_"),
+    ([name]) => name.startsWith("BUN_JSC_") || name.startsWith("BUN_GC_") || name.startsWith("MIMALLOC_"),
   ) as [string, string][];
   return {
     LICENSING_RUNTIME_RATE_LIMIT_IP: "off",
