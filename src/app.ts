@@ -79,7 +79,11 @@ export function createApp(
     openApiCache ??= buildOpenApiDocument(root.app, options.baseUrl);
     return openApiCache;
   };
-  const app = new Elysia({ normalize: false })
+  // standardHostname off: Elysia otherwise finds the path by skipping 11 characters, which under
+  // a host name of fewer than 4 (Host: api) starts inside the path and routes the request
+  // elsewhere. Every hook decides on the path Elysia routes on (its `path`), never on its own
+  // reading of the URL (test/api/request-paths.test.ts).
+  const app = new Elysia({ normalize: false, handler: { standardHostname: false } })
     // First: a preflight is answered before the conventions count, limit or authenticate anything.
     .use(runtimeCors(services.browserOrigins, () => deps.ids.next("request", deps.clock.now().getTime())))
     .use(

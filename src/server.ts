@@ -209,8 +209,18 @@ export function startServer({ config, passphrase, logger }: StartOptions): Runni
       clientAddress.setSource(request, peer);
       const started = performance.now();
       let response: Response;
+      const envelope = (error: ApiError, requestId = deps.ids.next("request", Date.now())) =>
+        new Response(JSON.stringify(errorBody(error, requestId, config.baseUrl)), {
+          status: error.status,
+          headers: { "content-type": "application/json", "x-request-id": requestId },
+        });
       try {
-        response = await app.handle(request);
+        // HTTP/1.0 without a Host header, or with an empty one: Bun hands such a request a URL of
+        // the path alone, on which the router cannot find the path reliably (it expects a scheme
+        // and a host). Refused as it is, before any route, limit or authentication sees it.
+        response = request.url.startsWith("http://")
+          ? await app.handle(request)
+          : envelope(new ApiError("INVALID_REQUEST", "Send a Host header with the request."));
       } catch (error) {
         // The app turns every error into an envelope; reaching here is a bug, still answered as one.
         const requestId = deps.ids.next("request", Date.now());
@@ -218,12 +228,7 @@ export function startServer({ config, passphrase, logger }: StartOptions): Runni
           request_id: requestId,
           error: (error as Error).message,
         });
-        response = new Response(
-          JSON.stringify(
-            errorBody(new ApiError("INTERNAL_ERROR", "Unexpected server error."), requestId, config.baseUrl),
-          ),
-          { status: 500, headers: { "content-type": "application/json", "x-request-id": requestId } },
-        );
+        response = envelope(new ApiError("INTERNAL_ERROR", "Unexpected server error."), requestId);
       } finally {
         inFlight--;
       }

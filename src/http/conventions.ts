@@ -9,7 +9,7 @@ import { type ErrorEnvelope, errorBody, toApiError } from "./envelope.ts";
 import { ApiError, type SignedFor } from "./errors.ts";
 import type { Logger } from "./logger.ts";
 import type { GcraLimiter } from "./rate-limit.ts";
-import { pathOf } from "./request-path.ts";
+import { routedPath } from "./request-path.ts";
 import { requestState } from "./request-state.ts";
 
 export interface ConventionDeps {
@@ -45,13 +45,15 @@ const BEARER = /^Bearer ([^\s]+)$/;
  */
 export function httpConventions(deps: ConventionDeps) {
   return new Elysia({ name: "http-conventions" })
-    .onRequest(({ request, set }) => {
+    .onRequest((context) => {
+      const { request, set } = context;
+      const path = routedPath(context);
       const now = deps.clock.now();
       const requestId = deps.ids.next("request", now.getTime());
       requestState.set(request, { requestId, startedAt: performance.now() });
       set.headers["x-request-id"] = requestId;
       if (deps.testClock) set.headers["x-service-test-clock"] = "1";
-      if (pathOf(request.url).startsWith(MANAGEMENT_PREFIX)) authenticate(request, set.headers, deps, now);
+      if (path.startsWith(MANAGEMENT_PREFIX)) authenticate(request, path, set.headers, deps, now);
     })
     .onParse({ as: "global" }, ({ request, path, route }) => {
       const state = requestState.get(request);
@@ -88,6 +90,7 @@ export function httpConventions(deps: ConventionDeps) {
 
 function authenticate(
   request: Request,
+  path: string,
   headers: Record<string, string | number>,
   deps: ConventionDeps,
   now: Date,
@@ -103,7 +106,6 @@ function authenticate(
       { headers: { "www-authenticate": 'Bearer realm="mgmt"' } },
     );
   }
-  const path = pathOf(request.url);
   deps.planGate?.admit(request.method, path, now);
   const decision = deps.managementLimiter.check(caller.id, now.getTime());
   Object.assign(headers, deps.managementLimiter.headers(decision));

@@ -1,5 +1,5 @@
 import { Elysia } from "elysia";
-import { pathOf } from "./request-path.ts";
+import { routedPath } from "./request-path.ts";
 
 /** What the plugin needs to know; `BrowserOriginCache` answers from memory. */
 export interface CorsOrigins {
@@ -54,8 +54,9 @@ export function runtimeCors(origins: CorsOrigins, requestId: () => string) {
   };
 
   return new Elysia({ name: "runtime-cors" })
-    .onRequest(({ request, set }) => {
-      const path = pathOf(request.url);
+    .onRequest((context) => {
+      const { request, set } = context;
+      const path = routedPath(context);
       if (!path.startsWith(RUNTIME_PREFIX)) return;
       const origin = request.headers.get("origin");
       if (request.method === "OPTIONS") return preflight(request, path, origin, origins, requestId());

@@ -14,3 +14,11 @@ export function pathOf(url: string): string {
   const query = url.indexOf("?", start);
   return query === -1 ? url.slice(start) : url.slice(start, query);
 }
+
+/**
+ * The path Elysia routes a request on. Its `onRequest` context carries it (the composed handler
+ * sets `path` before any hook runs) though Elysia's type for that context does not declare it.
+ * The hooks that authenticate, limit and meter decide on this one, so they can never disagree
+ * with the router about which route a request is (test/api/request-paths.test.ts).
+ */
+export const routedPath = (context: object): string => (context as { path: string }).path;

@@ -8,7 +8,7 @@ import {
   type RateLimitSetting,
   type RuntimeRateLimitSettings,
 } from "./rate-limit.ts";
-import { pathOf } from "./request-path.ts";
+import { routedPath } from "./request-path.ts";
 import { requestState } from "./request-state.ts";
 import { classifyRuntimeRequest, type RuntimeMetering } from "./runtime-routes.ts";
 
@@ -113,8 +113,9 @@ export function runtimeLimits(deps: RuntimeLimitDeps) {
   const byLicense = limiter("runtime-license", deps.limits.license);
 
   return new Elysia({ name: "runtime-limits" })
-    .onRequest(({ request, set }) => {
-      const path = pathOf(request.url);
+    .onRequest((context) => {
+      const { request, set } = context;
+      const path = routedPath(context);
       const kind = classifyRuntimeRequest(request.method, path);
       if (kind === null) return;
       const now = deps.clock.now();

@@ -1,0 +1,106 @@
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { connect } from "node:net";
+import { resolveConfig } from "../../src/config.ts";
+import { silentLogger } from "../../src/http/logger.ts";
+import { type RunningServer, startServer } from "../../src/server.ts";
+import { createTestContext, type TestContext } from "../support/harness.ts";
+
+/**
+ * The path a request is routed on, limited on and authenticated on is one and the same, whatever
+ * the Host header says. Through the real server and a raw socket, because these requests are the
+ * ones a well-behaved client (fetch) never sends.
+ */
+let t: TestContext;
+let productId: string;
+let server: RunningServer;
+let port: number;
+
+beforeAll(async () => {
+  t = createTestContext();
+  const product = await t.call("POST", "/mgmt/v1/products", {
+    body: { name: "Paths", code: "paths", environment: "live" },
+    headers: t.idem(),
+  });
+  productId = product.body.data.public_id;
+  server = await startServer({
+    config: {
+      ...resolveConfig({ "data-dir": t.dir }, { LICENSING_RUNTIME_RATE_LIMIT_IP: "2/60" }, t.dir),
+      port: 0,
+    },
+    passphrase: "test passphrase",
+    logger: silentLogger,
+  });
+  port = Number(new URL(server.url).port);
+});
+afterAll(async () => {
+  await server.shutdown("test done");
+  t.close();
+});
+
+/** Sends `head` (request line and headers, CRLF-separated, without the blank line) and a body. */
+function raw(head: string, body = ""): Promise<{ status: number; body: string }> {
+  return new Promise((resolve, reject) => {
+    let received = "";
+    const socket = connect(port, "127.0.0.1", () => {
+      socket.write(
+        `${head}\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
+      );
+    });
+    socket.on("data", (chunk) => {
+      received += chunk.toString();
+    });
+    socket.on("error", reject);
+    socket.on("close", () => {
+      const status = Number(received.split(" ")[1]);
+      resolve({ status, body: received.slice(received.indexOf("\r\n\r\n") + 4) });
+    });
+  });
+}
+
+const timeBody = () => JSON.stringify({ product_id: productId, nonce: "a-time-nonce-of-enough-length" });
+const time = (host: string, path = "/runtime/v1/time") =>
+  raw(`POST ${path} HTTP/1.1\r\nHost: ${host}\r\nContent-Type: application/json`, timeBody());
+
+describe("the Host header does not move the path", () => {
+  test("a server reached by a short host name (Host: api) answers its routes and limits them like any other", async () => {
+    const first = await time("api");
+    expect(first.status).toBe(200);
+    expect(JSON.parse(first.body).data).toBeString();
+    expect((await time("api")).status).toBe(200);
+    // The per-address window (2 per minute) counted both: the third is refused.
+    const third = await time("api");
+    expect(third.status).toBe(429);
+    expect(JSON.parse(third.body).error.code).toBe("RATE_LIMITED");
+  });
+
+  test("a path that only contains a runtime route after a short host is not routed to it, limited or not", async () => {
+    for (const host of ["a", "ab", "abc"]) {
+      const response = await time(host, "/xx/runtime/v1/time");
+      expect(response.status).toBe(404);
+      expect(JSON.parse(response.body).error.code).toBe("NOT_FOUND");
+    }
+  });
+
+  test("a management path after a short host still needs an API key", async () => {
+    const response = await raw("GET /mgmt/v1/products HTTP/1.1\r\nHost: a");
+    expect(response.status).toBe(401);
+    expect(JSON.parse(response.body).error.code).toBe("UNAUTHENTICATED");
+  });
+});
+
+describe("requests without a host", () => {
+  test.each([
+    ["HTTP/1.0 without a Host header", "GET /mgmt/v1/products HTTP/1.0"],
+    ["an empty Host header", "GET /mgmt/v1/products HTTP/1.1\r\nHost: "],
+    [
+      "a runtime route without a Host header",
+      "POST /runtime/v1/time HTTP/1.0\r\nContent-Type: application/json",
+    ],
+  ])("%s is refused with 400 in the error envelope before any route sees it", async (_, head) => {
+    const response = await raw(head, head.startsWith("POST") ? timeBody() : "");
+    expect(response.status).toBe(400);
+    const body = JSON.parse(response.body);
+    expect(body.error.code).toBe("INVALID_REQUEST");
+    expect(body.error.request_id).toStartWith("req_");
+  });
+});
