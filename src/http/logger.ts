@@ -20,10 +20,15 @@ export function jsonLogger(
       // The line of JSON.stringify({ ts, level, msg, ...fields }), without copying the fields
       // into a new object first (one line per request).
       const rest = JSON.stringify(fields);
-      write(
-        `{"ts":"${new Date().toISOString()}","level":"${level}","msg":${JSON.stringify(msg)}${rest === "{}" ? "}" : `,${rest.slice(1)}`}\n`,
-        ORDER[level] >= ORDER.warn,
-      );
+      const ts = new Date().toISOString();
+      const line =
+        rest === "{}"
+          ? `{"ts":"${ts}","level":"${level}","msg":${JSON.stringify(msg)}}`
+          : rest?.startsWith("{")
+            ? `{"ts":"${ts}","level":"${level}","msg":${JSON.stringify(msg)},${rest.slice(1)}`
+            : // Fields that do not serialise to an object (a toJSON of their own): the plain way.
+              JSON.stringify({ ts, level, msg, ...fields });
+      write(`${line}\n`, ORDER[level] >= ORDER.warn);
     },
   };
 }

@@ -120,17 +120,24 @@ describe("policy changes reach the next call", () => {
     expect(next).toBeLessThanOrEqual(660);
   });
 
-  test("a policy changed by another process (its revision raised) is read again, not served from memory", async () => {
+  test("a policy changed by another process, by plain SQL that leaves the revision alone, is read again", async () => {
     const { device, activationId } = await activatedDevice(t, fx);
     expect(await interval(device, activationId)).toBeGreaterThanOrEqual(3240);
+    const revisionBefore = t.deps.sqlite
+      .query<{ revision: number }, [string]>("SELECT revision FROM policies WHERE id = ?")
+      .get(fx.policyId)?.revision;
     const other = new Database(join(t.dir, "licensing.db"));
     try {
-      other
-        .query("UPDATE policies SET heartbeat_sec = 900, revision = revision + 1 WHERE id = ?")
-        .run(fx.policyId);
+      other.query("UPDATE policies SET heartbeat_sec = 900 WHERE id = ?").run(fx.policyId);
     } finally {
       other.close();
     }
+    // The store raises the revision itself (migration 0019), and with it the ETag.
+    expect(
+      t.deps.sqlite
+        .query<{ revision: number }, [string]>("SELECT revision FROM policies WHERE id = ?")
+        .get(fx.policyId)?.revision,
+    ).toBe((revisionBefore ?? 0) + 1);
     const next = await interval(device, activationId);
     expect(next).toBeGreaterThanOrEqual(810);
     expect(next).toBeLessThanOrEqual(990);
@@ -394,9 +401,8 @@ describe("machine info", () => {
 
   test("an unmanaged offline perpetual license takes no heartbeats", async () => {
     const { device, activationId } = await activatedDevice(t, fx);
-    // As every policy change does: the revision rises (the runtime caches settings per revision).
     t.deps.sqlite.run(
-      "UPDATE policies SET perpetual_mode = 'unmanaged', license_type = 'perpetual', revision = revision + 1 WHERE id = ?",
+      "UPDATE policies SET perpetual_mode = 'unmanaged', license_type = 'perpetual' WHERE id = ?",
       [fx.policyId],
     );
     const response = await beat(device, activationId);

@@ -56,11 +56,14 @@ export function triggerKeptTables(sqlite: Database): Set<string> {
     .query<{ sql: string }, []>("SELECT sql FROM sqlite_master WHERE type = 'trigger'")
     .all();
   for (const { sql } of triggers) {
-    const body = sql.slice(sql.search(/\bBEGIN\b/i));
+    const begin = sql.search(/\bBEGIN\b/i);
+    // A trigger that writes the table it is on (policies' revision) keeps nothing derived.
+    const own = /\bON\s+[`"[]?(\w+)/i.exec(sql.slice(0, begin))?.[1];
+    const body = sql.slice(begin);
     for (const match of body.matchAll(
       /\b(?:INSERT\s+(?:OR\s+\w+\s+)?INTO|UPDATE|DELETE\s+FROM)\s+[`"[]?(\w+)/gi,
     ))
-      kept.add(match[1] as string);
+      if (match[1] !== own) kept.add(match[1] as string);
   }
   return kept;
 }

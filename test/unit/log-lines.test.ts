@@ -58,6 +58,7 @@ test("a line is the JSON of ts, level, msg and then the fields, whatever the fie
     ["no fields", undefined],
     ["empty fields", {}],
     ["only undefined", { gone: undefined }],
+    ["fields with a toJSON of their own", { toJSON: () => "text", kept: 1 }],
   ];
   for (const [msg, fields] of cases) logger.log("debug", msg, fields);
   fd = openSync(path, "w");
@@ -66,6 +67,7 @@ test("a line is the JSON of ts, level, msg and then the fields, whatever the fie
     const parsed = JSON.parse(line);
     expect(line.endsWith("\n")).toBe(true);
     expect(line.slice(0, -1)).toBe(JSON.stringify({ ts: parsed.ts, level: "debug", msg, ...fields }));
-    expect(Number.isNaN(Date.parse(parsed.ts))).toBe(false);
+    // A toJSON among the fields serialises the whole line, as it did with the spread.
+    if (!("toJSON" in (fields ?? {}))) expect(Number.isNaN(Date.parse(parsed.ts))).toBe(false);
   });
 });
