@@ -203,24 +203,24 @@ export function startServer({ config, passphrase, logger }: StartOptions): Runni
       );
     }
 
-    const fetch = async (request: Request, peer: Server<undefined>): Promise<Response> => {
+    const fetch = async (received: Request, peer: Server<undefined>): Promise<Response> => {
       inFlight++;
-      // Before the app: the per-address runtime limits ask it for the socket's peer, if ever.
-      clientAddress.setSource(request, peer);
+      // HTTP/1.0 without a Host header, or with an empty one (load balancers' health probes send
+      // these): Bun gives such a request its path alone as the URL. It is served like any other,
+      // under an absolute URL, so that the router and every hook find the same path in it.
+      let request = received;
+      if (received.url.startsWith("/")) {
+        request = new Request(`http://localhost${received.url}`, received);
+        // The server knows the socket of the request it handed over, not of a copy: asked now.
+        clientAddress.set(request, peer.requestIP(received)?.address);
+      } else {
+        // Before the app: the per-address runtime limits ask it for the socket's peer, if ever.
+        clientAddress.setSource(request, peer);
+      }
       const started = performance.now();
       let response: Response;
-      const envelope = (error: ApiError, requestId = deps.ids.next("request", Date.now())) =>
-        new Response(JSON.stringify(errorBody(error, requestId, config.baseUrl)), {
-          status: error.status,
-          headers: { "content-type": "application/json", "x-request-id": requestId },
-        });
       try {
-        // HTTP/1.0 without a Host header, or with an empty one: Bun hands such a request a URL of
-        // the path alone, on which the router cannot find the path reliably (it expects a scheme
-        // and a host). Refused as it is, before any route, limit or authentication sees it.
-        response = request.url.startsWith("http://")
-          ? await app.handle(request)
-          : envelope(new ApiError("INVALID_REQUEST", "Send a Host header with the request."));
+        response = await app.handle(request);
       } catch (error) {
         // The app turns every error into an envelope; reaching here is a bug, still answered as one.
         const requestId = deps.ids.next("request", Date.now());
@@ -228,7 +228,12 @@ export function startServer({ config, passphrase, logger }: StartOptions): Runni
           request_id: requestId,
           error: (error as Error).message,
         });
-        response = envelope(new ApiError("INTERNAL_ERROR", "Unexpected server error."), requestId);
+        response = new Response(
+          JSON.stringify(
+            errorBody(new ApiError("INTERNAL_ERROR", "Unexpected server error."), requestId, config.baseUrl),
+          ),
+          { status: 500, headers: { "content-type": "application/json", "x-request-id": requestId } },
+        );
       } finally {
         inFlight--;
       }
