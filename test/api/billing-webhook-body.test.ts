@@ -1,12 +1,9 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { randomBytes } from "node:crypto";
 import Stripe from "stripe";
-import { resolveConfig } from "../../src/config.ts";
 import { unixSeconds } from "../../src/domain/clock.ts";
-import { silentLogger } from "../../src/http/logger.ts";
 import { BillingService } from "../../src/modules/billing/service.ts";
-import { startServer } from "../../src/server.ts";
-import { BASE_URL, createTestContext, type TestContext } from "../support/harness.ts";
+import { BASE_URL, createTestContext, serveTestStore, type TestContext } from "../support/harness.ts";
 import { storeDigest } from "../support/store-digest.ts";
 
 /**
@@ -102,11 +99,7 @@ describe("POST /billing/v1/stripe/webhook body limit", () => {
   });
 
   test("over HTTP, a 200 KiB event is accepted and a streamed body past 1 MiB is refused with the envelope", async () => {
-    const server = startServer({
-      config: { ...resolveConfig({ "data-dir": t.dir }, {}, t.dir), port: 0 },
-      passphrase: "test passphrase",
-      logger: silentLogger,
-    });
+    const server = serveTestStore(t);
     try {
       const send = async (payload: string, chunked = false) => {
         const body = chunked

@@ -2,15 +2,12 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { randomBytes } from "node:crypto";
 import { eq, sql } from "drizzle-orm";
 import Stripe from "stripe";
-import { resolveConfig } from "../../src/config.ts";
 import { unixSeconds } from "../../src/domain/clock.ts";
-import { silentLogger } from "../../src/http/logger.ts";
 import { BillingService } from "../../src/modules/billing/service.ts";
 import { RENEWAL_GRACE_SEC } from "../../src/modules/billing/subscriptions.ts";
-import { startServer } from "../../src/server.ts";
 import { auditEvents, billingEvents, licenses, mailOutbox } from "../../src/store/schema/index.ts";
 import { factories } from "../support/factories.ts";
-import { BASE_URL, createTestContext, type TestContext } from "../support/harness.ts";
+import { BASE_URL, createTestContext, serveTestStore, type TestContext } from "../support/harness.ts";
 import { storeDigest } from "../support/store-digest.ts";
 
 /**
@@ -909,11 +906,7 @@ describe("over real HTTP", () => {
     const f = factories(own);
     const product = f.product({ environment: "test" });
     const policy = f.policy({ productId: product.id, environment: "test" });
-    const server = startServer({
-      config: { ...resolveConfig({ "data-dir": own.dir }, {}, own.dir), port: 0 },
-      passphrase: "test passphrase",
-      logger: silentLogger,
-    });
+    const server = serveTestStore(own);
     const sqlite = own.deps.sqlite;
     try {
       const price = `price_http${Date.now()}`;

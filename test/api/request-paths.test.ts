@@ -1,9 +1,7 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { connect } from "node:net";
-import { resolveConfig } from "../../src/config.ts";
-import { silentLogger } from "../../src/http/logger.ts";
-import { type RunningServer, startServer } from "../../src/server.ts";
-import { createTestContext, type TestContext } from "../support/harness.ts";
+import type { RunningServer } from "../../src/server.ts";
+import { createTestContext, serveTestStore, type TestContext } from "../support/harness.ts";
 
 /**
  * The path a request is routed on, limited on and authenticated on is one and the same, whatever
@@ -22,14 +20,7 @@ beforeAll(async () => {
     headers: t.idem(),
   });
   productId = product.body.data.public_id;
-  server = await startServer({
-    config: {
-      ...resolveConfig({ "data-dir": t.dir }, { LICENSING_RUNTIME_RATE_LIMIT_IP: "2/60" }, t.dir),
-      port: 0,
-    },
-    passphrase: "test passphrase",
-    logger: silentLogger,
-  });
+  server = serveTestStore(t, { LICENSING_RUNTIME_RATE_LIMIT_IP: "2/60" });
   port = Number(new URL(server.url).port);
 });
 afterAll(async () => {
@@ -106,14 +97,7 @@ describe("requests without a host", () => {
 
   test("a runtime call without a Host header is answered and limited like any other, by its socket's address", async () => {
     // A server of its own, with a fresh per-address window of one call a minute.
-    const own = await startServer({
-      config: {
-        ...resolveConfig({ "data-dir": t.dir }, { LICENSING_RUNTIME_RATE_LIMIT_IP: "1/60" }, t.dir),
-        port: 0,
-      },
-      passphrase: "test passphrase",
-      logger: silentLogger,
-    });
+    const own = serveTestStore(t, { LICENSING_RUNTIME_RATE_LIMIT_IP: "1/60" });
     try {
       const ownPort = Number(new URL(own.url).port);
       const withoutHost = "POST /runtime/v1/time HTTP/1.0\r\nContent-Type: application/json";

@@ -1,8 +1,6 @@
 import { afterAll, beforeAll, expect, test } from "bun:test";
-import { resolveConfig } from "../../src/config.ts";
-import { silentLogger } from "../../src/http/logger.ts";
-import { type RunningServer, startServer } from "../../src/server.ts";
-import { createTestContext, type TestContext } from "../support/harness.ts";
+import type { RunningServer } from "../../src/server.ts";
+import { createTestContext, serveTestStore, type TestContext } from "../support/harness.ts";
 
 /**
  * The per-address runtime window through the real server on 127.0.0.1: the address is the socket's
@@ -23,14 +21,8 @@ beforeAll(async () => {
 });
 afterAll(() => t.close());
 
-async function serve(env: Record<string, string>): Promise<RunningServer> {
-  const flags = { "data-dir": t.dir, "metrics-token": TOKEN };
-  return startServer({
-    config: { ...resolveConfig(flags, env, t.dir), port: 0 },
-    passphrase: "test passphrase",
-    logger: silentLogger,
-  });
-}
+const serve = (env: Record<string, string>): RunningServer =>
+  serveTestStore(t, env, { "metrics-token": TOKEN });
 
 const time = (server: RunningServer, headers: Record<string, string> = {}) =>
   fetch(`${server.url}/runtime/v1/time`, {
@@ -48,7 +40,7 @@ const rateLimited = async (server: RunningServer) => {
 };
 
 test("the configured per-address window refuses the socket peer's third call and counts it in /metrics", async () => {
-  const server = await serve({ LICENSING_RUNTIME_RATE_LIMIT_IP: "2/60" });
+  const server = serve({ LICENSING_RUNTIME_RATE_LIMIT_IP: "2/60" });
   try {
     expect((await time(server)).status).toBe(200);
     // Without --trust-forwarded-for a client cannot pick its own address.
@@ -65,7 +57,7 @@ test("the configured per-address window refuses the socket peer's third call and
 });
 
 test("with the per-address window off, a burst from one address is never refused", async () => {
-  const server = await serve({ LICENSING_RUNTIME_RATE_LIMIT_IP: "off" });
+  const server = serve({ LICENSING_RUNTIME_RATE_LIMIT_IP: "off" });
   try {
     const statuses = await Promise.all(Array.from({ length: 50 }, () => time(server).then((r) => r.status)));
     expect(statuses.filter((status) => status !== 200)).toEqual([]);

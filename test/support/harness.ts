@@ -2,6 +2,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createApp } from "../../src/app.ts";
+import { resolveConfig } from "../../src/config.ts";
 import { Keystore } from "../../src/crypto/keystore.ts";
 import { SecretBox } from "../../src/crypto/secret-box.ts";
 import type { Deps } from "../../src/deps.ts";
@@ -9,10 +10,12 @@ import { AdjustableClock } from "../../src/domain/clock.ts";
 import { IdGenerator } from "../../src/domain/ids.ts";
 import { SCOPES, type Scope } from "../../src/domain/scopes.ts";
 import { clientAddress } from "../../src/http/client-address.ts";
+import { silentLogger } from "../../src/http/logger.ts";
 import { Metrics } from "../../src/http/metrics.ts";
 import type { RuntimeRateLimitSettings } from "../../src/http/rate-limit.ts";
 import { ApiKeyService } from "../../src/modules/api-keys/service.ts";
 import { WorkspaceService } from "../../src/modules/workspace/service.ts";
+import { type RunningServer, startServer } from "../../src/server.ts";
 import { openStore } from "../../src/store/db.ts";
 import { migrate } from "../../src/store/migrate.ts";
 
@@ -128,3 +131,19 @@ export function createTestContext(
 }
 
 export type TestContext = ReturnType<typeof createTestContext>;
+
+/**
+ * The real server (Bun.serve on a free port, silent log) over a test context's store and keystore,
+ * configured as an operator would: `flags` as on the command line, `env` as the environment.
+ */
+export function serveTestStore(
+  t: Pick<TestContext, "dir">,
+  env: Record<string, string> = {},
+  flags: Record<string, string> = {},
+): RunningServer {
+  return startServer({
+    config: { ...resolveConfig({ "data-dir": t.dir, ...flags }, env, t.dir), port: 0 },
+    passphrase: "test passphrase",
+    logger: silentLogger,
+  });
+}
