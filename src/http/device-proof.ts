@@ -65,6 +65,9 @@ const clockSkew = (nowSec: number) =>
     server_time: nowSec,
   });
 
+/** Rows one purge statement reads at most: an unlimited purge runs as several of them. */
+const NONCE_PURGE_STATEMENT_ROWS = 2_000;
+
 /** The fields of a request that carries the device's keys and a proof over its own body. */
 export interface BodyProof {
   device_signing_public_key: string;
@@ -116,9 +119,12 @@ export class DeviceProofVerifier {
       "INSERT INTO device_nonces (activation_id, nonce, seen_at) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
     );
     this.purge = sqlite.prepare<unknown, [number, number]>(
-      // WITHOUT ROWID (migration 0017): the oldest rows are named by their key.
-      `DELETE FROM device_nonces WHERE (activation_id, nonce) IN
-       (SELECT activation_id, nonce FROM device_nonces WHERE seen_at < ? ORDER BY seen_at LIMIT ?)`,
+      // Rows arrive in time order, so the oldest are at the front of the table (migration 0020)
+      // and a batch reads no more rows than it may delete. seen_at still decides: a row stamped
+      // later than the rows behind it (the clock was set back) stays until its own window has
+      // passed.
+      `DELETE FROM device_nonces WHERE id IN
+       (SELECT id FROM device_nonces ORDER BY id LIMIT ?2) AND seen_at < ?1`,
     );
   }
 
@@ -150,6 +156,15 @@ export class DeviceProofVerifier {
    * with a small batch, off the request path.
    */
   purgeOld(nowSec: number, limit = Number.MAX_SAFE_INTEGER): number {
-    return this.purge.run(nowSec - 2 * CLOCK_SKEW_SEC, limit).changes;
+    const before = nowSec - 2 * CLOCK_SKEW_SEC;
+    let purged = 0;
+    while (purged < limit) {
+      const batch = Math.min(NONCE_PURGE_STATEMENT_ROWS, limit - purged);
+      const deleted = this.purge.run(before, batch).changes;
+      purged += deleted;
+      // Fewer than asked: the front of the table is inside the window (or the table is empty).
+      if (deleted < batch) break;
+    }
+    return purged;
   }
 }

@@ -108,24 +108,55 @@ test("device nonces past the replay window are purged in batches no larger than 
   expect(count("device_nonces")).toBe(5);
 });
 
-test("device nonces are kept in a WITHOUT ROWID table (two B-trees per insert), oldest purged first", () => {
+test("device nonces are kept in arrival order with one key index: a call writes the table's last page and one page of the key", () => {
   const table = t.deps.sqlite
     .query<{ sql: string }, []>(
       "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'device_nonces'",
     )
     .get();
-  expect(table?.sql).toContain("WITHOUT ROWID");
+  expect(table?.sql).toContain("`id` integer PRIMARY KEY");
+  expect(table?.sql).not.toContain("WITHOUT ROWID");
+  const indexes = t.deps.sqlite
+    .query<{ name: string; sql: string }, []>(
+      "SELECT name, sql FROM sqlite_master WHERE type = 'index' AND tbl_name = 'device_nonces'",
+    )
+    .all();
+  expect(indexes.map((index) => index.name)).toEqual(["device_nonces_key"]);
+  expect(indexes[0]?.sql).toContain("UNIQUE INDEX");
+});
+
+test("a nonce inside the window is never purged, even when older ones arrived after it (a clock set back)", () => {
   const services = createServices(t.deps, { baseUrl: BASE_URL });
   const nowSec = Math.floor(t.clock.now().getTime() / 1000);
   const insert = t.deps.sqlite.prepare(
     "INSERT INTO device_nonces (activation_id, nonce, seen_at) VALUES (?, ?, ?)",
   );
-  // Keys in the opposite order of age: the purge must follow seen_at, not the key.
-  for (let i = 0; i < 6; i++) insert.run(`act_${9 - i}`, "n", nowSec - 700 - i * 10);
-  expect(services.runtimeGate.purgeNonces(3)).toBe(3);
+  insert.run("act_young", "first-in", nowSec - 10);
+  for (let i = 0; i < 6; i++) insert.run(`act_${i}`, "n", nowSec - 700 - i * 10);
+  insert.run("act_young", "last-in", nowSec - 5);
+  // The batch reads the first 4 rows: the young one is kept, the three old ones behind it go.
+  expect(services.runtimeGate.purgeNonces(4)).toBe(3);
+  expect(services.runtimeGate.purgeNonces()).toBe(3);
   const left = t.deps.sqlite
-    .query<{ seen_at: number }, []>("SELECT seen_at FROM device_nonces ORDER BY seen_at")
+    .query<{ nonce: string }, []>("SELECT nonce FROM device_nonces ORDER BY id")
     .all()
-    .map((row) => nowSec - row.seen_at);
-  expect(left).toEqual([720, 710, 700]);
+    .map((row) => row.nonce);
+  expect(left).toEqual(["first-in", "last-in"]);
+  // Only young rows at the front: nothing to delete, and the purge stops instead of scanning on.
+  expect(services.runtimeGate.purgeNonces()).toBe(0);
+});
+
+test("an unlimited purge removes every expired nonce, more than one statement's batch, and keeps the live ones", () => {
+  const services = createServices(t.deps, { baseUrl: BASE_URL });
+  const nowSec = Math.floor(t.clock.now().getTime() / 1000);
+  const insert = t.deps.sqlite.prepare(
+    "INSERT INTO device_nonces (activation_id, nonce, seen_at) VALUES (?, ?, ?)",
+  );
+  t.deps.sqlite.transaction(() => {
+    for (let i = 0; i < 4_500; i++)
+      insert.run(`act_${i % 50}`, `old-${i}`, nowSec - 900 + Math.floor(i / 100));
+    for (let i = 0; i < 20; i++) insert.run(`act_${i}`, `live-${i}`, nowSec - 30);
+  })();
+  expect(services.runtimeGate.purgeNonces()).toBe(4_500);
+  expect(count("device_nonces")).toBe(20);
 });

@@ -1,4 +1,4 @@
-import { index, integer, primaryKey, sqliteTable, text, uniqueIndex } from "drizzle-orm/sqlite-core";
+import { index, integer, sqliteTable, text, uniqueIndex } from "drizzle-orm/sqlite-core";
 import { products } from "./catalog.ts";
 import { timestamp } from "./columns.ts";
 import { licenses } from "./licenses.ts";
@@ -47,16 +47,21 @@ export const activations = sqliteTable(
 
 /**
  * Device-proof nonces seen within the clock-skew window, so a replay is refused even after a
- * restart. WITHOUT ROWID since migration 0017 (hand-written: Drizzle's schema cannot say so).
+ * restart. Rows arrive in time order, so the integer key (the rowid) is their age order and the
+ * purge deletes from the front of the table: each call writes its nonce to the key index (a
+ * random page) and appends to the table (a page the calls of one commit share). Migration 0020
+ * replaced a WITHOUT ROWID table whose seen_at index sorted a second's nonces by activation id,
+ * a second random page per call.
  */
 export const deviceNonces = sqliteTable(
   "device_nonces",
   {
+    id: integer("id").primaryKey(),
     activationId: text("activation_id").notNull(),
     nonce: text("nonce").notNull(),
     seenAt: integer("seen_at").notNull(),
   },
-  (t) => [primaryKey({ columns: [t.activationId, t.nonce] }), index("device_nonces_seen").on(t.seenAt)],
+  (t) => [uniqueIndex("device_nonces_key").on(t.activationId, t.nonce)],
 );
 
 export const leases = sqliteTable(
