@@ -9,7 +9,7 @@ import { type ErrorEnvelope, errorBody, toApiError } from "./envelope.ts";
 import { ApiError, type SignedFor } from "./errors.ts";
 import type { Logger } from "./logger.ts";
 import type { GcraLimiter } from "./rate-limit.ts";
-import { routedPath } from "./request-path.ts";
+import type { WithRoutedPath } from "./request-path.ts";
 import { requestState } from "./request-state.ts";
 
 export interface ConventionDeps {
@@ -46,8 +46,7 @@ const BEARER = /^Bearer ([^\s]+)$/;
 export function httpConventions(deps: ConventionDeps) {
   return new Elysia({ name: "http-conventions" })
     .onRequest((context) => {
-      const { request, set } = context;
-      const path = routedPath(context);
+      const { request, set, path } = context as WithRoutedPath<typeof context>;
       const now = deps.clock.now();
       const requestId = deps.ids.next("request", now.getTime());
       requestState.set(request, { requestId, startedAt: performance.now() });

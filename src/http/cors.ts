@@ -1,5 +1,5 @@
 import { Elysia } from "elysia";
-import { routedPath } from "./request-path.ts";
+import type { WithRoutedPath } from "./request-path.ts";
 
 /** What the plugin needs to know; `BrowserOriginCache` answers from memory. */
 export interface CorsOrigins {
@@ -55,8 +55,7 @@ export function runtimeCors(origins: CorsOrigins, requestId: () => string) {
 
   return new Elysia({ name: "runtime-cors" })
     .onRequest((context) => {
-      const { request, set } = context;
-      const path = routedPath(context);
+      const { request, set, path } = context as WithRoutedPath<typeof context>;
       if (!path.startsWith(RUNTIME_PREFIX)) return;
       const origin = request.headers.get("origin");
       if (request.method === "OPTIONS") return preflight(request, path, origin, origins, requestId());

@@ -16,9 +16,14 @@ export function pathOf(url: string): string {
 }
 
 /**
- * The path Elysia routes a request on. Its `onRequest` context carries it (the composed handler
- * sets `path` before any hook runs) though Elysia's type for that context does not declare it.
- * The hooks that authenticate, limit and meter decide on this one, so they can never disagree
- * with the router about which route a request is (test/api/request-paths.test.ts).
+ * The context of an `onRequest` hook with the path Elysia routes the request on: the composed
+ * handler sets `path` before any hook runs, though Elysia's type for that context does not
+ * declare it. The hooks that authenticate, limit and meter decide on this one, so they can never
+ * disagree with the router about which route a request is (test/api/request-paths.test.ts).
+ *
+ * Hooks destructure what they use from it (`const { request, set, path } = context as ...`) and
+ * never hand the context itself to a function: Elysia reads each hook's source to decide what to
+ * prepare for every request, and a context passed whole makes it parse the cookies and the query
+ * of every request for nothing (test/api/conventions.test.ts).
  */
-export const routedPath = (context: object): string => (context as { path: string }).path;
+export type WithRoutedPath<Context> = Context & { path: string };

@@ -8,7 +8,7 @@ import {
   type RateLimitSetting,
   type RuntimeRateLimitSettings,
 } from "./rate-limit.ts";
-import { routedPath } from "./request-path.ts";
+import type { WithRoutedPath } from "./request-path.ts";
 import { requestState } from "./request-state.ts";
 import { classifyRuntimeRequest, type RuntimeMetering } from "./runtime-routes.ts";
 
@@ -114,8 +114,7 @@ export function runtimeLimits(deps: RuntimeLimitDeps) {
 
   return new Elysia({ name: "runtime-limits" })
     .onRequest((context) => {
-      const { request, set } = context;
-      const path = routedPath(context);
+      const { request, set, path } = context as WithRoutedPath<typeof context>;
       const kind = classifyRuntimeRequest(request.method, path);
       if (kind === null) return;
       const now = deps.clock.now();

@@ -160,6 +160,22 @@ describe("the error envelope", () => {
   });
 });
 
+describe("what every request pays for", () => {
+  test("the shared hooks ask Elysia for no cookies, query or header object, so no route prepares them unasked", () => {
+    // Elysia reads the hooks' source to decide what every request's handler prepares; a hook that
+    // handed its context whole to a function made it parse the cookies and the query and copy the
+    // headers of every request (src/http/request-path.ts). `inference` is protected in its type.
+    const { inference } = t.app as unknown as { inference: Record<string, boolean> };
+    expect(inference).toMatchObject({
+      cookie: false,
+      query: false,
+      headers: false,
+      server: false,
+      url: false,
+    });
+  });
+});
+
 describe("rate limits on management routes", () => {
   test("every response carries RateLimit headers and the request past the limit answers 429 with Retry-After", async () => {
     t.close();
