@@ -17,9 +17,12 @@ import { runWrk } from "./lib/wrk.ts";
  * Usage: bun test/bench/threads.ts [SECONDS]
  * THREADS_SOURCES=1 serves from this checkout's sources instead of the compiled binary (quick
  * before/after comparisons while editing; the binary is what `npm run bench` measures).
+ * THREADS_CONNECTIONS (32) requests in flight: 1 shows what a heartbeat costs alone (its own
+ * commit and turns of the event loop), as in the open-model run.
  */
 const seconds = Number(process.argv[2] ?? 15);
 const fromSources = process.env.THREADS_SOURCES === "1";
+const connections = Number(process.env.THREADS_CONNECTIONS ?? 32);
 const log = (line: string) => console.log(line);
 if (!fromSources) ensureBinary(log);
 ensureWrk(log);
@@ -44,7 +47,7 @@ try {
     Array.from({ length: seconds * 6000 }, () => heartbeatRequest(pick())),
   );
   const before = threadCpu(server.pid);
-  const result = await runWrk({ url: server.url, file, durationSec: seconds, connections: 32, cpus: "1" });
+  const result = await runWrk({ url: server.url, file, durationSec: seconds, connections, cpus: "1" });
   const after = threadCpu(server.pid);
   const requests = result.rps * seconds;
   console.log(`heartbeat: ${result.rps.toFixed(0)} req/s, statuses ${JSON.stringify(result.statuses)}`);
