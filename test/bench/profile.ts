@@ -1,13 +1,15 @@
-import { mkdirSync, mkdtempSync, readdirSync } from "node:fs";
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { freePort } from "../e2e/binary.ts";
 import { activateDevices, createFixture } from "./lib/fixture.ts";
 import {
   activationRequest,
+  type BenchDevice,
   type BenchRequest,
   heartbeatRequest,
   leaseAcquireRequest,
+  SeedSigner,
   timeRequest,
   writeRequestFile,
 } from "./lib/requests.ts";
@@ -23,36 +25,50 @@ import { runWrk } from "./lib/wrk.ts";
  * PROFILE_ROOT=<dir> profiles another checkout's sources (default: this repository);
  * PROFILE_DEVICES (500) devices are activated first (their cost is in the profile too), on the
  * first of PROFILE_LICENSES (1) licenses; profiled activations go to a random one of them.
+ * PROFILE_SCALE_ROWS=1000000 (heartbeat only): the server is stopped after that, the rows are
+ * seeded into its store (seed.ts, as the bench's scale run does), and the heartbeats come from
+ * seeded devices of a server restarted cold: the second profile printed is of that run.
  */
 const routeName = process.argv[2] ?? "heartbeat";
 const seconds = Number(process.argv[3] ?? 10);
 const deviceCount = Number(process.env.PROFILE_DEVICES ?? 500);
 const licenseCount = Number(process.env.PROFILE_LICENSES ?? 1);
 const root = resolve(process.env.PROFILE_ROOT ?? join(import.meta.dir, "..", ".."));
+const scaleRows = Number(process.env.PROFILE_SCALE_ROWS ?? 0);
+if (scaleRows > 0 && routeName !== "heartbeat")
+  throw new Error("PROFILE_SCALE_ROWS profiles heartbeats only");
 const work = mkdtempSync(join(tmpdir(), "licensing-profile-"));
 const dataDir = join(work, "data");
 const profileDir = join(work, "profile");
 mkdirSync(profileDir);
 const liveKey = await initToolStore(dataDir);
-const server = await startServer({
-  dataDir,
-  port: await freePort(),
-  cpus: "0",
-  logDir: work,
-  env: toolServerEnv(),
-  command: [
-    process.execPath,
-    // PROFILE_JSON=1: Chrome's .cpuprofile instead (for tools that want the raw samples).
-    process.env.PROFILE_JSON === "1" ? "--cpu-prof" : "--cpu-prof-md",
-    "--cpu-prof-interval=250",
-    `--cpu-prof-dir=${profileDir}`,
-    join(root, "src/main.ts"),
-  ],
-});
+const port = await freePort();
+const startProfiled = () =>
+  startServer({
+    dataDir,
+    port,
+    cpus: "0",
+    logDir: work,
+    env: toolServerEnv(),
+    command: [
+      process.execPath,
+      // PROFILE_JSON=1: Chrome's .cpuprofile instead (for tools that want the raw samples).
+      process.env.PROFILE_JSON === "1" ? "--cpu-prof" : "--cpu-prof-md",
+      "--cpu-prof-interval=250",
+      `--cpu-prof-dir=${profileDir}`,
+      join(root, "src/main.ts"),
+    ],
+  });
+let server = await startProfiled();
 try {
   const fixture = await createFixture(server.url, liveKey, licenseCount);
-  const devices = await activateDevices(server.url, fixture, deviceCount, 16);
-  const pick = () => devices[Math.floor(Math.random() * devices.length)] as (typeof devices)[number];
+  let devices: BenchDevice[] = await activateDevices(server.url, fixture, deviceCount, 16);
+  if (scaleRows > 0) {
+    await server.stop("SIGTERM");
+    devices = seedRows(fixture.productId, scaleRows);
+    server = await startProfiled();
+  }
+  const pick = () => devices[Math.floor(Math.random() * devices.length)] as BenchDevice;
   let instance = 0;
   const builders: Record<string, () => BenchRequest> = {
     heartbeat: () => heartbeatRequest(pick()),
@@ -88,3 +104,29 @@ console.log(
     .map((f) => join(profileDir, f))
     .join(", ")}`,
 );
+
+/** The bench's scale seeding (seed.ts) into the stopped store; the sampled rows' devices. */
+function seedRows(productId: string, rows: number): BenchDevice[] {
+  const sampleFile = join(work, "seeded-sample.txt");
+  const seeded = Bun.spawnSync(
+    [
+      process.execPath,
+      join(import.meta.dir, "seed.ts"),
+      join(dataDir, "licensing.db"),
+      productId,
+      String(rows),
+      String(Math.min(rows, 100_000)),
+      sampleFile,
+    ],
+    { stdout: "pipe", stderr: "pipe" },
+  );
+  if (seeded.exitCode !== 0) throw new Error(`seeding failed: ${seeded.stderr.toString()}`);
+  console.log(`seeded: ${seeded.stdout.toString().trim()}`);
+  return readFileSync(sampleFile, "utf8")
+    .split("\n")
+    .filter(Boolean)
+    .map((line) => {
+      const [activationId = "", seedText = ""] = line.split(" ");
+      return { activationId, signer: new SeedSigner(Buffer.from(seedText, "base64url")) };
+    });
+}
