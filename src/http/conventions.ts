@@ -9,7 +9,7 @@ import { type ErrorEnvelope, errorBody, toApiError } from "./envelope.ts";
 import { ApiError, type SignedFor } from "./errors.ts";
 import type { Logger } from "./logger.ts";
 import type { GcraLimiter } from "./rate-limit.ts";
-import type { WithRoutedPath } from "./request-path.ts";
+import { routedHook } from "./request-path.ts";
 import { requestState } from "./request-state.ts";
 
 export interface ConventionDeps {
@@ -45,15 +45,16 @@ const BEARER = /^Bearer ([^\s]+)$/;
  */
 export function httpConventions(deps: ConventionDeps) {
   return new Elysia({ name: "http-conventions" })
-    .onRequest((context) => {
-      const { request, set, path } = context as WithRoutedPath<typeof context>;
-      const now = deps.clock.now();
-      const requestId = deps.ids.next("request", now.getTime());
-      requestState.set(request, { requestId, startedAt: performance.now() });
-      set.headers["x-request-id"] = requestId;
-      if (deps.testClock) set.headers["x-service-test-clock"] = "1";
-      if (path.startsWith(MANAGEMENT_PREFIX)) authenticate(request, path, set.headers, deps, now);
-    })
+    .onRequest(
+      routedHook(({ request, set, path }) => {
+        const now = deps.clock.now();
+        const requestId = deps.ids.next("request", now.getTime());
+        requestState.set(request, { requestId, startedAt: performance.now() });
+        set.headers["x-request-id"] = requestId;
+        if (deps.testClock) set.headers["x-service-test-clock"] = "1";
+        if (path.startsWith(MANAGEMENT_PREFIX)) authenticate(request, path, set.headers, deps, now);
+      }),
+    )
     .onParse({ as: "global" }, ({ request, path, route }) => {
       const state = requestState.get(request);
       // A caller without the route's scope hears 403 before its body is read, parsed or measured.

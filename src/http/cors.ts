@@ -1,5 +1,5 @@
 import { Elysia } from "elysia";
-import type { WithRoutedPath } from "./request-path.ts";
+import { routedHook } from "./request-path.ts";
 
 /** What the plugin needs to know; `BrowserOriginCache` answers from memory. */
 export interface CorsOrigins {
@@ -54,26 +54,27 @@ export function runtimeCors(origins: CorsOrigins, requestId: () => string) {
   };
 
   return new Elysia({ name: "runtime-cors" })
-    .onRequest((context) => {
-      const { request, set, path } = context as WithRoutedPath<typeof context>;
-      if (!path.startsWith(RUNTIME_PREFIX)) return;
-      const origin = request.headers.get("origin");
-      if (request.method === "OPTIONS") return preflight(request, path, origin, origins, requestId());
-      set.headers.vary = "Origin";
-      if (origin === null || !origins.allowedAnywhere(origin)) return;
-      const trustProduct = TRUST_BUNDLE.exec(path)?.[1];
-      if (trustProduct !== undefined) {
-        if (origins.allows(trustProduct, origin)) allow(set.headers, origin);
-        return;
-      }
-      const activationId = request.headers.get("x-service-activation");
-      if (activationId) {
-        const productId = origins.productOfActivation(activationId);
-        if (productId !== undefined && origins.allows(productId, origin)) allow(set.headers, origin);
-        return;
-      }
-      awaitingBody.set(request, origin);
-    })
+    .onRequest(
+      routedHook(({ request, set, path }) => {
+        if (!path.startsWith(RUNTIME_PREFIX)) return;
+        const origin = request.headers.get("origin");
+        if (request.method === "OPTIONS") return preflight(request, path, origin, origins, requestId());
+        set.headers.vary = "Origin";
+        if (origin === null || !origins.allowedAnywhere(origin)) return;
+        const trustProduct = TRUST_BUNDLE.exec(path)?.[1];
+        if (trustProduct !== undefined) {
+          if (origins.allows(trustProduct, origin)) allow(set.headers, origin);
+          return;
+        }
+        const activationId = request.headers.get("x-service-activation");
+        if (activationId) {
+          const productId = origins.productOfActivation(activationId);
+          if (productId !== undefined && origins.allows(productId, origin)) allow(set.headers, origin);
+          return;
+        }
+        awaitingBody.set(request, origin);
+      }),
+    )
     .onBeforeHandle({ as: "global" }, ({ request, body, set }) => decideFromBody(request, body, set.headers))
     .onError({ as: "global" }, ({ request, body, set }) => decideFromBody(request, body, set.headers));
 }

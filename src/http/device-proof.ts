@@ -120,9 +120,10 @@ export class DeviceProofVerifier {
     );
     this.purge = sqlite.prepare<unknown, [number, number]>(
       // Rows arrive in time order, so the oldest are at the front of the table (migration 0020)
-      // and a batch reads no more rows than it may delete. seen_at still decides: a row stamped
-      // later than the rows behind it (the clock was set back) stays until its own window has
-      // passed.
+      // and a statement reads at most its batch of rows from there. seen_at still decides: a row
+      // stamped later than the rows behind it (the clock was set back by D) stays until its own
+      // window has passed, and while a whole batch of such rows leads the table nothing behind
+      // them is purged: for at most D, during which the table grows.
       `DELETE FROM device_nonces WHERE id IN
        (SELECT id FROM device_nonces ORDER BY id LIMIT ?2) AND seen_at < ?1`,
     );

@@ -1,3 +1,5 @@
+import type { PreContext } from "elysia";
+
 /**
  * The path of an absolute request URL (Bun hands handlers `http://host/path?query`), found by
  * index instead of building a URL object: every request asks for it several times.
@@ -20,10 +22,20 @@ export function pathOf(url: string): string {
  * handler sets `path` before any hook runs, though Elysia's type for that context does not
  * declare it. The hooks that authenticate, limit and meter decide on this one, so they can never
  * disagree with the router about which route a request is (test/api/request-paths.test.ts).
- *
- * Hooks destructure what they use from it (`const { request, set, path } = context as ...`) and
- * never hand the context itself to a function: Elysia reads each hook's source to decide what to
- * prepare for every request, and a context passed whole makes it parse the cookies and the query
- * of every request for nothing (test/api/conventions.test.ts).
  */
 export type WithRoutedPath<Context> = Context & { path: string };
+
+/**
+ * An `onRequest` hook that reads the routed path, typed as Elysia expects. The hook must take
+ * what it uses by destructuring its parameter (`({ request, set, path }) => ...`): Elysia reads
+ * each hook's source to decide what every request's handler prepares, and a context parameter
+ * used any other way can read to it as the context handed whole to a function, which makes every
+ * request parse its cookies and query and copy its headers. In the minified executable that
+ * happens by accident (`(s)=>{...Rb(i.headers,a)...}`: `s,` in `headers,` looks like `s` passed
+ * on), so not even a destructuring in the body is safe (test/api/conventions.test.ts).
+ */
+export function routedHook<Result>(
+  hook: (context: WithRoutedPath<PreContext>) => Result,
+): (context: PreContext) => Result {
+  return hook as (context: PreContext) => Result;
+}

@@ -8,7 +8,7 @@ import {
   type RateLimitSetting,
   type RuntimeRateLimitSettings,
 } from "./rate-limit.ts";
-import type { WithRoutedPath } from "./request-path.ts";
+import { routedHook } from "./request-path.ts";
 import { requestState } from "./request-state.ts";
 import { classifyRuntimeRequest, type RuntimeMetering } from "./runtime-routes.ts";
 
@@ -113,22 +113,23 @@ export function runtimeLimits(deps: RuntimeLimitDeps) {
   const byLicense = limiter("runtime-license", deps.limits.license);
 
   return new Elysia({ name: "runtime-limits" })
-    .onRequest((context) => {
-      const { request, set, path } = context as WithRoutedPath<typeof context>;
-      const kind = classifyRuntimeRequest(request.method, path);
-      if (kind === null) return;
-      const now = deps.clock.now();
-      deps.planGate.admit(request.method, path, now);
-      const admission: RuntimeAdmission = { metering: kind.metering, at: now };
-      if (kind.partition === "address") {
-        admitByAddress(request, set.headers, now);
-      } else {
-        admission.device = admitDevice(request, set.headers, now);
-      }
-      if (kind.metering !== "never") deps.quota.check(now);
-      const state = requestState.get(request);
-      if (state) state.runtime = admission;
-    })
+    .onRequest(
+      routedHook(({ request, set, path }) => {
+        const kind = classifyRuntimeRequest(request.method, path);
+        if (kind === null) return;
+        const now = deps.clock.now();
+        deps.planGate.admit(request.method, path, now);
+        const admission: RuntimeAdmission = { metering: kind.metering, at: now };
+        if (kind.partition === "address") {
+          admitByAddress(request, set.headers, now);
+        } else {
+          admission.device = admitDevice(request, set.headers, now);
+        }
+        if (kind.metering !== "never") deps.quota.check(now);
+        const state = requestState.get(request);
+        if (state) state.runtime = admission;
+      }),
+    )
     .mapResponse({ as: "global" }, ({ request, responseValue, set }) => {
       const state = requestState.get(request);
       const admission = state?.runtime;

@@ -1,4 +1,5 @@
 import { afterEach, beforeEach, describe, expect, test } from "bun:test";
+import { join } from "node:path";
 import { sha256Hex } from "../../src/crypto/encoding.ts";
 import { canonicalize } from "../../src/crypto/jcs.ts";
 import { BASE_URL, createTestContext, type TestContext } from "../support/harness.ts";
@@ -161,18 +162,37 @@ describe("the error envelope", () => {
 });
 
 describe("what every request pays for", () => {
+  // Elysia reads the hooks' source to decide what every request's handler prepares; a hook that
+  // seemed to hand its context to a function made it parse the cookies and the query and copy the
+  // headers of every request (src/http/request-path.ts). `inference` is protected in its type.
+  const NOTHING_UNASKED = { cookie: false, query: false, headers: false, server: false, url: false };
+  const inferenceOf = (app: unknown) => (app as { inference: Record<string, boolean> }).inference;
+
   test("the shared hooks ask Elysia for no cookies, query or header object, so no route prepares them unasked", () => {
-    // Elysia reads the hooks' source to decide what every request's handler prepares; a hook that
-    // handed its context whole to a function made it parse the cookies and the query and copy the
-    // headers of every request (src/http/request-path.ts). `inference` is protected in its type.
-    const { inference } = t.app as unknown as { inference: Record<string, boolean> };
-    expect(inference).toMatchObject({
-      cookie: false,
-      query: false,
-      headers: false,
-      server: false,
-      url: false,
+    expect(inferenceOf(t.app)).toMatchObject(NOTHING_UNASKED);
+  });
+
+  test("so do they once minified, as the executable is built", async () => {
+    // The executable is minified (build/compile.ts): there a context named `s` read as passed on
+    // in `(s)=>{...f(i.headers,a)...}`, though the source destructured it.
+    const outdir = join(t.dir, "minified");
+    const built = await Bun.build({
+      entrypoints: [join(import.meta.dir, "../../src/app.ts")],
+      target: "bun",
+      format: "esm",
+      minify: true,
+      outdir,
     });
+    expect(built.success).toBe(true);
+    const { createApp: createMinifiedApp } = (await import(
+      join(outdir, "app.js")
+    )) as typeof import("../../src/app.ts");
+    const app = createMinifiedApp(t.deps, {
+      baseUrl: BASE_URL,
+      managementRateLimit: { name: "mgmt", limit: 1000, windowSec: 1 },
+      runtimeRateLimits: { ip: null, activation: null, license: null },
+    });
+    expect(inferenceOf(app)).toMatchObject(NOTHING_UNASKED);
   });
 });
 

@@ -142,7 +142,7 @@ test("a nonce inside the window is never purged, even when older ones arrived af
     .all()
     .map((row) => row.nonce);
   expect(left).toEqual(["first-in", "last-in"]);
-  // Only young rows at the front: nothing to delete, and the purge stops instead of scanning on.
+  // Only rows inside the window are left: nothing is deleted.
   expect(services.runtimeGate.purgeNonces()).toBe(0);
 });
 
