@@ -1,5 +1,6 @@
 import { afterEach, beforeEach, describe, expect, test } from "bun:test";
 import { join } from "node:path";
+import { type Sucrose, sucrose } from "elysia/sucrose";
 import { sha256Hex } from "../../src/crypto/encoding.ts";
 import { canonicalize } from "../../src/crypto/jcs.ts";
 import { BASE_URL, createTestContext, type TestContext } from "../support/harness.ts";
@@ -193,6 +194,12 @@ describe("what every request pays for", () => {
       runtimeRateLimits: { ip: null, activation: null, license: null },
     });
     expect(inferenceOf(app)).toMatchObject(NOTHING_UNASKED);
+    // Nor does any route's own handler or hooks (the shared ones included): none reads cookies.
+    const askingForCookies = app.routes
+      .filter((route) => sucrose({ handler: route.handler, ...route.hooks } as Sucrose.LifeCycle).cookie)
+      .map((route) => `${route.method} ${route.path}`);
+    expect(app.routes.length).toBeGreaterThan(50);
+    expect(askingForCookies).toEqual([]);
   });
 });
 
