@@ -173,6 +173,13 @@ describe("what every request pays for", () => {
     expect(inferenceOf(t.app)).toMatchObject(NOTHING_UNASKED);
   });
 
+  test("every shared hook takes its context by destructuring it, which no minifier can turn into 'passed on'", () => {
+    const { event } = t.app as unknown as { event: Record<string, { fn: () => unknown }[] | undefined> };
+    const hooks = Object.values(event).flatMap((list) => (Array.isArray(list) ? list : []));
+    expect(hooks.length).toBeGreaterThanOrEqual(8);
+    for (const hook of hooks) expect(String(hook.fn)).toMatch(/^(async\s*)?\(\{/);
+  });
+
   test("so do they once minified, as the executable is built", async () => {
     // The executable is minified (build/compile.ts): there a context named `s` read as passed on
     // in `(s)=>{...f(i.headers,a)...}`, though the source destructured it.
@@ -184,10 +191,9 @@ describe("what every request pays for", () => {
       minify: true,
       outdir,
     });
-    expect(built.success).toBe(true);
-    const { createApp: createMinifiedApp } = (await import(
-      join(outdir, "app.js")
-    )) as typeof import("../../src/app.ts");
+    // Bun.build throws on a failed build; its one output is the bundle.
+    const bundle = built.outputs[0]?.path ?? "";
+    const { createApp: createMinifiedApp } = (await import(bundle)) as typeof import("../../src/app.ts");
     const app = createMinifiedApp(t.deps, {
       baseUrl: BASE_URL,
       managementRateLimit: { name: "mgmt", limit: 1000, windowSec: 1 },
