@@ -10,6 +10,12 @@ import { join } from "node:path";
  * statements, WAL, synchronous=NORMAL, on a file, each write its own transaction, as an
  * acknowledged request needs). Prints one JSON object of microseconds per operation.
  *
+ * Two more, for information (no target uses them; run.ts prints what the ratios would be with
+ * them): the writes a heartbeat and an activation cannot do without, each call in its own
+ * transaction like `write`. A heartbeat: its proof's nonce under a unique key, and its activation's
+ * check-in. An activation: its row under a unique (license, device) index, the Idempotency-Key
+ * record with the answer it replays, and its nonce.
+ *
  * Usage: bun test/bench/floor-ops.ts [ROWS]
  */
 const ROWS = Number(process.argv[2] ?? 100_000);
@@ -106,6 +112,53 @@ const page = db.prepare("SELECT * FROM rows WHERE id < ? ORDER BY id DESC LIMIT 
 const pageUs = measure((i) => {
   page.all(pick(i + ROWS / 2));
 });
+
+// A heartbeat's writes: its proof's nonce, and its activation's check-in.
+const heartbeatWrites = db.transaction((i: number) => {
+  insertNonce.run(pick(i), `h${i}-${randomBytes(8).toString("hex")}`, i);
+  update.run(i, i, pick(i));
+});
+const heartbeatWriteUs = measure((i) => heartbeatWrites.immediate(i));
+
+// An activation's writes, with only the indexes the spec's rules need (one binding per device and
+// license, one answer per Idempotency-Key, one use per nonce), over tables that already hold the
+// 10k activations of the bench's license and their records.
+db.run(`CREATE TABLE activations (
+  id TEXT PRIMARY KEY NOT NULL, license_id TEXT NOT NULL, status TEXT NOT NULL, device_key TEXT NOT NULL,
+  kem_key TEXT NOT NULL, thumbprint TEXT NOT NULL, machine_info TEXT NOT NULL, digest TEXT NOT NULL,
+  activated_at INTEGER NOT NULL, last_seen_at INTEGER NOT NULL)`);
+db.run("CREATE UNIQUE INDEX activations_device ON activations (license_id, thumbprint)");
+db.run(`CREATE TABLE idempotency (scope TEXT NOT NULL, key TEXT NOT NULL, fingerprint TEXT NOT NULL,
+  answer TEXT NOT NULL, expires_at INTEGER NOT NULL, PRIMARY KEY (scope, key))`);
+const insertActivation = db.prepare(
+  "INSERT INTO activations VALUES (?, 'lic_01JZ8X4N0A1B2C3D4E5F6G7H8J', 'active', ?, ?, ?, ?, ?, ?, ?)",
+);
+const insertRecord = db.prepare("INSERT INTO idempotency VALUES (?, ?, ?, ?, ?)");
+// What an activation's record keeps to replay: its id, its certificate (a signed JWS), a digest.
+const answer = randomBytes(1200).toString("base64url");
+let activations = 0;
+const activationWrites = db.transaction(() => {
+  const key = `ed25519:${randomBytes(32).toString("base64url")}`;
+  const scope = `device:${createHash("sha256").update(key).digest("hex")}`;
+  insertActivation.run(
+    `act_${String(activations++).padStart(26, "0")}`,
+    key,
+    `p256:${randomBytes(65).toString("base64url")}`,
+    scope.slice(7),
+    '{"os":"linux","arch":"x64","os_version":"6.1","cpu_cores":8,"hostname":"build-agent-17"}',
+    "f".repeat(64),
+    Date.now(),
+    Date.now(),
+  );
+  insertRecord.run(scope, randomBytes(18).toString("base64url"), "e".repeat(64), answer, Date.now());
+  insertNonce.run(scope, randomBytes(16).toString("base64url"), Date.now());
+});
+db.transaction(() => {
+  for (let i = 0; i < 10_000; i++) activationWrites();
+})();
+db.run("PRAGMA wal_checkpoint(TRUNCATE)");
+const activationWriteUs = measure(() => activationWrites.immediate());
+
 db.close();
 rmSync(dir, { recursive: true, force: true });
 
@@ -117,6 +170,8 @@ console.log(
     write_us: writeUs,
     append_us: appendUs,
     page50_us: pageUs,
+    heartbeat_write_us: heartbeatWriteUs,
+    activation_write_us: activationWriteUs,
     rows: ROWS,
   }),
 );

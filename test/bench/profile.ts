@@ -28,6 +28,8 @@ import { runWrk } from "./lib/wrk.ts";
  * PROFILE_SCALE_ROWS=1000000 (heartbeat only): the server is stopped after that, the rows are
  * seeded into its store (seed.ts, as the bench's scale run does), and the heartbeats come from
  * seeded devices of a server restarted cold: the second profile printed is of that run.
+ * PROFILE_CONNECTIONS (32) requests in flight; 1 profiles requests served alone, as in the
+ * open-model run.
  */
 const routeName = process.argv[2] ?? "heartbeat";
 const seconds = Number(process.argv[3] ?? 10);
@@ -89,7 +91,13 @@ try {
     file,
     Array.from({ length: seconds * (routeName === "time" ? 15000 : 6000) }, () => build()),
   );
-  const result = await runWrk({ url: server.url, file, durationSec: seconds, connections: 32, cpus: "1" });
+  const result = await runWrk({
+    url: server.url,
+    file,
+    durationSec: seconds,
+    connections: Number(process.env.PROFILE_CONNECTIONS ?? 32),
+    cpus: "1",
+  });
   console.log(`${routeName}: ${result.rps.toFixed(0)} req/s, statuses ${JSON.stringify(result.statuses)}`);
   if (result.exhausted > 0) {
     console.log(
