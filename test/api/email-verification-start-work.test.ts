@@ -1,5 +1,6 @@
 import { Database } from "bun:sqlite";
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { readFileSync } from "node:fs";
 import { TestDevice } from "../support/device.ts";
 import { createTestContext, type TestContext } from "../support/harness.ts";
 import { type NamedUserFixture, namedUserFixture, startVerification } from "../support/named-users.ts";
@@ -7,9 +8,9 @@ import { type NamedUserFixture, namedUserFixture, startVerification } from "../s
 /**
  * Rule 6's "same 202" as work, with the send limits in: a start the limits hold back must not be
  * told apart from one that sends (or the limit would tell an attacker the address has a user).
- * Every start runs the same statements, each changing as many rows (a held-back start rewrites
- * the open verification unchanged instead of replacing it), and the same encryptions. The timing
- * itself is measured by test/bench/verification-timing.ts.
+ * Every start runs the same statements, each changing as many rows (a held-back start stamps the
+ * open verification instead of replacing it), the same encryptions, and writes the same rows' pages
+ * (the WAL tests below). The timing itself is measured by test/bench/verification-timing.ts.
  */
 type Method = (...args: unknown[]) => unknown;
 const proto = Database.prototype as unknown as Record<"prepare" | "query", Method>;
@@ -105,5 +106,82 @@ describe("an email verification start does the same work whether it sends, is he
       .query<{ closed_at: number | null }, [string]>("SELECT closed_at FROM email_verifications WHERE id = ?")
       .get(open.body.data.verification_id);
     expect(row?.closed_at).toBeNull();
+  });
+});
+
+/**
+ * The pages of `table` that the WAL holds since the last checkpoint and that contain `text`: which
+ * of its rows a statement really wrote. SQLite compares a rewritten row with the stored one and
+ * leaves the page alone when nothing changed, so "the statement ran and matched a row" does not
+ * mean "the row's page was written".
+ */
+function walPagesOf(table: string, text: string): number[] {
+  const wal = readFileSync(`${t.deps.sqlite.filename}-wal`);
+  const pageSize = wal.readUInt32BE(8);
+  const salt = wal.readUInt32BE(16);
+  const tablePages = new Set(
+    t.deps.sqlite
+      .query<{ pageno: number }, [string]>("SELECT pageno FROM dbstat WHERE name = ?")
+      .all(table)
+      .map((row) => row.pageno),
+  );
+  const needle = Buffer.from(text);
+  const found = new Set<number>();
+  for (let frame = 32; frame + 24 + pageSize <= wal.length; frame += 24 + pageSize) {
+    if (wal.readUInt32BE(frame + 8) !== salt) break;
+    const page = wal.readUInt32BE(frame);
+    const content = wal.subarray(frame + 24, frame + 24 + pageSize);
+    if (tablePages.has(page) && content.includes(needle)) found.add(page);
+  }
+  return [...found];
+}
+
+/** Starts for other addresses, so that an earlier verification's row is no longer on the table's last page. */
+async function moreVerifications(count: number) {
+  for (let i = 0; i < count; i++)
+    await startVerification(t, new TestDevice(), f, `filler-${++counter}@example.com`);
+}
+
+/** The pages `start` writes of the open verification it meets, counted in the WAL alone. */
+async function pagesWrittenOfOpen(email: string, openId: string) {
+  t.deps.sqlite.run("PRAGMA wal_checkpoint(TRUNCATE)");
+  t.deps.sqlite.run("PRAGMA wal_autocheckpoint = 0");
+  try {
+    const response = await startVerification(t, new TestDevice(), f, email);
+    expect(response.status).toBe(202);
+    return walPagesOf("email_verifications", openId);
+  } finally {
+    t.deps.sqlite.run("PRAGMA wal_autocheckpoint = 1000");
+  }
+}
+
+describe("an email verification start writes the open verification it meets, whether or not it sends", () => {
+  test("a start held back by the send limit writes the open verification's page, as one that replaces it does", async () => {
+    t.clock.advance(121);
+    const open = await startVerification(t, new TestDevice(), f, f.email);
+    expect(sentTo(f.email)).toBeGreaterThan(0);
+    await moreVerifications(60);
+    // Inside the 120 s gap: held back, the open verification stays open...
+    expect(await pagesWrittenOfOpen(f.email, open.body.data.verification_id)).toHaveLength(1);
+    const row = t.deps.sqlite
+      .query<{ closed_at: number | null; created_at: number; latest_start_at: number | null }, [string]>(
+        "SELECT closed_at, created_at, latest_start_at FROM email_verifications WHERE id = ?",
+      )
+      .get(open.body.data.verification_id);
+    // ...and is stamped with the start that met it, which is what makes SQLite write it.
+    expect(row?.closed_at).toBeNull();
+    expect(row?.latest_start_at).toBeGreaterThan(row?.created_at ?? Number.POSITIVE_INFINITY);
+
+    // The comparison: past the gap the next start sends and replaces the open verification.
+    t.clock.advance(121);
+    await moreVerifications(60);
+    expect(await pagesWrittenOfOpen(f.email, open.body.data.verification_id)).toHaveLength(1);
+  });
+
+  test("a start for an address that matches nobody writes the open verification's page too", async () => {
+    const nobody = `nobody-${++counter}@example.com`;
+    const open = await startVerification(t, new TestDevice(), f, nobody);
+    await moreVerifications(60);
+    expect(await pagesWrittenOfOpen(nobody, open.body.data.verification_id)).toHaveLength(1);
   });
 });

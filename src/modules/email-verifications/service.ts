@@ -135,6 +135,7 @@ export class EmailVerificationService {
       closedAt: null,
       closedReason: null,
       createdAt: now,
+      latestStartAt: null,
     };
     this.deps.db.transaction(
       (tx) => {
@@ -151,13 +152,15 @@ export class EmailVerificationService {
           });
         // Spec §3.2 rule 3: a newer start for the same product, license key and address replaces
         // the older; one the send limits hold back does not, or anyone with the license key could
-        // keep cancelling a user's sign-in. Held back, the same rows are rewritten unchanged, so
-        // both cost the same.
+        // keep cancelling a user's sign-in. Held back, the same rows are still written, stamped
+        // with this start's time: a row rewritten unchanged is not written at all (SQLite compares
+        // the bytes), and the page it saved made a held-back start measurably faster.
         const replace = allowed ? 1 : 0;
         tx.update(emailVerifications)
           .set({
             closedAt: sql`CASE WHEN ${replace} = 1 THEN ${now.getTime()} ELSE closed_at END`,
             closedReason: sql`CASE WHEN ${replace} = 1 THEN 'replaced' ELSE closed_reason END`,
+            latestStartAt: now,
           })
           .where(
             and(eq(emailVerifications.subjectHash, row.subjectHash), isNull(emailVerifications.closedAt)),

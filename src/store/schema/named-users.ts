@@ -99,6 +99,13 @@ export const emailVerifications = sqliteTable(
     closedAt: timestamp("closed_at"),
     closedReason: text("closed_reason", { enum: ["used", "replaced"] }),
     createdAt: timestamp("created_at").notNull(),
+    /**
+     * When the latest newer start for the same subject came while this one was open. Every start
+     * stamps the open verification it replaces or, held back by the send limits, leaves open:
+     * SQLite does not write a row rewritten unchanged, so without a changed value a held-back
+     * start wrote one page fewer than a sending one, which its timing gave away.
+     */
+    latestStartAt: timestamp("latest_start_at"),
   },
   (t) => [
     index("email_verifications_subject").on(t.subjectHash, t.closedAt),

@@ -1,0 +1,1 @@
+ALTER TABLE `email_verifications` ADD `latest_start_at` integer;
