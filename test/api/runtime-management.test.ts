@@ -44,6 +44,42 @@ describe("activations", () => {
     });
   });
 
+  test("a page of a license's devices is read from an index in its order, never by sorting all of the license's rows", async () => {
+    const a = await activatedDevice(t, fx);
+    const b = await activatedDevice(t, fx);
+    const c = await activatedDevice(t, fx);
+    const prepared: string[] = [];
+    const prepare = t.deps.sqlite.prepare.bind(t.deps.sqlite);
+    t.deps.sqlite.prepare = ((sql: string, ...rest: []) => {
+      prepared.push(sql);
+      return prepare(sql, ...rest);
+    }) as typeof t.deps.sqlite.prepare;
+    let pages: string[][];
+    try {
+      const first = await t.call("GET", `/mgmt/v1/licenses/${fx.licenseId}/activations?limit=2`);
+      const second = await t.call(
+        "GET",
+        `/mgmt/v1/licenses/${fx.licenseId}/activations?limit=2&cursor=${first.body.pagination.next_cursor}`,
+      );
+      pages = [first, second].map((page) => page.body.data.map((x: { id: string }) => x.id));
+    } finally {
+      t.deps.sqlite.prepare = prepare;
+    }
+    expect(pages).toEqual([[c.activationId, b.activationId], [a.activationId]]);
+    // Sorting is what a license with 100k devices cannot afford: every page would sort them all
+    // (~140 ms) on the thread that answers heartbeats.
+    const listings = prepared.filter((sql) => /from "activations"/i.test(sql) && /order by/i.test(sql));
+    expect(listings).toHaveLength(2);
+    for (const sql of listings) {
+      const plan = t.deps.sqlite
+        .query<{ detail: string }, []>(`EXPLAIN QUERY PLAN ${sql}`)
+        .all()
+        .map((step) => step.detail);
+      expect(plan.join(" | ")).toMatch(/^SEARCH activations USING INDEX \w+ \(license_id=\?/);
+      expect(plan.join(" | ")).not.toContain("TEMP B-TREE");
+    }
+  });
+
   test("one activation shows its check-in state, and turns overdue when the device stays silent", async () => {
     const { device, activationId } = await activatedDevice(t, fx);
     await proofCall(t, device, "POST", heartbeatPath(activationId), activationId, {

@@ -35,7 +35,11 @@ export const activations = sqliteTable(
     offlineUntil: timestamp("offline_until"),
   },
   (t) => [
-    index("activations_license_status").on(t.licenseId, t.status),
+    // A license's devices, newest first, a page at a time (migration 0022; it replaced
+    // (license_id, status), with which every page sorted all of the license's rows: 140 ms for
+    // 100k devices, on the thread that serves heartbeats). Counting a license's active devices
+    // uses the device index below, which holds the status too.
+    index("activations_license_newest").on(t.licenseId, t.id),
     // The usage report counts an environment's activations by when they were made (migration
     // 0018; it replaced (environment, id) and the device-key index, which no query used and every
     // activation paid for).
