@@ -178,6 +178,31 @@ describe("runtime events", () => {
     });
   });
 
+  test("the expiry scan reads only the licenses whose expiry it announces, not the whole table", async () => {
+    subscribe(["license.expired"]);
+    announceExpiries(t.deps);
+    const asked: string[] = [];
+    const query = t.deps.sqlite.query.bind(t.deps.sqlite);
+    t.deps.sqlite.query = ((sql: string) => {
+      asked.push(sql);
+      return query(sql);
+    }) as typeof t.deps.sqlite.query;
+    try {
+      t.clock.advance(60);
+      announceExpiries(t.deps);
+    } finally {
+      t.deps.sqlite.query = query;
+    }
+    const scan = asked.find((sql) => /FROM licenses/.test(sql));
+    expect(scan).toBeDefined();
+    const plan = t.deps.sqlite
+      .query<{ detail: string }, []>(`EXPLAIN QUERY PLAN ${scan}`)
+      .all()
+      .map((step) => step.detail)
+      .join(" | ");
+    expect(plan).toMatch(/^SEARCH licenses USING INDEX \w+ \(expires_at>\? AND expires_at<\?\)/);
+  });
+
   test("a revoked license's expiry is not announced, nor anything before the first scan", async () => {
     subscribe(["license.expired"]);
     const soon = new Date(t.clock.now().getTime() + 60_000).toISOString();

@@ -1,0 +1,1 @@
+CREATE INDEX `licenses_expires` ON `licenses` (`expires_at`);
