@@ -62,6 +62,30 @@ describe("happy path", () => {
     expect(response.body.data).toHaveLength(1);
   });
 
+  test("filtering by email looks the address up in an index instead of reading every customer", async () => {
+    await create({ email: "Ada@Example.com" });
+    const prepared: string[] = [];
+    const prepare = t.deps.sqlite.prepare.bind(t.deps.sqlite);
+    t.deps.sqlite.prepare = ((sql: string, ...rest: []) => {
+      prepared.push(sql);
+      return prepare(sql, ...rest);
+    }) as typeof t.deps.sqlite.prepare;
+    try {
+      const response = await t.call("GET", "/mgmt/v1/customers?email=ADA@example.com");
+      expect(response.body.data).toHaveLength(1);
+    } finally {
+      t.deps.sqlite.prepare = prepare;
+    }
+    const filtered = prepared.find((sql) => /from "customers" where lower/i.test(sql));
+    expect(filtered).toBeDefined();
+    const plan = t.deps.sqlite
+      .query<{ detail: string }, []>(`EXPLAIN QUERY PLAN ${filtered}`)
+      .all()
+      .map((step) => step.detail)
+      .join(" | ");
+    expect(plan).toMatch(/^SEARCH customers USING INDEX \w+ \(<expr>=\?\)/);
+  });
+
   test("archiving answers 204 and is harmless to repeat", async () => {
     const id = (await create({ name: "Gone" })).body.data.public_id;
     expect((await t.call("DELETE", `/mgmt/v1/customers/${id}`)).status).toBe(204);

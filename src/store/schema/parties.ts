@@ -1,3 +1,4 @@
+import { sql } from "drizzle-orm";
 import { index, integer, sqliteTable, text } from "drizzle-orm/sqlite-core";
 import { timestamp } from "./columns.ts";
 
@@ -16,7 +17,10 @@ export const customers = sqliteTable(
     updatedAt: timestamp("updated_at").notNull(),
     archivedAt: timestamp("archived_at"),
   },
-  (t) => [index("customers_email").on(t.email)],
+  // The list's email filter compares case-insensitively (`lower(email) = lower(?)`), which an
+  // index on the plain column cannot serve: every filtered list read the whole table until
+  // migration 0024 put the index on the expression the filter uses.
+  (t) => [index("customers_email_lower").on(sql`lower(${t.email})`)],
 );
 
 export const resellers = sqliteTable("resellers", {
