@@ -1,3 +1,4 @@
+import { Database } from "bun:sqlite";
 import { afterEach, beforeEach, describe, expect, test } from "bun:test";
 import { machineInfoDigest } from "../../src/modules/activations/machine.ts";
 import { DISTINCT_ENTRIES_PER_HOUR } from "../../src/modules/runtime-events/service.ts";
@@ -77,6 +78,34 @@ describe("activations", () => {
         .map((step) => step.detail);
       expect(plan.join(" | ")).toMatch(/^SEARCH activations USING INDEX \w+ \(license_id=\?/);
       expect(plan.join(" | ")).not.toContain("TEMP B-TREE");
+    }
+  });
+
+  test("counting a full license's devices reads its active ones only, not every device it ever had", () => {
+    const prepared: string[] = [];
+    const prepare = Database.prototype.prepare;
+    Database.prototype.prepare = function (this: Database, sql: string, ...rest: []) {
+      prepared.push(sql);
+      return prepare.call(this, sql, ...rest);
+    } as typeof prepare;
+    const other = (() => {
+      try {
+        return createTestContext();
+      } finally {
+        Database.prototype.prepare = prepare;
+      }
+    })();
+    try {
+      const count = prepared.find((sql) => /count\(\*\) AS n FROM activations WHERE license_id/.test(sql));
+      expect(count).toBeDefined();
+      const plan = other.deps.sqlite
+        .query<{ detail: string }, []>(`EXPLAIN QUERY PLAN ${count}`)
+        .all()
+        .map((step) => step.detail)
+        .join(" | ");
+      expect(plan).toMatch(/^SEARCH activations USING INDEX \w+ \(license_id=\? AND status=\?\)/);
+    } finally {
+      other.close();
     }
   });
 

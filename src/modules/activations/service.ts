@@ -61,11 +61,8 @@ export class ActivationService {
     this.activeCount = deps.sqlite.prepare<{ active: number }, [string]>(
       "SELECT active FROM activation_counts WHERE license_id = ?",
     );
-    // The device index holds the status: only the license's active rows are read from the table
-    // (SQLite would otherwise pick the (license_id, id) index and read every row the license ever had).
     this.countSlots = deps.sqlite.prepare<{ n: number }, [string, number, number, number]>(
-      `SELECT count(*) AS n FROM activations INDEXED BY activations_license_device
-       WHERE license_id = ? AND status = 'active'
+      `SELECT count(*) AS n FROM activations WHERE license_id = ? AND status = 'active'
        AND (? = 0 OR coalesce(last_heartbeat_at, activated_at) >= ? OR offline_until > ?)`,
     );
   }

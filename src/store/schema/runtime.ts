@@ -38,14 +38,16 @@ export const activations = sqliteTable(
     // A license's devices, newest first, a page at a time (migration 0022; it replaced
     // (license_id, status), with which every page sorted all of the license's rows: 140 ms for
     // 100k devices, on the thread that serves heartbeats). Counting a license's active devices
-    // uses the device index below, which holds the status too.
+    // uses the device index below.
     index("activations_license_newest").on(t.licenseId, t.id),
     // The usage report counts an environment's activations by when they were made (migration
     // 0018; it replaced (environment, id) and the device-key index, which no query used and every
     // activation paid for).
     index("activations_env_activated").on(t.environment, t.activatedAt),
     // Re-activation looks a device up on its license; without this SQLite scans the license's rows.
-    index("activations_license_device").on(t.licenseId, t.deviceThumbprint, t.status),
+    // Status before the device (migration 0025): counting a license's active devices, when it is
+    // full, then reads only those, however many devices the license had before.
+    index("activations_license_device").on(t.licenseId, t.status, t.deviceThumbprint),
   ],
 );
 
