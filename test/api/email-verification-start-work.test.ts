@@ -3,7 +3,12 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { readFileSync } from "node:fs";
 import { TestDevice } from "../support/device.ts";
 import { createTestContext, type TestContext } from "../support/harness.ts";
-import { type NamedUserFixture, namedUserFixture, startVerification } from "../support/named-users.ts";
+import {
+  type NamedUserFixture,
+  namedUserFixture,
+  seedNamedUser,
+  startVerification,
+} from "../support/named-users.ts";
 
 /**
  * Rule 6's "same 202" as work, with the send limits in: a start the limits hold back must not be
@@ -144,7 +149,11 @@ async function moreVerifications(count: number) {
 
 /** The pages `start` writes of the open verification it meets, counted in the WAL alone. */
 async function pagesWrittenOfOpen(email: string, openId: string) {
-  t.deps.sqlite.run("PRAGMA wal_checkpoint(TRUNCATE)");
+  // Everything before is in the database file: the WAL then holds this start's frames alone.
+  const checkpoint = t.deps.sqlite
+    .query<{ busy: number; log: number }, []>("PRAGMA wal_checkpoint(TRUNCATE)")
+    .get();
+  expect(checkpoint).toMatchObject({ busy: 0, log: 0 });
   t.deps.sqlite.run("PRAGMA wal_autocheckpoint = 0");
   try {
     const response = await startVerification(t, new TestDevice(), f, email);
@@ -158,11 +167,13 @@ async function pagesWrittenOfOpen(email: string, openId: string) {
 describe("an email verification start writes the open verification it meets, whether or not it sends", () => {
   test("a start held back by the send limit writes the open verification's page, as one that replaces it does", async () => {
     t.clock.advance(121);
+    const sentBefore = sentTo(f.email);
     const open = await startVerification(t, new TestDevice(), f, f.email);
-    expect(sentTo(f.email)).toBeGreaterThan(0);
+    expect(sentTo(f.email)).toBe(sentBefore + 1);
     await moreVerifications(60);
     // Inside the 120 s gap: held back, the open verification stays open...
-    expect(await pagesWrittenOfOpen(f.email, open.body.data.verification_id)).toHaveLength(1);
+    expect(await pagesWrittenOfOpen(f.email, open.body.data.verification_id)).not.toHaveLength(0);
+    expect(sentTo(f.email)).toBe(sentBefore + 1);
     const row = t.deps.sqlite
       .query<{ closed_at: number | null; created_at: number; latest_start_at: number | null }, [string]>(
         "SELECT closed_at, created_at, latest_start_at FROM email_verifications WHERE id = ?",
@@ -175,13 +186,50 @@ describe("an email verification start writes the open verification it meets, whe
     // The comparison: past the gap the next start sends and replaces the open verification.
     t.clock.advance(121);
     await moreVerifications(60);
-    expect(await pagesWrittenOfOpen(f.email, open.body.data.verification_id)).toHaveLength(1);
+    expect(await pagesWrittenOfOpen(f.email, open.body.data.verification_id)).not.toHaveLength(0);
+    expect(sentTo(f.email)).toBe(sentBefore + 2);
   });
 
   test("a start for an address that matches nobody writes the open verification's page too", async () => {
     const nobody = `nobody-${++counter}@example.com`;
     const open = await startVerification(t, new TestDevice(), f, nobody);
     await moreVerifications(60);
-    expect(await pagesWrittenOfOpen(nobody, open.body.data.verification_id)).toHaveLength(1);
+    expect(await pagesWrittenOfOpen(nobody, open.body.data.verification_id)).not.toHaveLength(0);
+  });
+
+  test("repeated held-back starts keep the sent verification open and close the unsent one before them, one row each", async () => {
+    // A user of its own: the earlier tests spent most of f.email's hourly sends.
+    const { userId } = seedNamedUser(t, "live", f.licenseId);
+    const email = `${userId.toLowerCase()}@example.com`;
+    const sent = await startVerification(t, new TestDevice(), f, email);
+    expect(sentTo(email)).toBe(1);
+    const held: string[] = [];
+    for (let i = 0; i < 4; i++) {
+      const { statements } = await work(email);
+      // One open verification written per start, however many held-back starts came before:
+      // the sent one the first time, then each time the unsent one the last start left.
+      expect(statements.filter((sql) => sql.startsWith('update "email_verifications"'))).toEqual([
+        expect.stringMatching(/-> 1$/),
+      ]);
+      held.push(
+        t.deps.sqlite
+          .query<{ id: string }, []>(
+            "SELECT id FROM email_verifications ORDER BY created_at DESC, id DESC LIMIT 1",
+          )
+          .get()?.id as string,
+      );
+    }
+    expect(sentTo(email)).toBe(1);
+    const state = (id: string) =>
+      t.deps.sqlite
+        .query<{ closed_reason: string | null; latest_start_at: number | null }, [string]>(
+          "SELECT closed_reason, latest_start_at FROM email_verifications WHERE id = ?",
+        )
+        .get(id);
+    // The user's code still works: the sent verification stays open.
+    expect(state(sent.body.data.verification_id)).toMatchObject({ closed_reason: null });
+    expect(state(sent.body.data.verification_id)?.latest_start_at).not.toBeNull();
+    for (const id of held.slice(0, -1)) expect(state(id)).toMatchObject({ closed_reason: "replaced" });
+    expect(state(held.at(-1) as string)).toMatchObject({ closed_reason: null });
   });
 });

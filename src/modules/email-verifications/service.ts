@@ -152,18 +152,29 @@ export class EmailVerificationService {
           });
         // Spec §3.2 rule 3: a newer start for the same product, license key and address replaces
         // the older; one the send limits hold back does not, or anyone with the license key could
-        // keep cancelling a user's sign-in. Held back, the same rows are still written, stamped
-        // with this start's time: a row rewritten unchanged is not written at all (SQLite compares
-        // the bytes), and the page it saved made a held-back start measurably faster.
+        // keep cancelling a user's sign-in. Held back, it writes one open verification all the
+        // same: the newest that was never sent a code (closed, as it could never confirm), else
+        // the one that was (left open, stamped with this start). So every start writes one row
+        // in the usual case, and a held-back start never meets more than two open ones, however
+        // often it is repeated (each would otherwise leave one more open for the next to write).
+        // The stamp matters: SQLite does not write a row rewritten unchanged, and the page that
+        // saved made a held-back start measurably faster.
         const replace = allowed ? 1 : 0;
+        const closes = sql`(${replace} = 1 OR sent = 0)`;
         tx.update(emailVerifications)
           .set({
-            closedAt: sql`CASE WHEN ${replace} = 1 THEN ${now.getTime()} ELSE closed_at END`,
-            closedReason: sql`CASE WHEN ${replace} = 1 THEN 'replaced' ELSE closed_reason END`,
+            closedAt: sql`CASE WHEN ${closes} THEN ${now.getTime()} ELSE closed_at END`,
+            closedReason: sql`CASE WHEN ${closes} THEN 'replaced' ELSE closed_reason END`,
             latestStartAt: now,
           })
           .where(
-            and(eq(emailVerifications.subjectHash, row.subjectHash), isNull(emailVerifications.closedAt)),
+            and(
+              eq(emailVerifications.subjectHash, row.subjectHash),
+              isNull(emailVerifications.closedAt),
+              sql`(${replace} = 1 OR id = (SELECT id FROM email_verifications
+                WHERE subject_hash = ${row.subjectHash} AND closed_at IS NULL
+                ORDER BY sent, created_at DESC, id DESC LIMIT 1))`,
+            ),
           )
           .run();
         tx.insert(emailVerifications).values(row).run();
