@@ -171,9 +171,11 @@ export class EmailVerificationService {
             and(
               eq(emailVerifications.subjectHash, row.subjectHash),
               isNull(emailVerifications.closedAt),
-              sql`(${replace} = 1 OR id = (SELECT id FROM email_verifications
+              // The lookup first: OR stops at its first true term, and a lookup that only
+              // held-back starts ran made them 0.05 ms slower than sending ones.
+              sql`(id = (SELECT id FROM email_verifications
                 WHERE subject_hash = ${row.subjectHash} AND closed_at IS NULL
-                ORDER BY sent, created_at DESC, id DESC LIMIT 1))`,
+                ORDER BY sent, created_at DESC, id DESC LIMIT 1) OR ${replace} = 1)`,
             ),
           )
           .run();
