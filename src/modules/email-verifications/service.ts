@@ -1,4 +1,4 @@
-import { and, eq, inArray, isNull, lt, sql } from "drizzle-orm";
+import { and, asc, desc, eq, inArray, isNull, lt, sql } from "drizzle-orm";
 import { parsePublicKey, thumbprint } from "../../crypto/keys.ts";
 import type { Deps } from "../../deps.ts";
 import { canonicalLicenseKey } from "../../domain/license-key.ts";
@@ -160,6 +160,23 @@ export class EmailVerificationService {
         // The stamp matters: SQLite does not write a row rewritten unchanged, and the page that
         // saved made a held-back start measurably faster.
         const replace = allowed ? 1 : 0;
+        // Looked up by every start, as a statement of its own: inside the UPDATE, SQLite tests
+        // the cheap `replace = 1` first, whatever the order written, and skipped the lookup for
+        // the starts that may send, which made held-back ones measurably slower.
+        const newestOpen =
+          tx
+            .select({ id: emailVerifications.id })
+            .from(emailVerifications)
+            .where(
+              and(eq(emailVerifications.subjectHash, row.subjectHash), isNull(emailVerifications.closedAt)),
+            )
+            .orderBy(
+              asc(emailVerifications.sent),
+              desc(emailVerifications.createdAt),
+              desc(emailVerifications.id),
+            )
+            .limit(1)
+            .get()?.id ?? "";
         const closes = sql`(${replace} = 1 OR sent = 0)`;
         tx.update(emailVerifications)
           .set({
@@ -171,11 +188,7 @@ export class EmailVerificationService {
             and(
               eq(emailVerifications.subjectHash, row.subjectHash),
               isNull(emailVerifications.closedAt),
-              // The lookup first: OR stops at its first true term, and a lookup that only
-              // held-back starts ran made them 0.05 ms slower than sending ones.
-              sql`(id = (SELECT id FROM email_verifications
-                WHERE subject_hash = ${row.subjectHash} AND closed_at IS NULL
-                ORDER BY sent, created_at DESC, id DESC LIMIT 1) OR ${replace} = 1)`,
+              sql`(${replace} = 1 OR id = ${newestOpen})`,
             ),
           )
           .run();
