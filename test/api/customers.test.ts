@@ -1,6 +1,7 @@
 import { afterEach, beforeEach, describe, expect, test } from "bun:test";
 import { factories } from "../support/factories.ts";
 import { createTestContext, type TestContext } from "../support/harness.ts";
+import { queryPlan, sqlPreparedDuring } from "../support/query-plan.ts";
 
 let t: TestContext;
 beforeEach(() => {
@@ -64,26 +65,15 @@ describe("happy path", () => {
 
   test("filtering by email looks the address up in an index instead of reading every customer", async () => {
     await create({ email: "Ada@Example.com" });
-    const prepared: string[] = [];
-    const prepare = t.deps.sqlite.prepare.bind(t.deps.sqlite);
-    t.deps.sqlite.prepare = ((sql: string, ...rest: []) => {
-      prepared.push(sql);
-      return prepare(sql, ...rest);
-    }) as typeof t.deps.sqlite.prepare;
-    try {
-      const response = await t.call("GET", "/mgmt/v1/customers?email=ADA@example.com");
-      expect(response.body.data).toHaveLength(1);
-    } finally {
-      t.deps.sqlite.prepare = prepare;
-    }
-    const filtered = prepared.find((sql) => /from "customers" where lower/i.test(sql));
+    const { result: response, sql } = await sqlPreparedDuring(t.deps.sqlite, () =>
+      t.call("GET", "/mgmt/v1/customers?email=ADA@example.com"),
+    );
+    expect(response.body.data).toHaveLength(1);
+    const filtered = sql.find((text) => /from "customers" where lower/i.test(text));
     expect(filtered).toBeDefined();
-    const plan = t.deps.sqlite
-      .query<{ detail: string }, []>(`EXPLAIN QUERY PLAN ${filtered}`)
-      .all()
-      .map((step) => step.detail)
-      .join(" | ");
-    expect(plan).toMatch(/^SEARCH customers USING INDEX \w+ \(<expr>=\?\)/);
+    expect(queryPlan(t.deps.sqlite, filtered as string)).toMatch(
+      /^SEARCH customers USING INDEX \w+ \(<expr>=\?\)/,
+    );
   });
 
   test("archiving answers 204 and is harmless to repeat", async () => {

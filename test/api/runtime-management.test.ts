@@ -5,6 +5,7 @@ import { DISTINCT_ENTRIES_PER_HOUR } from "../../src/modules/runtime-events/serv
 import { createServices } from "../../src/services.ts";
 import { TestDevice } from "../support/device.ts";
 import { BASE_URL, createTestContext, type TestContext } from "../support/harness.ts";
+import { queryPlan, sqlPreparedDuring } from "../support/query-plan.ts";
 import {
   activate,
   activatedDevice,
@@ -49,61 +50,35 @@ describe("activations", () => {
     const a = await activatedDevice(t, fx);
     const b = await activatedDevice(t, fx);
     const c = await activatedDevice(t, fx);
-    const prepared: string[] = [];
-    const prepare = t.deps.sqlite.prepare.bind(t.deps.sqlite);
-    t.deps.sqlite.prepare = ((sql: string, ...rest: []) => {
-      prepared.push(sql);
-      return prepare(sql, ...rest);
-    }) as typeof t.deps.sqlite.prepare;
-    let pages: string[][];
-    try {
+    const { result: pages, sql } = await sqlPreparedDuring(t.deps.sqlite, async () => {
       const first = await t.call("GET", `/mgmt/v1/licenses/${fx.licenseId}/activations?limit=2`);
       const second = await t.call(
         "GET",
         `/mgmt/v1/licenses/${fx.licenseId}/activations?limit=2&cursor=${first.body.pagination.next_cursor}`,
       );
-      pages = [first, second].map((page) => page.body.data.map((x: { id: string }) => x.id));
-    } finally {
-      t.deps.sqlite.prepare = prepare;
-    }
+      return [first, second].map((page) => page.body.data.map((x: { id: string }) => x.id));
+    });
     expect(pages).toEqual([[c.activationId, b.activationId], [a.activationId]]);
     // Sorting is what a license with 100k devices cannot afford: every page would sort them all
     // (~140 ms) on the thread that answers heartbeats.
-    const listings = prepared.filter((sql) => /from "activations"/i.test(sql) && /order by/i.test(sql));
+    const listings = sql.filter((text) => /from "activations"/i.test(text) && /order by/i.test(text));
     expect(listings).toHaveLength(2);
-    for (const sql of listings) {
-      const plan = t.deps.sqlite
-        .query<{ detail: string }, []>(`EXPLAIN QUERY PLAN ${sql}`)
-        .all()
-        .map((step) => step.detail);
-      expect(plan.join(" | ")).toMatch(/^SEARCH activations USING INDEX \w+ \(license_id=\?/);
-      expect(plan.join(" | ")).not.toContain("TEMP B-TREE");
+    for (const listing of listings) {
+      const plan = queryPlan(t.deps.sqlite, listing);
+      expect(plan).toMatch(/^SEARCH activations USING INDEX \w+ \(license_id=\?/);
+      expect(plan).not.toContain("TEMP B-TREE");
     }
   });
 
-  test("counting a full license's devices reads its active ones only, not every device it ever had", () => {
-    const prepared: string[] = [];
-    const prepare = Database.prototype.prepare;
-    Database.prototype.prepare = function (this: Database, sql: string, ...rest: []) {
-      prepared.push(sql);
-      return prepare.call(this, sql, ...rest);
-    } as typeof prepare;
-    const other = (() => {
-      try {
-        return createTestContext();
-      } finally {
-        Database.prototype.prepare = prepare;
-      }
-    })();
+  test("counting a full license's devices reads its active ones only, not every device it ever had", async () => {
+    // The count is prepared when the services are made: watch a second context being made.
+    const { result: other, sql } = await sqlPreparedDuring(Database.prototype, () => createTestContext());
     try {
-      const count = prepared.find((sql) => /count\(\*\) AS n FROM activations WHERE license_id/.test(sql));
+      const count = sql.find((text) => /count\(\*\) AS n FROM activations WHERE license_id/.test(text));
       expect(count).toBeDefined();
-      const plan = other.deps.sqlite
-        .query<{ detail: string }, []>(`EXPLAIN QUERY PLAN ${count}`)
-        .all()
-        .map((step) => step.detail)
-        .join(" | ");
-      expect(plan).toMatch(/^SEARCH activations USING INDEX \w+ \(license_id=\? AND status=\?\)/);
+      expect(queryPlan(other.deps.sqlite, count as string)).toMatch(
+        /^SEARCH activations USING INDEX \w+ \(license_id=\? AND status=\?\)/,
+      );
     } finally {
       other.close();
     }

@@ -5,6 +5,7 @@ import { purgeFinishedDeliveries } from "../../src/modules/webhooks/retention.ts
 import { WebhookService } from "../../src/modules/webhooks/service.ts";
 import { createTestContext, type TestContext } from "../support/harness.ts";
 import { integrationConfig, MACHINE, requestPackage, sdkClient } from "../support/offline.ts";
+import { queryPlan, sqlPreparedDuring } from "../support/query-plan.ts";
 import { activate, activatedDevice, proofCall, runtimeFixture } from "../support/runtime.ts";
 
 /**
@@ -181,26 +182,13 @@ describe("runtime events", () => {
   test("the expiry scan reads only the licenses whose expiry it announces, not the whole table", async () => {
     subscribe(["license.expired"]);
     announceExpiries(t.deps);
-    const asked: string[] = [];
-    const query = t.deps.sqlite.query.bind(t.deps.sqlite);
-    t.deps.sqlite.query = ((sql: string) => {
-      asked.push(sql);
-      return query(sql);
-    }) as typeof t.deps.sqlite.query;
-    try {
-      t.clock.advance(60);
-      announceExpiries(t.deps);
-    } finally {
-      t.deps.sqlite.query = query;
-    }
-    const scan = asked.find((sql) => /FROM licenses/.test(sql));
+    t.clock.advance(60);
+    const { sql } = await sqlPreparedDuring(t.deps.sqlite, () => announceExpiries(t.deps));
+    const scan = sql.find((text) => /FROM licenses/.test(text));
     expect(scan).toBeDefined();
-    const plan = t.deps.sqlite
-      .query<{ detail: string }, []>(`EXPLAIN QUERY PLAN ${scan}`)
-      .all()
-      .map((step) => step.detail)
-      .join(" | ");
-    expect(plan).toMatch(/^SEARCH licenses USING INDEX \w+ \(expires_at>\? AND expires_at<\?\)/);
+    expect(queryPlan(t.deps.sqlite, scan as string)).toMatch(
+      /^SEARCH licenses USING INDEX \w+ \(expires_at>\? AND expires_at<\?\)/,
+    );
   });
 
   test("a revoked license's expiry is not announced, nor anything before the first scan", async () => {
