@@ -73,6 +73,17 @@ describe("send limits", () => {
     expect((await confirmVerification(t, attacker.device, attacker.id, code)).status).toBe(401);
   });
 
+  test("however often starts are held back, the user's verification stays usable and only the newest held-back one stays open", async () => {
+    const victim = await start();
+    const code = await smtp.waitForCode(f.email);
+    const held = [await start(), await start(), await start()];
+    // Each held-back start closed the one before it: it never had a code to confirm.
+    for (const earlier of held.slice(0, -1))
+      expect((await confirmVerification(t, earlier.device, earlier.id, code)).status).toBe(410);
+    expect((await confirmVerification(t, victim.device, victim.id, code)).status).toBe(200);
+    expect(mailsTo(f.email)).toBe(1);
+  });
+
   test("at most 5 codes to a user per hour and 20 per 24 hours, however many starts", async () => {
     for (let i = 0; i < 30; i++) {
       await start();

@@ -152,17 +152,14 @@ export class EmailVerificationService {
           });
         // Spec §3.2 rule 3: a newer start for the same product, license key and address replaces
         // the older; one the send limits hold back does not, or anyone with the license key could
-        // keep cancelling a user's sign-in. Held back, it writes one open verification all the
-        // same: the newest that was never sent a code (closed, as it could never confirm), else
-        // the one that was (left open, stamped with this start). So every start writes one row
-        // in the usual case, and a held-back start never meets more than two open ones, however
-        // often it is repeated (each would otherwise leave one more open for the next to write).
-        // The stamp matters: SQLite does not write a row rewritten unchanged, and the page that
-        // saved made a held-back start measurably faster.
+        // keep cancelling a user's sign-in. Held back, it still writes one open verification: the
+        // newest never sent a code (closed: it could never confirm), else the sent one (left open,
+        // stamped). So each start writes one row however often the address is probed, and the
+        // stamp makes the write real (SQLite skips a row rewritten unchanged, and the page that
+        // saved made held-back starts measurably faster). The row is looked up by every start in
+        // a statement of its own: inside the UPDATE, SQLite tests the cheap `replace = 1` first
+        // and skipped the lookup for the starts that may send.
         const replace = allowed ? 1 : 0;
-        // Looked up by every start, as a statement of its own: inside the UPDATE, SQLite tests
-        // the cheap `replace = 1` first, whatever the order written, and skipped the lookup for
-        // the starts that may send, which made held-back ones measurably slower.
         const newestOpen =
           tx
             .select({ id: emailVerifications.id })

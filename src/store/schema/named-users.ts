@@ -100,10 +100,10 @@ export const emailVerifications = sqliteTable(
     closedReason: text("closed_reason", { enum: ["used", "replaced"] }),
     createdAt: timestamp("created_at").notNull(),
     /**
-     * When the latest newer start for the same subject came while this one was open. Every start
-     * stamps the open verification it replaces or, held back by the send limits, leaves open:
-     * SQLite does not write a row rewritten unchanged, so without a changed value a held-back
-     * start wrote one page fewer than a sending one, which its timing gave away.
+     * When a newer start for the same subject last wrote this one while it was open (closing it,
+     * or, held back by the send limits, leaving the sent one open). SQLite does not write a row
+     * rewritten unchanged: without a changed value a held-back start wrote one page fewer than a
+     * sending one, which its timing gave away.
      */
     latestStartAt: timestamp("latest_start_at"),
   },
