@@ -1,4 +1,4 @@
-import { mkdirSync, mkdtempSync, readdirSync, readFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, readdirSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { freePort } from "../e2e/binary.ts";
@@ -9,10 +9,10 @@ import {
   type BenchRequest,
   heartbeatRequest,
   leaseAcquireRequest,
-  SeedSigner,
   timeRequest,
   writeRequestFile,
 } from "./lib/requests.ts";
+import { seedActivations } from "./lib/seeding.ts";
 import { initToolStore, startServer, toolServerEnv } from "./lib/server.ts";
 import { runWrk } from "./lib/wrk.ts";
 
@@ -115,26 +115,13 @@ console.log(
 
 /** The bench's scale seeding (seed.ts) into the stopped store; the sampled rows' devices. */
 function seedRows(productId: string, rows: number): BenchDevice[] {
-  const sampleFile = join(work, "seeded-sample.txt");
-  const seeded = Bun.spawnSync(
-    [
-      process.execPath,
-      join(import.meta.dir, "seed.ts"),
-      join(dataDir, "licensing.db"),
-      productId,
-      String(rows),
-      String(Math.min(rows, 100_000)),
-      sampleFile,
-    ],
-    { stdout: "pipe", stderr: "pipe" },
-  );
-  if (seeded.exitCode !== 0) throw new Error(`seeding failed: ${seeded.stderr.toString()}`);
-  console.log(`seeded: ${seeded.stdout.toString().trim()}`);
-  return readFileSync(sampleFile, "utf8")
-    .split("\n")
-    .filter(Boolean)
-    .map((line) => {
-      const [activationId = "", seedText = ""] = line.split(" ");
-      return { activationId, signer: new SeedSigner(Buffer.from(seedText, "base64url")) };
-    });
+  const { stats, devices } = seedActivations({
+    store: join(dataDir, "licensing.db"),
+    productId,
+    rows,
+    sample: Math.min(rows, 100_000),
+    sampleFile: join(work, "seeded-sample.txt"),
+  });
+  console.log(`seeded: ${JSON.stringify(stats)}`);
+  return devices;
 }

@@ -16,10 +16,10 @@ import {
   leaseHeartbeatRequest,
   leaseReleaseRequest,
   managementListRequest,
-  SeedSigner,
   timeRequest,
   writeRequestFile,
 } from "./lib/requests.ts";
+import { seedActivations } from "./lib/seeding.ts";
 import {
   type BenchServer,
   binaryPath,
@@ -678,23 +678,16 @@ async function main(): Promise<number> {
     log(
       `scale: seeding ${thousands(CONFIG.scaleRows)} activations into the stopped store (${thousands(rowsBefore)} there) ...`,
     );
-    const sampleFile = join(work, "seeded-sample.txt");
     const seedStart = performance.now();
-    const seeded = Bun.spawnSync(
-      pinned(ALL_CPUS, [
-        BUN,
-        join(BENCH_DIR, "seed.ts"),
-        join(dataDir, "licensing.db"),
-        fixture.productId,
-        String(CONFIG.scaleRows),
-        String(CONFIG.scaleSample),
-        sampleFile,
-      ]),
-      { stdout: "pipe", stderr: "pipe" },
-    );
-    if (seeded.exitCode !== 0) throw new Error(`seeding failed: ${seeded.stderr.toString()}`);
+    const { stats: seed, devices: seededDevices } = seedActivations({
+      store: join(dataDir, "licensing.db"),
+      productId: fixture.productId,
+      rows: CONFIG.scaleRows,
+      sample: CONFIG.scaleSample,
+      sampleFile: join(work, "seeded-sample.txt"),
+      command: (args) => pinned(ALL_CPUS, args),
+    });
     const seedSec = (performance.now() - seedStart) / 1000;
-    const seed = JSON.parse(seeded.stdout.toString().trim()) as Record<string, number>;
     const bytesAfter = storeBytes(dataDir);
     const rowsAfter = countActivations();
     log(
@@ -706,13 +699,6 @@ async function main(): Promise<number> {
     log(
       `  start-up with ${thousands(rowsAfter)} activations: ${fixed(server.startupMs)} ms, idle RSS ${fixed(idle.rssMiB)} MiB`,
     );
-    const seededDevices: BenchDevice[] = readFileSync(sampleFile, "utf8")
-      .split("\n")
-      .filter(Boolean)
-      .map((line) => {
-        const [activationId = "", seedText = ""] = line.split(" ");
-        return { activationId, signer: new SeedSigner(Buffer.from(seedText, "base64url")) };
-      });
     await probe(server, heartbeatRequest(pickFrom(seededDevices)), "heartbeat at scale");
     const big = await route(
       measure(
