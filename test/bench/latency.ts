@@ -6,6 +6,8 @@ import { activateDevices, createFixture } from "./lib/fixture.ts";
 import { threadCpu } from "./lib/procstat.ts";
 import { heartbeatRequest, writeRequestFile } from "./lib/requests.ts";
 import { ensureBinary, initToolStore, pinned, startServer, toolServerEnv } from "./lib/server.ts";
+import { quantile } from "./lib/stats.ts";
+import { readServerLog, slowAfter, watchSteal } from "./lib/tail.ts";
 
 /**
  * The open-model heartbeat latency run alone (the "latency under load" part of `npm run bench`),
@@ -17,11 +19,15 @@ import { ensureBinary, initToolStore, pinned, startServer, toolServerEnv } from 
  * LATENCY_TIMELINE=1 prints, per 100 ms of the server's log, the requests over 10 ms and the WAL
  * restarts; LATENCY_SERVER_CPUS (default 0) where the server may run; LATENCY_KEEP=1 keeps the
  * work directory (server log included); BUN_JSC_* variables (e.g. BUN_JSC_logGC=1) reach the server;
- * LATENCY_PROFILE=<dir> serves the sources under Bun's profiler and writes a .cpuprofile there.
+ * LATENCY_PROFILE=<dir> serves the sources under Bun's profiler and writes a .cpuprofile there;
+ * LATENCY_WARM_UP_SEC (30) the unmeasured run at the same rate before it. It also says how many of
+ * the slow requests came just after a WAL restart or after steal on the server's core (lib/tail.ts).
  */
 const rate = Number(process.argv[2] ?? 1200);
 const seconds = Number(process.argv[3] ?? 15);
 const fromSources = process.env.LATENCY_SOURCES === "1";
+const serverCpus = process.env.LATENCY_SERVER_CPUS ?? "0";
+const warmUpSec = Number(process.env.LATENCY_WARM_UP_SEC ?? 30);
 if (!fromSources) ensureBinary((line) => console.log(line));
 const work = mkdtempSync(join(tmpdir(), "licensing-latency-"));
 const dataDir = join(work, "data");
@@ -31,7 +37,7 @@ const server = await startServer({
   port: await freePort(),
   // LATENCY_SERVER_CPUS=0,1: the server may use both cores (its helper threads then need not
   // preempt the request thread), sharing core 1 with the generator.
-  cpus: process.env.LATENCY_SERVER_CPUS ?? "0",
+  cpus: serverCpus,
   logDir: work,
   // debug: the server logs every WAL restart and how long it held the writes.
   env: toolServerEnv({ LICENSING_LOG_LEVEL: "debug" }),
@@ -72,12 +78,16 @@ try {
     await proc.exited;
     return stdout.trim();
   };
-  // Warm: the JIT has compiled the heartbeat path and every device's key is imported, as in the
-  // bench, whose open-loop part runs after the closed-loop runs.
-  await openLoop("warm-up", 5);
+  // Warm: every device's key is imported, and the JIT has compiled the heartbeat path. On a fresh
+  // server JavaScriptCore compiles the path's largest functions in its optimising tier 20-35 s
+  // after the first heartbeats (50-250 ms compiles on the server's one core), so the default
+  // warm-up is long enough to leave them out of the measured run (docs/performance.md).
+  await openLoop("warm-up", warmUpSec);
   const logFrom = statSync(server.logPath).size;
   const before = threadCpu(server.pid);
+  const steal = watchSteal(Number(serverCpus.split(/[,-]/)[0]));
   console.log(await openLoop("open-loop", seconds));
+  const stolen = steal.stop();
   const after = threadCpu(server.pid);
   const perThread = [...after]
     .map(([tid, { name, cpuSec, systemSec }]) => ({
@@ -90,22 +100,23 @@ try {
   console.log(
     `server CPU per request: ${perThread.reduce((sum, t) => sum + t.us, 0).toFixed(1)} µs (${perThread.map((t) => `${t.name} ${t.us.toFixed(1)}, ${t.kernelUs.toFixed(1)} in the kernel`).join("; ")})`,
   );
+  const log = readServerLog(server.logPath, logFrom);
+  const held = log.restarts.map((r) => r.writesHeldMs).sort((a, b) => a - b);
+  console.log(
+    `wal restarts: ${log.restarts.length} (${log.restarts.filter((r) => !r.caughtUp).length} not caught up), writes held p50 ${quantile(held, 0.5)} ms, max ${held[held.length - 1] ?? "-"} ms`,
+  );
+  console.log(
+    `inside the server: ${log.durations.length} requests, p50 ${quantile(log.durations, 0.5)} ms, p99 ${quantile(log.durations, 0.99)} ms, max ${log.durations[log.durations.length - 1]} ms, over 10 ms: ${log.slowAt.length}`,
+  );
+  const afterRestart = slowAfter(
+    log.slowAt,
+    log.restarts.map((r) => r.at),
+  );
+  const afterSteal = slowAfter(log.slowAt, stolen.at);
+  console.log(
+    `of those over 10 ms: ${afterRestart.near} completed just after a WAL restart (${afterRestart.chance} by chance), ${afterSteal.near} just after steal on the server's core (${afterSteal.chance} by chance; ${stolen.stealMs} ms of steal in all)`,
+  );
   const logged = readFileSync(server.logPath).subarray(logFrom).toString("utf8").split("\n");
-  const restarts = logged
-    .filter((line) => line.includes('"msg":"wal restart"'))
-    .map((line) => JSON.parse(line) as { writes_held_ms: number; caught_up: boolean });
-  const held = restarts.map((r) => r.writes_held_ms).sort((a, b) => a - b);
-  console.log(
-    `wal restarts: ${restarts.length} (${restarts.filter((r) => !r.caught_up).length} not caught up), writes held p50 ${held[Math.floor(held.length / 2)] ?? "-"} ms, max ${held[held.length - 1] ?? "-"} ms`,
-  );
-  const durations = logged
-    .filter((line) => line.includes('"msg":"request"'))
-    .map((line) => (JSON.parse(line) as { duration_ms: number }).duration_ms)
-    .sort((a, b) => a - b);
-  const at = (q: number) => durations[Math.max(0, Math.ceil(durations.length * q) - 1)];
-  console.log(
-    `inside the server: ${durations.length} requests, p50 ${at(0.5)} ms, p99 ${at(0.99)} ms, max ${at(1)} ms, over 10 ms: ${durations.filter((d) => d > 10).length}`,
-  );
   if (process.env.LATENCY_TIMELINE === "1") {
     // When the slow requests happened: per 100 ms of the server's log, the slowest and the restarts.
     const windows = new Map<number, { slow: number; max: number; restarts: number }>();
