@@ -55,7 +55,9 @@ const server = await startServer({
 try {
   const fixture = await createFixture(server.url, liveKey, 1);
   const devices = await activateDevices(server.url, fixture, Number(process.env.LATENCY_DEVICES ?? 3000), 16);
-  const openLoop = async (name: string, sec: number) => {
+  // Both request files are signed first, so the measured run follows the warm-up without a pause
+  // (signed requests stay valid for 300 s: warm-up and run must fit in that).
+  const requests = (name: string, sec: number) => {
     const file = join(work, `${name}.txt`);
     writeRequestFile(
       file,
@@ -63,6 +65,12 @@ try {
         heartbeatRequest(devices[Math.floor(Math.random() * devices.length)] as (typeof devices)[number]),
       ),
     );
+    return file;
+  };
+  if (warmUpSec + seconds > 240) throw new Error("LATENCY_WARM_UP_SEC + SECONDS must stay within 240 s");
+  const warmUpFile = requests("warm-up", warmUpSec);
+  const measuredFile = requests("open-loop", seconds);
+  const openLoop = async (file: string, sec: number) => {
     const proc = Bun.spawn(
       pinned("1", [
         process.execPath,
@@ -82,11 +90,13 @@ try {
   // server JavaScriptCore compiles the path's largest functions in its optimising tier 20-35 s
   // after the first heartbeats (50-250 ms compiles on the server's one core), so the default
   // warm-up is long enough to leave them out of the measured run (docs/performance.md).
-  await openLoop("warm-up", warmUpSec);
+  await openLoop(warmUpFile, warmUpSec);
   const logFrom = statSync(server.logPath).size;
   const before = threadCpu(server.pid);
-  const steal = watchSteal(Number(serverCpus.split(/[,-]/)[0]));
-  console.log(await openLoop("open-loop", seconds));
+  // Steal is sampled on the first of the server's CPUs (the only one unless LATENCY_SERVER_CPUS).
+  const stealCpu = Number(serverCpus.split(/[,-]/)[0]);
+  const steal = watchSteal(stealCpu);
+  console.log(await openLoop(measuredFile, seconds));
   const stolen = steal.stop();
   const after = threadCpu(server.pid);
   const perThread = [...after]
@@ -103,10 +113,10 @@ try {
   const log = readServerLog(server.logPath, logFrom);
   const held = log.restarts.map((r) => r.writesHeldMs).sort((a, b) => a - b);
   console.log(
-    `wal restarts: ${log.restarts.length} (${log.restarts.filter((r) => !r.caughtUp).length} not caught up), writes held p50 ${quantile(held, 0.5)} ms, max ${held[held.length - 1] ?? "-"} ms`,
+    `wal restarts: ${log.restarts.length} (${log.restarts.filter((r) => !r.caughtUp).length} not caught up), writes held p50 ${held.length > 0 ? quantile(held, 0.5) : "-"} ms, max ${held[held.length - 1] ?? "-"} ms`,
   );
   console.log(
-    `inside the server: ${log.durations.length} requests, p50 ${quantile(log.durations, 0.5)} ms, p99 ${quantile(log.durations, 0.99)} ms, max ${log.durations[log.durations.length - 1]} ms, over 10 ms: ${log.slowAt.length}`,
+    `inside the server: ${log.durations.length} requests, p50 ${quantile(log.durations, 0.5)} ms, p99 ${quantile(log.durations, 0.99)} ms, max ${log.durations[log.durations.length - 1] ?? "-"} ms, over 10 ms: ${log.slowAt.length}`,
   );
   const afterRestart = slowAfter(
     log.slowAt,
@@ -114,7 +124,7 @@ try {
   );
   const afterSteal = slowAfter(log.slowAt, stolen.at);
   console.log(
-    `of those over 10 ms: ${afterRestart.near} completed just after a WAL restart (${afterRestart.chance} by chance), ${afterSteal.near} just after steal on the server's core (${afterSteal.chance} by chance; ${stolen.stealMs} ms of steal in all)`,
+    `of those over 10 ms: ${afterRestart.near} completed just after a WAL restart (${afterRestart.chance} by chance), ${afterSteal.near} just after steal on CPU ${stealCpu} (${afterSteal.chance} by chance; ${stolen.stealMs} ms of steal in all)`,
   );
   const logged = readFileSync(server.logPath).subarray(logFrom).toString("utf8").split("\n");
   if (process.env.LATENCY_TIMELINE === "1") {

@@ -42,8 +42,8 @@ import { verificationTiming } from "./verification-timing.ts";
  *
  * Environment: BENCH_SCALE=0 skips the 1M-activation part; BENCH_DEVICES (10000), BENCH_DURATION
  * (seconds per route, 12), BENCH_CONNECTIONS (32), BENCH_SCALE_ROWS (1000000), BENCH_OPEN_LOOP_SEC
- * (20), BENCH_BINARY (an executable to test instead of build/out/licensing), BENCH_KEEP=1 (keep the
- * temp dir with stores, request files and server logs).
+ * (20), BENCH_OPEN_LOOP_WARM_UP_SEC (15), BENCH_BINARY (an executable to test instead of
+ * build/out/licensing), BENCH_KEEP=1 (keep the temp dir with stores, request files and server logs).
  */
 const env = process.env;
 const CONFIG = {
@@ -288,6 +288,9 @@ async function openLoop(server: BenchServer, devices: BenchDevice[], rate: numbe
   // the price of the bench's route order, not the steady state this run is about: 15 s covers it
   // (docs/performance.md). Both request files are written first, so the measured run follows the
   // warm-up without a pause.
+  // Signed requests are accepted for 300 s after their timestamp: warm-up and run must fit in it.
+  if (CONFIG.openLoopWarmUpSec + CONFIG.openLoopSec > 240)
+    throw new Error("BENCH_OPEN_LOOP_WARM_UP_SEC + BENCH_OPEN_LOOP_SEC must stay within 240 s");
   const warmUp = writeOpenLoopRequests(devices, rate, CONFIG.openLoopWarmUpSec, "open-loop-warm-up.txt");
   const measured = writeOpenLoopRequests(devices, rate, CONFIG.openLoopSec, "open-loop.txt");
   await runOpenLoop(server, warmUp, rate, CONFIG.openLoopWarmUpSec);
@@ -423,7 +426,6 @@ async function sendAll(
   return statuses;
 }
 
-/** Request durations the server itself logged (handler time, ms) in `logPath` from byte `from` on. */
 /** The open-model run's slow requests set against the stalls just before them (lib/tail.ts). */
 const tailLine = (open: OpenLoopResult) => {
   const { tail } = open;
@@ -942,7 +944,7 @@ async function main(): Promise<number> {
     "\nLatency is measured from each request's scheduled send time to the end of its response (open model: queueing counts). in-server = the duration the server logs for the same requests (handler time only); a gap between the two is queueing in the server's event loop, the kernel or the generator.",
   );
   console.log(
-    `\nOf the ${open.server_logged.over10} requests over 10 ms inside the server, ${tailLine(open)}. A request counts for an event when it completed between 30 ms before and 120 ms after it (a request may count for both); "by chance" is the same count with every event moved by 500 ms. Steal is time the hypervisor gave the server's virtual CPU to something else.`,
+    `\nOf the ${open.server_logged.over10} requests over 10 ms inside the server, ${tailLine(open)}. A request counts for an event when it completed between 30 ms before and 120 ms after it (a request may count for both); "by chance" is the same count with every event moved by 500 ms (when steal is frequent, the moved windows catch it too). Steal is time the hypervisor gave the server's virtual CPU to something else.`,
   );
 
   console.log("\n## Crash safety\n");

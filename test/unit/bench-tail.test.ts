@@ -2,7 +2,7 @@ import { afterAll, describe, expect, test } from "bun:test";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { readServerLog, slowAfter } from "../bench/lib/tail.ts";
+import { readServerLog, slowAfter, stealTicksOf } from "../bench/lib/tail.ts";
 
 describe("slowAfter (bench: which stall a slow request followed)", () => {
   test("a request counts when it completed between 30 ms before and 120 ms after an event", () => {
@@ -67,5 +67,27 @@ describe("readServerLog (bench: request and WAL-restart lines of a server log)",
       `${first}{"ts":"2026-11-23T08:00:01.000Z","level":"info","msg":"request","duration_ms":1}\n`,
     );
     expect(readServerLog(log, Buffer.byteLength(first)).durations).toEqual([1]);
+  });
+});
+
+describe("stealTicksOf (bench: steal time of one CPU from /proc/stat)", () => {
+  // Fields: user nice system idle iowait irq softirq steal guest guest_nice, each value distinct.
+  const procStat = [
+    "cpu  100 2 30 4000 5 0 60 77 0 0",
+    "cpu1 11 1 12 1300 2 0 13 14 15 16",
+    "cpu10 21 1 22 2300 2 0 23 24 25 26",
+    "intr 12345",
+  ].join("\n");
+
+  test("the steal value is the 8th after the CPU's name, not softirq or guest", () => {
+    expect(stealTicksOf(procStat, 1)).toBe(14);
+  });
+
+  test("cpu1 does not match the line of cpu10", () => {
+    expect(stealTicksOf(procStat, 10)).toBe(24);
+  });
+
+  test("a CPU without a line has no steal figure, not zero", () => {
+    expect(stealTicksOf(procStat, 2)).toBeUndefined();
   });
 });

@@ -18,46 +18,52 @@ const BEFORE_MS = 30;
 /** The control windows: the same events, moved by this much. */
 const CHANCE_SHIFT_MS = 500;
 
-/** Steal time of one CPU so far, in clock ticks (the 8th value of its /proc/stat line). */
-function stealTicks(cpu: number): number {
-  const line = readFileSync("/proc/stat", "utf8")
-    .split("\n")
-    .find((entry) => entry.startsWith(`cpu${cpu} `));
-  return Number(line?.trim().split(/\s+/)[8] ?? 0);
+/**
+ * Steal time of one CPU so far, in clock ticks: the 8th value of its line in /proc/stat ("cpuN
+ * user nice system idle iowait irq softirq steal guest guest_nice"); undefined without that line.
+ */
+export function stealTicksOf(procStat: string, cpu: number): number | undefined {
+  const line = procStat.split("\n").find((entry) => entry.startsWith(`cpu${cpu} `));
+  const ticks = Number(line?.trim().split(/\s+/)[8]);
+  return Number.isInteger(ticks) ? ticks : undefined;
 }
 
 export interface StealWatch {
-  /** Stops sampling: the steal time seen and when each tick of it was noticed (epoch ms). */
+  /**
+   * Stops sampling: the steal time seen (NaN where it cannot be read: not Linux, no such CPU) and
+   * when each tick of it was noticed (epoch ms).
+   */
   stop(): { stealMs: number; at: number[] };
 }
 
 /**
- * Samples the steal time of `cpu` every few milliseconds (from this process, which runs on the
- * load generators' core). Where /proc/stat has no such line (not Linux), it sees none.
+ * Samples the steal time of `cpu` every few milliseconds (from the caller's process, which the
+ * bench and latency.ts keep on the load generators' core).
  */
 export function watchSteal(cpu: number, everyMs = 5): StealWatch {
-  let readable = true;
   const read = () => {
-    if (!readable) return 0;
     try {
-      return stealTicks(cpu);
+      return stealTicksOf(readFileSync("/proc/stat", "utf8"), cpu);
     } catch {
-      readable = false;
-      return 0;
+      return undefined;
     }
   };
   const first = read();
   let last = first;
   const at: number[] = [];
-  const timer = setInterval(() => {
-    const now = read();
-    for (let tick = last; tick < now; tick++) at.push(Date.now());
-    last = now;
-  }, everyMs);
+  const timer =
+    first === undefined
+      ? undefined
+      : setInterval(() => {
+          // A failed read keeps the last count: the next one catches up.
+          const now = read() ?? last ?? 0;
+          for (let tick = last ?? now; tick < now; tick++) at.push(Date.now());
+          last = now;
+        }, everyMs);
   return {
     stop() {
       clearInterval(timer);
-      return { stealMs: (last - first) * TICK_MS, at };
+      return { stealMs: first === undefined ? Number.NaN : ((last ?? first) - first) * TICK_MS, at };
     },
   };
 }
