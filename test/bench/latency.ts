@@ -126,8 +126,8 @@ try {
   console.log(
     `of those over 10 ms: ${afterRestart.near} completed just after a WAL restart (${afterRestart.chance} by chance), ${afterSteal.near} just after steal on CPU ${stealCpu} (${afterSteal.chance} by chance; ${stolen.stealMs} ms of steal in all)`,
   );
-  const logged = readFileSync(server.logPath).subarray(logFrom).toString("utf8").split("\n");
   if (process.env.LATENCY_TIMELINE === "1") {
+    const logged = readFileSync(server.logPath).subarray(logFrom).toString("utf8").split("\n");
     // When the slow requests happened: per 100 ms of the server's log, the slowest and the restarts.
     const windows = new Map<number, { slow: number; max: number; restarts: number }>();
     for (const line of logged) {
