@@ -126,10 +126,11 @@ export function startServer({ config, passphrase, logger }: StartOptions): Runni
   const keystore = openKeystore(config.dataDir, passphrase);
   const store = openMigratedStore(config, logger);
   const checkpointer = startCheckpointer(store.sqlite, dataPaths(config.dataDir).store, {
-    onRestart: ({ heldMs, checkpointMs, caughtUp }) =>
+    onRestart: ({ heldMs, checkpointMs, caughtUp, databaseSyncMs }) =>
       logger.log(caughtUp ? "debug" : "info", "wal restart", {
         writes_held_ms: Math.round(heldMs * 1000) / 1000,
         checkpoint_ms: Math.round(checkpointMs * 1000) / 1000,
+        database_sync_ms: Math.round(databaseSyncMs * 1000) / 1000,
         caught_up: caughtUp,
       }),
   });

@@ -20,13 +20,21 @@ import type { Database } from "bun:sqlite";
  */
 const WORKER_SOURCE = `
 import { Database } from "bun:sqlite";
+import { closeSync, fdatasyncSync, openSync } from "node:fs";
 let db;
+let databaseFd;
 let timer;
-function checkpoint(type) {
+function checkpoint(type, syncDatabase) {
   try {
     const started = performance.now();
     const [row] = db.query("PRAGMA wal_checkpoint(PASSIVE)").all();
-    postMessage({ type, log: row.log, checkpointed: row.checkpointed, ms: performance.now() - started });
+    let syncMs;
+    if (syncDatabase) {
+      const syncStarted = performance.now();
+      fdatasyncSync(databaseFd);
+      syncMs = performance.now() - syncStarted;
+    }
+    postMessage({ type, log: row.log, checkpointed: row.checkpointed, ms: performance.now() - started, syncMs });
   } catch (error) {
     // SQLITE_BUSY and friends: the next tick tries again.
     postMessage({ type: "error", message: String(error && error.message || error) });
@@ -37,17 +45,19 @@ function checkpoint(type) {
 self.onmessage = (event) => {
   const message = event.data;
   if (message.type === "prepare") {
-    checkpoint("prepared");
+    checkpoint("prepared", true);
   } else if (message.type === "catch-up") {
-    checkpoint("caught-up");
+    checkpoint("caught-up", false);
   } else if (message.type === "start") {
     db = new Database(message.path);
     db.run("PRAGMA busy_timeout = 1000");
-    timer = setInterval(() => checkpoint("checkpointed"), message.intervalMs);
+    databaseFd = openSync(message.path, "r");
+    timer = setInterval(() => checkpoint("checkpointed", false), message.intervalMs);
     postMessage({ type: "started" });
   } else if (message.type === "stop") {
     clearInterval(timer);
     try { db && db.close(); } catch {}
+    try { databaseFd !== undefined && closeSync(databaseFd); } catch {}
     postMessage({ type: "stopped" });
   }
 };
@@ -69,14 +79,19 @@ export interface CheckpointerOptions {
   /**
    * WAL size (pages) from which a restart is arranged: 8,000 pages (~32 MiB), before the server
    * connection's own safety net (10,000). Each restart holds writes for a short catch-up checkpoint (two
-   * fsyncs, ~5 ms here), so fewer restarts mean fewer held calls; the file stays under 40 MiB.
+   * fsyncs of little data, 1-5 ms here), so fewer restarts mean fewer held calls; the file stays under 40 MiB.
    */
   restartAtFrames?: number;
   /**
    * Called after each restart attempt: how long writes were held, how long the worker's catch-up
-   * checkpoint took, and whether it caught up.
+   * checkpoint took, whether it caught up, and how long the unheld database sync before it took.
    */
-  onRestart?: (result: { heldMs: number; checkpointMs: number; caughtUp: boolean }) => void;
+  onRestart?: (result: {
+    heldMs: number;
+    checkpointMs: number;
+    caughtUp: boolean;
+    databaseSyncMs: number;
+  }) => void;
 }
 
 /** The longest writes are ever held, whatever the worker does (it may have died). */
@@ -106,20 +121,25 @@ export function startCheckpointer(
   let writes = options.writes;
   const restartAtFrames = options.restartAtFrames ?? 8_000;
   // One restart at a time, in two steps. "prepare": the worker checkpoints once more without any
-  // hold, so little is left that is not yet in the database file or not yet synced; "catch-up":
-  // writes are held while it checkpoints that little (its fsyncs are short because little is
-  // dirty), and released on its answer.
+  // hold and syncs the database file, so little is left that is not yet in the database file or
+  // not yet synced; "catch-up": writes are held while it checkpoints that little (its fsyncs are
+  // short because little is dirty), and released on its answer. The database sync is the prepare
+  // step's main work: SQLite syncs the database file only in a checkpoint that backfills the whole
+  // WAL, which the periodic ones under load never do, so every page copied since the last restart
+  // (~1 s of writes) was still dirty and the held catch-up flushed it all: 7-17 ms instead of 1-5.
   const restart = {
     step: "idle" as "idle" | "preparing" | "held",
     heldSince: 0,
+    databaseSyncMs: 0,
     timeout: undefined as ReturnType<typeof setTimeout> | undefined,
     begin() {
       if (!writes || this.step !== "idle") return;
       this.step = "preparing";
       worker.postMessage({ type: "prepare" });
     },
-    prepared(failed: boolean) {
+    prepared(failed: boolean, databaseSyncMs: number) {
       if (!writes || this.step !== "preparing") return;
+      this.databaseSyncMs = databaseSyncMs;
       if (!active || failed) {
         this.step = "idle";
         return;
@@ -137,7 +157,7 @@ export function startCheckpointer(
       clearTimeout(this.timeout);
       const heldMs = performance.now() - this.heldSince;
       writes.release();
-      options.onRestart?.({ heldMs, checkpointMs, caughtUp });
+      options.onRestart?.({ heldMs, checkpointMs, caughtUp, databaseSyncMs: this.databaseSyncMs });
     },
   };
   const ready = new Promise<boolean>((resolve) => {
@@ -147,6 +167,7 @@ export function startCheckpointer(
         log?: number;
         checkpointed?: number;
         ms?: number;
+        syncMs?: number;
         failed?: boolean;
       };
       if (message.type === "started") {
@@ -165,7 +186,7 @@ export function startCheckpointer(
         options.onCheckpoint?.(result);
         if (active && writes && result.log >= restartAtFrames) restart.begin();
       } else if (message.type === "prepared") {
-        restart.prepared(message.failed === true);
+        restart.prepared(message.failed === true, message.syncMs ?? 0);
       } else if (message.type === "caught-up") {
         restart.end(!message.failed && message.log === message.checkpointed, message.ms ?? 0);
       } else if (message.type === "stopped") stopped?.();
