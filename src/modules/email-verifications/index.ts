@@ -1,4 +1,5 @@
 import { Elysia } from "elysia";
+import { verificationStartFloor } from "../../http/answer-floor.ts";
 import type { Services } from "../../services.ts";
 import { emailVerificationModels } from "./model.ts";
 
@@ -10,12 +11,15 @@ export const emailVerificationsController = ({ emailVerifications, signer }: Ser
     .model(emailVerificationModels)
     .post(
       "",
-      ({ body, request, set }) => {
+      async ({ body, request, set }) => {
+        const floor = verificationStartFloor();
         const result = emailVerifications.start(body);
-        return signer.respond({ request, set }, 202, result.data, {
+        const response = signer.respond({ request, set }, 202, result.data, {
           productId: result.productId,
           nonce: body.nonce,
         });
+        await floor;
+        return response;
       },
       {
         body: "email_verification.start",

@@ -1,4 +1,5 @@
 import { Elysia } from "elysia";
+import { verificationStartFloor } from "../../http/answer-floor.ts";
 import { runtimeCall } from "../../http/runtime-call.ts";
 import { errorEnvelopeResponse, RequiredIdempotencyHeaders } from "../../http/schemas.ts";
 import type { Services } from "../../services.ts";
@@ -12,9 +13,12 @@ export const trialVerificationsController = ({ trials, signer }: Services) =>
     .model(trialModels)
     .post(
       "",
-      ({ body, request, set }) => {
+      async ({ body, request, set }) => {
+        const floor = verificationStartFloor();
         const result = trials.start(body);
-        return signer.respond({ request, set }, 202, result.data, result);
+        const response = signer.respond({ request, set }, 202, result.data, result);
+        await floor;
+        return response;
       },
       {
         body: "trial-verification.start",
