@@ -133,6 +133,7 @@ export function startServer({ config, passphrase, logger }: StartOptions): Runni
         database_sync_ms: Math.round(databaseSyncMs * 1000) / 1000,
         caught_up: caughtUp,
       }),
+    onError: (message) => logger.log("warn", "wal checkpoint worker", { error: message }),
   });
   void checkpointer.ready.then((running) =>
     running
@@ -267,7 +268,8 @@ export function startServer({ config, passphrase, logger }: StartOptions): Runni
     stopSweeper();
     void stopMail();
     void stopWebhooks();
-    void checkpointer.stop();
+    // The database file's own descriptor last: closing it drops SQLite's locks (checkpointer.ts).
+    void checkpointer.stop().then(() => checkpointer.closeDatabaseFile());
     store.close();
     throw error;
   }
@@ -309,6 +311,7 @@ export function startServer({ config, passphrase, logger }: StartOptions): Runni
           flushUsage();
           await checkpointer.stop();
           store.close();
+          checkpointer.closeDatabaseFile();
           logger.log("info", "stopped");
           resolveClosed();
         }

@@ -1,4 +1,5 @@
 import type { Database } from "bun:sqlite";
+import { closeSync, openSync } from "node:fs";
 
 /**
  * WAL checkpoints off the request path. By default SQLite checkpoints inside whichever commit
@@ -20,44 +21,60 @@ import type { Database } from "bun:sqlite";
  */
 const WORKER_SOURCE = `
 import { Database } from "bun:sqlite";
-import { closeSync, fdatasyncSync, openSync } from "node:fs";
+import { fdatasyncSync } from "node:fs";
 let db;
-let databaseFd;
+// Opened and closed by the main thread (closeDatabaseFile says why); null: no unheld sync.
+let databaseFd = null;
 let timer;
-function checkpoint(type, syncDatabase) {
+const messageOf = (error) => String((error && error.message) || error);
+function checkpoint(type) {
   try {
     const started = performance.now();
     const [row] = db.query("PRAGMA wal_checkpoint(PASSIVE)").all();
-    let syncMs;
-    if (syncDatabase) {
-      const syncStarted = performance.now();
-      fdatasyncSync(databaseFd);
-      syncMs = performance.now() - syncStarted;
-    }
-    postMessage({ type, log: row.log, checkpointed: row.checkpointed, ms: performance.now() - started, syncMs });
+    return { type, log: row.log, checkpointed: row.checkpointed, ms: performance.now() - started };
   } catch (error) {
     // SQLITE_BUSY and friends: the next tick tries again.
-    postMessage({ type: "error", message: String(error && error.message || error) });
-    // A restart step waits for its answer: say it failed rather than leave it waiting.
-    if (type !== "checkpointed") postMessage({ type, failed: true });
+    postMessage({ type: "error", message: messageOf(error) });
+    // A restart step waits for its answer: it is told the step failed rather than left waiting.
+    return { type, failed: true };
   }
+}
+// Only shortens the held catch-up, which syncs whatever is left itself: a failure is reported, and
+// the restart goes on without it.
+function syncDatabase(result) {
+  if (result.failed || databaseFd === null) return result;
+  try {
+    const started = performance.now();
+    fdatasyncSync(databaseFd);
+    result.syncMs = performance.now() - started;
+  } catch (error) {
+    postMessage({ type: "error", message: "database sync: " + messageOf(error) });
+  }
+  return result;
 }
 self.onmessage = (event) => {
   const message = event.data;
   if (message.type === "prepare") {
-    checkpoint("prepared", true);
+    postMessage(syncDatabase(checkpoint("prepared")));
   } else if (message.type === "catch-up") {
-    checkpoint("caught-up", false);
+    postMessage(checkpoint("caught-up"));
   } else if (message.type === "start") {
-    db = new Database(message.path);
-    db.run("PRAGMA busy_timeout = 1000");
-    databaseFd = openSync(message.path, "r");
-    timer = setInterval(() => checkpoint("checkpointed", false), message.intervalMs);
+    try {
+      db = new Database(message.path);
+      db.run("PRAGMA busy_timeout = 1000");
+    } catch (error) {
+      postMessage({ type: "unavailable", message: messageOf(error) });
+      return;
+    }
+    databaseFd = message.databaseFd;
+    timer = setInterval(() => {
+      const result = checkpoint("checkpointed");
+      if (!result.failed) postMessage(result);
+    }, message.intervalMs);
     postMessage({ type: "started" });
   } else if (message.type === "stop") {
     clearInterval(timer);
     try { db && db.close(); } catch {}
-    try { databaseFd !== undefined && closeSync(databaseFd); } catch {}
     postMessage({ type: "stopped" });
   }
 };
@@ -79,7 +96,8 @@ export interface CheckpointerOptions {
   /**
    * WAL size (pages) from which a restart is arranged: 8,000 pages (~32 MiB), before the server
    * connection's own safety net (10,000). Each restart holds writes for a short catch-up checkpoint (two
-   * fsyncs of little data, 1-5 ms here), so fewer restarts mean fewer held calls; the file stays under 40 MiB.
+   * fsyncs of little data, 2-3 ms here at the median, up to ~8), so fewer restarts mean fewer held
+   * calls; the file stays under 40 MiB.
    */
   restartAtFrames?: number;
   /**
@@ -92,6 +110,11 @@ export interface CheckpointerOptions {
     caughtUp: boolean;
     databaseSyncMs: number;
   }) => void;
+  /**
+   * Called with what went wrong in the worker (a failed checkpoint or database sync); the same
+   * message at most once a minute, so a failing disk is heard without a line every 100 ms.
+   */
+  onError?: (message: string) => void;
 }
 
 /** The longest writes are ever held, whatever the worker does (it may have died). */
@@ -103,6 +126,13 @@ export interface Checkpointer {
   /** From now on, hold these writes to restart the WAL (they exist only after start-up). */
   restartWith(writes: WriteHold): void;
   stop(): Promise<void>;
+  /**
+   * Closes the descriptor of the database file that the unheld syncs use: after `stop()` and only
+   * once every connection to the store in this process has closed. Closing any descriptor of a
+   * file drops every POSIX lock this process holds on it, SQLite's included
+   * (https://sqlite.org/howtocorrupt.html, 2.2), so it stays open while SQLite may need them.
+   */
+  closeDatabaseFile(): void;
 }
 
 /**
@@ -117,8 +147,23 @@ export function startCheckpointer(
   const url = URL.createObjectURL(new Blob([WORKER_SOURCE], { type: "application/javascript" }));
   const worker = new Worker(url);
   let active = true;
+  /** False once the worker said it cannot run: stop() then has nobody to wait for. */
+  let workerRunning = true;
   let stopped: (() => void) | undefined;
   let writes = options.writes;
+  let databaseFd: number | null = null;
+  try {
+    databaseFd = openSync(path, "r");
+  } catch {
+    // Without it the held catch-up syncs the database file itself, as SQLite always does.
+  }
+  const reported = new Map<string, number>();
+  const reportError = (message: string) => {
+    const now = Date.now();
+    if (now - (reported.get(message) ?? -Infinity) < 60_000) return;
+    reported.set(message, now);
+    options.onError?.(message);
+  };
   const restartAtFrames = options.restartAtFrames ?? 8_000;
   // One restart at a time, in two steps. "prepare": the worker checkpoints once more without any
   // hold and syncs the database file, so little is left that is not yet in the database file or
@@ -126,7 +171,7 @@ export function startCheckpointer(
   // short because little is dirty), and released on its answer. The database sync is the prepare
   // step's main work: SQLite syncs the database file only in a checkpoint that backfills the whole
   // WAL, which the periodic ones under load never do, so every page copied since the last restart
-  // (~1 s of writes) was still dirty and the held catch-up flushed it all: 7-17 ms instead of 1-5.
+  // (~1 s of writes) was still dirty and the held catch-up flushed it all: 7-17 ms instead of 2-3.
   const restart = {
     step: "idle" as "idle" | "preparing" | "held",
     heldSince: 0,
@@ -169,6 +214,7 @@ export function startCheckpointer(
         ms?: number;
         syncMs?: number;
         failed?: boolean;
+        message?: string;
       };
       if (message.type === "started") {
         URL.revokeObjectURL(url);
@@ -189,14 +235,22 @@ export function startCheckpointer(
         restart.prepared(message.failed === true, message.syncMs ?? 0);
       } else if (message.type === "caught-up") {
         restart.end(!message.failed && message.log === message.checkpointed, message.ms ?? 0);
+      } else if (message.type === "error") {
+        reportError(message.message ?? "unknown error");
+      } else if (message.type === "unavailable") {
+        URL.revokeObjectURL(url);
+        workerRunning = false;
+        reportError(`cannot open the store: ${message.message ?? "unknown error"}`);
+        resolve(false);
       } else if (message.type === "stopped") stopped?.();
     };
     worker.onerror = () => {
       URL.revokeObjectURL(url);
+      workerRunning = false;
       resolve(false);
     };
   });
-  worker.postMessage({ type: "start", path, intervalMs: options.intervalMs ?? 100 });
+  worker.postMessage({ type: "start", path, databaseFd, intervalMs: options.intervalMs ?? 100 });
   // The worker must not hold the process open on its own.
   (worker as Worker & { unref(): void }).unref(); // Bun's Worker has unref; the DOM typing does not
   return {
@@ -208,11 +262,13 @@ export function startCheckpointer(
       if (!active) return;
       active = false;
       restart.end(false, 0);
-      const done = new Promise<void>((resolve) => {
-        stopped = resolve;
-      });
-      worker.postMessage({ type: "stop" });
-      await Promise.race([done, Bun.sleep(2_000)]);
+      if (workerRunning) {
+        const done = new Promise<void>((resolve) => {
+          stopped = resolve;
+        });
+        worker.postMessage({ type: "stop" });
+        await Promise.race([done, Bun.sleep(2_000)]);
+      }
       worker.terminate();
       // The server connection checkpoints again (and on close) once nobody else does.
       try {
@@ -220,6 +276,12 @@ export function startCheckpointer(
       } catch {
         // Already closed: closing checkpointed.
       }
+    },
+    closeDatabaseFile() {
+      if (active) throw new Error("checkpointer: stop() before closeDatabaseFile()");
+      if (databaseFd === null) return;
+      closeSync(databaseFd);
+      databaseFd = null;
     },
   };
 }
