@@ -5,18 +5,28 @@
  * of microseconds in a server whose store has grown and whose page cache is shared (the bench's
  * verification timing told the outcomes apart in two of three full runs this way, never in a fresh
  * store). Answering at a fixed time after the handler began hides what is left, and whatever the
- * next change adds, as long as the work stays under the floor (about 1 ms here). See
+ * next change adds, as long as the work stays under the floor (well under 1 ms here). See
  * docs/performance.md, "Verification timing".
  */
 export const VERIFICATION_START_FLOOR_MS = 5;
 
 /**
- * A promise that settles `VERIFICATION_START_FLOOR_MS` after it is made: make it before the work,
- * await it after. The timer must be armed before the work, not with the time the work left over:
- * Bun's timers round their delay down to whole milliseconds, so a sleep of "floor minus elapsed"
- * would end earlier or later with the work's own sub-millisecond duration, and carry the very
- * difference it is meant to hide.
+ * Runs `work` and resolves with its result no sooner than `VERIFICATION_START_FLOOR_MS` after it
+ * began; a `work` that throws rejects at once (a refusal before the shared work tells nothing).
+ *
+ * The timer is armed before the work, not with the time the work left over: Bun's timers round a
+ * delay down to whole milliseconds, so a sleep of "floor minus elapsed" would end earlier or later
+ * with the work's own sub-millisecond duration and carry the very difference it is meant to hide.
+ * Armed first, its deadline does not depend on the work, and the event loop wakes for it to the
+ * microsecond where the kernel has `epoll_pwait2` (Linux 5.11 and later, which Bun uses when it
+ * can). On older kernels the loop's wait is counted in whole milliseconds from the moment it goes
+ * idle, after the work, and the answer leaves up to a millisecond late by an amount that again
+ * follows the work's duration: the floor then hides less, and the equal work in the services is
+ * what remains (docs/performance.md).
  */
-export function verificationStartFloor(): Promise<void> {
-  return Bun.sleep(VERIFICATION_START_FLOOR_MS);
+export async function answerAfterFloor<T>(work: () => T): Promise<T> {
+  const floor = Bun.sleep(VERIFICATION_START_FLOOR_MS);
+  const result = work();
+  await floor;
+  return result;
 }

@@ -1,5 +1,5 @@
 import { Elysia } from "elysia";
-import { verificationStartFloor } from "../../http/answer-floor.ts";
+import { answerAfterFloor } from "../../http/answer-floor.ts";
 import type { Services } from "../../services.ts";
 import { emailVerificationModels } from "./model.ts";
 
@@ -11,16 +11,14 @@ export const emailVerificationsController = ({ emailVerifications, signer }: Ser
     .model(emailVerificationModels)
     .post(
       "",
-      async ({ body, request, set }) => {
-        const floor = verificationStartFloor();
-        const result = emailVerifications.start(body);
-        const response = signer.respond({ request, set }, 202, result.data, {
-          productId: result.productId,
-          nonce: body.nonce,
-        });
-        await floor;
-        return response;
-      },
+      ({ body, request, set }) =>
+        answerAfterFloor(() => {
+          const result = emailVerifications.start(body);
+          return signer.respond({ request, set }, 202, result.data, {
+            productId: result.productId,
+            nonce: body.nonce,
+          });
+        }),
       {
         body: "email_verification.start",
         response: { 202: "email_verification.start_result" },

@@ -1,5 +1,5 @@
 import { Elysia } from "elysia";
-import { verificationStartFloor } from "../../http/answer-floor.ts";
+import { answerAfterFloor } from "../../http/answer-floor.ts";
 import { runtimeCall } from "../../http/runtime-call.ts";
 import { errorEnvelopeResponse, RequiredIdempotencyHeaders } from "../../http/schemas.ts";
 import type { Services } from "../../services.ts";
@@ -13,13 +13,11 @@ export const trialVerificationsController = ({ trials, signer }: Services) =>
     .model(trialModels)
     .post(
       "",
-      async ({ body, request, set }) => {
-        const floor = verificationStartFloor();
-        const result = trials.start(body);
-        const response = signer.respond({ request, set }, 202, result.data, result);
-        await floor;
-        return response;
-      },
+      ({ body, request, set }) =>
+        answerAfterFloor(() => {
+          const result = trials.start(body);
+          return signer.respond({ request, set }, 202, result.data, result);
+        }),
       {
         body: "trial-verification.start",
         response: { 202: "trial-verification.started" },
