@@ -1,11 +1,11 @@
 /**
  * How long a verification start (email or trial) takes to answer at the least, whichever way it
  * went. Both outcomes already do the same reads, HMACs, encryption and writes, but a start that
- * sends a code still finds a user, follows its assignment and has its foreign keys checked: tens
- * of microseconds in a server whose store has grown and whose page cache is shared (the bench's
- * verification timing told the outcomes apart in two of three full runs this way, never in a fresh
- * store). Answering at a fixed time after the handler began hides what is left, and whatever the
- * next change adds, as long as the work stays under the floor (well under 1 ms here). See
+ * sends a code still finds a user, follows its assignment and has its foreign keys checked: 8-12
+ * µs in process, 27-51 µs inside the server at the end of a full bench run (whose verification
+ * timing told the outcomes apart in two of three runs that way, never with the route run alone).
+ * Answering at a fixed time after the handler began hides what is left, and whatever the next
+ * change adds, as long as the work stays under the floor (well under 1 ms here). See
  * docs/performance.md, "Verification timing".
  */
 export const VERIFICATION_START_FLOOR_MS = 5;
