@@ -161,6 +161,8 @@ export function startCheckpointer(
   const reportError = (message: string) => {
     const now = Date.now();
     if (now - (reported.get(message) ?? -Infinity) < 60_000) return;
+    // A handful of SQLite and system messages in practice; bounded whatever the worker sends.
+    if (reported.size >= 100) reported.clear();
     reported.set(message, now);
     options.onError?.(message);
   };

@@ -165,3 +165,16 @@ test("the store keeps SQLite's lock on its database file until the checkpointer'
   store.sqlite.run("INSERT INTO t (v) VALUES ('y')");
   expect(store.sqlite.query<{ n: number }, []>("SELECT count(*) AS n FROM t").get()?.n).toBe(2);
 });
+
+test("a worker that cannot open the store says so once, and the server connection keeps checkpointing itself", async () => {
+  freshStore();
+  const errors: string[] = [];
+  // A directory: the worker's SQLite connection cannot open it.
+  const checkpointer = start(dir, { intervalMs: 5, onError: (message) => errors.push(message) });
+  expect(await checkpointer.ready).toBe(false);
+  expect(errors).toHaveLength(1);
+  expect(errors[0]).toContain("cannot open the store");
+  // SQLite's own automatic checkpoints were never turned down.
+  expect(autocheckpoint()).toBe(1000);
+  await checkpointer.stop();
+});
