@@ -13,7 +13,7 @@ import {
   writeRequestFile,
 } from "./lib/requests.ts";
 import { seedActivations } from "./lib/seeding.ts";
-import { initToolStore, startServer, toolServerEnv } from "./lib/server.ts";
+import { ensureWrk, initToolStore, startServer, toolServerEnv } from "./lib/server.ts";
 import { runWrk } from "./lib/wrk.ts";
 
 /**
@@ -39,6 +39,7 @@ const root = resolve(process.env.PROFILE_ROOT ?? join(import.meta.dir, "..", "..
 const scaleRows = Number(process.env.PROFILE_SCALE_ROWS ?? 0);
 if (scaleRows > 0 && routeName !== "heartbeat")
   throw new Error("PROFILE_SCALE_ROWS profiles heartbeats only");
+ensureWrk((line) => console.log(line));
 const work = mkdtempSync(join(tmpdir(), "licensing-profile-"));
 const dataDir = join(work, "data");
 const profileDir = join(work, "profile");
