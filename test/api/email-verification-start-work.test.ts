@@ -98,7 +98,7 @@ describe("an email verification start does the same work whether it sends, is he
     // every start runs: inside the UPDATE, SQLite skipped it for the starts that may send.
     expect(
       sending.statements.filter((sql) =>
-        /^select "id" from "email_verifications" where .*order by "email_verifications"."sent"/i.test(sql),
+        /^select "id" from "email_verifications" where .*order by "email_verifications"."counted"/i.test(sql),
       ),
     ).toHaveLength(1);
     expect(held.encryptions).toBe(sending.encryptions);

@@ -1,11 +1,21 @@
 import type { Database } from "bun:sqlite";
 
 /**
- * Sign-in code sends to one address (one user: an active address is unique in its environment),
- * counted by the address's HMAC whether or not it matched a user, so a start held back costs the
- * same as one that sends. Looser than trials' (spec §8: 3 per hour, 5 per day per product),
- * because a user may sign in on several devices a day; tight enough that a mailbox gets at most
- * 20 codes a day from anyone who knows a license key and the address.
+ * Sign-in codes, limited twice, and neither limit may tell an address with a user from one without
+ * (or its answers would do what the equal 202 and the equal work of a start keep from happening).
+ *
+ * - Per subject (product, license key, address): every start the limits let through counts,
+ *   whether or not the address had a user, so a held-back start for an unknown address behaves
+ *   as one for a user: it leaves the subject's open verification open, and confirming that one
+ *   answers alike. The same counted starts carry the wrong-code budget. Starts with another
+ *   license key are another subject, so nobody can spend a user's limits without their key.
+ * - Per address (a mailbox): codes really mailed, across subjects, so a user assigned to several
+ *   licenses still gets at most these many. Only sends count, so starts for unknown addresses
+ *   cannot spend a user's mailbox either; what it can reveal is only that the address was mailed
+ *   a code recently (it then holds back every subject of that address alike).
+ *
+ * Looser than trials' (spec §8: 3 per hour, 5 per day per product), because a user may sign in on
+ * several devices a day; tight enough that a mailbox gets at most 20 codes a day.
  */
 export const VERIFICATION_SEND_LIMITS = {
   sameAddressGapSec: 120,
@@ -14,9 +24,10 @@ export const VERIFICATION_SEND_LIMITS = {
 } as const;
 
 /**
- * Wrong codes one user may have in 24 hours across all their verifications; past it every confirm
- * for the user answers 410 as an expired verification until the oldest counted failure is a day
- * old. With at most 20 sends a day this caps guessing at 10 codes a day, not 100.
+ * Wrong codes one subject may have in 24 hours across its counted verifications; past it every
+ * confirm for the subject answers 410 as an expired verification until the oldest counted failure
+ * is a day old. With at most 20 counted starts a day this caps guessing at 10 codes a day per
+ * license key and address, not 100.
  */
 export const CODE_FAILURE_BUDGET = 10;
 
@@ -29,39 +40,46 @@ interface Counts {
   day: number | null;
 }
 
-/** Prepared once; callers run both inside the immediate transaction of the start or the confirm. */
+const withinLimits = (c: Counts | null): boolean =>
+  (c?.recent ?? 0) === 0 &&
+  (c?.hour ?? 0) < VERIFICATION_SEND_LIMITS.perHour &&
+  (c?.day ?? 0) < VERIFICATION_SEND_LIMITS.perDay;
+
+/** Prepared once; callers run them inside the immediate transaction of the start or the confirm. */
 export class VerificationLimits {
-  private readonly counts;
+  private readonly subjectCounts;
+  private readonly mailboxCounts;
   private readonly failures;
 
   constructor(sqlite: Database) {
-    this.counts = sqlite.prepare<Counts, [number, number, string, number]>(
+    this.subjectCounts = sqlite.prepare<Counts, [number, number, string, number]>(
+      `SELECT sum(created_at > ?) AS recent, sum(created_at > ?) AS hour, count(*) AS day
+       FROM email_verifications WHERE subject_hash = ? AND counted = 1 AND created_at > ?`,
+    );
+    this.mailboxCounts = sqlite.prepare<Counts, [number, number, string, number]>(
       `SELECT sum(created_at > ?) AS recent, sum(created_at > ?) AS hour, count(*) AS day
        FROM email_verifications WHERE address_hash = ? AND sent = 1 AND created_at > ?`,
     );
     this.failures = sqlite.prepare<{ n: number | null }, [string, number]>(
-      "SELECT sum(code_failures) AS n FROM email_verifications WHERE user_id = ? AND created_at > ?",
+      "SELECT sum(code_failures) AS n FROM email_verifications WHERE subject_hash = ? AND counted = 1 AND created_at > ?",
     );
   }
 
-  /** Whether one more code may go to this address now. */
-  allowSend(addressHash: string, now: Date): boolean {
+  /**
+   * Whether this start counts (and mails a code if the address has a user). Both limits are always
+   * asked, so every start runs the same statements.
+   */
+  allowSend(subjectHash: string, addressHash: string, now: Date): boolean {
     const t = now.getTime();
-    const c = this.counts.get(
-      t - VERIFICATION_SEND_LIMITS.sameAddressGapSec * 1000,
-      t - HOUR_MS,
-      addressHash,
-      t - DAY_MS,
-    );
-    return (
-      (c?.recent ?? 0) === 0 &&
-      (c?.hour ?? 0) < VERIFICATION_SEND_LIMITS.perHour &&
-      (c?.day ?? 0) < VERIFICATION_SEND_LIMITS.perDay
-    );
+    const args = (key: string) =>
+      [t - VERIFICATION_SEND_LIMITS.sameAddressGapSec * 1000, t - HOUR_MS, key, t - DAY_MS] as const;
+    const subject = withinLimits(this.subjectCounts.get(...args(subjectHash)));
+    const mailbox = withinLimits(this.mailboxCounts.get(...args(addressHash)));
+    return subject && mailbox;
   }
 
-  /** Whether the user has wrong codes to spare in the last 24 hours. */
-  withinFailureBudget(userId: string, now: Date): boolean {
-    return (this.failures.get(userId, now.getTime() - DAY_MS)?.n ?? 0) < CODE_FAILURE_BUDGET;
+  /** Whether the subject has wrong codes to spare in the last 24 hours. */
+  withinFailureBudget(subjectHash: string, now: Date): boolean {
+    return (this.failures.get(subjectHash, now.getTime() - DAY_MS)?.n ?? 0) < CODE_FAILURE_BUDGET;
   }
 }

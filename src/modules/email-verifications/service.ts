@@ -131,6 +131,7 @@ export class EmailVerificationService {
       codeFailures: 0,
       addressHash,
       sent: false,
+      counted: false,
       expiresAt,
       closedAt: null,
       closedReason: null,
@@ -141,8 +142,9 @@ export class EmailVerificationService {
       (tx) => {
         // Asked whether or not the address matched, inside the immediate transaction so parallel
         // starts cannot overrun it.
-        const allowed = this.limits.allowSend(addressHash, now);
+        const allowed = this.limits.allowSend(row.subjectHash, addressHash, now);
         const send = matched && allowed;
+        row.counted = allowed;
         if (send)
           Object.assign(row, {
             licenseId: license.id,
@@ -153,12 +155,14 @@ export class EmailVerificationService {
         // Spec §3.2 rule 3: a newer start for the same product, license key and address replaces
         // the older; one the send limits hold back does not, or anyone with the license key could
         // keep cancelling a user's sign-in. Held back, it still writes one open verification: the
-        // newest never sent a code (closed: it could never confirm), else the sent one (left open,
-        // stamped). So each start writes one row however often the address is probed, and the
-        // stamp makes the write real (SQLite skips a row rewritten unchanged, and the page that
-        // saved made held-back starts measurably faster). The row is looked up by every start in
-        // a statement of its own: inside the UPDATE, SQLite tests the cheap `replace = 1` first
-        // and skipped the lookup for the starts that may send.
+        // newest held back before it (closed: it could never confirm), else the counted one (left
+        // open, stamped), whether or not that one mailed a code: an unknown address keeps its
+        // counted verification open as a user keeps theirs, so confirming it answers alike (a
+        // wrong code, not an expired verification). So each start writes one row however often
+        // the address is probed, and the stamp makes the write real (SQLite skips a row rewritten
+        // unchanged, and the page that saved made held-back starts measurably faster). The row is
+        // looked up by every start in a statement of its own: inside the UPDATE, SQLite tests the
+        // cheap `replace = 1` first and skipped the lookup for the starts that may send.
         const replace = allowed ? 1 : 0;
         const newestOpen =
           tx
@@ -168,13 +172,13 @@ export class EmailVerificationService {
               and(eq(emailVerifications.subjectHash, row.subjectHash), isNull(emailVerifications.closedAt)),
             )
             .orderBy(
-              asc(emailVerifications.sent),
+              asc(emailVerifications.counted),
               desc(emailVerifications.createdAt),
               desc(emailVerifications.id),
             )
             .limit(1)
             .get()?.id ?? "";
-        const closes = sql`(${replace} = 1 OR sent = 0)`;
+        const closes = sql`(${replace} = 1 OR counted = 0)`;
         tx.update(emailVerifications)
           .set({
             closedAt: sql`CASE WHEN ${closes} THEN ${now.getTime()} ELSE closed_at END`,
@@ -237,9 +241,10 @@ export class EmailVerificationService {
     const now = this.deps.clock.now();
     const row = tx.select().from(emailVerifications).where(eq(emailVerifications.id, verificationId)).get();
     if (!row) return expired();
-    // Past the user's wrong-code budget nothing is compared or counted: the answer cannot tell a
-    // right guess from a wrong one.
-    if (row.userId !== null && !this.limits.withinFailureBudget(row.userId, now)) return expired();
+    // Past the subject's wrong-code budget nothing is compared or counted: the answer cannot tell
+    // a right guess from a wrong one. Asked for every verification, with or without a user, so the
+    // budget running out cannot tell them apart either.
+    if (!this.limits.withinFailureBudget(row.subjectHash, now)) return expired();
     const deviceMismatch = row.deviceThumbprint !== thumbprint(body.device_signing_public_key);
     const check = checkCode(this.deps.secrets, row, body.code, now, row.licenseId === null || deviceMismatch);
     if (check.outcome === "expired") return expired();

@@ -89,12 +89,19 @@ export const emailVerifications = sqliteTable(
     deviceThumbprint: text("device_thumbprint").notNull(),
     codeHash: text("code_hash").notNull(),
     attempts: integer("attempts").notNull().default(0),
-    /** Wrong codes among the attempts (not second factors): a user's budget counts them across verifications. */
+    /** Wrong codes among the attempts (not second factors): the subject's budget counts them across its counted verifications. */
     codeFailures: integer("code_failures").notNull().default(0),
-    /** HMAC of environment and address (lookup key): the send limits count by it. Null on rows from before. */
+    /** HMAC of environment and address (lookup key): the mailbox limits count by it. Null on rows from before. */
     addressHash: text("address_hash"),
     /** Whether a code was mailed (rule 6 held and the send limits allowed). */
     sent: integer("sent", { mode: "boolean" }).notNull().default(false),
+    /**
+     * Whether the send limits let this start through, whether or not the address had a user: the
+     * subject's limits, its wrong-code budget and which open verification a held-back start
+     * leaves open all go by this, never by `sent`, so none of them tells an address with a user
+     * from one without (limits.ts).
+     */
+    counted: integer("counted", { mode: "boolean" }).notNull().default(false),
     expiresAt: timestamp("expires_at").notNull(),
     closedAt: timestamp("closed_at"),
     closedReason: text("closed_reason", { enum: ["used", "replaced"] }),
@@ -109,8 +116,8 @@ export const emailVerifications = sqliteTable(
   },
   (t) => [
     index("email_verifications_subject").on(t.subjectHash, t.closedAt),
+    index("email_verifications_subject_counted").on(t.subjectHash, t.counted, t.createdAt),
     index("email_verifications_address").on(t.addressHash, t.createdAt),
-    index("email_verifications_user").on(t.userId, t.createdAt),
     index("email_verifications_created").on(t.createdAt),
   ],
 );
