@@ -181,6 +181,26 @@ describe("the limits do not tell an address with a user from one without", () =>
     expect(countedFor(nobody)).toBe(5);
   });
 
+  test("a code mailed through the license does not show in another subject of the address (a made-up key)", async () => {
+    const unassigned = await t.call("POST", "/mgmt/v1/license-users", {
+      body: { email: "unassigned@example.com", name: "Not assigned" },
+    });
+    expect(unassigned.status).toBe(201);
+    const madeUp = { productId: f.productId, licenseKey: "not-a-license-key" };
+    for (const email of [f.email, "nobody@example.com", "unassigned@example.com"]) {
+      const observer = await start(new TestDevice(), email, madeUp);
+      t.clock.advance(121);
+      // Mails a code only if the address is a user of the license: the mailbox is then full for 120 s.
+      await start(new TestDevice(), email);
+      t.clock.advance(1);
+      // The made-up key's own limit lets this through whatever the mailbox holds, so it replaces.
+      await start(new TestDevice(), email, madeUp);
+      const answer = await confirmVerification(t, observer.device, observer.id, "000000");
+      expect({ email, status: answer.status }).toEqual({ email, status: 410 });
+    }
+    expect(mailsTo(f.email)).toBe(1);
+  });
+
   test("past the wrong-code budget, an unknown address's verification answers 410 as a user's does", async () => {
     for (const email of [f.email, "nobody@example.com"]) {
       const device = new TestDevice();

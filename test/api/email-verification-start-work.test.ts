@@ -110,6 +110,32 @@ describe("an email verification start does the same work whether it sends, is he
     ).toBe(true);
   });
 
+  test("a start the mailbox holds back (its user was just mailed through another license) runs the same statements as a sending one", async () => {
+    const { userId } = seedNamedUser(t, "live", f.licenseId);
+    const email = `${userId.toLowerCase()}@example.com`;
+    const second = await t.call("POST", "/mgmt/v1/licenses", {
+      body: { product_id: f.productId, policy_id: f.policyId },
+      headers: t.idem(),
+    });
+    expect(second.status).toBe(201);
+    const assigned = await t.call("POST", `/mgmt/v1/licenses/${second.body.data.public_id}/assignments`, {
+      body: { user_id: userId },
+    });
+    expect(assigned.status).toBe(201);
+    const other = { productId: f.productId, licenseKey: second.body.data.key as string };
+    await startVerification(t, new TestDevice(), f, email);
+    t.clock.advance(121);
+    const sending = await work(email);
+    expect(sentTo(email)).toBe(2);
+    t.clock.advance(121);
+    expect((await startVerification(t, new TestDevice(), other, email)).status).toBe(202);
+    expect(sentTo(email)).toBe(3);
+    const mailboxHeld = await work(email);
+    expect(sentTo(email)).toBe(3);
+    expect(mailboxHeld.statements).toEqual(sending.statements);
+    expect(mailboxHeld.encryptions).toBe(sending.encryptions);
+  });
+
   test("the held-back start leaves the open verification open", async () => {
     t.clock.advance(121);
     const open = await startVerification(t, new TestDevice(), f, f.email);

@@ -184,6 +184,31 @@ describe("approval of a sign-in", () => {
     expect((await post("/passkeys/v1/approve/options", { verification_id: id, secret })).status).toBe(410);
   });
 
+  test("a wrong secret costs the same hashing for a verification with a user as for one without", async () => {
+    await register(new SoftAuthenticator("p256"));
+    const device = new TestDevice();
+    const { id: matched } = await started(device);
+    const unknown = await startVerification(t, device, f, "nobody@example.com");
+    const lookupHash = t.deps.secrets.lookupHash.bind(t.deps.secrets);
+    let hashes = 0;
+    t.deps.secrets.lookupHash = (...args: Parameters<typeof lookupHash>) => {
+      hashes++;
+      return lookupHash(...args);
+    };
+    const hashesFor = async (verificationId: string) => {
+      hashes = 0;
+      const answer = await post("/passkeys/v1/approve/options", {
+        verification_id: verificationId,
+        secret: "A".repeat(43),
+      });
+      expect(answer.status).toBe(410);
+      return hashes;
+    };
+    const withUser = await hashesFor(matched);
+    expect(withUser).toBeGreaterThan(0);
+    expect(await hashesFor(unknown.body.data.verification_id)).toBe(withUser);
+  });
+
   test("turning two-factor off deletes the passkeys", async () => {
     await register(new SoftAuthenticator("p256"));
     expect((await t.call("DELETE", `/mgmt/v1/license-users/${f.userId}/two-factor`)).status).toBe(204);

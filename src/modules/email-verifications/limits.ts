@@ -4,15 +4,17 @@ import type { Database } from "bun:sqlite";
  * Sign-in codes, limited twice, and neither limit may tell an address with a user from one without
  * (or its answers would do what the equal 202 and the equal work of a start keep from happening).
  *
- * - Per subject (product, license key, address): every start the limits let through counts,
- *   whether or not the address had a user, so a held-back start for an unknown address behaves
- *   as one for a user: it leaves the subject's open verification open, and confirming that one
- *   answers alike. The same counted starts carry the wrong-code budget. Starts with another
- *   license key are another subject, so nobody can spend a user's limits without their key.
+ * - Per subject (product, license key, address): every start the subject's limit lets through
+ *   counts, whether or not the address had a user, so a held-back start for an unknown address
+ *   behaves as one for a user: it leaves the subject's open verification open, and confirming
+ *   that one answers alike. The same counted starts carry the wrong-code budget. Starts with
+ *   another license key are another subject, so nobody can spend a user's limits without their key.
  * - Per address (a mailbox): codes really mailed, across subjects, so a user assigned to several
- *   licenses still gets at most these many. Only sends count, so starts for unknown addresses
- *   cannot spend a user's mailbox either; what it can reveal is only that the address was mailed
- *   a code recently (it then holds back every subject of that address alike).
+ *   licenses still gets at most these many. It decides whether a counted start mails, and nothing
+ *   else: sends happen only for users, so if it decided what a start counts or replaces, a start
+ *   that mailed through one license key would show in another subject of the same address (a
+ *   made-up key will do) whether the address is that license's user. Only sends count, so starts
+ *   for unknown addresses cannot spend a user's mailbox either.
  *
  * Looser than trials' (spec §8: 3 per hour, 5 per day per product), because a user may sign in on
  * several devices a day; tight enough that a mailbox gets at most 20 codes a day.
@@ -66,16 +68,17 @@ export class VerificationLimits {
   }
 
   /**
-   * Whether this start counts (and mails a code if the address has a user). Both limits are always
-   * asked, so every start runs the same statements.
+   * Whether this start counts (it replaces the subject's open verification and may mail), and
+   * whether the mailbox takes another code (a counted start for a user mails only then). Both
+   * limits are always asked, so every start runs the same statements.
    */
-  allowSend(subjectHash: string, addressHash: string, now: Date): boolean {
+  check(subjectHash: string, addressHash: string, now: Date): { counted: boolean; mailboxOpen: boolean } {
     const t = now.getTime();
     const args = (key: string) =>
       [t - VERIFICATION_SEND_LIMITS.sameAddressGapSec * 1000, t - HOUR_MS, key, t - DAY_MS] as const;
-    const subject = withinLimits(this.subjectCounts.get(...args(subjectHash)));
-    const mailbox = withinLimits(this.mailboxCounts.get(...args(addressHash)));
-    return subject && mailbox;
+    const counted = withinLimits(this.subjectCounts.get(...args(subjectHash)));
+    const mailboxOpen = withinLimits(this.mailboxCounts.get(...args(addressHash)));
+    return { counted, mailboxOpen };
   }
 
   /** Whether the subject has wrong codes to spare in the last 24 hours. */

@@ -142,9 +142,9 @@ export class EmailVerificationService {
       (tx) => {
         // Asked whether or not the address matched, inside the immediate transaction so parallel
         // starts cannot overrun it.
-        const allowed = this.limits.allowSend(row.subjectHash, addressHash, now);
-        const send = matched && allowed;
-        row.counted = allowed;
+        const { counted, mailboxOpen } = this.limits.check(row.subjectHash, addressHash, now);
+        const send = matched && counted && mailboxOpen;
+        row.counted = counted;
         if (send)
           Object.assign(row, {
             licenseId: license.id,
@@ -153,7 +153,7 @@ export class EmailVerificationService {
             sent: true,
           });
         // Spec §3.2 rule 3: a newer start for the same product, license key and address replaces
-        // the older; one the send limits hold back does not, or anyone with the license key could
+        // the older; one the subject's limit holds back does not, or anyone with the license key could
         // keep cancelling a user's sign-in. Held back, it still writes one open verification: the
         // newest held back before it (closed: it could never confirm), else the counted one (left
         // open, stamped), whether or not that one mailed a code: an unknown address keeps its
@@ -163,7 +163,7 @@ export class EmailVerificationService {
         // unchanged, and the page that saved made held-back starts measurably faster). The row is
         // looked up by every start in a statement of its own: inside the UPDATE, SQLite tests the
         // cheap `replace = 1` first and skipped the lookup for the starts that may send.
-        const replace = allowed ? 1 : 0;
+        const replace = counted ? 1 : 0;
         const newestOpen =
           tx
             .select({ id: emailVerifications.id })

@@ -313,10 +313,16 @@ export class PasskeyService {
       .where(eq(emailVerifications.id, verificationId))
       .get();
     const now = this.deps.clock.now().getTime();
+    // Checked first and always: every start has an approval, with or without a user, and a wrong
+    // secret must cost the same for both (the check after it would skip the hash for one of them).
+    const secretMatches = constantTimeEqual(
+      approval?.secretHash ?? "",
+      this.hash(secret, `passkey-approval:${verificationId}`),
+    );
     if (
       !approval ||
+      !secretMatches ||
       !verification?.userId ||
-      !constantTimeEqual(approval.secretHash, this.hash(secret, `passkey-approval:${verificationId}`)) ||
       approval.usedAt !== null ||
       verification.closedAt !== null ||
       verification.expiresAt.getTime() <= now

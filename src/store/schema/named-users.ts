@@ -96,10 +96,10 @@ export const emailVerifications = sqliteTable(
     /** Whether a code was mailed (rule 6 held and the send limits allowed). */
     sent: integer("sent", { mode: "boolean" }).notNull().default(false),
     /**
-     * Whether the send limits let this start through, whether or not the address had a user: the
-     * subject's limits, its wrong-code budget and which open verification a held-back start
-     * leaves open all go by this, never by `sent`, so none of them tells an address with a user
-     * from one without (limits.ts).
+     * Whether the subject's send limit let this start through, whether or not the address had a
+     * user: the subject's limits, its wrong-code budget and which open verification a held-back
+     * start leaves open all go by this, never by `sent`, so none of them tells an address with a
+     * user from one without (limits.ts).
      */
     counted: integer("counted", { mode: "boolean" }).notNull().default(false),
     expiresAt: timestamp("expires_at").notNull(),
@@ -108,7 +108,7 @@ export const emailVerifications = sqliteTable(
     createdAt: timestamp("created_at").notNull(),
     /**
      * When a newer start for the same subject last wrote this one while it was open (closing it,
-     * or, held back by the send limits, leaving the sent one open). SQLite does not write a row
+     * or, held back by the subject's limit, leaving the counted one open). SQLite does not write a row
      * rewritten unchanged: without a changed value a held-back start wrote one page fewer than a
      * sending one, which its timing gave away.
      */
