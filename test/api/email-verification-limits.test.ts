@@ -239,6 +239,20 @@ describe("nobody without the user's license key can spend their limits", () => {
     expect((await confirmVerification(t, device, own.id, code)).status).toBe(200);
   });
 
+  test("a start the mailbox keeps from mailing still replaces its license's pending code (the documented cost of the mailbox deciding nothing else)", async () => {
+    const other = await secondLicense(true);
+    const device = new TestDevice();
+    const pending = await start(device);
+    const code = await smtp.waitForCode(f.email);
+    t.clock.advance(121);
+    await start(new TestDevice(), f.email, other);
+    expect(mailsTo(f.email)).toBe(2);
+    t.clock.advance(10);
+    await start(new TestDevice());
+    expect(mailsTo(f.email)).toBe(2);
+    expect((await confirmVerification(t, device, pending.id, code)).status).toBe(410);
+  });
+
   test("a user assigned to two licenses gets at most one code per 120 s across them", async () => {
     const other = await secondLicense(true);
     await start();
