@@ -6,6 +6,7 @@ import { createTestContext, type TestContext } from "../support/harness.ts";
 import {
   type NamedUserFixture,
   namedUserFixture,
+  otherLicense,
   seedNamedUser,
   startVerification,
 } from "../support/named-users.ts";
@@ -113,16 +114,7 @@ describe("an email verification start does the same work whether it sends, is he
   test("a start the mailbox holds back (its user was just mailed through another license) runs the same statements as a sending one", async () => {
     const { userId } = seedNamedUser(t, "live", f.licenseId);
     const email = `${userId.toLowerCase()}@example.com`;
-    const second = await t.call("POST", "/mgmt/v1/licenses", {
-      body: { product_id: f.productId, policy_id: f.policyId },
-      headers: t.idem(),
-    });
-    expect(second.status).toBe(201);
-    const assigned = await t.call("POST", `/mgmt/v1/licenses/${second.body.data.public_id}/assignments`, {
-      body: { user_id: userId },
-    });
-    expect(assigned.status).toBe(201);
-    const other = { productId: f.productId, licenseKey: second.body.data.key as string };
+    const other = await otherLicense(t, f, userId);
     await startVerification(t, new TestDevice(), f, email);
     t.clock.advance(121);
     const sending = await work(email);
@@ -230,7 +222,7 @@ describe("an email verification start writes the open verification it meets, whe
     expect(await pagesWrittenOfOpen(nobody, open.body.data.verification_id)).not.toHaveLength(0);
   });
 
-  test("repeated held-back starts keep the sent verification open and close the unsent one before them, one row each", async () => {
+  test("repeated held-back starts keep the counted verification open and close the uncounted one before them, one row each", async () => {
     // A user of its own: the earlier tests spent most of f.email's hourly sends.
     const { userId } = seedNamedUser(t, "live", f.licenseId);
     const email = `${userId.toLowerCase()}@example.com`;
@@ -240,7 +232,7 @@ describe("an email verification start writes the open verification it meets, whe
     for (let i = 0; i < 4; i++) {
       const { statements } = await work(email);
       // One open verification written per start, however many held-back starts came before:
-      // the sent one the first time, then each time the unsent one the last start left.
+      // the counted (sent) one the first time, then each time the uncounted one the last start left.
       expect(statements.filter((sql) => sql.startsWith('update "email_verifications"'))).toEqual([
         expect.stringMatching(/-> 1$/),
       ]);

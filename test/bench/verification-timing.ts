@@ -36,7 +36,7 @@ export const TIMING_SERVER_ENV = {
   LICENSING_RUNTIME_RATE_LIMIT_ACTIVATION: "off",
   LICENSING_RUNTIME_RATE_LIMIT_LICENSE: "off",
 };
-/** Requests per round: each round's addresses are made and started once right before it. */
+/** Requests per round: the addresses that must meet a fresh earlier start are made and started right before it. */
 const ROUND = 300;
 
 interface Planned {
@@ -49,7 +49,7 @@ interface Planned {
 interface Context {
   server: BenchServer;
   key: string;
-  /** More live API keys, so the many users of the email rounds are made in parallel. */
+  /** More live API keys, so the email route's many users are made in parallel (and primes sent 8 at a time). */
   keys: string[];
   dataDir: string;
   perClass: number;
@@ -189,21 +189,15 @@ async function eachWithKeys<T>(keys: string[], items: T[], task: (item: T, key: 
   );
 }
 
-/** How long a start counts for its address's 120 s gap, and a second more. */
+/** How long a counted start holds back the next one of its subject (product, key, address), and a second more. */
 const GAP_MS = 121_000;
 
-/** Sends every body once, `concurrency` at a time, unmeasured; each must answer 202. */
-async function primeAll(ctx: Context, path: string, bodies: string[], concurrency = 8): Promise<void> {
-  let next = 0;
-  await Promise.all(
-    Array.from({ length: concurrency }, async () => {
-      while (next < bodies.length) {
-        const result = await post(ctx, path, bodies[next++] as string);
-        if (result.status !== 202) throw new Error(`a priming start answered ${result.status}`);
-      }
-    }),
-  );
-}
+/** Sends every body once, as many at a time as there are keys (runtime calls need none), unmeasured. */
+const primeAll = (ctx: Context, path: string, bodies: string[]) =>
+  eachWithKeys(ctx.keys, bodies, async (body) => {
+    const result = await post(ctx, path, body);
+    if (result.status !== 202) throw new Error(`a priming start answered ${result.status}`);
+  });
 
 /**
  * Named users: an assigned user (sends), an assigned user inside the 120 s send gap (held back

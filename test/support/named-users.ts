@@ -31,6 +31,33 @@ export async function namedUserFixture(
   };
 }
 
+/**
+ * Another license of the fixture's product and policy, with `userId` assigned to it if given: for
+ * a user on two licenses, or a license key the user is not on.
+ */
+export async function otherLicense(
+  t: TestContext,
+  fixture: Pick<RuntimeFixture, "productId" | "policyId">,
+  userId?: string,
+): Promise<Pick<RuntimeFixture, "productId" | "licenseId" | "licenseKey">> {
+  const license = await t.call("POST", "/mgmt/v1/licenses", {
+    body: { product_id: fixture.productId, policy_id: fixture.policyId },
+    headers: t.idem(),
+  });
+  if (license.status !== 201) throw new Error(`license: ${license.text}`);
+  if (userId) {
+    const assigned = await t.call("POST", `/mgmt/v1/licenses/${license.body.data.public_id}/assignments`, {
+      body: { user_id: userId },
+    });
+    if (assigned.status !== 201) throw new Error(`assignment: ${assigned.text}`);
+  }
+  return {
+    productId: fixture.productId,
+    licenseId: license.body.data.public_id,
+    licenseKey: license.body.data.key,
+  };
+}
+
 export function startVerification(
   t: TestContext,
   device: TestDevice,

@@ -8,7 +8,8 @@ import type { Database } from "bun:sqlite";
  *   counts, whether or not the address had a user, so a held-back start for an unknown address
  *   behaves as one for a user: it leaves the subject's open verification open, and confirming
  *   that one answers alike. The same counted starts carry the wrong-code budget. Starts with
- *   another license key are another subject, so nobody can spend a user's limits without their key.
+ *   another license key are another subject: a key of a license the user is not on spends nothing
+ *   of theirs (one they are on mails them, and so fills their mailbox).
  * - Per address (a mailbox): codes really mailed, across subjects, so a user assigned to several
  *   licenses still gets at most these many. It decides whether a counted start mails, and nothing
  *   else: sends happen only for users, so if it decided what a start counts or replaces, a start
