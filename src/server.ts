@@ -1,4 +1,5 @@
 import { existsSync } from "node:fs";
+import { release } from "node:os";
 import { join } from "node:path";
 import { Type } from "@sinclair/typebox";
 import type { Server } from "bun";
@@ -11,6 +12,7 @@ import { SecretBox } from "./crypto/secret-box.ts";
 import type { Deps } from "./deps.ts";
 import { AdjustableClock, type Clock, systemClock, unixSeconds } from "./domain/clock.ts";
 import { IdGenerator } from "./domain/ids.ts";
+import { kernelWakesPrecisely } from "./http/answer-floor.ts";
 import { clientAddress } from "./http/client-address.ts";
 import { errorBody } from "./http/envelope.ts";
 import { ApiError } from "./http/errors.ts";
@@ -135,6 +137,11 @@ export function startServer({ config, passphrase, logger }: StartOptions): Runni
       }),
     onError: (message) => logger.log("warn", "wal checkpoint worker", { error: message }),
   });
+  if (kernelWakesPrecisely(process.platform, release()) === false)
+    logger.log("warn", "verification starts' 5 ms answer floor is coarser on this kernel", {
+      kernel: release(),
+      needs: "Linux 5.11 or later (epoll_pwait2) for sub-millisecond wake-ups",
+    });
   void checkpointer.ready.then((running) =>
     running
       ? logger.log("info", "wal checkpoints run in the background")

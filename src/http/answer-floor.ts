@@ -30,3 +30,15 @@ export async function answerAfterFloor<T>(work: () => T): Promise<T> {
   await floor;
   return result;
 }
+
+/**
+ * Whether this kernel lets the event loop wake for the floor's deadline to the microsecond: Linux
+ * from 5.11 (`epoll_pwait2`); null where that is not the question (not Linux). Said at start-up,
+ * so an operator on an older kernel learns that the floor hides less there.
+ */
+export function kernelWakesPrecisely(platform: string, release: string): boolean | null {
+  if (platform !== "linux") return null;
+  const [major, minor] = release.split(/[.-]/).map((part) => Number.parseInt(part, 10));
+  if (major === undefined || minor === undefined || Number.isNaN(major) || Number.isNaN(minor)) return null;
+  return major > 5 || (major === 5 && minor >= 11);
+}

@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { VERIFICATION_START_FLOOR_MS } from "../../src/http/answer-floor.ts";
+import { kernelWakesPrecisely, VERIFICATION_START_FLOOR_MS } from "../../src/http/answer-floor.ts";
 import { TestDevice } from "../support/device.ts";
 import { type CallResult, createTestContext, type TestContext } from "../support/harness.ts";
 import { type NamedUserFixture, namedUserFixture, startVerification } from "../support/named-users.ts";
@@ -62,5 +62,16 @@ describe("trial verification start", () => {
     expect(mailsTo(t, email)).toBe(1);
     expect(sending.ms).toBeGreaterThanOrEqual(atLeast);
     expect(held.ms).toBeGreaterThanOrEqual(atLeast);
+  });
+});
+
+describe("the kernel the floor needs", () => {
+  test("Linux from 5.11 wakes precisely, older Linux does not, and other systems are not judged", () => {
+    expect(kernelWakesPrecisely("linux", "6.18.44-fc-v657")).toBe(true);
+    expect(kernelWakesPrecisely("linux", "5.11.0-16-generic")).toBe(true);
+    expect(kernelWakesPrecisely("linux", "5.10.0-28-amd64")).toBe(false);
+    expect(kernelWakesPrecisely("linux", "4.18.0-513.el8.x86_64")).toBe(false);
+    expect(kernelWakesPrecisely("linux", "garbage")).toBeNull();
+    expect(kernelWakesPrecisely("darwin", "23.1.0")).toBeNull();
   });
 });
