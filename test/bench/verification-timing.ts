@@ -6,19 +6,18 @@ import { createApiKeys } from "./lib/fixture.ts";
 import { machineInfo } from "./lib/procstat.ts";
 import { nonce } from "./lib/requests.ts";
 import { ensureBinary, mgmt, runCli, startServer } from "./lib/server.ts";
-import { analyse, type ClassSpec, describeTiming, type RouteTiming } from "./lib/timing-analysis.ts";
+import { type ClassSpec, describeTiming, type RouteTiming } from "./lib/timing-analysis.ts";
 import {
   type Context,
   deviceKey,
   eachWithKeys,
   freshAddress,
-  outboxCheck,
   type Planned,
   post,
   ROUND,
   runPlan,
   schedule,
-  underLoad,
+  warmThenMeasure,
 } from "./lib/timing-harness.ts";
 
 /**
@@ -152,20 +151,7 @@ async function prepareEmailVerification(ctx: Context): Promise<() => Promise<Rou
       );
       await Bun.sleep(wait);
     }
-    await runPlan(ctx, path, classes, warm, false, primeRounds(warm));
-    ctx.log(`  email verification: ${measured.length} starts (${ctx.perClass} per class) ...`);
-    const { result, load } = await underLoad(ctx, () =>
-      runPlan(ctx, path, classes, measured, true, primeRounds(measured)),
-    );
-    return analyse(
-      ctx.server.logPath,
-      path,
-      classes,
-      result.samples,
-      result.statuses,
-      await outboxCheck(ctx),
-      load,
-    );
+    return warmThenMeasure(ctx, { label: "email verification", path, classes, warm, measured, primeRounds });
   };
 }
 
@@ -234,22 +220,14 @@ async function trialVerification(ctx: Context): Promise<RouteTiming> {
     // The primes' mails are written 50-500 ms after their answers: before the round, not in it.
     await Bun.sleep(700);
   };
-  const warm = schedule(3, 100).map(plan);
-  await runPlan(ctx, path, classes, warm, false, primeRounds(warm));
-  const measured = schedule(3, ctx.perClass).map(plan);
-  ctx.log(`  trial verification: ${measured.length} starts (${ctx.perClass} per class) ...`);
-  const { result, load } = await underLoad(ctx, () =>
-    runPlan(ctx, path, classes, measured, true, primeRounds(measured)),
-  );
-  return analyse(
-    ctx.server.logPath,
+  return warmThenMeasure(ctx, {
+    label: "trial verification",
     path,
     classes,
-    result.samples,
-    result.statuses,
-    await outboxCheck(ctx),
-    load,
-  );
+    warm: schedule(3, 100).map(plan),
+    measured: schedule(3, ctx.perClass).map(plan),
+    primeRounds,
+  });
 }
 
 // ---------------------------------------------------------------------------------------------

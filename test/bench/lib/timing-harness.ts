@@ -5,7 +5,7 @@ import { publicKeyText } from "../../../src/crypto/keys.ts";
 import { cpuSeconds, machineBusySeconds } from "./procstat.ts";
 import type { BenchServer } from "./server.ts";
 import { seededRandom } from "./stats.ts";
-import type { ClassSpec, RouteTiming, Sample } from "./timing-analysis.ts";
+import { analyse, type ClassSpec, type RouteTiming, type Sample } from "./timing-analysis.ts";
 
 /**
  * How verification-timing.ts sends and measures its starts: one at a time over keep-alive HTTP,
@@ -167,5 +167,37 @@ export async function eachWithKeys<T>(
     keys.map(async (key) => {
       while (next < items.length) await task(items[next++] as T, key);
     }),
+  );
+}
+
+/**
+ * A route's run: `warm` unmeasured, then `measured` with the load around it measured, each round
+ * primed by `primeRounds`; the latencies, statuses and outbox judged by `analyse`.
+ */
+export async function warmThenMeasure(
+  ctx: Context,
+  route: {
+    label: string;
+    path: string;
+    classes: ClassSpec[];
+    warm: Planned[];
+    measured: Planned[];
+    primeRounds: (items: Planned[]) => (index: number) => Promise<void>;
+  },
+): Promise<RouteTiming> {
+  const { label, path, classes, warm, measured, primeRounds } = route;
+  await runPlan(ctx, path, classes, warm, false, primeRounds(warm));
+  ctx.log(`  ${label}: ${measured.length} starts (${ctx.perClass} per class) ...`);
+  const { result, load } = await underLoad(ctx, () =>
+    runPlan(ctx, path, classes, measured, true, primeRounds(measured)),
+  );
+  return analyse(
+    ctx.server.logPath,
+    path,
+    classes,
+    result.samples,
+    result.statuses,
+    await outboxCheck(ctx),
+    load,
   );
 }
