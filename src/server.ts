@@ -137,9 +137,10 @@ export function startServer({ config, passphrase, logger }: StartOptions): Runni
       }),
     onError: (message) => logger.log("warn", "wal checkpoint worker", { error: message }),
   });
-  if (kernelWakesPrecisely(process.platform, release()) === false)
+  const kernel = release();
+  if (kernelWakesPrecisely(process.platform, kernel) === false)
     logger.log("warn", "verification starts' 5 ms answer floor is coarser on this kernel", {
-      kernel: release(),
+      kernel,
       needs: "Linux 5.11 or later (epoll_pwait2) for sub-millisecond wake-ups",
     });
   void checkpointer.ready.then((running) =>

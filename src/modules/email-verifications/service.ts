@@ -153,16 +153,17 @@ export class EmailVerificationService {
             sent: true,
           });
         // Spec §3.2 rule 3: a newer start for the same product, license key and address replaces
-        // the older; one the subject's limit holds back does not, or anyone with the license key could
-        // keep cancelling a user's sign-in. Held back, it still writes one open verification: the
-        // newest held back before it (closed: it could never confirm), else the counted one (left
-        // open, stamped), whether or not that one mailed a code: an unknown address keeps its
-        // counted verification open as a user keeps theirs, so confirming it answers alike (a
-        // wrong code, not an expired verification). So each start writes one row however often
-        // the address is probed, and the stamp makes the write real (SQLite skips a row rewritten
-        // unchanged, and the page that saved made held-back starts measurably faster). The row is
-        // looked up by every start in a statement of its own: inside the UPDATE, SQLite tests the
-        // cheap `replace = 1` first and skipped the lookup for the starts that may send.
+        // the older; one the subject's limit holds back does not, or anyone with the license key
+        // could keep cancelling a user's sign-in. Held back, it still writes one open
+        // verification: the newest held back before it (closed: it could never confirm), else the
+        // counted one (left open, stamped), whether or not that one mailed a code: an unknown
+        // address keeps its counted verification open as a user keeps theirs, so confirming it
+        // answers alike (a wrong code, not an expired verification). So each start writes one row
+        // however often the address is probed, and the stamp makes the write real (SQLite skips a
+        // row rewritten unchanged, and the page that saved made held-back starts measurably
+        // faster). The row is looked up by every start in a statement of its own: inside the
+        // UPDATE, SQLite tests the cheap `replace = 1` first and skipped the lookup for the starts
+        // that may send.
         const replace = counted ? 1 : 0;
         const newestOpen =
           tx
