@@ -279,6 +279,9 @@ describe("refusals", () => {
   });
 
   test("a request older than 7 days or more than 300 s ahead of the server answers 422 on generated_at", async () => {
+    // 301 s ahead must stay 301 s ahead: a second ticking over while the request is signed and
+    // sent would make it 300.
+    t.clock.freeze();
     const ahead = new LicensingClient({ config, now: () => t.clock.now().getTime() + 301_000 });
     const future = await requestPackage(
       t,

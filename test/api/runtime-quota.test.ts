@@ -43,9 +43,13 @@ const month = () => t.clock.now().toISOString().slice(0, 7);
  * (the meter reads a month's stored count once, when it first meets the month).
  */
 const seedNextMonth = (count: number) => {
+  toNextMonth();
+  seed(count);
+};
+/** A minute into next month, so a test that moves the clock by hours stays in one month. */
+const toNextMonth = () => {
   const now = t.clock.now();
   t.clock.advance((Date.UTC(now.getUTCFullYear(), now.getUTCMonth() + 1, 1) - now.getTime()) / 1000 + 60);
-  seed(count);
 };
 const seed = (count: number) =>
   t.deps.sqlite.run(
@@ -97,6 +101,8 @@ describe("counting", () => {
   });
 
   test("revoked and expired denials do not count toward the month", async () => {
+    // Two hours later must be the same month whatever the time of day the suite runs.
+    toNextMonth();
     const { device, activationId } = await activatedDevice(t, fx);
     const expiring = await runtimeFixture(t, {
       license: { expires_at: new Date(t.clock.now().getTime() + 3_600_000).toISOString() },
@@ -151,6 +157,9 @@ describe("counting", () => {
 describe("the allowance used up", () => {
   test("past the allowance with overage, runtime calls answer 429 with the quota until the month turns", async () => {
     seedNextMonth(CEILING - 3);
+    // Retry-After counts whole seconds to the month's end: the clock must not cross a second
+    // between the refusal and the expectation computed from it.
+    t.clock.freeze();
     const { device, activationId } = await activatedDevice(t, fx);
     expect((await time()).status).toBe(200);
     expect((await beat(device, activationId)).status).toBe(200);

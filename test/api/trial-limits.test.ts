@@ -130,6 +130,10 @@ describe("send limits", () => {
     t.clock.advance(2);
     await startTrial(t, fx.productId, email, new TestDevice());
     expect(mailsTo(t, email)).toBe(2);
+    // Each delivery takes 100+ ms (a new SMTP connection per mail): wait for both, then settle so
+    // that a third would have arrived too.
+    await smtp.waitForMail(email);
+    await smtp.waitForMail(email);
     await settle();
     expect(delivered(email)).toBe(2);
   });

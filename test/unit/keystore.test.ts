@@ -253,11 +253,16 @@ describe("two processes on one keystore", () => {
   test("a lock held by a live process is waited for, not taken over", () => {
     const keystore = Keystore.create(path, PASSPHRASE, FAST);
     const lock = `${path}.lock`;
-    // A live holder that lets go after 300 ms.
-    const holder = Bun.spawn(["sh", "-c", `sleep 0.3; rm -f '${lock}'; sleep 5`]);
+    // A live holder that lets go 300 ms after its lock file exists (waiting for it first, so a
+    // slow start of this test cannot have it remove the file before it is written).
+    const holder = Bun.spawn([
+      "sh",
+      "-c",
+      `while [ ! -e '${lock}' ]; do sleep 0.01; done; sleep 0.3; rm -f '${lock}'; sleep 5`,
+    ]);
     try {
-      writeFileSync(lock, String(holder.pid));
       const started = performance.now();
+      writeFileSync(lock, String(holder.pid));
       keystore.add([entryNamed("after-wait")]);
       expect(performance.now() - started).toBeGreaterThanOrEqual(250);
       expect(Keystore.open(path, PASSPHRASE).has("after-wait")).toBe(true);
