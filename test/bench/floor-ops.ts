@@ -10,7 +10,7 @@ import { join } from "node:path";
  * statements, WAL, synchronous=NORMAL, on a file, each write its own transaction, as an
  * acknowledged request needs). Prints one JSON object of microseconds per operation.
  *
- * Two more, for information (no target uses them; run.ts prints what the ratios would be with
+ * Two more, for information (no target uses them; the report prints what the ratios would be with
  * them): the writes a heartbeat and an activation cannot do without, each call in its own
  * transaction like `write`. A heartbeat: its proof's nonce under a unique key, and its activation's
  * check-in. An activation: its row under a unique (license, device) index, the Idempotency-Key
