@@ -57,6 +57,8 @@ export interface DispatcherOptions {
   claimMs?: number;
   pollMs?: number;
   expiryScanMs?: number;
+  /** Rows of the leases table per call of the expiry scan (expiries.ts); tests make it small. */
+  leaseScanChunk?: number;
   /**
    * Tests only, never reachable from configuration: the origin to connect to instead of the URL's
    * own (team-chat hosts cannot be reached from a test). Skips the address check, as a test
@@ -144,16 +146,37 @@ export class WebhookDispatcher {
       }
     };
     let purgedAt = 0;
+    let scanning = false;
+    // One chunk of the expiry scan per turn of the event loop (expiries.ts says why).
+    const announce = () => {
+      if (this.stopped) {
+        scanning = false;
+        return;
+      }
+      try {
+        const { queued, more } = announceExpiries(this.deps, { leaseChunk: this.options.leaseScanChunk });
+        if (queued > 0) kick();
+        scanning = more;
+        if (more) setImmediate(announce);
+      } catch (error) {
+        scanning = false;
+        this.options.logger.log("error", "webhook expiry scan failed", { error: (error as Error).message });
+      }
+    };
     const scan = () => {
       try {
-        const queued = announceExpiries(this.deps);
-        if (queued > 0) kick();
+        if (!scanning) {
+          scanning = true;
+          announce();
+        }
         if (Date.now() - purgedAt >= PURGE_MS) {
           purgedAt = Date.now();
           purgeFinishedDeliveries(this.deps);
         }
       } catch (error) {
-        this.options.logger.log("error", "webhook expiry scan failed", { error: (error as Error).message });
+        this.options.logger.log("error", "webhook delivery purge failed", {
+          error: (error as Error).message,
+        });
       }
     };
     const unsubscribe = onEnqueue(this.deps.sqlite, kick);

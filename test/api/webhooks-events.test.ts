@@ -167,10 +167,10 @@ describe("runtime events", () => {
     announceExpiries(t.deps);
     const expiresAt = new Date(t.clock.now().getTime() + 3_600_000).toISOString();
     const fx = await runtimeFixture(t, { license: { expires_at: expiresAt } });
-    expect(announceExpiries(t.deps)).toBe(0);
+    expect(announceExpiries(t.deps).queued).toBe(0);
     t.clock.advance(2 * 3600);
-    expect(announceExpiries(t.deps)).toBe(1);
-    expect(announceExpiries(t.deps)).toBe(0);
+    expect(announceExpiries(t.deps).queued).toBe(1);
+    expect(announceExpiries(t.deps).queued).toBe(0);
     expect(queued().filter((q) => q.type === "license.expired")).toHaveLength(1);
     expect(queued().at(-1)?.payload.data).toMatchObject({
       actor: { type: "system" },
@@ -198,12 +198,12 @@ describe("runtime events", () => {
     await t.call("DELETE", `/mgmt/v1/licenses/${revoked.licenseId}`);
     t.clock.advance(120);
     // The first scan only sets the mark.
-    expect(announceExpiries(t.deps)).toBe(0);
+    expect(announceExpiries(t.deps).queued).toBe(0);
     await runtimeFixture(t, {
       license: { expires_at: new Date(t.clock.now().getTime() + 60_000).toISOString() },
     });
     t.clock.advance(120);
-    expect(announceExpiries(t.deps)).toBe(1);
+    expect(announceExpiries(t.deps).queued).toBe(1);
   });
 
   test("lease.expired when a lease was not kept, not when it was released", async () => {
@@ -224,7 +224,7 @@ describe("runtime events", () => {
       instance_id: "b",
     });
     t.clock.advance(601);
-    expect(announceExpiries(t.deps)).toBe(1);
+    expect(announceExpiries(t.deps).queued).toBe(1);
     expect(queued()[0]?.payload.data).toMatchObject({
       target: { type: "lease", id: kept.lease_id },
       data: { activation_id: d.activationId, license_id: fx.licenseId },

@@ -10,6 +10,19 @@ import { type EnqueueDeps, enqueueEvent, hasSubscriber } from "./enqueue.ts";
  * only while some endpoint is subscribed; otherwise the mark just moves forward. A license whose
  * expiry was set at or after the moment it took effect (a cancellation ending it at once) is not
  * announced here: the change that ended it has its own `license.expired` audit event.
+ *
+ * Licenses are found through their `expires_at` index. Leases have none on purpose: every lease
+ * heartbeat moves `expires_at`, and a third index moving with it cost a lease renewal ~30 µs more
+ * (+22%, docs/performance.md), paid whether or not anyone subscribes. Leases are never deleted
+ * (the usage report counts past seats), so the lease scan reads the whole table, and at a million
+ * rows that took 60-80 ms on the request thread. It therefore walks the table by rowid in chunks
+ * of `leaseChunk` rows, one chunk per call: the dispatcher calls again on the next turn of the
+ * event loop while `more` is true, so no call holds the thread for more than a few milliseconds.
+ * The scan's window end and its position are stored with each chunk's events, in the same
+ * transaction, so a restart part-way resumes it: nothing is announced twice or missed. A lease
+ * that expired within the window can be neither renewed nor released afterwards (both refuse an
+ * expired lease), so the window read chunk by chunk is the one a single read would have seen.
+ * Events come in expiry order within a chunk, in table order across chunks.
  */
 interface ExpiredLicense {
   id: string;
@@ -43,60 +56,129 @@ function setMark(sqlite: Database, name: string, value: number): void {
     .run(name, value);
 }
 
-/** Announces expiries in (last mark, now]; returns how many events were queued. */
-export function announceExpiries(deps: EnqueueDeps): number {
+/** Rows of the leases table read per call: 2-3.6 ms each at a million rows (docs/performance.md). */
+export const LEASE_SCAN_CHUNK = 20_000;
+
+/** The stored state of a lease scan in progress (absent: none). */
+const LEASE_SCAN = {
+  until: "lease.expired:scan-until",
+  after: "lease.expired:scan-after-rowid",
+  last: "lease.expired:scan-last-rowid",
+} as const;
+
+function clearMark(sqlite: Database, name: string): void {
+  sqlite.query<unknown, [string]>("DELETE FROM webhook_marks WHERE name = ?").run(name);
+}
+
+/**
+ * Announces expiries in (last mark, now]: every license's, and one chunk of the lease scan.
+ * `queued`: events queued by this call; `more`: the lease scan has chunks left, call again.
+ */
+export function announceExpiries(
+  deps: EnqueueDeps,
+  options: { leaseChunk?: number } = {},
+): { queued: number; more: boolean } {
   const { sqlite } = deps;
   const now = deps.clock.now().getTime();
   let queued = 0;
+  let more = false;
   sqlite.transaction(() => {
-    const licenseMark = mark(sqlite, "license.expired");
-    if (licenseMark !== null && licenseMark < now && hasSubscriber(sqlite, "license.expired")) {
-      const rows = sqlite
-        .query<ExpiredLicense, [number, number]>(
-          `SELECT id, environment, product_id, customer_id, expires_at FROM licenses
-           WHERE status != 'revoked' AND expires_at > ? AND expires_at <= ? AND updated_at < expires_at
-           ORDER BY expires_at`,
-        )
-        .all(licenseMark, now);
-      for (const row of rows) {
-        const id = enqueueEvent(deps, "license.expired", {
-          environment: row.environment,
-          target: { type: "license", id: row.id },
-          data: {
-            product_id: row.product_id,
-            customer_id: row.customer_id,
-            expires_at: new Date(row.expires_at).toISOString(),
-          },
-        });
-        if (id) queued++;
-      }
-    }
-    setMark(sqlite, "license.expired", Math.max(now, licenseMark ?? now));
-
-    const leaseMark = mark(sqlite, "lease.expired");
-    if (leaseMark !== null && leaseMark < now && hasSubscriber(sqlite, "lease.expired")) {
-      const rows = sqlite
-        .query<ExpiredLease, [number, number]>(
-          `SELECT l.id, l.license_id, l.activation_id, a.environment, a.product_id, l.expires_at
-           FROM leases l JOIN activations a ON a.id = l.activation_id
-           WHERE l.status = 'active' AND l.expires_at > ? AND l.expires_at <= ? ORDER BY l.expires_at`,
-        )
-        .all(leaseMark, now);
-      for (const row of rows) {
-        const id = enqueueEvent(deps, "lease.expired", {
-          environment: row.environment,
-          target: { type: "lease", id: row.id },
-          data: {
-            license_id: row.license_id,
-            activation_id: row.activation_id,
-            product_id: row.product_id,
-            expires_at: new Date(row.expires_at).toISOString(),
-          },
-        });
-        if (id) queued++;
-      }
-    }
-    setMark(sqlite, "lease.expired", Math.max(now, leaseMark ?? now));
+    queued += announceLicenses(deps, now);
+    const leases = announceLeaseChunk(deps, now, options.leaseChunk ?? LEASE_SCAN_CHUNK);
+    queued += leases.queued;
+    more = leases.more;
   })();
+  return { queued, more };
+}
+
+function announceLicenses(deps: EnqueueDeps, now: number): number {
+  const { sqlite } = deps;
+  let queued = 0;
+  const licenseMark = mark(sqlite, "license.expired");
+  if (licenseMark !== null && licenseMark < now && hasSubscriber(sqlite, "license.expired")) {
+    const rows = sqlite
+      .query<ExpiredLicense, [number, number]>(
+        `SELECT id, environment, product_id, customer_id, expires_at FROM licenses
+         WHERE status != 'revoked' AND expires_at > ? AND expires_at <= ? AND updated_at < expires_at
+         ORDER BY expires_at`,
+      )
+      .all(licenseMark, now);
+    for (const row of rows) {
+      const id = enqueueEvent(deps, "license.expired", {
+        environment: row.environment,
+        target: { type: "license", id: row.id },
+        data: {
+          product_id: row.product_id,
+          customer_id: row.customer_id,
+          expires_at: new Date(row.expires_at).toISOString(),
+        },
+      });
+      if (id) queued++;
+    }
+  }
+  setMark(sqlite, "license.expired", Math.max(now, licenseMark ?? now));
   return queued;
+}
+
+/**
+ * One chunk of the lease scan: starts a scan of (mark, now] when none is under way (and someone
+ * subscribes), reads the next `chunk` rowids, and on the last chunk moves the mark to the scan's
+ * window end. Leases created after the scan began are past its last rowid; they expire after the
+ * window (a lease's TTL is positive) and belong to the next scan.
+ */
+function announceLeaseChunk(
+  deps: EnqueueDeps,
+  now: number,
+  chunk: number,
+): { queued: number; more: boolean } {
+  const { sqlite } = deps;
+  const leaseMark = mark(sqlite, "lease.expired");
+  let until = mark(sqlite, LEASE_SCAN.until);
+  if (until === null) {
+    if (leaseMark === null || leaseMark >= now || !hasSubscriber(sqlite, "lease.expired")) {
+      setMark(sqlite, "lease.expired", Math.max(now, leaseMark ?? now));
+      return { queued: 0, more: false };
+    }
+    until = now;
+    setMark(sqlite, LEASE_SCAN.until, until);
+    setMark(sqlite, LEASE_SCAN.after, 0);
+    setMark(
+      sqlite,
+      LEASE_SCAN.last,
+      sqlite.query<{ last: number | null }, []>("SELECT max(rowid) AS last FROM leases").get()?.last ?? 0,
+    );
+  }
+  const from = leaseMark ?? until;
+  const after = mark(sqlite, LEASE_SCAN.after) ?? 0;
+  const last = mark(sqlite, LEASE_SCAN.last) ?? 0;
+  const through = Math.min(after + chunk, last);
+  const rows = sqlite
+    .query<ExpiredLease, [number, number, number, number]>(
+      `SELECT l.id, l.license_id, l.activation_id, a.environment, a.product_id, l.expires_at
+       FROM leases l JOIN activations a ON a.id = l.activation_id
+       WHERE l.rowid > ?1 AND l.rowid <= ?2 AND l.status = 'active' AND l.expires_at > ?3 AND l.expires_at <= ?4
+       ORDER BY l.expires_at`,
+    )
+    .all(after, through, from, until);
+  let queued = 0;
+  for (const row of rows) {
+    const id = enqueueEvent(deps, "lease.expired", {
+      environment: row.environment,
+      target: { type: "lease", id: row.id },
+      data: {
+        license_id: row.license_id,
+        activation_id: row.activation_id,
+        product_id: row.product_id,
+        expires_at: new Date(row.expires_at).toISOString(),
+      },
+    });
+    if (id) queued++;
+  }
+  if (through < last) {
+    setMark(sqlite, LEASE_SCAN.after, through);
+    return { queued, more: true };
+  }
+  setMark(sqlite, "lease.expired", Math.max(until, leaseMark ?? until));
+  for (const name of Object.values(LEASE_SCAN)) clearMark(sqlite, name);
+  return { queued, more: false };
 }
