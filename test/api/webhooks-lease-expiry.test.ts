@@ -47,7 +47,7 @@ const scanMarks = () =>
     .all()
     .map((row) => row.name);
 
-/** A device on a floating license: takes leases (returning their ids) and renews them. */
+/** A device on a floating license: takes leases (returning their ids), renews them, deactivates. */
 async function leaseTaker() {
   const fx = await runtimeFixture(t, {
     policy: { max_machines: 10, max_concurrent: 100, concurrency_unit: "instance", lease_ttl_sec: TTL },
@@ -70,7 +70,11 @@ async function leaseTaker() {
     });
     expect(response.status).toBe(200);
   };
-  return { take, renew };
+  const deactivate = async () => {
+    const path = `/runtime/v1/activations/${d.activationId}`;
+    expect((await proofCall(t, d.device, "DELETE", path, d.activationId)).status).toBe(200);
+  };
+  return { take, renew, deactivate };
 }
 
 /** Calls until the scan has no chunks left; returns how many calls it took and what they queued. */
@@ -171,6 +175,20 @@ describe("the lease scan in chunks", () => {
     expect(announcedLeases().sort()).toEqual([...lapsing].sort());
   });
 
+  test("a lapsed lease its device's deactivation released before its chunk was read is still announced", async () => {
+    const first = await leaseTaker();
+    const second = await leaseTaker();
+    subscribe();
+    announceExpiries(t.deps);
+    const leases = [await first.take("a"), await first.take("b"), await second.take("c")];
+    t.clock.advance(TTL + 1);
+    expect(announceExpiries(t.deps, { leaseChunk: 2 })).toEqual({ queued: 2, more: true });
+    // Deactivating releases every lease of the device, the lapsed one too.
+    await second.deactivate();
+    expect(scanToTheEnd().queued).toBe(1);
+    expect(announcedLeases().sort()).toEqual([...leases].sort());
+  });
+
   test("a chunk reads its range of rowids, not the whole table", async () => {
     const { take } = await leaseTaker();
     subscribe();
@@ -226,6 +244,8 @@ describe("the running dispatcher", () => {
       pollMs: 20,
       leaseScanChunk: 2,
     }).start();
+    // One chunk a turn: when start() returns, the scan is under way, not done.
+    expect(scanMarks()).toHaveLength(3);
     try {
       for (let waited = 0; received.length < 7 && waited < 5_000; waited += 10) await Bun.sleep(10);
     } finally {

@@ -19,10 +19,13 @@ import { type EnqueueDeps, enqueueEvent, hasSubscriber } from "./enqueue.ts";
  * of `leaseChunk` rows, one chunk per call: the dispatcher calls again on the next turn of the
  * event loop while `more` is true, so no call holds the thread for more than a few milliseconds.
  * The scan's window end and its position are stored with each chunk's events, in the same
- * transaction, so a restart part-way resumes it: nothing is announced twice or missed. A lease
- * that expired within the window can be neither renewed nor released afterwards (both refuse an
- * expired lease), so the window read chunk by chunk is the one a single read would have seen.
- * Events come in expiry order within a chunk, in table order across chunks.
+ * transaction, so a restart part-way resumes it and announces nothing twice. A lease that expired
+ * within the window cannot be renewed afterwards; it can still be released, by its device's
+ * deactivation or culling, before its chunk is read, so the scan takes a lease that was active or
+ * released only after it expired: the window read chunk by chunk is the one a single read would
+ * have seen (and one released after it lapsed, which a single read 30 s later missed, is announced
+ * too). Events come in expiry order within a chunk, in table order across chunks. An endpoint
+ * that subscribes while a scan runs gets the expiries of the chunks still to come.
  */
 interface ExpiredLicense {
   id: string;
@@ -121,10 +124,11 @@ function announceLicenses(deps: EnqueueDeps, now: number): number {
 }
 
 /**
- * One chunk of the lease scan: starts a scan of (mark, now] when none is under way (and someone
- * subscribes), reads the next `chunk` rowids, and on the last chunk moves the mark to the scan's
- * window end. Leases created after the scan began are past its last rowid; they expire after the
- * window (a lease's TTL is positive) and belong to the next scan.
+ * One chunk of the lease scan: starts a scan of (mark, now - 1 ms] when none is under way (and
+ * someone subscribes), reads the next `chunk` rowids, and on the last chunk moves the mark to the
+ * scan's window end. Leases created after the scan began are past its last rowid; they expire after
+ * the window, which ends a millisecond before the scan began, and belong to the next scan. Leases
+ * are never deleted, so rowids only grow.
  */
 function announceLeaseChunk(
   deps: EnqueueDeps,
@@ -135,11 +139,13 @@ function announceLeaseChunk(
   const leaseMark = mark(sqlite, "lease.expired");
   let until = mark(sqlite, LEASE_SCAN.until);
   if (until === null) {
-    if (leaseMark === null || leaseMark >= now || !hasSubscriber(sqlite, "lease.expired")) {
-      setMark(sqlite, "lease.expired", Math.max(now, leaseMark ?? now));
+    // Not `now` itself: nothing taken after this read can expire inside the window, whatever its TTL.
+    const end = now - 1;
+    if (leaseMark === null || leaseMark >= end || !hasSubscriber(sqlite, "lease.expired")) {
+      setMark(sqlite, "lease.expired", Math.max(end, leaseMark ?? end));
       return { queued: 0, more: false };
     }
-    until = now;
+    until = end;
     setMark(sqlite, LEASE_SCAN.until, until);
     setMark(sqlite, LEASE_SCAN.after, 0);
     setMark(
@@ -156,7 +162,8 @@ function announceLeaseChunk(
     .query<ExpiredLease, [number, number, number, number]>(
       `SELECT l.id, l.license_id, l.activation_id, a.environment, a.product_id, l.expires_at
        FROM leases l JOIN activations a ON a.id = l.activation_id
-       WHERE l.rowid > ?1 AND l.rowid <= ?2 AND l.status = 'active' AND l.expires_at > ?3 AND l.expires_at <= ?4
+       WHERE l.rowid > ?1 AND l.rowid <= ?2 AND l.expires_at > ?3 AND l.expires_at <= ?4
+         AND (l.status = 'active' OR l.released_at > l.expires_at)
        ORDER BY l.expires_at`,
     )
     .all(after, through, from, until);
