@@ -1,30 +1,19 @@
-import { isIP } from "node:net";
 import type { Deps } from "../deps.ts";
-import { type Clock, systemClock, unixSeconds } from "../domain/clock.ts";
+import type { Clock } from "../domain/clock.ts";
 import type { Logger } from "../http/logger.ts";
-import {
-  AddressRefused,
-  checkedAddress,
-  type Resolver,
-  systemResolver,
-} from "../modules/webhooks/address.ts";
-import { bareHost, chatMessage, type DestinationKind } from "../modules/webhooks/destinations.ts";
+import type { Resolver } from "../modules/webhooks/address.ts";
 import { onEnqueue } from "../modules/webhooks/enqueue.ts";
 import { announceExpiries } from "../modules/webhooks/expiries.ts";
 import { purgeFinishedDeliveries } from "../modules/webhooks/retention.ts";
-import {
-  cancelPending,
-  previousSecretContext,
-  secretContext,
-  urlContext,
-} from "../modules/webhooks/service.ts";
-import { signatureHeaders } from "../modules/webhooks/signing.ts";
+import { cancelPending } from "../modules/webhooks/service.ts";
+import { ATTEMPT_TIMEOUT_MS, type AttemptResult, type AttemptRow, WebhookSender } from "./webhook-attempt.ts";
+
+export { ATTEMPT_TIMEOUT_MS };
 
 /** Seconds before the 1st … 7th retry (DESIGN §5); after the last, the delivery is failed (~28 h in all). */
 export const WEBHOOK_RETRY_DELAYS_SEC = [5, 300, 1800, 7200, 18_000, 36_000, 36_000];
 /** Each delay is stretched or shrunk by up to this fraction, so retries of many events do not arrive in lockstep. */
 export const RETRY_JITTER = 0.1;
-export const ATTEMPT_TIMEOUT_MS = 10_000;
 export const PER_ENDPOINT_CONCURRENCY = 2;
 export const GLOBAL_CONCURRENCY = 16;
 /** A claim outlives its attempt's timeout by this much; then a claim left by a dead process is due again. */
@@ -32,9 +21,6 @@ export const CLAIM_MARGIN_MS = 15_000;
 const POLL_MS = 1_000;
 const EXPIRY_SCAN_MS = 30_000;
 const PURGE_MS = 3_600_000;
-/** Of a receiver's answer, only this much is read (and nothing of it is kept). */
-const MAX_RESPONSE_BYTES = 64 * 1024;
-const USER_AGENT = "licensing-webhooks/1";
 
 export interface DispatcherOptions {
   logger: Logger;
@@ -69,26 +55,13 @@ export interface DispatcherOptions {
   extraCa?: string;
 }
 
-interface ClaimedRow {
+interface ClaimedRow extends AttemptRow {
   id: string;
-  endpoint_id: string;
-  event_id: string;
   environment: string;
   attempts: number;
   schedule_start: number;
-  payload: string;
-  kind: DestinationKind;
-  url_ciphertext: string;
   endpoint_status: "active" | "disabled" | "stopped";
-  secret_ciphertext: string | null;
-  previous_secret_ciphertext: string | null;
-  previous_secret_expires_at: number | null;
 }
-
-type AttemptResult =
-  | { outcome: "succeeded"; status: number }
-  | { outcome: "failed"; status: number | null; error: string; gone?: boolean }
-  | { outcome: "refused"; status: null; error: string };
 
 /*
  * "Due" in the queries below: pending and its time has come, or claimed by an attempt whose claim
@@ -103,8 +76,7 @@ type AttemptResult =
  */
 export class WebhookDispatcher {
   private readonly clock: Clock;
-  private readonly wallClock: Clock;
-  private readonly resolver: Resolver;
+  private readonly sender: WebhookSender;
   private readonly retryDelays: readonly number[];
   private readonly inFlight = new Map<string, number>();
   private readonly running = new Set<Promise<void>>();
@@ -118,8 +90,7 @@ export class WebhookDispatcher {
     private readonly options: DispatcherOptions,
   ) {
     this.clock = options.clock ?? deps.clock;
-    this.wallClock = options.wallClock ?? systemClock;
-    this.resolver = options.resolver ?? systemResolver;
+    this.sender = new WebhookSender(deps.secrets, options);
     this.retryDelays = options.retryDelaysSec ?? WEBHOOK_RETRY_DELAYS_SEC;
   }
 
@@ -299,99 +270,9 @@ export class WebhookDispatcher {
       return;
     }
     const began = performance.now();
-    const result = await this.send(row, startedAt);
+    const result = await this.sender.send(row, startedAt);
     const durationMs = Math.round(performance.now() - began);
     this.record(row, result, startedAt, durationMs);
-  }
-
-  /** Secrets that sign now: the current one, and the previous one during a rotation's overlap. */
-  private secretsOf(row: ClaimedRow, now: Date): string[] {
-    if (!row.secret_ciphertext) return [];
-    const secrets = [this.deps.secrets.decrypt(row.secret_ciphertext, secretContext(row.endpoint_id))];
-    if (
-      row.previous_secret_ciphertext &&
-      row.previous_secret_expires_at !== null &&
-      row.previous_secret_expires_at > now.getTime()
-    ) {
-      secrets.push(
-        this.deps.secrets.decrypt(row.previous_secret_ciphertext, previousSecretContext(row.endpoint_id)),
-      );
-    }
-    return secrets;
-  }
-
-  private async send(row: ClaimedRow, now: Date): Promise<AttemptResult> {
-    const url = new URL(this.deps.secrets.decrypt(row.url_ciphertext, urlContext(row.endpoint_id)));
-    const headers: Record<string, string> = { "content-type": "application/json", "user-agent": USER_AGENT };
-    let body = row.payload;
-    if (row.kind === "standard") {
-      Object.assign(
-        headers,
-        signatureHeaders(this.secretsOf(row, now), row.event_id, unixSeconds(this.wallClock.now()), body),
-      );
-    } else {
-      body = JSON.stringify(chatMessage(row.kind, JSON.parse(row.payload)));
-    }
-    let target: string;
-    let tls: { serverName: string } | undefined;
-    const override = this.options.connectOverride?.(url);
-    if (override !== undefined) {
-      target = `${override}${url.pathname}${url.search}`;
-    } else {
-      let address: string;
-      try {
-        address = await checkedAddress(bareHost(url), this.resolver, this.options.allowPrivateNetworks);
-      } catch (error) {
-        if (error instanceof AddressRefused)
-          return { outcome: "refused", status: null, error: error.message };
-        throw error;
-      }
-      // Connect to the address just checked, so a second DNS answer cannot swap in another one
-      // (DNS rebinding). The name still goes out as Host and, for https, as the TLS server name
-      // the certificate is verified against.
-      const pinned = new URL(url.href);
-      pinned.hostname = address.includes(":") ? `[${address}]` : address;
-      target = pinned.href;
-      headers.host = url.host;
-      const host = bareHost(url);
-      if (url.protocol === "https:" && !isIP(host)) tls = { serverName: host };
-    }
-    try {
-      const response = await fetch(target, {
-        method: "POST",
-        headers,
-        body,
-        redirect: "manual",
-        signal: AbortSignal.timeout(this.options.timeoutMs ?? ATTEMPT_TIMEOUT_MS),
-        ...(tls || this.options.extraCa
-          ? { tls: { ...tls, ...(this.options.extraCa ? { ca: this.options.extraCa } : {}) } }
-          : {}),
-      });
-      await drain(response);
-      if (response.status >= 200 && response.status <= 299)
-        return { outcome: "succeeded", status: response.status };
-      if (response.status === 410)
-        return {
-          outcome: "failed",
-          status: 410,
-          error: "the receiver answered 410 Gone; the endpoint is disabled",
-          gone: true,
-        };
-      if (response.status >= 300 && response.status <= 399)
-        return { outcome: "failed", status: response.status, error: "redirect not followed" };
-      return { outcome: "failed", status: response.status, error: `HTTP ${response.status}` };
-    } catch (error) {
-      const err = error as Error;
-      const timedOut = err.name === "TimeoutError" || err.name === "AbortError";
-      // The message never includes the URL: a team-chat URL is a secret and this text is shown and logged.
-      return {
-        outcome: "failed",
-        status: null,
-        error: timedOut
-          ? `no answer within ${this.options.timeoutMs ?? ATTEMPT_TIMEOUT_MS} ms`
-          : connectionError(err),
-      };
-    }
   }
 
   private record(row: ClaimedRow, result: AttemptResult, startedAt: Date, durationMs: number): void {
@@ -463,26 +344,4 @@ export class WebhookDispatcher {
       });
     }
   }
-}
-
-async function drain(response: Response): Promise<void> {
-  const reader = response.body?.getReader();
-  if (!reader) return;
-  let read = 0;
-  try {
-    while (read < MAX_RESPONSE_BYTES) {
-      const { done, value } = await reader.read();
-      if (done) return;
-      read += value.byteLength;
-    }
-  } finally {
-    await reader.cancel().catch(() => {});
-  }
-}
-
-/** A connection failure in words that never repeat the URL (Bun's messages can include it). */
-function connectionError(error: Error): string {
-  const code = (error as { code?: string }).code;
-  if (code) return `connection failed (${code})`;
-  return "connection failed";
 }

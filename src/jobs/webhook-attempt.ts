@@ -1,0 +1,181 @@
+import { isIP } from "node:net";
+import type { Deps } from "../deps.ts";
+import { type Clock, systemClock, unixSeconds } from "../domain/clock.ts";
+import {
+  AddressRefused,
+  checkedAddress,
+  type Resolver,
+  systemResolver,
+} from "../modules/webhooks/address.ts";
+import { bareHost, chatMessage, type DestinationKind } from "../modules/webhooks/destinations.ts";
+import { previousSecretContext, secretContext, urlContext } from "../modules/webhooks/service.ts";
+import { signatureHeaders } from "../modules/webhooks/signing.ts";
+
+export const ATTEMPT_TIMEOUT_MS = 10_000;
+/** Of a receiver's answer only this much is read (and thrown away): its status is what counts. */
+const MAX_RESPONSE_BYTES = 64 * 1024;
+const USER_AGENT = "licensing-webhooks/1";
+
+/** What one attempt needs of a delivery, its event and its endpoint. */
+export interface AttemptRow {
+  endpoint_id: string;
+  event_id: string;
+  payload: string;
+  kind: DestinationKind;
+  url_ciphertext: string;
+  secret_ciphertext: string | null;
+  previous_secret_ciphertext: string | null;
+  previous_secret_expires_at: number | null;
+}
+
+export type AttemptResult =
+  | { outcome: "succeeded"; status: number }
+  | { outcome: "failed"; status: number | null; error: string; gone?: boolean }
+  | { outcome: "refused"; status: null; error: string };
+
+export interface SenderOptions {
+  allowPrivateNetworks: boolean;
+  resolver?: Resolver;
+  /** The `webhook-timestamp`: real time, as receivers check it against their own clock. */
+  wallClock?: Clock;
+  timeoutMs?: number;
+  /** Tests only (DispatcherOptions says why). */
+  connectOverride?: (url: URL) => string | undefined;
+  /** Tests only (DispatcherOptions says why). */
+  extraCa?: string;
+}
+
+/**
+ * One delivery attempt over HTTP: the body (signed with Standard Webhooks, or a team-chat
+ * message), the receiver's address checked and pinned against DNS rebinding, no redirects, a
+ * timeout, and the outcome in words that never repeat the URL (a team-chat URL is a secret).
+ * The dispatcher decides when to attempt and records what came of it.
+ */
+export class WebhookSender {
+  constructor(
+    private readonly secrets: Deps["secrets"],
+    private readonly options: SenderOptions,
+  ) {}
+
+  /** Secrets that sign now: the current one, and the previous one during a rotation's overlap. */
+  private secretsOf(row: AttemptRow, now: Date): string[] {
+    if (!row.secret_ciphertext) return [];
+    const secrets = [this.secrets.decrypt(row.secret_ciphertext, secretContext(row.endpoint_id))];
+    if (
+      row.previous_secret_ciphertext &&
+      row.previous_secret_expires_at !== null &&
+      row.previous_secret_expires_at > now.getTime()
+    ) {
+      secrets.push(
+        this.secrets.decrypt(row.previous_secret_ciphertext, previousSecretContext(row.endpoint_id)),
+      );
+    }
+    return secrets;
+  }
+
+  /** Sends `row`'s event once and says how it went (a refused address or a failed connection is an outcome). */
+  async send(row: AttemptRow, now: Date): Promise<AttemptResult> {
+    const url = new URL(this.secrets.decrypt(row.url_ciphertext, urlContext(row.endpoint_id)));
+    const headers: Record<string, string> = { "content-type": "application/json", "user-agent": USER_AGENT };
+    let body = row.payload;
+    if (row.kind === "standard") {
+      Object.assign(
+        headers,
+        signatureHeaders(
+          this.secretsOf(row, now),
+          row.event_id,
+          unixSeconds((this.options.wallClock ?? systemClock).now()),
+          body,
+        ),
+      );
+    } else {
+      body = JSON.stringify(chatMessage(row.kind, JSON.parse(row.payload)));
+    }
+    let target: string;
+    let tls: { serverName: string } | undefined;
+    const override = this.options.connectOverride?.(url);
+    if (override !== undefined) {
+      target = `${override}${url.pathname}${url.search}`;
+    } else {
+      let address: string;
+      try {
+        address = await checkedAddress(
+          bareHost(url),
+          this.options.resolver ?? systemResolver,
+          this.options.allowPrivateNetworks,
+        );
+      } catch (error) {
+        if (error instanceof AddressRefused)
+          return { outcome: "refused", status: null, error: error.message };
+        throw error;
+      }
+      // Connect to the address just checked, so a second DNS answer cannot swap in another one
+      // (DNS rebinding). The name still goes out as Host and, for https, as the TLS server name
+      // the certificate is verified against.
+      const pinned = new URL(url.href);
+      pinned.hostname = address.includes(":") ? `[${address}]` : address;
+      target = pinned.href;
+      headers.host = url.host;
+      const host = bareHost(url);
+      if (url.protocol === "https:" && !isIP(host)) tls = { serverName: host };
+    }
+    try {
+      const response = await fetch(target, {
+        method: "POST",
+        headers,
+        body,
+        redirect: "manual",
+        signal: AbortSignal.timeout(this.options.timeoutMs ?? ATTEMPT_TIMEOUT_MS),
+        ...(tls || this.options.extraCa
+          ? { tls: { ...tls, ...(this.options.extraCa ? { ca: this.options.extraCa } : {}) } }
+          : {}),
+      });
+      await drain(response);
+      if (response.status >= 200 && response.status <= 299)
+        return { outcome: "succeeded", status: response.status };
+      if (response.status === 410)
+        return {
+          outcome: "failed",
+          status: 410,
+          error: "the receiver answered 410 Gone; the endpoint is disabled",
+          gone: true,
+        };
+      if (response.status >= 300 && response.status <= 399)
+        return { outcome: "failed", status: response.status, error: "redirect not followed" };
+      return { outcome: "failed", status: response.status, error: `HTTP ${response.status}` };
+    } catch (error) {
+      const err = error as Error;
+      const timedOut = err.name === "TimeoutError" || err.name === "AbortError";
+      // The message never includes the URL: a team-chat URL is a secret and this text is shown and logged.
+      return {
+        outcome: "failed",
+        status: null,
+        error: timedOut
+          ? `no answer within ${this.options.timeoutMs ?? ATTEMPT_TIMEOUT_MS} ms`
+          : connectionError(err),
+      };
+    }
+  }
+}
+
+async function drain(response: Response): Promise<void> {
+  const reader = response.body?.getReader();
+  if (!reader) return;
+  let read = 0;
+  try {
+    while (read < MAX_RESPONSE_BYTES) {
+      const { done, value } = await reader.read();
+      if (done) return;
+      read += value.byteLength;
+    }
+  } finally {
+    await reader.cancel().catch(() => {});
+  }
+}
+
+/** A connection failure in words that never repeat the URL (Bun's messages can include it). */
+function connectionError(error: Error): string {
+  const code = (error as { code?: string }).code;
+  if (code) return `connection failed (${code})`;
+  return "connection failed";
+}
