@@ -13,9 +13,17 @@ export class AdjustableClock implements Clock {
   now(): Date {
     return new Date((this.frozenAtMs ?? this.base.now().getTime()) + this.offsetMs);
   }
-  /** Holds time still until advanced, so a test at an exact boundary cannot straddle a second. */
+  /** Holds time still (advance still moves it), so a test at an exact boundary cannot straddle a second. */
   freeze(): Date {
     this.frozenAtMs = this.base.now().getTime();
+    return this.now();
+  }
+  /** Lets time run again from where it stands, for tests that share one clock across a file. */
+  resume(): Date {
+    if (this.frozenAtMs !== null) {
+      this.offsetMs += this.frozenAtMs - this.base.now().getTime();
+      this.frozenAtMs = null;
+    }
     return this.now();
   }
   advance(seconds: number): Date {

@@ -8,8 +8,6 @@ import { purgeFinishedDeliveries } from "../modules/webhooks/retention.ts";
 import { cancelPending } from "../modules/webhooks/service.ts";
 import { ATTEMPT_TIMEOUT_MS, type AttemptResult, type AttemptRow, WebhookSender } from "./webhook-attempt.ts";
 
-export { ATTEMPT_TIMEOUT_MS };
-
 /** Seconds before the 1st … 7th retry (DESIGN §5); after the last, the delivery is failed (~28 h in all). */
 export const WEBHOOK_RETRY_DELAYS_SEC = [5, 300, 1800, 7200, 18_000, 36_000, 36_000];
 /** Each delay is stretched or shrunk by up to this fraction, so retries of many events do not arrive in lockstep. */
@@ -125,7 +123,7 @@ export class WebhookDispatcher {
         return;
       }
       try {
-        const { queued, more } = announceExpiries(this.deps, { leaseChunk: this.options.leaseScanChunk });
+        const { queued, more } = announceExpiries(this.deps, { leaseScanChunk: this.options.leaseScanChunk });
         if (queued > 0) kick();
         scanning = more;
         if (more) setImmediate(announce);

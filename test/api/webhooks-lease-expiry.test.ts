@@ -17,7 +17,7 @@ import { activatedDevice, proofCall, runtimeFixture } from "../support/runtime.t
 let t: TestContext;
 beforeEach(() => {
   t = createTestContext();
-  // Whole seconds only: the windows below are set against lease expiries to the second.
+  // Held still: the windows below are set against lease expiries to the millisecond.
   t.clock.freeze();
 });
 afterEach(() => t.close());
@@ -38,6 +38,11 @@ const announcedLeases = () =>
     )
     .all()
     .map((row) => (JSON.parse(row.payload) as { data: { target: { id: string } } }).data.target.id);
+
+const leaseMark = () =>
+  t.deps.sqlite
+    .query<{ value: number }, []>("SELECT value FROM webhook_marks WHERE name = 'lease.expired'")
+    .get()?.value;
 
 const scanMarks = () =>
   t.deps.sqlite
@@ -78,12 +83,12 @@ async function leaseTaker() {
 }
 
 /** Calls until the scan has no chunks left; returns how many calls it took and what they queued. */
-function scanToTheEnd(deps: Pick<Deps, "sqlite" | "clock" | "ids"> = t.deps, leaseChunk = 2) {
+function scanToTheEnd(deps: Pick<Deps, "sqlite" | "clock" | "ids"> = t.deps, leaseScanChunk = 2) {
   let calls = 0;
   let queued = 0;
   for (;;) {
     calls++;
-    const result = announceExpiries(deps, { leaseChunk });
+    const result = announceExpiries(deps, { leaseScanChunk });
     queued += result.queued;
     if (!result.more) return { calls, queued };
     if (calls > 100) throw new Error("the scan never ends");
@@ -115,8 +120,10 @@ describe("the lease scan in chunks", () => {
     announceExpiries(t.deps);
     for (let i = 0; i < 5; i++) await take(`instance-${i}`);
     t.clock.advance(TTL + 1);
-    const first = announceExpiries(t.deps, { leaseChunk: 2 });
+    const markBefore = leaseMark();
+    const first = announceExpiries(t.deps, { leaseScanChunk: 2 });
     expect(first).toEqual({ queued: 2, more: true });
+    expect(leaseMark()).toBe(markBefore);
     expect(scanMarks()).toEqual([
       "lease.expired:scan-after-rowid",
       "lease.expired:scan-last-rowid",
@@ -125,6 +132,8 @@ describe("the lease scan in chunks", () => {
     // Time passes between chunks; the scan keeps its own window.
     t.clock.advance(30);
     expect(scanToTheEnd().queued).toBe(3);
+    // The window closes where the scan began, not where it ended.
+    expect(leaseMark()).toBe(t.clock.now().getTime() - 30_000);
     expect(new Set(announcedLeases()).size).toBe(5);
     expect(announcedLeases()).toHaveLength(5);
   });
@@ -136,7 +145,7 @@ describe("the lease scan in chunks", () => {
     const leases: string[] = [];
     for (let i = 0; i < 5; i++) leases.push(await take(`instance-${i}`));
     t.clock.advance(TTL + 1);
-    expect(announceExpiries(t.deps, { leaseChunk: 2 }).more).toBe(true);
+    expect(announceExpiries(t.deps, { leaseScanChunk: 2 }).more).toBe(true);
     const store = openStore(`${t.dir}/licensing.db`);
     try {
       const restarted = { ...t.deps, db: store.db, sqlite: store.sqlite };
@@ -153,7 +162,7 @@ describe("the lease scan in chunks", () => {
     announceExpiries(t.deps);
     const early = [await take("early-1"), await take("early-2"), await take("early-3")];
     t.clock.advance(TTL + 1);
-    expect(announceExpiries(t.deps, { leaseChunk: 2 }).more).toBe(true);
+    expect(announceExpiries(t.deps, { leaseScanChunk: 2 }).more).toBe(true);
     const late = await take("late");
     expect(scanToTheEnd().queued).toBe(1);
     expect(announcedLeases().sort()).toEqual([...early].sort());
@@ -182,7 +191,7 @@ describe("the lease scan in chunks", () => {
     announceExpiries(t.deps);
     const leases = [await first.take("a"), await first.take("b"), await second.take("c")];
     t.clock.advance(TTL + 1);
-    expect(announceExpiries(t.deps, { leaseChunk: 2 })).toEqual({ queued: 2, more: true });
+    expect(announceExpiries(t.deps, { leaseScanChunk: 2 })).toEqual({ queued: 2, more: true });
     // Deactivating releases every lease of the device, the lapsed one too.
     await second.deactivate();
     expect(scanToTheEnd().queued).toBe(1);
@@ -208,7 +217,7 @@ describe("the lease scan in chunks", () => {
     announceExpiries(t.deps);
     await take("unheard");
     t.clock.advance(TTL + 1);
-    expect(announceExpiries(t.deps, { leaseChunk: 2 })).toEqual({ queued: 0, more: false });
+    expect(announceExpiries(t.deps, { leaseScanChunk: 2 })).toEqual({ queued: 0, more: false });
     expect(scanMarks()).toEqual([]);
     subscribe();
     expect(scanToTheEnd().queued).toBe(0);

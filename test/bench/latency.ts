@@ -4,7 +4,7 @@ import { join } from "node:path";
 import { freePort } from "../e2e/binary.ts";
 import { activateDevices, createFixture } from "./lib/fixture.ts";
 import { threadCpu } from "./lib/procstat.ts";
-import { heartbeatRequest, writeRequestFile } from "./lib/requests.ts";
+import { heartbeatRequest, pickFrom, writeRequestFile } from "./lib/requests.ts";
 import { ensureBinary, initToolStore, pinned, startServer, toolServerEnv } from "./lib/server.ts";
 import { quantile } from "./lib/stats.ts";
 import { readServerLog, slowAfter, watchSteal } from "./lib/tail.ts";
@@ -61,9 +61,7 @@ try {
     const file = join(work, `${name}.txt`);
     writeRequestFile(
       file,
-      Array.from({ length: Math.ceil(rate * sec) + 10 }, () =>
-        heartbeatRequest(devices[Math.floor(Math.random() * devices.length)] as (typeof devices)[number]),
-      ),
+      Array.from({ length: Math.ceil(rate * sec) + 10 }, () => heartbeatRequest(pickFrom(devices))),
     );
     return file;
   };

@@ -9,6 +9,7 @@ import {
   type BenchRequest,
   heartbeatRequest,
   leaseAcquireRequest,
+  pickFrom,
   timeRequest,
   writeRequestFile,
 } from "./lib/requests.ts";
@@ -71,15 +72,11 @@ try {
     devices = seedRows(fixture.productId, scaleRows);
     server = await startProfiled();
   }
-  const pick = () => devices[Math.floor(Math.random() * devices.length)] as BenchDevice;
+  const pick = () => pickFrom(devices);
   let instance = 0;
   const builders: Record<string, () => BenchRequest> = {
     heartbeat: () => heartbeatRequest(pick()),
-    activation: () =>
-      activationRequest(
-        fixture.licenseKeys[Math.floor(Math.random() * fixture.licenseKeys.length)] as string,
-        fixture.productId,
-      ).request,
+    activation: () => activationRequest(pickFrom(fixture.licenseKeys), fixture.productId).request,
     "lease-acquire": () => leaseAcquireRequest(pick(), `profile-${++instance}`),
     time: () => timeRequest(fixture.productId),
   };

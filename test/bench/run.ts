@@ -2,7 +2,7 @@ import { rmSync } from "node:fs";
 import { join } from "node:path";
 import { crashTest } from "./lib/crash.ts";
 import { activateDevices, BENCH_POLICY, createApiKeys, createFixture, type Fixture } from "./lib/fixture.ts";
-import { openLoop, pickFrom, tailLine } from "./lib/open-model.ts";
+import { openLoop, tailLine } from "./lib/open-model.ts";
 import { sample } from "./lib/procstat.ts";
 import { fixed, thousands } from "./lib/report.ts";
 import {
@@ -14,6 +14,7 @@ import {
   leaseHeartbeatRequest,
   leaseReleaseRequest,
   managementListRequest,
+  pickFrom,
   timeRequest,
 } from "./lib/requests.ts";
 import {

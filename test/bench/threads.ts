@@ -4,7 +4,7 @@ import { join } from "node:path";
 import { freePort } from "../e2e/binary.ts";
 import { activateDevices, createFixture } from "./lib/fixture.ts";
 import { threadCpu } from "./lib/procstat.ts";
-import { heartbeatRequest, writeRequestFile } from "./lib/requests.ts";
+import { heartbeatRequest, pickFrom, writeRequestFile } from "./lib/requests.ts";
 import { ensureBinary, ensureWrk, initToolStore, startServer, toolServerEnv } from "./lib/server.ts";
 import { runWrk } from "./lib/wrk.ts";
 
@@ -40,7 +40,7 @@ const server = await startServer({
 try {
   const fixture = await createFixture(server.url, liveKey, 1);
   const devices = await activateDevices(server.url, fixture, 2000, 16);
-  const pick = () => devices[Math.floor(Math.random() * devices.length)] as (typeof devices)[number];
+  const pick = () => pickFrom(devices);
   const file = join(work, "requests.txt");
   writeRequestFile(
     file,

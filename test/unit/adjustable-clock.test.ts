@@ -28,4 +28,15 @@ describe("the adjustable clock", () => {
     clock.advance(30);
     expect(clock.now().getTime()).toBe(frozen + 30_000);
   });
+
+  test("a resumed clock runs on from where it stood, without jumping to real time", () => {
+    const real = movingBase(3_000_000);
+    const clock = new AdjustableClock(real.base);
+    const frozen = clock.freeze().getTime();
+    real.pass(7000);
+    expect(clock.resume().getTime()).toBe(frozen);
+    real.pass(250);
+    expect(clock.now().getTime()).toBe(frozen + 250);
+    expect(clock.resume().getTime()).toBe(frozen + 250);
+  });
 });

@@ -12,11 +12,11 @@ import { type EnqueueDeps, enqueueEvent, hasSubscriber } from "./enqueue.ts";
  * announced here: the change that ended it has its own `license.expired` audit event.
  *
  * Licenses are found through their `expires_at` index. Leases have none on purpose: every lease
- * heartbeat moves `expires_at`, and a third index moving with it cost a lease renewal ~30 µs more
- * (+22%, docs/performance.md), paid whether or not anyone subscribes. Leases are never deleted
+ * heartbeat moves `expires_at`, and a third index moving with it cost a lease renewal 31-61 µs
+ * more (+22-45%, docs/performance.md), paid whether or not anyone subscribes. Leases are never deleted
  * (the usage report counts past seats), so the lease scan reads the whole table, and at a million
  * rows that took 60-80 ms on the request thread. It therefore walks the table by rowid in chunks
- * of `leaseChunk` rows, one chunk per call: the dispatcher calls again on the next turn of the
+ * of `leaseScanChunk` rows, one chunk per call: the dispatcher calls again on the next turn of the
  * event loop while `more` is true, so no call holds the thread for more than a few milliseconds.
  * The scan's window end and its position are stored with each chunk's events, in the same
  * transaction, so a restart part-way resumes it and announces nothing twice. A lease that expired
@@ -60,7 +60,7 @@ function setMark(sqlite: Database, name: string, value: number): void {
 }
 
 /** Rows of the leases table read per call: 2-3.6 ms each at a million rows (docs/performance.md). */
-export const LEASE_SCAN_CHUNK = 20_000;
+const LEASE_SCAN_CHUNK = 20_000;
 
 /** The stored state of a lease scan in progress (absent: none). */
 const LEASE_SCAN = {
@@ -79,7 +79,7 @@ function clearMark(sqlite: Database, name: string): void {
  */
 export function announceExpiries(
   deps: EnqueueDeps,
-  options: { leaseChunk?: number } = {},
+  options: { leaseScanChunk?: number } = {},
 ): { queued: number; more: boolean } {
   const { sqlite } = deps;
   const now = deps.clock.now().getTime();
@@ -87,7 +87,7 @@ export function announceExpiries(
   let more = false;
   sqlite.transaction(() => {
     queued += announceLicenses(deps, now);
-    const leases = announceLeaseChunk(deps, now, options.leaseChunk ?? LEASE_SCAN_CHUNK);
+    const leases = announceLeaseChunk(deps, now, options.leaseScanChunk ?? LEASE_SCAN_CHUNK);
     queued += leases.queued;
     more = leases.more;
   })();
@@ -124,11 +124,11 @@ function announceLicenses(deps: EnqueueDeps, now: number): number {
 }
 
 /**
- * One chunk of the lease scan: starts a scan of (mark, now - 1 ms] when none is under way (and
- * someone subscribes), reads the next `chunk` rowids, and on the last chunk moves the mark to the
- * scan's window end. Leases created after the scan began are past its last rowid; they expire after
- * the window, which ends a millisecond before the scan began, and belong to the next scan. Leases
- * are never deleted, so rowids only grow.
+ * One chunk of the lease scan: starts a scan of (mark, now] when none is under way (and someone
+ * subscribes), reads the next `chunk` rowids, and on the last chunk moves the mark to the scan's
+ * window end. Leases created after the scan began are past its last rowid; they expire after the
+ * window (every plan's lease TTL is at least 30 s) and belong to the next scan. Leases are never
+ * deleted, so rowids only grow.
  */
 function announceLeaseChunk(
   deps: EnqueueDeps,
@@ -139,13 +139,11 @@ function announceLeaseChunk(
   const leaseMark = mark(sqlite, "lease.expired");
   let until = mark(sqlite, LEASE_SCAN.until);
   if (until === null) {
-    // Not `now` itself: nothing taken after this read can expire inside the window, whatever its TTL.
-    const end = now - 1;
-    if (leaseMark === null || leaseMark >= end || !hasSubscriber(sqlite, "lease.expired")) {
-      setMark(sqlite, "lease.expired", Math.max(end, leaseMark ?? end));
+    if (leaseMark === null || leaseMark >= now || !hasSubscriber(sqlite, "lease.expired")) {
+      setMark(sqlite, "lease.expired", Math.max(now, leaseMark ?? now));
       return { queued: 0, more: false };
     }
-    until = end;
+    until = now;
     setMark(sqlite, LEASE_SCAN.until, until);
     setMark(sqlite, LEASE_SCAN.after, 0);
     setMark(

@@ -6,6 +6,7 @@ import {
   heartbeatRequest,
   leaseAcquireRequest,
   leaseHeartbeatRequest,
+  pickFrom,
 } from "./requests.ts";
 import type { BenchServer } from "./server.ts";
 
@@ -58,7 +59,7 @@ export async function crashTest(options: {
   let killed = false;
   let inFlightAtKill = 0;
   let instance = 0;
-  const pick = () => devices[Math.floor(Math.random() * devices.length)] as BenchDevice;
+  const pick = () => pickFrom(devices);
 
   const worker = async () => {
     while (!killed) {

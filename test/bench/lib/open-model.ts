@@ -1,7 +1,7 @@
 import { statSync } from "node:fs";
 import { join } from "node:path";
 import { cpuPercent, sample } from "./procstat.ts";
-import { type BenchDevice, heartbeatRequest, writeRequestFile } from "./requests.ts";
+import { type BenchDevice, heartbeatRequest, pickFrom, writeRequestFile } from "./requests.ts";
 import type { RunContext } from "./run-context.ts";
 import { type BenchServer, pinned } from "./server.ts";
 import { quantile } from "./stats.ts";
@@ -30,8 +30,6 @@ export interface OpenLoopResult {
     after_restart: SlowAfter;
   };
 }
-
-export const pickFrom = <T>(items: T[]): T => items[Math.floor(Math.random() * items.length)] as T;
 
 /**
  * Latency under load: heartbeats from random devices at a fixed rate (open-loop.ts), after an

@@ -196,3 +196,6 @@ export function writeRequestFile(path: string, requests: Iterable<BenchRequest>)
   writeFileSync(path, `${lines.join("\n")}\n`);
   return lines.length;
 }
+
+/** One of `items` at random (devices, license keys, leases of a run). */
+export const pickFrom = <T>(items: T[]): T => items[Math.floor(Math.random() * items.length)] as T;

@@ -8,7 +8,7 @@ import { pinned } from "./server.ts";
 import { runWrk, type WrkResult } from "./wrk.ts";
 
 /** What a closed-loop run drives: a process to sample and the URL wrk sends to. */
-export interface Target {
+interface Target {
   pid: number;
   url: string;
 }
@@ -46,7 +46,7 @@ export async function measure(
   name: string,
   target: Target,
   build: (n: number) => BenchRequest[] | Promise<BenchRequest[]>,
-  options: MeasureOptions = { estimate: 2000 },
+  options: MeasureOptions,
 ): Promise<RouteRun> {
   const { config } = ctx;
   const durationSec = options.durationSec ?? config.durationSec;

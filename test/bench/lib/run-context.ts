@@ -59,7 +59,7 @@ export interface RunContext {
   requestFile: () => string;
 }
 
-export function runConfig(env: Record<string, string | undefined>): RunConfig {
+function runConfig(env: Record<string, string | undefined>): RunConfig {
   return {
     devices: Number(env.BENCH_DEVICES ?? 10_000),
     durationSec: Number(env.BENCH_DURATION ?? 12),

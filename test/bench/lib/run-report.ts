@@ -48,7 +48,7 @@ type Floors = Record<string, { formula: string; us: number }>;
 const us = (n: number) => `${fixed(n, 1)}`;
 
 /** Each route's floor: the sum of what it cannot avoid, µs per request on one core. */
-export function routeFloors(ops: FloorOps, httpUs: number): Floors {
+function routeFloors(ops: FloorOps, httpUs: number): Floors {
   return {
     heartbeat: {
       formula: "http + verify + read + write + 2 sign",
@@ -75,8 +75,8 @@ export function routeFloors(ops: FloorOps, httpUs: number): Floors {
   };
 }
 
-/** Prints the report, writes every figure as JSON to the temp dir and returns that file's path. */
-export function printReport(r: RunResults): string {
+/** Prints the report and writes every figure as JSON to the temp dir. */
+export function printReport(r: RunResults): void {
   const httpUs = r.http.cpuUsPerRequest;
   const floors = routeFloors(r.ops, httpUs);
   printFloorAndRoutes(r, floors, httpUs);
@@ -115,7 +115,6 @@ export function printReport(r: RunResults): string {
   );
   writeFileSync(resultsFile, JSON.stringify(results, null, 2));
   console.log(`\nAll figures as JSON: ${resultsFile}`);
-  return resultsFile;
 }
 
 /**
