@@ -1,6 +1,5 @@
 import { describe, expect, test } from "bun:test";
 import { createPublicKey } from "node:crypto";
-import { readFileSync } from "node:fs";
 import { Value } from "@sinclair/typebox/value";
 import { compactVerify, importJWK } from "jose";
 import { b64u, sha256Hex } from "../../src/crypto/encoding.ts";
@@ -28,19 +27,15 @@ import { offlineRequestMessage, verifyOfflineRequest } from "../../src/modules/o
 import { hpkeOpen as sdkHpkeOpen } from "../../src/sdk/hpke.ts";
 import { resolveConfig, verifyOfflinePackage } from "../../src/sdk/index.ts";
 import { ByteReader, decryptSealedPayload, readSealedHeader } from "../../src/sdk/sealed.ts";
-import { ed25519FromHex, p256FromHex, readVectors } from "../support/vectors.ts";
+import { vector as protocolVector, type VectorName } from "../support/protocol-vectors.ts";
+import { ed25519FromHex, p256FromHex } from "../support/vectors.ts";
 
 /**
  * The offline request, offline package and sealed-file vectors of docs/protocol.md (§17-§19),
  * recomputed with the server's code and accepted by the SDK's.
  */
-const vectors = readVectors(readFileSync(new URL("../../docs/protocol.md", import.meta.url), "utf8"));
 // biome-ignore lint/suspicious/noExplicitAny: vectors are JSON read from the document.
-const vector = (name: string): any => {
-  const found = vectors.get(name);
-  if (!found) throw new Error(`docs/protocol.md has no vector "${name}"`);
-  return found;
-};
+const vector = (name: VectorName): any => protocolVector(name);
 const hex = (text: string) => new Uint8Array(Buffer.from(text, "hex"));
 const publicOf = (seedHex: string) => publicKeyText(createPublicKey(ed25519FromHex(seedHex)));
 

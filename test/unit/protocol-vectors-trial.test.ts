@@ -1,6 +1,5 @@
 import { describe, expect, test } from "bun:test";
 import { createPublicKey } from "node:crypto";
-import { readFileSync } from "node:fs";
 import { Value } from "@sinclair/typebox/value";
 import { sha256Hex } from "../../src/crypto/encoding.ts";
 import { PREFIX } from "../../src/crypto/envelope.ts";
@@ -8,7 +7,8 @@ import { canonicalize } from "../../src/crypto/jcs.ts";
 import { parsePublicKey, publicKeyText, signEd25519, verifySignature } from "../../src/crypto/keys.ts";
 import { TrialConfirm, type TrialConfirmBody } from "../../src/modules/trials/model.ts";
 import { trialIdempotentPartOf } from "../../src/modules/trials/service.ts";
-import { ed25519FromHex, readVectors } from "../support/vectors.ts";
+import { vector as protocolVector } from "../support/protocol-vectors.ts";
+import { ed25519FromHex } from "../support/vectors.ts";
 
 /** The trial-confirm vector of docs/protocol.md, recomputed with the server's code. */
 interface TrialVector {
@@ -21,9 +21,7 @@ interface TrialVector {
   idempotency_fingerprint: string;
 }
 
-const vector = readVectors(readFileSync(new URL("../../docs/protocol.md", import.meta.url), "utf8")).get(
-  "trial-confirm",
-) as unknown as TrialVector;
+const vector = protocolVector<TrialVector>("trial-confirm");
 
 describe("trial-confirm", () => {
   test("the proof is the device key's signature over the trial prefix and JCS of the body without it", () => {

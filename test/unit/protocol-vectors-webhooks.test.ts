@@ -1,16 +1,13 @@
 import { describe, expect, test } from "bun:test";
-import { readFileSync } from "node:fs";
 import { Webhook } from "standardwebhooks";
 import { SECRET_PREFIX, signatureHeaders, signPayload } from "../../src/modules/webhooks/signing.ts";
-import { readVectors } from "../support/vectors.ts";
+import { vector as protocolVector } from "../support/protocol-vectors.ts";
 
 /**
  * The `webhook-delivery` vector of docs/protocol.md §22, recomputed with the server's signer and
  * checked against the `standardwebhooks` reference implementation, which receivers use.
  */
-const vector = readVectors(readFileSync(new URL("../../docs/protocol.md", import.meta.url), "utf8")).get(
-  "webhook-delivery",
-) as Record<string, string>;
+const vector = protocolVector<Record<string, string>>("webhook-delivery");
 
 describe("webhook-delivery vector", () => {
   test("exists", () => {
