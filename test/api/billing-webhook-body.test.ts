@@ -1,8 +1,8 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { randomBytes } from "node:crypto";
-import Stripe from "stripe";
 import { unixSeconds } from "../../src/domain/clock.ts";
 import { BillingService } from "../../src/modules/billing/service.ts";
+import { header, WEBHOOK } from "../support/billing.ts";
 import { BASE_URL, createTestContext, serveTestStore, type TestContext } from "../support/harness.ts";
 import { storeDigest } from "../support/store-digest.ts";
 
@@ -12,8 +12,6 @@ import { storeDigest } from "../support/store-digest.ts";
  * for its size would be refused on every retry until Stripe gives up, so the route takes up to
  * 1 MiB. Signatures are made by Stripe's own library.
  */
-const stripe = new Stripe("sk_test_only_for_the_signing_helper");
-const WEBHOOK = "/billing/v1/stripe/webhook";
 const SECRET = `whsec_${randomBytes(24).toString("base64")}`;
 const MIB = 1024 * 1024;
 
@@ -51,16 +49,13 @@ function sizedEvent(size: number, nowSec: number): string {
   return payload;
 }
 
-const signed = (payload: string, timestamp: number) =>
-  stripe.webhooks.generateTestHeaderStringAsync({ payload, secret: SECRET, timestamp });
-
 async function deliver(payload: string) {
   return t.call("POST", WEBHOOK, {
     key: null,
     rawBody: payload,
     headers: {
       "content-type": "application/json; charset=utf-8",
-      "stripe-signature": await signed(payload, unixSeconds(t.clock.now())),
+      "stripe-signature": await header(payload, { secret: SECRET, timestamp: unixSeconds(t.clock.now()) }),
     },
   });
 }
@@ -116,7 +111,10 @@ describe("POST /billing/v1/stripe/webhook body limit", () => {
           method: "POST",
           headers: {
             "content-type": "application/json; charset=utf-8",
-            "stripe-signature": await signed(payload, Math.floor(Date.now() / 1000)),
+            "stripe-signature": await header(payload, {
+              secret: SECRET,
+              timestamp: Math.floor(Date.now() / 1000),
+            }),
           },
           body,
         });
