@@ -1,4 +1,5 @@
 import pkg from "../package.json" with { type: "json" };
+import { UsageError } from "./cli/args.ts";
 import { backupCommands } from "./cli/backup.ts";
 import { billingCommands } from "./cli/billing.ts";
 import { initCommand } from "./cli/init.ts";
@@ -9,7 +10,7 @@ import { sealCommand } from "./cli/seal.ts";
 import { serveCommand } from "./cli/serve.ts";
 import { CliError, type Command, helpText, parse } from "./cli/shared.ts";
 import { signingKeysCommands } from "./cli/signing-keys.ts";
-import { type Env, UsageError } from "./config.ts";
+import type { Env } from "./config.ts";
 import { KeystoreError } from "./crypto/keystore.ts";
 import { StartupError } from "./server.ts";
 

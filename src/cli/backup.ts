@@ -15,7 +15,7 @@ import {
 } from "node:fs";
 import { dirname, isAbsolute, join, normalize } from "node:path";
 import pkg from "../../package.json" with { type: "json" };
-import { type Config, dataPaths, UsageError } from "../config.ts";
+import { type Config, dataPaths } from "../config.ts";
 import { Keystore, KeystoreError } from "../crypto/keystore.ts";
 import {
   BACKUP_FORMAT,
@@ -29,6 +29,7 @@ import {
 } from "../store/backup.ts";
 import { openStore } from "../store/db.ts";
 import { migrate } from "../store/migrate.ts";
+import { UsageError } from "./args.ts";
 import { copyStore, fsyncDir, place } from "./init.ts";
 import { CliError, type Command, err, JSON_OPTION, out, resolvePassphrase } from "./shared.ts";
 

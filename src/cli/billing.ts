@@ -1,11 +1,12 @@
 import { readFileSync, statSync } from "node:fs";
 import { isAbsolute, join } from "node:path";
-import { type CommandLine, type OptionSpec, UsageError } from "../config.ts";
+import type { CommandLine } from "../config.ts";
 import { ENVIRONMENTS, type Environment } from "../domain/scopes.ts";
 import { ApiError } from "../http/errors.ts";
 import { BillingService, presentOffering, WEBHOOK_PATH } from "../modules/billing/service.ts";
 import { WorkspaceService } from "../modules/workspace/service.ts";
 import { buildDeps, openKeystore } from "../server.ts";
+import { type OptionSpec, UsageError } from "./args.ts";
 import { table } from "./keys.ts";
 import {
   CliError,

@@ -11,7 +11,7 @@ import {
   rmSync,
 } from "node:fs";
 import { join } from "node:path";
-import { type Config, dataPaths, UsageError } from "../config.ts";
+import { type Config, dataPaths } from "../config.ts";
 import { Keystore } from "../crypto/keystore.ts";
 import { SCOPES } from "../domain/scopes.ts";
 import { ApiKeyService } from "../modules/api-keys/service.ts";
@@ -19,6 +19,7 @@ import { WorkspaceService } from "../modules/workspace/service.ts";
 import { buildDeps } from "../server.ts";
 import { openStore } from "../store/db.ts";
 import { migrate } from "../store/migrate.ts";
+import { UsageError } from "./args.ts";
 import {
   CliError,
   type Command,

@@ -1,8 +1,9 @@
-import { type CommandLine, type OptionSpec, UsageError } from "../config.ts";
+import type { CommandLine } from "../config.ts";
 import { systemClock } from "../domain/clock.ts";
 import { IdGenerator } from "../domain/ids.ts";
 import { ENVIRONMENTS, type Environment, isScope, SCOPES, type Scope } from "../domain/scopes.ts";
 import { ApiKeyService } from "../modules/api-keys/service.ts";
+import { type OptionSpec, UsageError } from "./args.ts";
 import { CliError, type Command, cliActor, JSON_OPTION, openExistingStore, out } from "./shared.ts";
 
 const MAX_NAME = 100;

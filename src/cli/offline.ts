@@ -3,12 +3,12 @@ import { closeSync, fsyncSync, openSync, readFileSync, renameSync, unlinkSync, w
 import { resolve } from "node:path";
 import { Value } from "@sinclair/typebox/value";
 import { eq } from "drizzle-orm";
-import { UsageError } from "../config.ts";
 import { ApiError } from "../http/errors.ts";
 import { type OfflineCertificateBody, OfflineCertificateCreate } from "../modules/offline/model.ts";
 import { buildDeps, openKeystore } from "../server.ts";
 import { createServices } from "../services.ts";
 import { licenses } from "../store/schema/index.ts";
+import { UsageError } from "./args.ts";
 import {
   CliError,
   type Command,

@@ -1,9 +1,10 @@
-import { type CommandLine, UsageError } from "../config.ts";
+import type { CommandLine } from "../config.ts";
 import { systemClock } from "../domain/clock.ts";
 import { parseDateTime } from "../domain/datetime.ts";
 import { IdGenerator } from "../domain/ids.ts";
 import { PLANS, planByCode } from "../domain/plans.ts";
 import { type PlanTerms, WorkspaceService } from "../modules/workspace/service.ts";
+import { UsageError } from "./args.ts";
 import { table } from "./keys.ts";
 import { CliError, type Command, cliActor, JSON_OPTION, openExistingStore, out } from "./shared.ts";
 

@@ -1,7 +1,7 @@
 import { existsSync, realpathSync } from "node:fs";
 import { resolve } from "node:path";
-import { UsageError } from "../config.ts";
 import { parseSealingKeyLine, sealFile } from "../crypto/sealed-file.ts";
+import { UsageError } from "./args.ts";
 import { CliError, type Command, JSON_OPTION, out } from "./shared.ts";
 
 /**

@@ -1,6 +1,6 @@
-import { UsageError } from "../config.ts";
 import { jsonLogger } from "../http/logger.ts";
 import { startServer } from "../server.ts";
+import { UsageError } from "./args.ts";
 import { describeInit, initialise } from "./init.ts";
 import { type Command, isInitialised, out, resolvePassphrase } from "./shared.ts";
 

@@ -7,13 +7,12 @@ import {
   type ConfigKey,
   dataPaths,
   type Env,
-  formatOptions,
-  type OptionSpec,
   parseCommandLine,
 } from "../config.ts";
 import { openStore, type Store } from "../store/db.ts";
 import { migrate } from "../store/migrate.ts";
 import type { Actor } from "../store/schema/index.ts";
+import { formatOptions, type OptionSpec } from "./args.ts";
 
 /** A failure the operator can act on: printed as one line, no stack trace. */
 export class CliError extends Error {

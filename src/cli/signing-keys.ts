@@ -1,10 +1,11 @@
 import { eq } from "drizzle-orm";
-import { type CommandLine, UsageError } from "../config.ts";
+import type { CommandLine } from "../config.ts";
 import { unixSeconds } from "../domain/clock.ts";
 import { recordAudit } from "../modules/events/service.ts";
 import { TrustService } from "../modules/trust/service.ts";
 import { buildDeps, openKeystore } from "../server.ts";
 import { products } from "../store/schema/index.ts";
+import { UsageError } from "./args.ts";
 import { table } from "./keys.ts";
 import {
   CliError,

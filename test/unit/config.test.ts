@@ -1,12 +1,6 @@
 import { describe, expect, test } from "bun:test";
-import {
-  CONFIG_OPTIONS,
-  type ConfigKey,
-  parseArgs,
-  parseCommandLine,
-  resolveConfig,
-  UsageError,
-} from "../../src/config.ts";
+import { parseArgs, UsageError } from "../../src/cli/args.ts";
+import { CONFIG_OPTIONS, type ConfigKey, parseCommandLine, resolveConfig } from "../../src/config.ts";
 
 const CWD = "/srv/licensing";
 const ALL = Object.keys(CONFIG_OPTIONS) as ConfigKey[];
