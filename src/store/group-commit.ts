@@ -49,6 +49,8 @@ export class GroupCommit {
     private readonly sqlite: Database,
     private readonly maxBatch = DEFAULT_MAX_BATCH,
     private readonly budgetMs = DEFAULT_BATCH_BUDGET_MS,
+    /** Milliseconds the budget is measured in; tests pass a clock they move by hand. */
+    private readonly now: () => number = () => performance.now(),
   ) {
     this.statements = {
       begin: sqlite.prepare("BEGIN IMMEDIATE"),
@@ -147,12 +149,12 @@ export class GroupCommit {
     const { begin, commit, rollback, savepoint, release, undo } = this.statements;
     begin.run();
     const outcomes: Outcome[] = [];
-    const started = performance.now();
+    const started = this.now();
     let committing = false;
     try {
       for (const call of batch) {
         if (!isolated) {
-          if (outcomes.length > 0 && performance.now() - started >= this.budgetMs) break;
+          if (outcomes.length > 0 && this.now() - started >= this.budgetMs) break;
           progress.ran = outcomes.length + 1;
           outcomes.push({ ok: true, value: call.work() });
           continue;
