@@ -19,6 +19,7 @@ import { issueCertificate } from "./certificate.ts";
 import type { PolicyWithId, RuntimeCall, RuntimeGate, SignedResult, Target } from "./gate.ts";
 import { machineInfoCheck, machineInfoDigest } from "./machine.ts";
 import type { ActivationCreateBody, HeartbeatBody } from "./model.ts";
+import { MachineSlots } from "./slots.ts";
 
 export type ActivationRow = typeof activations.$inferSelect;
 
@@ -29,8 +30,8 @@ const HEARTBEAT_JITTER = 0.1;
  * and keep that binding fresh.
  */
 export class ActivationService {
-  private readonly countSlots;
-  private readonly activeCount;
+  /** The license's machine slots: who holds one, whether a new device may take one. */
+  readonly slots: MachineSlots;
   private readonly productById;
   private readonly checkIn;
   private readonly activeOnLicense;
@@ -58,13 +59,7 @@ export class ActivationService {
        app_version = coalesce(?, app_version), sdk_version = coalesce(?, sdk_version) WHERE id = ?`,
     );
     this.productById = preparedRowReader<typeof products, [string]>(deps.sqlite, products, '"id" = ?');
-    this.activeCount = deps.sqlite.prepare<{ active: number }, [string]>(
-      "SELECT active FROM activation_counts WHERE license_id = ?",
-    );
-    this.countSlots = deps.sqlite.prepare<{ n: number }, [string, number, number, number]>(
-      `SELECT count(*) AS n FROM activations WHERE license_id = ? AND status = 'active'
-       AND (? = 0 OR coalesce(last_heartbeat_at, activated_at) >= ? OR offline_until > ?)`,
-    );
+    this.slots = new MachineSlots(deps);
   }
 
   /**
@@ -179,7 +174,7 @@ export class ActivationService {
       // required), which a refusal below (the slots are full) rolls back, the cull included.
       const decided = ((tx: Db) => {
         const existing = this.activeActivation(license.id, deviceThumbprint);
-        if (existing && !this.culled(existing, license, policy, now)) {
+        if (existing && !this.slots.culled(existing, license, policy, now)) {
           // Activating again is a check-in with the full machine_info: it refreshes the slot
           // and the baseline, and takes no second slot.
           const refreshed = {
@@ -207,7 +202,7 @@ export class ActivationService {
           // Silent past its grace while others filled the license: it competes as a new device.
           this.end(existing.id, "culled", now, tx);
         }
-        this.requireFreeSlot(license, policy, now);
+        this.slots.requireFree(license, policy, now);
         const row: ActivationRow = {
           id: this.deps.ids.next("activation", now.getTime()),
           environment: license.environment,
@@ -349,7 +344,7 @@ export class ActivationService {
     now: Date,
     signedFor: { productId: string; nonce: string },
   ): void {
-    if (!this.culled(activation, license, policy, now)) return;
+    if (!this.slots.culled(activation, license, policy, now)) return;
     this.end(activation.id, "culled", now);
     throw new ApiError(
       "ACTIVATION_DEACTIVATED",
@@ -381,49 +376,6 @@ export class ActivationService {
     };
     if (writer === this.deps.db) this.deps.db.transaction(run);
     else run(writer);
-  }
-
-  /**
-   * Slots held on a license. For policies that require heartbeats, a device stops holding its
-   * slot once heartbeat_sec + network_grace_sec have passed since it last checked in, unless an
-   * unexpired offline package binds it (it cannot check in, and holds its slot until then).
-   */
-  slotsInUse(licenseId: string, policy: PolicyWithId, now: Date): number {
-    const freshSince = policy.heartbeat_required
-      ? now.getTime() - (policy.heartbeat_sec + policy.network_grace_sec) * 1000
-      : 0;
-    return (
-      this.countSlots.get(licenseId, policy.heartbeat_required ? 1 : 0, freshSince, now.getTime())?.n ?? 0
-    );
-  }
-
-  /**
-   * Whether every machine slot is taken. Fewer active activations than slots (one row, kept by
-   * triggers) means room without counting who is fresh: only a full license pays for the count.
-   */
-  slotsFull(licenseId: string, policy: PolicyWithId, maxMachines: number, now: Date): boolean {
-    const active = this.activeCount.get(licenseId)?.active ?? 0;
-    if (active < maxMachines) return false;
-    return this.slotsInUse(licenseId, policy, now) >= maxMachines;
-  }
-
-  /** Throws MACHINE_LIMIT_REACHED unless a new device may take a slot (online or offline). */
-  requireFreeSlot(license: LicenseRow, policy: PolicyWithId, now: Date): void {
-    const maxMachines = license.maxMachinesOverride ?? policy.max_machines;
-    if (this.slotsFull(license.id, policy, maxMachines, now)) {
-      throw new ApiError("MACHINE_LIMIT_REACHED", "Every machine slot of this license is in use.", {
-        max_machines: maxMachines,
-      });
-    }
-  }
-
-  /** A stale device coming back finds its slot taken when the fresh ones already fill the license. */
-  private culled(activation: ActivationRow, license: LicenseRow, policy: PolicyWithId, now: Date): boolean {
-    if (!policy.heartbeat_required) return false;
-    if (activation.offlineUntil && activation.offlineUntil.getTime() > now.getTime()) return false;
-    const lastSeen = (activation.lastHeartbeatAt ?? activation.activatedAt).getTime();
-    if (lastSeen >= now.getTime() - (policy.heartbeat_sec + policy.network_grace_sec) * 1000) return false;
-    return this.slotsFull(license.id, policy, license.maxMachinesOverride ?? policy.max_machines, now);
   }
 
   private subject(

@@ -293,7 +293,7 @@ export class OfflinePackageService {
       this.deps.db.update(activations).set(changes).where(eq(activations.id, existing.id)).run();
       return { ...existing, ...changes };
     }
-    this.activationService.requireFreeSlot(license, policy, now);
+    this.activationService.slots.requireFree(license, policy, now);
     const row: ActivationRow = {
       id: this.deps.ids.next("activation", now.getTime()),
       environment: license.environment,
