@@ -8,7 +8,7 @@ import { storeDigest } from "../support/store-digest.ts";
 /**
  * Webhook endpoints through the Management API (spec §4.3, §4.1, §2.4): create with the secret
  * shown once, idempotent replay, validation, the live/test sharing rule, team-chat destinations,
- * rotation and stopping. Delivery itself is in test/integration/webhook-delivery.test.ts.
+ * rotation and stopping. Delivery itself is in test/integration/webhook-delivery*.test.ts.
  */
 let t: TestContext;
 beforeEach(() => {

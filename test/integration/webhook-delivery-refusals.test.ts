@@ -1,0 +1,166 @@
+import { describe, expect, test } from "bun:test";
+import type { DispatcherOptions } from "../../src/jobs/webhook-dispatcher.ts";
+import {
+  customerCreated,
+  deliveries,
+  delivery,
+  dispatcher,
+  type Received,
+  Receiver,
+  receiver,
+  subscribe,
+  t,
+  useWebhookDeliveryContext,
+  verify,
+} from "../support/webhook-receiver.ts";
+
+/**
+ * What the webhook dispatcher refuses, against a real HTTP receiver on 127.0.0.1: receivers that
+ * answer 410, redirect or time out, a slow receiver taking more than its share, and addresses the
+ * outbound check does not allow (loopback, private and metadata answers when private networks are
+ * off).
+ */
+useWebhookDeliveryContext();
+
+describe("what the dispatcher refuses to do", () => {
+  test("a 410 from the receiver disables the endpoint and cancels what was queued for it", async () => {
+    const { row } = subscribe();
+    receiver.behaviour = () => new Response("gone", { status: 410 });
+    await customerCreated("A");
+    await customerCreated("B");
+    expect(await dispatcher({ perEndpointConcurrency: 1 }).runOnce()).toBe(1);
+    const endpoint = await t.call("GET", `/mgmt/v1/webhooks/${row.id}`);
+    expect(endpoint.body.data).toMatchObject({ status: "disabled", disabled_reason: "gone" });
+    const log = await deliveries(row.id);
+    expect(log.map((d) => d.status).sort()).toEqual(["cancelled", "failed"]);
+    await customerCreated("C");
+    t.clock.advance(86_400);
+    expect(await dispatcher().runOnce()).toBe(0);
+    expect(receiver.received).toHaveLength(1);
+  });
+
+  test("a redirect is not followed and counts as a failure", async () => {
+    const { row } = subscribe();
+    receiver.behaviour = (request) =>
+      new URL(request.url).pathname === "/hook"
+        ? new Response(null, { status: 307, headers: { location: receiver.url("/elsewhere") } })
+        : new Response("ok");
+    await customerCreated();
+    await dispatcher().runOnce();
+    expect(receiver.received.map((r) => r.path)).toEqual(["/hook"]);
+    expect((await deliveries(row.id))[0]).toMatchObject({
+      status: "pending",
+      last_response_status: 307,
+      last_error: "redirect not followed",
+    });
+  });
+
+  test("an attempt that gets no answer within the timeout fails and is retried", async () => {
+    const { row } = subscribe();
+    receiver.behaviour = async () => {
+      await Bun.sleep(1_000);
+      return new Response("too late");
+    };
+    await customerCreated();
+    const started = performance.now();
+    await dispatcher({ timeoutMs: 150 }).runOnce();
+    expect(performance.now() - started).toBeLessThan(900);
+    expect((await deliveries(row.id))[0]).toMatchObject({
+      status: "pending",
+      last_response_status: null,
+      last_error: "no answer within 150 ms",
+    });
+  });
+
+  test("one slow receiver holds at most its own concurrency limit and does not delay another endpoint", async () => {
+    const slow = new Receiver();
+    try {
+      let releaseSlow: () => void = () => {};
+      const gate = new Promise<void>((resolve) => {
+        releaseSlow = resolve;
+      });
+      slow.behaviour = async () => {
+        await gate;
+        return new Response("ok");
+      };
+      subscribe(slow.url(), ["customer.created"]);
+      const fast = subscribe(receiver.url(), ["customer.created"]);
+      for (const name of ["A", "B", "C", "D", "E"]) await customerCreated(name);
+      const d = dispatcher({ perEndpointConcurrency: 2 });
+      const first = d.runOnce();
+      // The fast endpoint gets its first two while the slow one hangs.
+      while (receiver.received.length < 2 || slow.inFlight < 2) await Bun.sleep(5);
+      expect(slow.inFlight).toBe(2);
+      // Both fast attempts recorded, and one more turn for their slots to be given back (a fixed
+      // sleep here was too short on a loaded machine).
+      const succeeded = async () =>
+        (await deliveries(fast.row.id)).filter((x) => x.status === "succeeded").length;
+      while ((await succeeded()) < 2) await Bun.sleep(5);
+      await Bun.sleep(0);
+      // A second pass while the slow endpoint is full claims only for the fast one.
+      const second = d.runOnce();
+      while (receiver.received.length < 4) await Bun.sleep(5);
+      expect(slow.maxInFlight).toBe(2);
+      releaseSlow();
+      await Promise.all([first, second]);
+      await d.idle();
+      while ((await d.runOnce()) > 0);
+      expect(receiver.received).toHaveLength(5);
+      expect(slow.received).toHaveLength(5);
+      expect(slow.maxInFlight).toBe(2);
+      expect((await deliveries(fast.row.id)).every((x) => x.status === "succeeded")).toBe(true);
+    } finally {
+      slow.stop();
+    }
+  });
+});
+
+describe("the outbound address check", () => {
+  const refusedBy = async (url: string, options: Partial<DispatcherOptions>) => {
+    const { row } = subscribe(url);
+    await customerCreated();
+    await dispatcher({ allowPrivateNetworks: false, ...options }).runOnce();
+    const detail = await delivery(row.id, ((await deliveries(row.id))[0] as { id: string }).id);
+    return detail.attempt_log[0];
+  };
+
+  test("refuses the loopback receiver when private networks are not allowed, and sends nothing", async () => {
+    const attempt = await refusedBy(receiver.url(), {});
+    expect(attempt).toMatchObject({ outcome: "refused", response_status: null });
+    expect(attempt.error).toContain("127.0.0.1");
+    expect(receiver.received).toHaveLength(0);
+  });
+
+  test.each([
+    ["a private IPv4 answer", ["10.1.2.3"]],
+    ["the metadata address", ["169.254.169.254"]],
+    ["an IPv4-mapped loopback", ["::ffff:127.0.0.1"]],
+    ["a unique-local IPv6 answer", ["fd12:3456::1"]],
+    ["a link-local IPv6 answer", ["fe80::1"]],
+    ["one private answer among public ones", ["93.184.216.34", "192.168.1.5"]],
+    ["no answer at all", []],
+  ])("refuses a host name that resolves to %s", async (_what, answers) => {
+    const attempt = await refusedBy(`http://internal.example:${receiver.port}/hook`, {
+      resolver: async () => answers,
+    });
+    expect(attempt.outcome).toBe("refused");
+    expect(receiver.received).toHaveLength(0);
+  });
+
+  test("with private networks allowed, connects to the address it checked and sends the original Host", async () => {
+    const { secret } = subscribe(`http://receiver.internal:${receiver.port}/hook`);
+    let lookups = 0;
+    await customerCreated();
+    await dispatcher({
+      resolver: async (host) => {
+        lookups++;
+        expect(host).toBe("receiver.internal");
+        return ["127.0.0.1"];
+      },
+    }).runOnce();
+    expect(lookups).toBe(1);
+    const got = receiver.received[0] as Received;
+    expect(got.headers.host).toBe(`receiver.internal:${receiver.port}`);
+    verify(secret as string, got);
+  });
+});
