@@ -42,8 +42,11 @@ export const activations = sqliteTable(
     index("activations_license_newest").on(t.licenseId, t.id),
     // The usage report counts an environment's activations by when they were made (migration
     // 0018; it replaced (environment, id) and the device-key index, which no query used and every
-    // activation paid for).
-    index("activations_env_activated").on(t.environment, t.activatedAt),
+    // activation paid for), and the devices that held one at a moment, which needs when each was
+    // deactivated: with it in the index the count reads no table row (migration 0027: 270-300 ms
+    // to ~50 ms at a million devices, on the thread that serves heartbeats). Only a deactivation
+    // moves the entry.
+    index("activations_env_activated").on(t.environment, t.activatedAt, t.deactivatedAt),
     // Re-activation looks a device up on its license; without this SQLite scans the license's rows.
     // Status before the device (migration 0025): counting a license's active devices, when it is
     // full, then reads only those, however many devices the license had before.
