@@ -149,3 +149,12 @@ test("the usage report counts the devices active at a moment from an index alone
     /^SEARCH activations USING COVERING INDEX activations_env_activated \(environment=\? AND activated_at<\?\)$/,
   );
 });
+
+test("the usage report's seat count seeks each license's leases by expiry instead of reading all it ever had", async () => {
+  const { sql } = await sqlPreparedDuring(t.deps.sqlite, () => t.call("GET", "/mgmt/v1/reports/usage"));
+  const activeLeases = sql.find((text) => /FROM leases l/.test(text));
+  expect(activeLeases).toBeDefined();
+  expect(queryPlan(t.deps.sqlite, activeLeases as string)).toMatch(
+    /SEARCH l USING INDEX leases_license_status \(license_id=\? AND status=\? AND expires_at>\?\)/,
+  );
+});
