@@ -224,21 +224,30 @@ describe("the lease scan in chunks", () => {
   });
 });
 
+/** A receiver on 127.0.0.1 that keeps the lease id of every event it is sent. */
+function leaseReceiver() {
+  const received: string[] = [];
+  const server = Bun.serve({
+    hostname: "127.0.0.1",
+    port: 0,
+    fetch: async (request) => {
+      received.push(
+        (JSON.parse(await request.text()) as { data: { target: { id: string } } }).data.target.id,
+      );
+      return new Response(null, { status: 204 });
+    },
+  });
+  const until = async (count: number) => {
+    for (let waited = 0; received.length < count && waited < 5_000; waited += 10) await Bun.sleep(10);
+  };
+  return { received, url: `http://127.0.0.1:${server.port}/hook`, until, stop: () => server.stop(true) };
+}
+
 describe("the running dispatcher", () => {
   test("runs a scan of many chunks to its end on its own, one chunk a turn, and delivers every expiry", async () => {
-    const received: string[] = [];
-    const receiver = Bun.serve({
-      hostname: "127.0.0.1",
-      port: 0,
-      fetch: async (request) => {
-        received.push(
-          (JSON.parse(await request.text()) as { data: { target: { id: string } } }).data.target.id,
-        );
-        return new Response(null, { status: 204 });
-      },
-    });
+    const { received, url, until, stop: stopReceiver } = leaseReceiver();
     const { take } = await leaseTaker();
-    subscribe(`http://127.0.0.1:${receiver.port}/hook`);
+    subscribe(url);
     announceExpiries(t.deps);
     const leases: string[] = [];
     for (let i = 0; i < 7; i++) leases.push(await take(`instance-${i}`));
@@ -256,12 +265,50 @@ describe("the running dispatcher", () => {
     // One chunk a turn: when start() returns, the scan is under way, not done.
     expect(scanMarks()).toHaveLength(3);
     try {
-      for (let waited = 0; received.length < 7 && waited < 5_000; waited += 10) await Bun.sleep(10);
+      await until(7);
     } finally {
       await stop();
-      receiver.stop(true);
+      stopReceiver();
     }
     expect(received.sort()).toEqual([...leases].sort());
     expect(scanMarks()).toEqual([]);
+  });
+
+  test("a chunk that fails is logged and rolled back, and the next scan starts over and announces each lease once", async () => {
+    const { received, url, until, stop: stopReceiver } = leaseReceiver();
+    const { take } = await leaseTaker();
+    subscribe(url);
+    announceExpiries(t.deps);
+    const leases: string[] = [];
+    for (let i = 0; i < 5; i++) leases.push(await take(`instance-${i}`));
+    t.clock.advance(TTL + 1);
+    // The first chunk's write of the scan's position fails, as a full disk would fail it.
+    t.deps.sqlite.run(
+      `CREATE TEMP TRIGGER fail_scan BEFORE INSERT ON webhook_marks
+       WHEN NEW.name = 'lease.expired:scan-after-rowid' AND NEW.value > 0
+       BEGIN SELECT RAISE(ABORT, 'disk I/O error'); END`,
+    );
+    const logged: string[] = [];
+    const stop = new WebhookDispatcher(t.deps, {
+      logger: { log: (_level, message) => logged.push(message) },
+      allowPrivateNetworks: true,
+      clock: t.clock,
+      expiryScanMs: 50,
+      pollMs: 20,
+      leaseScanChunk: 2,
+    }).start();
+    try {
+      expect(logged).toContain("webhook expiry scan failed");
+      expect(scanMarks()).toEqual([]);
+      expect(announcedLeases()).toEqual([]);
+      t.deps.sqlite.run("DROP TRIGGER fail_scan");
+      await until(5);
+      await Bun.sleep(120);
+    } finally {
+      await stop();
+      stopReceiver();
+    }
+    expect(received.sort()).toEqual([...leases].sort());
+    expect(announcedLeases()).toHaveLength(5);
   });
 });
