@@ -11,6 +11,7 @@ import {
   type TrialFixture,
   trialConfirmBody,
   trialFixture,
+  unsentCode,
 } from "../support/trials.ts";
 
 /**
@@ -83,7 +84,7 @@ describe("the same 202 whatever happens", () => {
   ];
 
   test.each(cases)(
-    "when %s, the start answers as usual and mails nothing; no code confirms it",
+    "when %s, the start answers as usual and mails nothing; not even its own code confirms it",
     async (_name, arrange) => {
       const reference = await startTrial(t, fx.productId, freshEmail(), new TestDevice());
       const productId = await arrange();
@@ -99,12 +100,51 @@ describe("the same 202 whatever happens", () => {
       const guess = await confirmTrial(
         t,
         response.body.data.verification_id,
-        trialConfirmBody(t, device, { code: "000000", email }),
+        trialConfirmBody(t, device, { code: unsentCode(t, email), email }),
       );
       expect(guess.status).toBe(401);
       expect(guess.body.error.code).toBe("EMAIL_VERIFICATION_CODE_INVALID");
     },
   );
+
+  test("a start the send limits silence holds a code that confirms nothing, so silent starts are no guesses at someone's trial", async () => {
+    t.clock.freeze();
+    const email = freshEmail("victim");
+    const owner = new TestDevice();
+    const mailed = await startTrial(t, fx.productId, email, owner);
+    const code = await smtp.waitForCode(email);
+    // Within 120 s: answered alike, mails nothing, and its code (read here from the suppressed
+    // row; an attacker would guess it) is refused like a wrong one, attempt after attempt.
+    const attacker = new TestDevice();
+    const silent = await startTrial(t, fx.productId, email, attacker);
+    expect(silent.status).toBe(202);
+    expect(mailsTo(t, email)).toBe(1);
+    const unsent = unsentCode(t, email);
+    const refusals = [];
+    for (let i = 0; i < 2; i++) {
+      const guess = await confirmTrial(
+        t,
+        silent.body.data.verification_id,
+        trialConfirmBody(t, attacker, { code: unsent, email }),
+      );
+      refusals.push([guess.status, guess.body.error?.code, guess.body.error?.details?.remaining_attempts]);
+    }
+    expect(refusals).toEqual([
+      [401, "EMAIL_VERIFICATION_CODE_INVALID", 4],
+      [401, "EMAIL_VERIFICATION_CODE_INVALID", 3],
+    ]);
+    const licensesOfProduct = t.deps.sqlite
+      .query<{ n: number }, [string]>("SELECT count(*) AS n FROM licenses WHERE product_id = ?")
+      .get(fx.productId)?.n;
+    expect(licensesOfProduct).toBe(0);
+    // The owner's mailed code still works.
+    const confirmed = await confirmTrial(
+      t,
+      mailed.body.data.verification_id,
+      trialConfirmBody(t, owner, { code, email }),
+    );
+    expect(confirmed.status).toBe(201);
+  });
 
   test("an unknown product is 404 and a malformed device key 422", async () => {
     const unknown = await startTrial(t, "prod_01JZ8X4M6Q2T9V3B7N5K1R0W8Y", freshEmail(), new TestDevice());

@@ -1,4 +1,5 @@
 import { canonicalize } from "../../src/crypto/jcs.ts";
+import { mailPayloadContext } from "../../src/mail/outbox.ts";
 import { freshNonce, type TestDevice } from "./device.ts";
 import type { TrustBundleBody } from "./envelope.ts";
 import type { CallResult, TestContext } from "./harness.ts";
@@ -127,6 +128,21 @@ export async function signUp(
   const code = await smtp.waitForCode(email);
   const response = await confirmTrial(t, verificationId, trialConfirmBody(t, device, { code, email }));
   return { verificationId, code, response };
+}
+
+/**
+ * The code a silent start generated and never mailed, read from its suppressed outbox row: what an
+ * attacker would guess at, so tests can show it confirms nothing.
+ */
+export function unsentCode(t: TestContext, email: string): string {
+  const row = t.deps.sqlite
+    .query<{ id: string; payload: string }, [string]>(
+      "SELECT id, payload FROM mail_outbox WHERE recipient = ? AND status = 'suppressed' ORDER BY id DESC LIMIT 1",
+    )
+    .get(email);
+  if (!row) throw new Error(`no suppressed mail to ${email}`);
+  const data = JSON.parse(t.deps.secrets.decrypt(row.payload, mailPayloadContext(row.id)));
+  return (data as { code: string }).code;
 }
 
 /** Rows the outbox holds for an address: what was (or will be) sent to it; a silent start's suppressed row is not mail. */

@@ -240,8 +240,10 @@ export class TrialVerificationService {
           },
           code,
           now,
-          // The answer hides whether the address or the code was wrong; so must the timing.
-          !constantTimeEqual(row.emailLookup, emailLookup),
+          // A silent start's code was never mailed (protocol.md: "no code matches it"); without
+          // this, silent starts for someone else's address would be five guesses each. The answer
+          // hides which of code, address or silence refused it; so must the timing.
+          !row.sent || !constantTimeEqual(row.emailLookup, emailLookup),
         );
         if (check.outcome !== "expired") {
           tx.update(trialVerifications)
