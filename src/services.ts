@@ -128,7 +128,7 @@ export function createServices(deps: Deps, options: ServiceOptions) {
       options.baseUrl,
     ),
     sealedFiles,
-    sealedFileKeys: new SealedFileKeyService(runtimeGate, sealedFiles, plan),
+    sealedFileKeys: new SealedFileKeyService(runtimeGate, activations, sealedFiles, plan),
     browserOrigins,
     browserRuntime: new BrowserRuntimeService(deps, products, plan, browserOrigins),
     trialSignups,

@@ -292,6 +292,53 @@ describe("license state, plan and environment come first", () => {
     ]);
   });
 
+  test("a device whose slot was taken while it was silent is culled (signed 410) and gets no key; the device in its slot does", async () => {
+    const oneMachine = await runtimeFixture(t, {
+      policy: { max_machines: 1, heartbeat_required: true, heartbeat_sec: 3600, network_grace_sec: 7200 },
+    });
+    const key = (await t.call("POST", `/mgmt/v1/products/${oneMachine.productId}/sealed-files`)).body.data
+      .current_key.sealing_key;
+    const line = headerLine(await sealed(pattern(10), { key }));
+    const stale = await activatedDevice(t, oneMachine);
+    t.clock.advance(3600 + 7200 + 1);
+    const fresh = await activatedDevice(t, oneMachine);
+    const refused = await proofCall(
+      t,
+      stale.device,
+      "POST",
+      keyPath(stale.activationId),
+      stale.activationId,
+      {
+        header: line,
+      },
+    );
+    expect([refused.status, refused.body.error.code, refused.body.error.details.reason]).toEqual([
+      410,
+      "ACTIVATION_DEACTIVATED",
+      "culled",
+    ]);
+    expect(refused.body.response_assertion?.status).toBe(410);
+    expect(refused.body.data).toBeUndefined();
+    const row = t.deps.sqlite
+      .query<{ status: string; deactivation_reason: string }, [string]>(
+        "SELECT status, deactivation_reason FROM activations WHERE id = ?",
+      )
+      .get(stale.activationId);
+    expect(row).toEqual({ status: "deactivated", deactivation_reason: "culled" });
+    const granted = await proofCall(
+      t,
+      fresh.device,
+      "POST",
+      keyPath(fresh.activationId),
+      fresh.activationId,
+      {
+        header: line,
+      },
+    );
+    expect(granted.status).toBe(200);
+    expect(granted.body.data.activation_id).toBe(fresh.activationId);
+  });
+
   test("refused key requests are not recorded in runtime_events, unlike a refused heartbeat", async () => {
     const line = headerLine(await sealed(pattern(10), { entitlement: "missing" }));
     const { device, activationId } = await activatedDevice(t, fx);

@@ -6,6 +6,7 @@ import { hasFeature, type PlanDefinition } from "../../domain/plans.ts";
 import type { DeviceProofHeaders } from "../../http/device-proof.ts";
 import { ApiError } from "../../http/errors.ts";
 import type { RuntimeCall, RuntimeGate, SignedResult, Target } from "../activations/gate.ts";
+import type { ActivationService } from "../activations/service.ts";
 import type { SealedFileKeyBody } from "./model.ts";
 import { planLacksSealedFiles, type SealedFileService, sealedFilesUnavailable } from "./service.ts";
 
@@ -38,6 +39,7 @@ export interface SealedFileKey {
 export class SealedFileKeyService {
   constructor(
     private readonly gate: RuntimeGate,
+    private readonly slots: Pick<ActivationService, "cullIfDisplaced">,
     private readonly sealed: SealedFileService,
     private readonly plan: () => PlanDefinition,
   ) {}
@@ -58,6 +60,9 @@ export class SealedFileKeyService {
     // License state first (revoked, expired, blocked, deactivated, suspended), then the plan.
     this.gate.deny("sealed_file_key", license, activation, activation.deviceThumbprint, now, signedFor);
     this.gate.denyUnassigned(policy, activation, signedFor);
+    // A device whose slot fresher ones have taken opens no more files, as it takes no more seats:
+    // otherwise max_machines would not bound the devices that can read a sealed file.
+    this.slots.cullIfDisplaced(activation, license, policy, now, signedFor);
     if (!hasFeature(this.plan(), "sealed_files")) throw planLacksSealedFiles();
     if (!this.sealed.offered(activation.environment)) throw sealedFilesUnavailable(activation.environment);
 
