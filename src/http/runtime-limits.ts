@@ -1,7 +1,7 @@
 import { Elysia } from "elysia";
 import type { Clock } from "../domain/clock.ts";
 import { addressPartition, clientAddress } from "./client-address.ts";
-import { ApiError, type ErrorCode } from "./errors.ts";
+import { ApiError } from "./errors.ts";
 import {
   GcraLimiter,
   type RateLimitDecision,
@@ -22,11 +22,15 @@ export interface RuntimeAdmission {
 
 interface DeviceAdmission {
   address: string;
-  activationId: string | null;
-  /** Null for an activation that does not exist (or when nothing needed to look it up). */
-  licenseId: string | null;
   /** The address-and-activation key of the failing-proof windows; null for an unknown activation. */
   pair: string | null;
+  /** Set by `proven`: the request's device proof verified, so it was charged to the device. */
+  verified: boolean;
+  /**
+   * Charges the activation's and license's windows, or throws RATE_LIMITED; called by the runtime
+   * gate once the proof has verified and its nonce is spent (RuntimeCall.proven).
+   */
+  proven(): void;
 }
 
 export interface RuntimeLimitDeps {
@@ -40,22 +44,6 @@ export interface RuntimeLimitDeps {
   /** The license an activation belongs to (it never changes), or null for an unknown activation. */
   licenseOf(activationId: string): string | null;
 }
-
-/**
- * Answers of a device-proof route that say nothing about who sent the request: malformed or
- * missing proof headers, a body refused before the proof is checked, an unknown activation, a
- * proof that does not verify. They are never charged to the activation the headers name (nobody
- * can use up a device's window by sending requests in its name) but to the failing-proof windows
- * of the sender's address (see admitDevice).
- */
-const UNPROVEN: ReadonlySet<string> = new Set<ErrorCode>([
-  "INVALID_REQUEST",
-  "VALIDATION_FAILED",
-  "PAYLOAD_TOO_LARGE",
-  "NOT_FOUND",
-  "DEVICE_PROOF_INVALID",
-  "CLOCK_SKEW",
-]);
 
 /** Activation ids are short; a longer header is not one and is not looked up. */
 const MAX_ACTIVATION_ID = 64;
@@ -145,17 +133,16 @@ export function runtimeLimits(deps: RuntimeLimitDeps) {
             ? set.status
             : 200;
       const device = admission.device;
-      if (device) {
+      // A request whose proof never verified (malformed or missing headers, a body refused before
+      // the proof, an unknown activation, a forged or replayed proof, clock skew) says nothing
+      // about who sent it: it goes to the failing-proof windows of the sender's address, never to
+      // the activation it names. A verified one was charged to its device when it verified.
+      if (device && !device.verified) {
         const nowMs = admission.at.getTime();
-        if (state.errorCode !== undefined && UNPROVEN.has(state.errorCode)) {
-          failedProofs?.charge(device.address, nowMs);
-          if (device.pair !== null) {
-            failedPairs?.charge(device.pair, nowMs);
-            failedLately?.charge(device.pair, nowMs);
-          }
-        } else {
-          if (device.activationId !== null) byActivation?.charge(device.activationId, nowMs);
-          if (device.licenseId !== null) byLicense?.charge(device.licenseId, nowMs);
+        failedProofs?.charge(device.address, nowMs);
+        if (device.pair !== null) {
+          failedPairs?.charge(device.pair, nowMs);
+          failedLately?.charge(device.pair, nowMs);
         }
       }
       const replayed =
@@ -221,19 +208,41 @@ export function runtimeLimits(deps: RuntimeLimitDeps) {
         );
       }
     }
-    if (activationId === null) return { address, activationId: null, licenseId: null, pair: null };
-    let shown: { limiter: GcraLimiter; decision: RateLimitDecision } | null = null;
-    for (const [bucket, key, message] of [
+    const windows = [
       [byActivation, activationId, "Too many requests for this activation."],
       [byLicense, licenseId, "Too many requests for this license."],
-    ] as const) {
+    ] as const;
+    // Refused before the body is read while a window is already full; charged only on `proven`.
+    const shown = deviceWindows(windows, nowMs);
+    if (shown) Object.assign(headers, shown.limiter.headers(shown.decision));
+    const admission: DeviceAdmission = {
+      address,
+      pair,
+      verified: false,
+      proven() {
+        if (admission.verified) return;
+        admission.verified = true;
+        // Asked again: calls admitted together have been charged one by one since.
+        const at = deps.clock.now().getTime();
+        deviceWindows(windows, at);
+        for (const [bucket, key] of windows) if (bucket && key !== null) bucket.charge(key, at);
+      },
+    };
+    return admission;
+  }
+
+  /** Throws for the first full window; else the one closest to refusing (what a client needs to see). */
+  function deviceWindows(
+    windows: readonly (readonly [GcraLimiter | null, string | null, string])[],
+    nowMs: number,
+  ): { limiter: GcraLimiter; decision: RateLimitDecision } | null {
+    let shown: { limiter: GcraLimiter; decision: RateLimitDecision } | null = null;
+    for (const [bucket, key, message] of windows) {
       if (!bucket || key === null) continue;
       const decision = bucket.peek(key, nowMs);
       if (!decision.allowed) throw refused(message, bucket, decision);
-      // The window closest to refusing is the one a client needs to see.
       if (!shown || decision.remaining < shown.decision.remaining) shown = { limiter: bucket, decision };
     }
-    if (shown) Object.assign(headers, shown.limiter.headers(shown.decision));
-    return { address, activationId, licenseId, pair };
+    return shown;
   }
 }

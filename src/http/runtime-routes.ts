@@ -43,7 +43,8 @@ const DEVICE_COUNTS: RuntimeRouteClass = { partition: "device", metering: "count
 export function classifyRuntimeRequest(method: string, path: string): RuntimeRouteClass | null {
   if (!path.startsWith(RUNTIME_PREFIX) || method === "OPTIONS") return null;
   if (!path.startsWith(V1)) return ADDRESS_COUNTS;
-  const rest = path.slice(V1.length);
+  // The router serves a path with one trailing slash as the same route, so it is the same class.
+  const rest = path.slice(V1.length, path.endsWith("/") ? -1 : undefined);
   // activations/{id}[/heartbeat|/sealed-file-keys]: device proof; bare `activations` is create.
   if (rest.startsWith("activations/")) return DEVICE_COUNTS;
   if (rest === "leases" || rest.startsWith("leases/")) return DEVICE_COUNTS;

@@ -21,6 +21,8 @@ let t: TestContext;
 afterEach(() => t.close());
 
 const DIGEST = machineInfoDigest({ os: "linux", arch: "x64" });
+const heartbeatOf = (device: TestDevice, activationId: string) =>
+  proofCall(t, device, "POST", heartbeatPath(activationId), activationId, { machine_info_digest: DIGEST });
 
 function expectRateLimited(response: CallResult, policy: string, limit: number, windowSec: number) {
   expect(response.status).toBe(429);
@@ -107,6 +109,35 @@ describe("per client address (unauthenticated runtime calls)", () => {
       clientAddress: address,
     });
     expect(trust.status).toBe(429);
+  });
+
+  test("activation create with a trailing slash is limited per address too, and charges nothing to the activation its headers name", async () => {
+    t = createTestContext({
+      runtimeRateLimits: { ip: { limit: 3, windowSec: 60 }, activation: { limit: 2, windowSec: 60 } },
+    });
+    const fx = await runtimeFixture(t);
+    const victim = await activatedDevice(t, fx);
+    const attacker = new TestDevice();
+    // A well-formed activation for a license key that does not exist (LICENSE_KEY_INVALID, an
+    // answer after a verified activation proof), sent in the victim's name.
+    const create = () =>
+      t.call("POST", "/runtime/v1/activations/", {
+        key: null,
+        clientAddress: "203.0.113.80",
+        body: attacker.activationBody({
+          licenseKey: "LIC-NOT-A-REAL-KEY",
+          productId: fx.productId,
+          clientTime: nowSec(t),
+        }),
+        headers: {
+          "idempotency-key": `slash-${Math.random().toString(36).slice(2)}-x`,
+          "x-service-activation": victim.activationId,
+        },
+      });
+    for (let i = 0; i < 3; i++) expect((await create()).body.error.code).toBe("LICENSE_KEY_INVALID");
+    expectRateLimited(await create(), "runtime-ip", 3, 60);
+    for (let i = 0; i < 2; i++)
+      expect((await heartbeatOf(victim.device, victim.activationId)).status).toBe(200);
   });
 
   test("behind a trusted proxy the address is the last X-Forwarded-For entry; earlier entries are the client's and ignored", async () => {
@@ -217,6 +248,33 @@ describe("per activation and per license (device-proof calls)", () => {
     expect((await heartbeat(b.device, b.activationId)).status).toBe(200);
     t.clock.advance(20);
     expect((await heartbeat(a.device, a.activationId)).status).toBe(200);
+  });
+
+  test("check-ins sent at once are counted one by one: of ten with a window of three, three are answered and seven refused, none recorded", async () => {
+    t = createTestContext({ runtimeRateLimits: { activation: { limit: 3, windowSec: 60 } } });
+    const fx = await runtimeFixture(t);
+    const { device, activationId } = await activatedDevice(t, fx);
+    const answers = await Promise.all(Array.from({ length: 10 }, () => heartbeat(device, activationId)));
+    expect(answers.map((a) => a.status).sort()).toEqual([200, 200, 200, 429, 429, 429, 429, 429, 429, 429]);
+    expectRateLimited(answers.find((a) => a.status === 429) as CallResult, "runtime-activation", 3, 60);
+    expect([...runtimeEvents(t.deps.sqlite).values()]).toEqual([]);
+    // The window is spent, not overdrawn: it refills at one call per 20 s.
+    expect((await heartbeat(device, activationId)).status).toBe(429);
+    t.clock.advance(20);
+    expect((await heartbeat(device, activationId)).status).toBe(200);
+  });
+
+  test("a license's window holds for its devices' calls sent at once", async () => {
+    t = createTestContext({ runtimeRateLimits: { license: { limit: 4, windowSec: 60 } } });
+    const fx = await runtimeFixture(t, { policy: { max_machines: 5 } });
+    const a = await activatedDevice(t, fx);
+    const b = await activatedDevice(t, fx);
+    const answers = await Promise.all(
+      [a, b, a, b, a, b, a, b].map((d) => heartbeat(d.device, d.activationId)),
+    );
+    expect(answers.filter((r) => r.status === 200)).toHaveLength(4);
+    for (const refused of answers.filter((r) => r.status !== 200))
+      expectRateLimited(refused, "runtime-license", 4, 60);
   });
 
   test("a license's activations share its window; other licenses go on", async () => {

@@ -19,6 +19,11 @@ describe("runtime route classes", () => {
     ["POST", "/runtime/v1/email-verifications/ver_1/confirm", "address/never"],
     ["POST", "/runtime/v1/trial-verifications", "address/never"],
     ["POST", "/runtime/v1/trial-verifications/ver_1/confirm", "address/activation"],
+    // The router takes one trailing slash as the same route; so do the classes.
+    ["POST", "/runtime/v1/activations/", "address/counts"],
+    ["POST", "/runtime/v1/trial-verifications/ver_1/confirm/", "address/activation"],
+    ["POST", "/runtime/v1/leases/", "device/counts"],
+    ["POST", "/runtime/v1/activations/act_1/heartbeat/", "device/counts"],
     // A runtime route added later is limited per address and counted until someone says otherwise.
     ["POST", "/runtime/v1/something-new", "address/counts"],
     ["GET", "/runtime/v2/time", "address/counts"],

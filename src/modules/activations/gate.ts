@@ -20,6 +20,13 @@ export interface RuntimeCall {
   method: string;
   pathAndQuery: string;
   rawBody: Uint8Array;
+  /**
+   * Called once the device proof has verified and its nonce is spent: charges the request to its
+   * activation's and license's burst windows, or throws RATE_LIMITED when they are full. Charging
+   * here, in the shared commit's one-at-a-time run, makes parallel calls count exactly, and only a
+   * verified proof can spend a device's window (runtime-limits.ts).
+   */
+  proven?: () => void;
 }
 
 /** What the controller needs to sign a success: the data, and the product and nonce it answers. */
@@ -103,6 +110,7 @@ export class RuntimeGate {
       this.deviceKey(activation.deviceSigningKey),
       unixSeconds(now),
     );
+    call.proven?.();
     const license = this.byId.license(activation.licenseId);
     if (!license) throw new Error(`activation ${activation.id} has no license`);
     return {
@@ -208,7 +216,8 @@ export class RuntimeGate {
       if ("refusal" in outcome) throw outcome.refusal;
       return outcome.result;
     } catch (error) {
-      if (error instanceof ApiError && target.environment) {
+      // Spec §6.2: refusals by the rate limits are not rejected requests of the device's own.
+      if (error instanceof ApiError && target.environment && error.code !== "RATE_LIMITED") {
         this.events.record({
           environment: target.environment,
           operation,
