@@ -393,6 +393,33 @@ describe("rule 1: devices of a named user whose assignment ended", () => {
     expect((await beat(other, secondId)).body.error.code).toBe("NAMED_USER_ASSIGNMENT_UNAVAILABLE");
   });
 
+  test("floating seats and activation replays are refused with a signed 403 once the assignment is removed", async () => {
+    const token = await tokenFor();
+    const idempotencyKey = "named-user-activation-replayed-01";
+    const first = await activate(t, device, f, { body: { named_user_token: token }, idempotencyKey });
+    const id = first.body.data.activation_id as string;
+    const acquire = (instance: string) =>
+      proofCall(t, device, "POST", "/runtime/v1/leases", id, { activation_id: id, instance_id: instance });
+    const lease = await acquire("a");
+    expect(lease.status).toBe(201);
+    const leaseId = lease.body.data.lease_id as string;
+    await t.call("DELETE", `/mgmt/v1/license-assignments/${f.assignmentId}`);
+    const refusals = [
+      await proofCall(t, device, "POST", `/runtime/v1/leases/${leaseId}/heartbeat`, id, { instance_id: "a" }),
+      await acquire("b"),
+      await activate(t, device, f, { body: { named_user_token: token }, idempotencyKey }),
+    ];
+    expect(refusals.map((r) => [r.status, r.body.error?.code, r.body.response_assertion?.status])).toEqual([
+      [403, "NAMED_USER_ASSIGNMENT_UNAVAILABLE", 403],
+      [403, "NAMED_USER_ASSIGNMENT_UNAVAILABLE", 403],
+      [403, "NAMED_USER_ASSIGNMENT_UNAVAILABLE", 403],
+    ]);
+    const seats = t.deps.sqlite
+      .query<{ n: number }, [string]>("SELECT count(*) AS n FROM leases WHERE activation_id = ?")
+      .get(id)?.n;
+    expect(seats).toBe(1);
+  });
+
   test("sealed-file keys are refused with a signed 403 once the assignment is removed", async () => {
     const enabled = await t.call("POST", `/mgmt/v1/products/${f.productId}/sealed-files`);
     const dir = mkdtempSync(join(tmpdir(), "named-sealed-"));

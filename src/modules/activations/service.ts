@@ -104,8 +104,9 @@ export class ActivationService {
 
   /**
    * A replay repeats an earlier answer, but never past a change of fate: a license revoked,
-   * expired, suspended or blocked since then gets its denial, and an activation deactivated since
-   * then gets its signed 410, instead of the stored 201.
+   * expired, suspended or blocked since then gets its denial, an activation deactivated since
+   * then gets its signed 410, and a named user's device whose assignment ended since then its
+   * signed 403, instead of the stored 201.
    */
   private recheckReplay(body: ActivationCreateBody, deviceKey: PublicKeyInfo, outcome: Outcome): void {
     const license = this.licenses.findByKey(body.license_key);
@@ -124,6 +125,7 @@ export class ActivationService {
         { signedFor },
       );
     }
+    this.gate.denyUnassigned(this.gate.policyOf(license), stored, signedFor);
   }
 
   /** `resolved`: a license the caller already holds (trial sign-up) instead of the body's `license_key`. */
