@@ -141,6 +141,19 @@ describe("POST /mgmt/v1/webhooks", () => {
     ["the cloud metadata address", { url: "https://169.254.169.254/latest" }, "url"],
     ["a private address in IPv4-mapped IPv6 form", { url: "https://[::ffff:10.0.0.1]/x" }, "url"],
     ["a unique-local IPv6 address", { url: "https://[fd00:ec2::254]/x" }, "url"],
+    ["localhost by name", { url: "https://localhost/x" }, "url"],
+    ["a name under .localhost", { url: "https://app.localhost./x" }, "url"],
+    [
+      "no host, which a URL parser would take from the path",
+      { url: "https:///receiver.example.com/x" },
+      "url",
+    ],
+    [
+      "a control character, which a URL parser would drop",
+      { url: "https://receiver.example.com/x\u0000" },
+      "url",
+    ],
+    ["a space", { url: "https://receiver.example.com/a b" }, "url"],
     ["an overlong name", { url: HOOK, name: "n".repeat(201) }, "name"],
     ["an unknown field", { url: HOOK, secret: "whsec_mine" }, "secret"],
   ])("refuses %s with 422 naming the field, and stores nothing", async (_what, body, field) => {

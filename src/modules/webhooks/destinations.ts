@@ -19,6 +19,9 @@ export function destinationKind(url: URL): DestinationKind {
   return "standard";
 }
 
+/** `localhost` and names under it resolve to loopback by definition (RFC 6761 §6.3), whatever DNS says. */
+const isLocalhostName = (host: string): boolean => /(?:^|\.)localhost\.?$/i.test(host);
+
 /** The host without IPv6 brackets, as a resolver and the address check take it. */
 export const bareHost = (url: URL): string => url.hostname.replace(/^\[|\]$/g, "");
 
@@ -32,6 +35,17 @@ export function parseDestination(
   allowPrivateNetworks: boolean,
   errors: FieldErrorCollector,
 ): { url: URL; kind: DestinationKind } | null {
+  // The URL parser forgives what a vendor should be told about: it drops control characters and
+  // takes a host from the path of `https:///host/x`. The URL stored must be the one sent.
+  // biome-ignore lint/suspicious/noControlCharactersInRegex: control characters are what it refuses.
+  if (/[\u0000-\u0020\u007f]/.test(raw)) {
+    errors.add("url", "must not contain spaces or control characters");
+    return null;
+  }
+  if (!/^https?:\/\/[^/\\?#]/i.test(raw)) {
+    errors.add("url", "must be an absolute http(s) URL with a host (scheme://host/...)");
+    return null;
+  }
   let url: URL;
   try {
     url = new URL(raw);
@@ -47,7 +61,7 @@ export function parseDestination(
   if (url.hash) errors.add("url", "must not carry a fragment");
   const host = bareHost(url);
   if (!host) errors.add("url", "must name a host");
-  if (isIP(host) && !allowPrivateNetworks && isPrivateAddress(host))
+  if (!allowPrivateNetworks && (isLocalhostName(host) || (isIP(host) && isPrivateAddress(host))))
     errors.add(
       "url",
       "points at a private, loopback or link-local address, which this server does not allow",
