@@ -66,7 +66,13 @@ export async function parseJsonBody(
       parse_error: error instanceof Error ? error.message : String(error),
     });
   }
-  const problem = inspect(parsed);
+  const problem = inspect(parsed, text);
+  if (problem?.kind === "duplicate") {
+    throw new ApiError(
+      "INVALID_REQUEST",
+      "The body names one member twice in an object; I-JSON (RFC 7493) forbids it.",
+    );
+  }
   if (problem?.kind === "depth") {
     throw new ApiError("INVALID_REQUEST", `The body nests deeper than ${MAX_DEPTH} levels.`, {
       max_depth: MAX_DEPTH,
@@ -87,7 +93,7 @@ const UTF8 = new TextDecoder("utf-8", { fatal: true });
 /** Far beyond any real payload; stops recursive work later (canonical JSON, storage) from blowing the stack. */
 export const MAX_DEPTH = 32;
 
-type Problem = { kind: "depth" } | { kind: "number" | "unicode"; path: string };
+type Problem = { kind: "depth" | "duplicate" } | { kind: "number" | "unicode"; path: string };
 
 /** A value met on the walk, with the way back to the root, so a path is spelt only for a problem. */
 interface Visit {
@@ -114,8 +120,9 @@ const pathOf = (visit: Visit | null): string => {
  * hidden `Symbol.toPrimitive`, invisible to JSON, key listing and validation, so they print as any
  * other object; the fields themselves stay, and are refused as unknown or mistyped like any other.
  */
-function inspect(body: unknown): Problem | null {
+function inspect(body: unknown, text: string): Problem | null {
   const stack: Visit[] = [{ value: body, depth: 1, parent: null, key: "" }];
+  let members = 0;
   while (stack.length > 0) {
     const visit = stack.pop() as Visit;
     const node = visit.value;
@@ -130,10 +137,34 @@ function inspect(body: unknown): Problem | null {
     const record = node as Record<string, unknown>;
     for (const key in record) {
       if (!key.isWellFormed()) return { kind: "unicode", path: pathOf(visit) };
+      if (!Array.isArray(node)) members++;
       stack.push({ value: record[key], depth: visit.depth + 1, parent: visit, key });
     }
   }
-  return null;
+  // JSON.parse keeps the last of repeated names, so a body with them reads one way here and may
+  // read another way to a proxy or another language's parser (which one did the device sign?).
+  return memberSeparators(text) === members ? null : { kind: "duplicate" };
+}
+
+/**
+ * The colons outside strings of well-formed JSON: exactly one per object member as written, so
+ * more than the parsed objects hold means a name was repeated. One pass, no allocation.
+ */
+function memberSeparators(text: string): number {
+  let count = 0;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (c === 0x3a) count++;
+    else if (c === 0x22) {
+      // Skip the string: a backslash escapes the next character, whatever it is.
+      for (i++; i < text.length; i++) {
+        const d = text.charCodeAt(i);
+        if (d === 0x5c) i++;
+        else if (d === 0x22) break;
+      }
+    }
+  }
+  return count;
 }
 
 /** A body whose Content-Length was within the limit; the length is checked again, as read. */

@@ -114,6 +114,22 @@ describe("the error envelope", () => {
     expect(response.body.error.details.errors["entitlements.seats"]).toBeDefined();
   });
 
+  test("a member named twice in one object answers 400 and creates nothing, however it is spelt or nested", async () => {
+    for (const raw of [
+      '{"name":"A","code":"dup-a","environment":"live","code":"dup-b"}',
+      '{"name":"A","code":"dup-c","environment":"live","extra":{"k":1,"k":2}}',
+      // The same name spelt with an escape is the same name once parsed.
+      '{"name":"A","code":"dup-d","environment":"live","n\\u0061me":"B"}',
+    ]) {
+      const response = await t.call("POST", "/mgmt/v1/products", {
+        rawBody: raw,
+        headers: { "content-type": "application/json", ...t.idem() },
+      });
+      expect([response.status, response.body.error.code]).toEqual([400, "INVALID_REQUEST"]);
+    }
+    expect(countProducts()).toBe(0);
+  });
+
   test("a lone surrogate in a string or a key answers 422 naming where", async () => {
     for (const raw of [
       '{"name":"\\ud800","code":"x","environment":"live"}',
