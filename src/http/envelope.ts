@@ -64,14 +64,17 @@ function collect(error: ValidationError, request?: Request): FieldErrors {
     const path =
       issue.path.replace(/^\//, "").replaceAll("/", ".") || queryFieldOf(error, issue, request) || error.type;
     const choices = literalChoices("schema" in issue ? issue.schema : undefined);
+    const nullable = nullableMemberError(issue);
     const message =
       issue.message === "Unexpected property"
         ? "is not a known field"
-        : choices && choices.length === 1
-          ? `must be ${choices[0] === "integer" ? "an integer" : choices[0]}`
-          : choices
-            ? `must be one of: ${choices.join(", ")}`
-            : (issue.summary ?? issue.message);
+        : nullable
+          ? `${nullable} (or null)`
+          : choices && choices.length === 1
+            ? `must be ${choices[0] === "integer" ? "an integer" : choices[0]}`
+            : choices
+              ? `must be one of: ${choices.join(", ")}`
+              : (issue.summary ?? issue.message);
     addFieldError(errors, path, message);
   }
   if (Object.keys(errors).length === 0) errors.body = ["does not match the schema"];
@@ -93,6 +96,25 @@ function queryFieldOf(
     if (value === String(issue.value)) return name;
   }
   return undefined;
+}
+
+/**
+ * For a nullable field (a union of one schema and null) given something else than null, what the
+ * schema itself found wrong ("Expected string to match 'email' format"), instead of "must be one
+ * of: string, null", which says nothing about a string that was refused.
+ */
+function nullableMemberError(issue: {
+  value?: unknown;
+  schema?: unknown;
+  errors?: { First(): { message: string } | undefined }[];
+}): string | undefined {
+  const anyOf = (issue.schema as { anyOf?: { type?: unknown }[] } | undefined)?.anyOf;
+  if (!Array.isArray(anyOf) || anyOf.length !== 2 || issue.value === null || !issue.errors) return undefined;
+  const member = anyOf.findIndex((schema) => schema.type !== "null");
+  if (member < 0 || anyOf[1 - member]?.type !== "null") return undefined;
+  const message = issue.errors[member]?.First()?.message;
+  // A pattern's source (the email one is 200 characters of character classes) helps nobody.
+  return message?.startsWith("Expected string to match '") ? "is not in the expected form" : message;
 }
 
 /** For a union (our enums, nullable fields), what each member accepts, so the message can list them. */

@@ -114,6 +114,21 @@ describe("the error envelope", () => {
     expect(response.body.error.details.errors["entitlements.seats"]).toBeDefined();
   });
 
+  test("a nullable field given a wrong value is told what is wrong with the value, not which types the field takes", async () => {
+    const create = (body: Record<string, unknown>) =>
+      t.call("POST", "/mgmt/v1/customers", { body: { name: "Ada", ...body }, headers: t.idem() });
+    const messages = async (body: Record<string, unknown>) =>
+      (await create(body)).body.error.details.errors as Record<string, string[]>;
+    expect(await messages({ email: "not an address" })).toEqual({
+      email: ["is not in the expected form (or null)"],
+    });
+    expect(await messages({ email: 5 })).toEqual({ email: ["Expected string (or null)"] });
+    expect(await messages({ external_ref: "x".repeat(201) })).toEqual({
+      external_ref: ["Expected string length less or equal to 200 (or null)"],
+    });
+    expect((await create({ email: null, external_ref: null })).status).toBe(201);
+  });
+
   test("a member named twice in one object answers 400 and creates nothing, however it is spelt or nested", async () => {
     for (const raw of [
       '{"name":"A","code":"dup-a","environment":"live","code":"dup-b"}',
