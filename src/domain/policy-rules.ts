@@ -141,6 +141,16 @@ export function policyViolations(p: PolicySettings, plan: PlanDefinition): Field
   if (p.perpetual_mode === "unmanaged" && p.license_type !== "perpetual") {
     add("perpetual_mode", "unmanaged is only for perpetual licenses");
   }
+  // A named user activates online with an emailed token, and offline packages are refused to
+  // named-user licenses (src/modules/offline): an offline-only one could never be used at all.
+  if (
+    p.identity_mode === "named_user" &&
+    (p.validation_mode === "offline" || p.perpetual_mode === "unmanaged")
+  )
+    add(
+      "identity_mode",
+      "named_user needs online activation; use validation_mode online or hybrid, and a managed perpetual_mode",
+    );
   if (p.license_type === "trial" && p.billing_cycle !== "none")
     add("billing_cycle", "trials are not billed; use none");
   if (p.license_type === "perpetual" && p.billing_cycle !== "none")

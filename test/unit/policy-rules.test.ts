@@ -127,6 +127,19 @@ describe("policyViolations", () => {
     expect(fields(policy(free, { perpetual_mode: "unmanaged" }, "perpetual"), free)).toEqual([]);
   });
 
+  test("a named-user policy that no device could use online is an error on identity_mode", () => {
+    const named = { identity_mode: "named_user" } as const;
+    expect(fields(policy(selfHosted, { ...named, validation_mode: "offline" }), selfHosted)).toEqual([
+      "identity_mode",
+    ]);
+    expect(
+      fields(policy(selfHosted, { ...named, perpetual_mode: "unmanaged" }, "perpetual"), selfHosted),
+    ).toEqual(["identity_mode"]);
+    for (const validation_mode of ["online", "hybrid"] as const)
+      expect(fields(policy(selfHosted, { ...named, validation_mode }), selfHosted)).toEqual([]);
+    expect(fields(policy(selfHosted, { validation_mode: "offline" }), selfHosted)).toEqual([]);
+  });
+
   test("a trial with zero trial days is an error on trial_days", () => {
     expect(fields(policy(free, { trial_days: 0 }, "trial"), free)).toEqual(["trial_days"]);
     expect(fields(policy(free, { trial_days: 1 }, "trial"), free)).toEqual([]);
