@@ -291,6 +291,7 @@ export class LicenseService {
       if (target?.licenseType === "trial")
         errors.add("target_policy_id", "is a trial policy; choose a full one");
       const expiry = sentExpiry({ expires_at: body.expires_at }, errors);
+      checkEntitlementNames("entitlement_overrides", body.entitlement_overrides, errors);
       errors.throwIfAny();
       if (!target) throw new Error("unreachable: target policy was checked above");
       const settings = settingsOf(target);

@@ -1,0 +1,81 @@
+import { afterEach, beforeEach, describe, expect, test } from "bun:test";
+import { factories } from "../support/factories.ts";
+import { createTestContext, type TestContext } from "../support/harness.ts";
+
+/**
+ * A license's entitlement overrides follow the policy's rules wherever they are written: license
+ * create, PATCH and convert-trial. A refusal changes nothing: no row, no new version, no event.
+ */
+let t: TestContext;
+let f: ReturnType<typeof factories>;
+let productId: string;
+let policyId: string;
+let fullPolicyId: string;
+beforeEach(() => {
+  t = createTestContext();
+  f = factories(t);
+  const catalog = f.catalog("live", { entitlements: { export: true } });
+  productId = catalog.product.id;
+  policyId = catalog.policy.id;
+  fullPolicyId = f.policy({ productId, licenseType: "subscription", billingCycle: "yearly" }).id;
+});
+afterEach(() => t.close());
+
+const create = (body: Record<string, unknown>) =>
+  t.call("POST", "/mgmt/v1/licenses", { body, headers: t.idem() });
+const convert = (id: string, body: Record<string, unknown>) =>
+  t.call("POST", `/mgmt/v1/licenses/${id}/convert-trial`, { body });
+
+const stored = (id: string) =>
+  t.deps.sqlite
+    .query<{ entitlements: string; version: number; policy_id: string; license_type: string }, [string]>(
+      "SELECT entitlements, version, policy_id, license_type FROM licenses WHERE id = ?",
+    )
+    .get(id);
+const eventCount = () =>
+  t.deps.sqlite.query<{ n: number }, []>("SELECT count(*) AS n FROM audit_events").get()?.n ?? 0;
+
+async function trialLicense(entitlements: Record<string, unknown> = {}) {
+  const trialPolicy = f.policy({ productId, licenseType: "trial", trialDays: 14 });
+  const response = await create({ product_id: productId, policy_id: trialPolicy.id, entitlements });
+  expect(response.status).toBe(201);
+  return response.body.data.public_id as string;
+}
+
+/** The refusal is 422 VALIDATION_FAILED with exactly these fields, and the trial is untouched. */
+async function expectConvertRefused(id: string, body: Record<string, unknown>, fields: string[]) {
+  const before = stored(id);
+  const events = eventCount();
+  const response = await convert(id, { target_policy_id: fullPolicyId, ...body });
+  expect(response.status).toBe(422);
+  expect(response.body.error.code).toBe("VALIDATION_FAILED");
+  expect(Object.keys(response.body.error.details.errors).sort()).toEqual([...fields].sort());
+  expect(stored(id)).toEqual(before);
+  expect(before?.license_type).toBe("trial");
+  expect(eventCount()).toBe(events);
+  return response;
+}
+
+describe("convert-trial entitlement overrides", () => {
+  test("a badly formed override name is refused with 422 keyed by its path and the trial stays as it was", async () => {
+    const id = await trialLicense();
+    await expectConvertRefused(id, { entitlement_overrides: { BAD: 1, "BAD NAME!!": true, good: true } }, [
+      "entitlement_overrides.BAD",
+      "entitlement_overrides.BAD NAME!!",
+    ]);
+  });
+
+  test("the same names are refused by create, PATCH and convert-trial alike", async () => {
+    const bad = { Pro: true };
+    const created = await create({ product_id: productId, policy_id: policyId, entitlements: bad });
+    expect(Object.keys(created.body.error.details.errors)).toEqual(["entitlements.Pro"]);
+    const id = await trialLicense();
+    const patched = await t.call("PATCH", `/mgmt/v1/licenses/${id}`, { body: { entitlements: bad } });
+    expect(Object.keys(patched.body.error.details.errors)).toEqual(["entitlements.Pro"]);
+    const converted = await convert(id, { target_policy_id: fullPolicyId, entitlement_overrides: bad });
+    expect(converted.status).toBe(422);
+    expect(converted.body.error.details.errors["entitlement_overrides.Pro"]).toEqual(
+      patched.body.error.details.errors["entitlements.Pro"],
+    );
+  });
+});
