@@ -79,3 +79,70 @@ describe("convert-trial entitlement overrides", () => {
     );
   });
 });
+
+const many = (count: number, prefix = "e") =>
+  Object.fromEntries(Array.from({ length: count }, (_, i) => [`${prefix}${i}`, true]));
+const licenseCount = () =>
+  t.deps.sqlite.query<{ n: number }, []>("SELECT count(*) AS n FROM licenses").get()?.n ?? 0;
+
+describe("at most 200 entitlement overrides, as on a policy", () => {
+  test("a license with 201 entitlement overrides is refused with 422 and nothing is stored", async () => {
+    const response = await create({ product_id: productId, policy_id: policyId, entitlements: many(201) });
+    expect(response.status).toBe(422);
+    expect(response.body.error.details.errors).toEqual({ entitlements: ["at most 200 entitlements"] });
+    expect(licenseCount()).toBe(0);
+    expect(eventCount()).toBe(0);
+    const policy = await t.call("POST", "/mgmt/v1/policies", {
+      body: { product_id: productId, name: "Same map", entitlements: many(201) },
+      headers: t.idem(),
+    });
+    expect(policy.body.error.details.errors).toEqual(response.body.error.details.errors);
+    expect(
+      (await create({ product_id: productId, policy_id: policyId, entitlements: many(200) })).status,
+    ).toBe(201);
+  });
+
+  test("a PATCH with 201 entitlement overrides is refused and leaves the overrides and version as they were", async () => {
+    const id = (await create({ product_id: productId, policy_id: policyId, entitlements: { pro: true } }))
+      .body.data.public_id;
+    const before = stored(id);
+    const events = eventCount();
+    const response = await t.call("PATCH", `/mgmt/v1/licenses/${id}`, { body: { entitlements: many(201) } });
+    expect(response.status).toBe(422);
+    expect(response.body.error.details.errors).toEqual({ entitlements: ["at most 200 entitlements"] });
+    expect(stored(id)).toEqual(before);
+    expect(eventCount()).toBe(events);
+  });
+
+  test("convert-trial counts the trial's overrides and the new ones together, each name once", async () => {
+    const id = await trialLicense(many(150));
+    await expectConvertRefused(id, { entitlement_overrides: many(51, "n") }, ["entitlement_overrides"]);
+    await expectConvertRefused(id, { entitlement_overrides: many(201, "n") }, ["entitlement_overrides"]);
+    // 150 kept, 10 of them replaced, 50 new: 200 in all.
+    const overlapping = { ...many(10), ...many(50, "n") };
+    const response = await convert(id, {
+      target_policy_id: fullPolicyId,
+      entitlement_overrides: overlapping,
+    });
+    expect(response.status).toBe(200);
+    expect(Object.keys(response.body.data.entitlement_overrides)).toHaveLength(200);
+  });
+
+  test("a trial stored with more than 200 overrides (before the cap) still converts when none are added", async () => {
+    const trialPolicy = f.policy({ productId, licenseType: "trial", trialDays: 14 });
+    const { row } = f.license({
+      productId,
+      policyId: trialPolicy.id,
+      licenseType: "trial",
+      entitlements: many(201),
+    });
+    const response = await convert(row.id, { target_policy_id: fullPolicyId });
+    expect(response.status).toBe(200);
+    await expectConvertRefused(
+      f.license({ productId, policyId: trialPolicy.id, licenseType: "trial", entitlements: many(201) }).row
+        .id,
+      { entitlement_overrides: { extra: true } },
+      ["entitlement_overrides"],
+    );
+  });
+});
