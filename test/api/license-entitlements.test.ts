@@ -146,3 +146,58 @@ describe("at most 200 entitlement overrides, as on a policy", () => {
     );
   });
 });
+
+describe("entitlement values stay within I-JSON", () => {
+  const raw = (body: string) => ({ rawBody: body, headers: { "content-type": "application/json" } });
+  const BAD = '{"seats":1.5,"big":1e308,"n":9007199254740993,"ok":9007199254740991,"tier":"gold"}';
+  const BAD_KEYS = (field: string) => [`${field}.big`, `${field}.n`, `${field}.seats`];
+
+  test("a license whose overrides hold a fraction, 1e308 or 2^53 + 1 is refused by path and not stored", async () => {
+    const response = await t.call("POST", "/mgmt/v1/licenses", {
+      ...raw(`{"product_id":"${productId}","policy_id":"${policyId}","entitlements":${BAD}}`),
+      headers: { "content-type": "application/json", ...t.idem() },
+    });
+    expect(response.status).toBe(422);
+    expect(Object.keys(response.body.error.details.errors).sort()).toEqual(BAD_KEYS("entitlements"));
+    expect(licenseCount()).toBe(0);
+  });
+
+  test("a PATCH with such a value is refused and changes nothing", async () => {
+    const id = (await create({ product_id: productId, policy_id: policyId, entitlements: { seats: 3 } })).body
+      .data.public_id;
+    const before = stored(id);
+    const events = eventCount();
+    const response = await t.call(
+      "PATCH",
+      `/mgmt/v1/licenses/${id}`,
+      raw('{"entitlements":{"seats":3,"limits":{"max":0.5}}}'),
+    );
+    expect(response.status).toBe(422);
+    expect(Object.keys(response.body.error.details.errors)).toEqual(["entitlements.limits.max"]);
+    expect(stored(id)).toEqual(before);
+    expect(eventCount()).toBe(events);
+  });
+
+  test("convert-trial refuses such values keyed entitlement_overrides and converts nothing", async () => {
+    const id = await trialLicense({ seats: 1 });
+    const before = stored(id);
+    const response = await t.call(
+      "POST",
+      `/mgmt/v1/licenses/${id}/convert-trial`,
+      raw(`{"target_policy_id":"${fullPolicyId}","entitlement_overrides":${BAD}}`),
+    );
+    expect(response.status).toBe(422);
+    expect(Object.keys(response.body.error.details.errors).sort()).toEqual(BAD_KEYS("entitlement_overrides"));
+    expect(stored(id)).toEqual(before);
+    const fine = await convert(id, {
+      target_policy_id: fullPolicyId,
+      entitlement_overrides: { seats: Number.MAX_SAFE_INTEGER, tier: "gold", pro: true },
+    });
+    expect(fine.status).toBe(200);
+    expect(fine.body.data.entitlement_overrides).toEqual({
+      seats: Number.MAX_SAFE_INTEGER,
+      tier: "gold",
+      pro: true,
+    });
+  });
+});
