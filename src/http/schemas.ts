@@ -1,4 +1,4 @@
-import { type TSchema, Type } from "@sinclair/typebox";
+import { type IntegerOptions, type TSchema, Type } from "@sinclair/typebox";
 
 /** Shared schema pieces: the error envelope every failure uses, and the data/list wrappers. */
 export const ErrorEnvelope = Type.Object(
@@ -41,6 +41,15 @@ export const listOf = <T extends TSchema>(schema: T) =>
       has_more: Type.Boolean(),
     }),
   });
+
+/**
+ * An integer a request may send, bounded to what JSON carries exactly (I-JSON, RFC 7493): within
+ * ±(2^53−1). A bare `Type.Integer()` takes 1e308, and 9007199254740993 (already rounded to 2^53 by
+ * the JSON parser); either would then be stored, echoed or signed as a number no other party reads
+ * back the same. Narrower bounds where the field has them.
+ */
+export const SafeInteger = (options: IntegerOptions = {}) =>
+  Type.Integer({ minimum: -Number.MAX_SAFE_INTEGER, maximum: Number.MAX_SAFE_INTEGER, ...options });
 
 /** Free-form JSON object (entitlement maps, configuration). */
 export const JsonObject = (description: string) =>
