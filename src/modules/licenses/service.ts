@@ -10,6 +10,7 @@ import { ApiError, FieldErrorCollector } from "../../http/errors.ts";
 import type { PageRequest } from "../../http/pagination.ts";
 import { versionConflict, versionEtag } from "../../http/preconditions.ts";
 import { bodyReference } from "../../http/references.ts";
+import { checkMetadataKeys } from "../../http/schemas.ts";
 import { preparedRowReader } from "../../store/prepared-select.ts";
 import { licenses, policies } from "../../store/schema/index.ts";
 import type { CustomerService } from "../customers/service.ts";
@@ -143,6 +144,7 @@ export class LicenseService {
     }
     const expiry = sentExpiry(body, errors);
     checkEntitlements("entitlements", body.entitlements, errors);
+    checkMetadataKeys(body.metadata, errors);
     errors.throwIfAny();
     if (!policy || !product) throw new Error("unreachable: references were checked above");
     const settings = settingsOf(policy);
@@ -201,6 +203,7 @@ export class LicenseService {
       const errors = new FieldErrorCollector();
       const expiry = sentExpiry(body, errors);
       checkEntitlements("entitlements", body.entitlements, errors);
+      checkMetadataKeys(body.metadata, errors);
       if (body.reason !== undefined && body.status_action === undefined)
         errors.add("reason", "is only accepted with status_action");
       errors.throwIfAny();
