@@ -88,6 +88,9 @@ export function policyDefaults(licenseType: LicenseType, plan: PlanDefinition): 
 export const revocationExposureSec = (p: PolicySettings): number =>
   p.cert_ttl_sec + (p.fail_mode === "open" ? p.network_grace_sec : 0);
 
+/** The most machines, floating seats or named users one license can have (policy or license override). */
+export const MAX_LICENSE_COUNT = 1_000_000;
+
 /** Every rule a policy's numbers must keep, against the plan's constraints. Empty when valid. */
 export function policyViolations(p: PolicySettings, plan: PlanDefinition): FieldErrors {
   const c = plan.policy_constraints;
@@ -98,9 +101,9 @@ export function policyViolations(p: PolicySettings, plan: PlanDefinition): Field
     if (value < min || value > max) add(field, `must be between ${min} and ${max}${why}`);
   };
 
-  range("max_machines", p.max_machines, 1, 1_000_000);
-  range("max_concurrent", p.max_concurrent, 1, 1_000_000);
-  range("license_unit_limit", p.license_unit_limit, 1, 1_000_000);
+  range("max_machines", p.max_machines, 1, MAX_LICENSE_COUNT);
+  range("max_concurrent", p.max_concurrent, 1, MAX_LICENSE_COUNT);
+  range("license_unit_limit", p.license_unit_limit, 1, MAX_LICENSE_COUNT);
   range("cert_ttl_sec", p.cert_ttl_sec, 300, c.cert_ttl_max_sec, " (plan cert_ttl_max_sec)");
   range(
     "heartbeat_sec",
