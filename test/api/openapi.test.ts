@@ -7,7 +7,7 @@ type Json = Record<string, unknown>;
 type Operation = {
   security?: Record<string, unknown>[];
   "x-required-scope"?: string;
-  requestBody?: { content?: Record<string, { schema?: unknown }> };
+  requestBody?: { required?: boolean; content?: Record<string, { schema?: unknown }> };
   responses?: Record<string, { content?: Record<string, { schema?: { $ref?: string } }> }>;
 };
 
@@ -172,6 +172,14 @@ describe("the OpenAPI document", () => {
     }
     expect(seen.size).toBeGreaterThan(50);
     expect(unbounded).toEqual([]);
+  });
+
+  test("every request body is required except rotate-secret's, whose absence means the defaults", () => {
+    const optional = operations()
+      .filter(({ op }) => op.requestBody !== undefined && op.requestBody.required !== true)
+      .map(({ method, path }) => `${method} ${path}`);
+    expect(optional).toEqual(["post /mgmt/v1/webhooks/{id}/rotate-secret"]);
+    expect(JSON.stringify(doc)).not.toContain("x-body-optional");
   });
 
   test("managementApiKey is an HTTP bearer security scheme", () => {
