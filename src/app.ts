@@ -6,6 +6,7 @@ import { httpConventions } from "./http/conventions.ts";
 import { runtimeCors } from "./http/cors.ts";
 import { type Logger, silentLogger } from "./http/logger.ts";
 import type { Metrics } from "./http/metrics.ts";
+import { pagedRoutes } from "./http/pagination.ts";
 import {
   DEFAULT_RUNTIME_RATE_LIMITS,
   GcraLimiter,
@@ -74,6 +75,7 @@ export function createApp(
   let openApiCache: Record<string, unknown> | undefined;
   const root: { app?: AnyElysia } = {};
   let scopes: ReturnType<typeof scopeRegistry> | undefined;
+  let paged: ReturnType<typeof pagedRoutes> | undefined;
   const openApiDocument = () => {
     if (!root.app) throw new Error("the app is not built yet");
     openApiCache ??= buildOpenApiDocument(root.app, options.baseUrl);
@@ -100,6 +102,10 @@ export function createApp(
         requiredScope: (method, route) => {
           scopes ??= root.app ? scopeRegistry(root.app.routes) : undefined;
           return scopes?.(method, route);
+        },
+        pagedRoute: (method, route) => {
+          paged ??= root.app ? pagedRoutes(root.app.routes) : undefined;
+          return paged?.(method, route) ?? false;
         },
         signDenial: (signedFor, requestId, status, error) =>
           services.signer.signature(signedFor, requestId, status, error),

@@ -1,6 +1,6 @@
 import { createCipheriv, hkdfSync, randomBytes } from "node:crypto";
 import { closeSync, fsyncSync, openSync, readSync, renameSync, unlinkSync, writeSync } from "node:fs";
-import { ENTITLEMENT_NAME } from "../domain/policy-rules.ts";
+import { ENTITLEMENT_NAME } from "../domain/entitlements.ts";
 import { b64u, sha256Hex } from "./encoding.ts";
 import { HPKE_ENC_BYTES, hpkeSeal, WRAPPED_KEY_BYTES } from "./hpke.ts";
 import { canonicalize } from "./jcs.ts";

@@ -1,4 +1,5 @@
 import { addFieldError, type FieldErrors, newFieldErrors } from "../http/errors.ts";
+import { checkEntitlementMap } from "./entitlements.ts";
 import type { PlanDefinition } from "./plans.ts";
 
 /** The allowed values of every policy enum. Documented in docs/api.md; clients may rely on them. */
@@ -87,8 +88,8 @@ export function policyDefaults(licenseType: LicenseType, plan: PlanDefinition): 
 export const revocationExposureSec = (p: PolicySettings): number =>
   p.cert_ttl_sec + (p.fail_mode === "open" ? p.network_grace_sec : 0);
 
-export const ENTITLEMENT_NAME = /^[a-z0-9][a-z0-9_.:-]{0,63}$/;
-const MAX_ENTITLEMENTS = 200;
+/** The most machines, floating seats or named users one license can have (policy or license override). */
+export const MAX_LICENSE_COUNT = 1_000_000;
 
 /** Every rule a policy's numbers must keep, against the plan's constraints. Empty when valid. */
 export function policyViolations(p: PolicySettings, plan: PlanDefinition): FieldErrors {
@@ -100,9 +101,9 @@ export function policyViolations(p: PolicySettings, plan: PlanDefinition): Field
     if (value < min || value > max) add(field, `must be between ${min} and ${max}${why}`);
   };
 
-  range("max_machines", p.max_machines, 1, 1_000_000);
-  range("max_concurrent", p.max_concurrent, 1, 1_000_000);
-  range("license_unit_limit", p.license_unit_limit, 1, 1_000_000);
+  range("max_machines", p.max_machines, 1, MAX_LICENSE_COUNT);
+  range("max_concurrent", p.max_concurrent, 1, MAX_LICENSE_COUNT);
+  range("license_unit_limit", p.license_unit_limit, 1, MAX_LICENSE_COUNT);
   range("cert_ttl_sec", p.cert_ttl_sec, 300, c.cert_ttl_max_sec, " (plan cert_ttl_max_sec)");
   range(
     "heartbeat_sec",
@@ -156,11 +157,6 @@ export function policyViolations(p: PolicySettings, plan: PlanDefinition): Field
   if (p.license_type === "perpetual" && p.billing_cycle !== "none")
     add("billing_cycle", "perpetual licenses are not billed periodically; use none");
 
-  const names = Object.keys(p.entitlements);
-  if (names.length > MAX_ENTITLEMENTS) add("entitlements", `at most ${MAX_ENTITLEMENTS} entitlements`);
-  for (const name of names) {
-    if (!ENTITLEMENT_NAME.test(name))
-      add(`entitlements.${name}`, "names are 1-64 of a-z 0-9 _ . : - and start with a letter or digit");
-  }
+  checkEntitlementMap("entitlements", p.entitlements, add);
   return errors;
 }

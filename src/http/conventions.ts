@@ -8,6 +8,7 @@ import { bodyLimitFor, parseJsonBody } from "./body.ts";
 import { type ErrorEnvelope, errorBody, toApiError } from "./envelope.ts";
 import { ApiError, type SignedFor } from "./errors.ts";
 import type { Logger } from "./logger.ts";
+import { checkPageQuery } from "./pagination.ts";
 import type { GcraLimiter } from "./rate-limit.ts";
 import { routedHook } from "./request-path.ts";
 import { requestState } from "./request-state.ts";
@@ -26,6 +27,8 @@ export interface ConventionDeps {
   testClock: boolean;
   /** The scope a route requires (from its `scope` macro), so it can be checked before the body is read. */
   requiredScope?: (method: string, route: string) => string | undefined;
+  /** Whether a route is a list taking `limit` and `cursor`, whose paging parameters are checked as sent. */
+  pagedRoute?: (method: string, route: string) => boolean;
   /** Signs a license-state denial so the device can trust it (DESIGN §5). */
   signDenial?: (
     signedFor: SignedFor,
@@ -63,6 +66,10 @@ export function httpConventions(deps: ConventionDeps) {
       return parseJsonBody(request, bodyLimitFor(path), (bytes) => {
         if (state) state.rawBody = bytes;
       });
+    })
+    .onTransform({ as: "global" }, ({ request, route }) => {
+      // After authentication, before a list route's query schema coerces `limit` (pagination.ts).
+      if (deps.pagedRoute?.(request.method, route)) checkPageQuery(request.url);
     })
     .onError({ as: "global" }, ({ error, code, request, set }) => {
       const apiError = toApiError(error, code, request);

@@ -2,13 +2,22 @@ import { t } from "elysia";
 import { ApiError } from "./errors.ts";
 
 export const DEFAULT_PAGE_SIZE = 50;
+const MAX_PAGE_SIZE = 200;
 
 /**
  * `limit` and `cursor`, shared by every list. Elysia's `t.Integer` (not TypeBox's) because query
- * values arrive as strings and must be coerced before the range check.
+ * values arrive as strings and must be coerced before the range check. That coercion is `+value`,
+ * which reads `0x10`, `1e1`, `+5` and ` 5` as numbers, and a repeated parameter becomes its last
+ * value: `checkPageQuery` refuses both before the schema sees them (src/http/conventions.ts).
  */
 export const pageParams = {
-  limit: t.Optional(t.Integer({ minimum: 1, maximum: 200, description: "Page size, 1-200 (default 50)." })),
+  limit: t.Optional(
+    t.Integer({
+      minimum: 1,
+      maximum: MAX_PAGE_SIZE,
+      description: `Page size in plain decimal digits, 1-${MAX_PAGE_SIZE} (default ${DEFAULT_PAGE_SIZE}).`,
+    }),
+  ),
   cursor: t.Optional(
     t.String({
       maxLength: 512,
@@ -18,6 +27,42 @@ export const pageParams = {
 };
 
 export const PageQuery = t.Object(pageParams);
+
+const DIGITS = /^[0-9]+$/;
+
+/**
+ * The paging parameters as sent (`url` is the request URL): `limit` and `cursor` at most once
+ * each, and `limit` in plain decimal digits, else 400 INVALID_REQUEST as a forged cursor is. A
+ * well-formed `limit` outside 1..200 is a value out of range: 422 keyed `limit`.
+ */
+export function checkPageQuery(url: string): void {
+  const at = url.indexOf("?");
+  if (at === -1) return;
+  const params = new URLSearchParams(url.slice(at + 1));
+  for (const name of ["limit", "cursor"]) {
+    const values = params.getAll(name);
+    if (values.length > 1)
+      throw new ApiError("INVALID_REQUEST", `${name} was sent more than once.`, { [name]: values });
+  }
+  const limit = params.get("limit");
+  if (limit === null) return;
+  if (!DIGITS.test(limit)) {
+    throw new ApiError("INVALID_REQUEST", "limit must be a whole number in plain decimal digits.", { limit });
+  }
+  const size = Number(limit);
+  if (size < 1 || size > MAX_PAGE_SIZE)
+    throw ApiError.validation({ limit: [`must be between 1 and ${MAX_PAGE_SIZE}`] });
+}
+
+/** The routes (method and path pattern) whose query takes `limit`, from their schemas. */
+export function pagedRoutes(routes: readonly { method: string; path: string; hooks: unknown }[]) {
+  const paged = new Set<string>();
+  for (const route of routes) {
+    const query = (route.hooks as { query?: { properties?: Record<string, unknown> } } | undefined)?.query;
+    if (query?.properties && "limit" in query.properties) paged.add(`${route.method} ${route.path}`);
+  }
+  return (method: string, route: string) => paged.has(`${method} ${route}`);
+}
 
 export interface PageRequest {
   limit: number;

@@ -1,4 +1,5 @@
-import { type TSchema, Type } from "@sinclair/typebox";
+import { type IntegerOptions, type TSchema, Type } from "@sinclair/typebox";
+import type { FieldErrorCollector } from "./errors.ts";
 
 /** Shared schema pieces: the error envelope every failure uses, and the data/list wrappers. */
 export const ErrorEnvelope = Type.Object(
@@ -42,20 +43,46 @@ export const listOf = <T extends TSchema>(schema: T) =>
     }),
   });
 
+/**
+ * An integer a request may send, bounded to what JSON carries exactly (I-JSON, RFC 7493): within
+ * ±(2^53−1). A bare `Type.Integer()` takes 1e308, and 9007199254740993 (already rounded to 2^53 by
+ * the JSON parser); either would then be stored, echoed or signed as a number no other party reads
+ * back the same. Narrower bounds where the field has them.
+ */
+export const SafeInteger = (options: IntegerOptions = {}) =>
+  Type.Integer({ minimum: -Number.MAX_SAFE_INTEGER, maximum: Number.MAX_SAFE_INTEGER, ...options });
+
 /** Free-form JSON object (entitlement maps, configuration). */
 export const JsonObject = (description: string) =>
   Type.Record(Type.String({ maxLength: 64 }), Type.Unknown(), { description });
 
 export const MAX_METADATA_KEYS = 50;
+export const MAX_METADATA_KEY_LENGTH = 64;
 
-/** The vendor's own data on a resource, returned as stored. */
+/**
+ * The vendor's own data on a resource, returned as stored. TypeBox's Record checks no constraint
+ * of its key schema, so `propertyNames` only documents the key rule; `checkMetadataKeys` enforces it.
+ */
 export const Metadata = (
-  description = `Your own data, returned as stored (at most ${MAX_METADATA_KEYS} keys).`,
+  description = `Your own data, returned as stored (at most ${MAX_METADATA_KEYS} keys of 1-${MAX_METADATA_KEY_LENGTH} characters).`,
 ) =>
-  Type.Record(Type.String({ maxLength: 64 }), Type.Unknown(), {
+  Type.Record(Type.String(), Type.Unknown(), {
     description,
     maxProperties: MAX_METADATA_KEYS,
+    propertyNames: { minLength: 1, maxLength: MAX_METADATA_KEY_LENGTH },
   });
+
+/** Metadata keys are 1-64 characters (code points, as JSON Schema counts): 422 keyed `metadata.<key>`. */
+export function checkMetadataKeys(
+  metadata: Record<string, unknown> | undefined,
+  errors: FieldErrorCollector,
+): void {
+  for (const key of Object.keys(metadata ?? {})) {
+    const length = [...key].length;
+    if (length < 1 || length > MAX_METADATA_KEY_LENGTH)
+      errors.add(`metadata.${key}`, `keys are 1-${MAX_METADATA_KEY_LENGTH} characters`);
+  }
+}
 
 const IdempotencyKey = Type.String({
   minLength: 16,

@@ -66,6 +66,18 @@ describe("checkout", () => {
     });
   });
 
+  test("a buyer whose address has an international domain gets the customer stored with its punycode, not a second one", async () => {
+    const local = next("ida");
+    const existing = factories(t).customer({ email: `${local}@xn--bcher-kva.example` });
+    const session = checkout(offering(), { email: `${local}@Bücher.example` });
+    expect((await deliver(event("checkout.session.completed", session))).body.data.result).toBe("succeeded");
+    expect(licensesOfCheckout(session.id).map((license) => license.customerId)).toEqual([existing.id]);
+    const found = await t.call("GET", `/mgmt/v1/customers?email=${local}@xn--bcher-kva.example`, {
+      key: t.keys.test,
+    });
+    expect(found.body.data).toHaveLength(1);
+  });
+
   test("delivered twice, concurrently, and then again as a second event of the same checkout, it makes exactly one license", async () => {
     const price = offering();
     const session = checkout(price);

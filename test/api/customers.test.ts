@@ -63,6 +63,31 @@ describe("happy path", () => {
     expect(response.body.data).toHaveLength(1);
   });
 
+  test("the email filter is normalised as stored addresses are: an international domain finds its punycode", async () => {
+    const stored = (await create({ email: "a@Bücher.example" })).body.data;
+    expect(stored.email).toBe("a@xn--bcher-kva.example");
+    await create({ email: "b@xn--bcher-kva.example" });
+    for (const typed of [
+      "a@Bücher.example",
+      "a@BÜCHER.EXAMPLE",
+      "a@Bu\u0308cher.example",
+      "A@xn--bcher-kva.example",
+    ]) {
+      const response = await t.call("GET", `/mgmt/v1/customers?email=${encodeURIComponent(typed)}`);
+      expect({ typed, found: response.body.data.map((c: { public_id: string }) => c.public_id) }).toEqual({
+        typed,
+        found: [stored.public_id],
+      });
+    }
+    // A customer stored with its address as typed, before addresses were normalised, is still found by that text.
+    const legacy = factories(t).customer({ email: "old@Bücher.example" });
+    const response = await t.call(
+      "GET",
+      `/mgmt/v1/customers?email=${encodeURIComponent("old@Bücher.example")}`,
+    );
+    expect(response.body.data.map((c: { public_id: string }) => c.public_id)).toEqual([legacy.id]);
+  });
+
   test("filtering by email looks the address up in an index instead of reading every customer", async () => {
     await create({ email: "Ada@Example.com" });
     const { result: response, sql } = await sqlPreparedDuring(t.deps.sqlite, () =>

@@ -253,6 +253,30 @@ describe("errors", () => {
     expect(t.deps.sqlite.query("SELECT count(*) AS n FROM licenses").get()).toEqual({ n: 0 });
   });
 
+  test("overrides above the policy's bound of 1,000,000 answer 422 by field and change nothing", async () => {
+    for (const field of ["max_machines", "max_concurrent", "license_unit_limit_override"]) {
+      const response = await create({ ...base(), [field]: 1_000_001 });
+      expect(response.status).toBe(422);
+      expect(Object.keys(response.body.error.details.errors)).toEqual([field]);
+    }
+    expect(t.deps.sqlite.query("SELECT count(*) AS n FROM licenses").get()).toEqual({ n: 0 });
+    const top = {
+      max_machines: 1_000_000,
+      max_concurrent: 1_000_000,
+      license_unit_limit_override: 1_000_000,
+    };
+    const license = (await create({ ...base(), ...top })).body.data;
+    expect(license).toMatchObject({ max_machines: 1_000_000, max_concurrent: 1_000_000, version: 1 });
+    for (const field of ["max_machines_override", "max_concurrent_override", "license_unit_limit_override"]) {
+      const response = await t.call("PATCH", `/mgmt/v1/licenses/${license.public_id}`, {
+        body: { [field]: 1_000_001 },
+      });
+      expect(response.status).toBe(422);
+      expect(Object.keys(response.body.error.details.errors)).toEqual([field]);
+    }
+    expect((await t.call("GET", `/mgmt/v1/licenses/${license.public_id}`)).body.data).toEqual(license);
+  });
+
   test("a license for an archived product answers 409 PRODUCT_ARCHIVED", async () => {
     const archived = f.product({ status: "archived" });
     const policy = f.policy({ productId: archived.id });

@@ -7,7 +7,7 @@ type Json = Record<string, unknown>;
 type Operation = {
   security?: Record<string, unknown>[];
   "x-required-scope"?: string;
-  requestBody?: { content?: Record<string, { schema?: unknown }> };
+  requestBody?: { required?: boolean; content?: Record<string, { schema?: unknown }> };
   responses?: Record<string, { content?: Record<string, { schema?: { $ref?: string } }> }>;
 };
 
@@ -146,6 +146,40 @@ describe("the OpenAPI document", () => {
       .filter(({ op }) => op.requestBody?.content?.["application/json"]?.schema === undefined)
       .map(({ method, path }) => `${method} ${path}`);
     expect(undocumented).toEqual([]);
+  });
+
+  test("every integer a request body takes is bounded within ±(2^53−1), so 1e308 never passes", () => {
+    const unbounded: string[] = [];
+    const seen = new Set<unknown>();
+    const walk = (node: unknown, where: string) => {
+      if (!node || typeof node !== "object" || seen.has(node)) return;
+      seen.add(node);
+      const schema = node as Json;
+      if (typeof schema.$ref === "string") {
+        walk(doc.components?.schemas?.[schema.$ref.replace("#/components/schemas/", "")], where);
+        return;
+      }
+      if (schema.type === "integer" || schema.type === "number") {
+        const { minimum, maximum } = schema as { minimum?: number; maximum?: number };
+        const safe = (n: number | undefined) => n !== undefined && Math.abs(n) <= Number.MAX_SAFE_INTEGER;
+        if (!safe(minimum) || !safe(maximum)) unbounded.push(where);
+      }
+      // Arrays (anyOf, allOf, …) too: their entries are keyed by index.
+      for (const [key, value] of Object.entries(schema)) walk(value, `${where}.${key}`);
+    };
+    for (const { path, method, op } of operations()) {
+      walk(op.requestBody?.content?.["application/json"]?.schema, `${method} ${path}`);
+    }
+    expect(seen.size).toBeGreaterThan(50);
+    expect(unbounded).toEqual([]);
+  });
+
+  test("every request body is required except rotate-secret's, whose absence means the defaults", () => {
+    const optional = operations()
+      .filter(({ op }) => op.requestBody !== undefined && op.requestBody.required !== true)
+      .map(({ method, path }) => `${method} ${path}`);
+    expect(optional).toEqual(["post /mgmt/v1/webhooks/{id}/rotate-secret"]);
+    expect(JSON.stringify(doc)).not.toContain("x-body-optional");
   });
 
   test("managementApiKey is an HTTP bearer security scheme", () => {

@@ -206,6 +206,36 @@ describe("errors", () => {
     expect(response.headers.get("etag")).toBe(created.headers.get("etag"));
   });
 
+  test("entitlement values beyond I-JSON (fractions, 1e308, 2^53 + 1) answer 422 by path and store nothing", async () => {
+    const raw = (entitlements: string) =>
+      `{"product_id":"${productId}","name":"X","entitlements":${entitlements}}`;
+    const response = await t.call("POST", "/mgmt/v1/policies", {
+      rawBody: raw('{"seats":1.5,"big":1e308,"n":9007199254740993,"ok":9007199254740991}'),
+      headers: { "content-type": "application/json", ...t.idem() },
+    });
+    expect(response.status).toBe(422);
+    expect(Object.keys(response.body.error.details.errors).sort()).toEqual([
+      "entitlements.big",
+      "entitlements.n",
+      "entitlements.seats",
+    ]);
+    expect(t.deps.sqlite.query("SELECT count(*) AS n FROM policies").get()).toEqual({ n: 0 });
+
+    const created = await create({ product_id: productId, name: "Std", entitlements: { seats: 5 } });
+    const id = created.body.data.public_id;
+    const patched = await t.call("PATCH", `/mgmt/v1/policies/${id}`, {
+      rawBody: '{"entitlements":{"limits":{"max":2.5}}}',
+      headers: { "content-type": "application/json" },
+    });
+    expect(patched.status).toBe(422);
+    expect(Object.keys(patched.body.error.details.errors)).toEqual(["entitlements.limits.max"]);
+    const read = await t.call("GET", `/mgmt/v1/policies/${id}`);
+    expect(read.body.data).toMatchObject({ version: 1, entitlements: { seats: 5 } });
+    expect(read.headers.get("etag")).toBe(created.headers.get("etag"));
+    const events = await t.call("GET", "/mgmt/v1/events");
+    expect(events.body.data.map((e: { type: string }) => e.type)).toEqual(["policy.created"]);
+  });
+
   test("integers sent as strings are refused, not coerced", async () => {
     const response = await create({ product_id: productId, name: "X", max_machines: "5" });
     expect(response.status).toBe(422);

@@ -384,4 +384,25 @@ describe("POST /mgmt/v1/webhooks/{id}/rotate-secret", () => {
       expect(bad.status).toBe(422);
     }
   });
+
+  test("without a body it rotates with the default overlap; a body that is sent is still validated", async () => {
+    const id = (await create({ url: HOOK })).body.data.public_id;
+    const rotate = (rawBody?: string, type = "application/json") =>
+      t.call("POST", `/mgmt/v1/webhooks/${id}/rotate-secret`, {
+        rawBody,
+        headers: rawBody === undefined ? {} : { "content-type": type },
+      });
+    const bare = await rotate();
+    expect(bare.status).toBe(200);
+    expect(bare.body.data.secret_rotation.activates_at).toBe(
+      new Date(Date.parse(bare.body.data.updated_at) + 86_400_000).toISOString(),
+    );
+    expect((await rotate("")).status).toBe(200);
+    const before = storeDigest(t.deps.sqlite);
+    const refused: number[] = [];
+    for (const body of ["null", "[]", "5", '{"x":1}', "{"]) refused.push((await rotate(body)).status);
+    refused.push((await rotate("overlap_sec=5", "text/plain")).status);
+    expect(refused).toEqual([422, 422, 422, 422, 400, 400]);
+    expect(storeDigest(t.deps.sqlite)).toEqual(before);
+  });
 });

@@ -175,6 +175,40 @@ describe("policyViolations", () => {
     expect(fields(policy(free, { entitlements }), free)).toEqual([]);
   });
 
+  test("entitlement values whose numbers leave I-JSON are errors keyed by the value's path", () => {
+    const max = Number.MAX_SAFE_INTEGER;
+    const entitlements = {
+      seats: 1.5,
+      big: 1e308,
+      rounded: 2 ** 53,
+      low: -(2 ** 53),
+      limits: { projects: { max: 0.5 }, users: 5 },
+      tiers: [1, 2.5],
+    };
+    const errors = policyViolations(policy(free, { entitlements }), free);
+    expect(Object.keys(errors).sort()).toEqual([
+      "entitlements.big",
+      "entitlements.limits.projects.max",
+      "entitlements.low",
+      "entitlements.rounded",
+      "entitlements.seats",
+      "entitlements.tiers.1",
+    ]);
+    expect(errors["entitlements.seats"]?.[0]).toContain("integers between");
+    const fine = {
+      pro: true,
+      beta: false,
+      seats: 50,
+      edge: max,
+      negative: -max,
+      tier: "gold",
+      none: null,
+      limits: { projects: { max: 10 } },
+      list: [1, "a", false, null],
+    };
+    expect(policyViolations(policy(free, { entitlements: fine }), free)).toEqual({});
+  });
+
   test("several broken rules are all reported at once", () => {
     const p = policy(free, { heartbeat_sec: 10, max_machines: 0, perpetual_mode: "unmanaged" });
     expect(fields(p, free)).toEqual(["heartbeat_sec", "max_machines", "perpetual_mode"]);

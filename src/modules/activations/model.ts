@@ -1,5 +1,5 @@
 import { Type } from "@sinclair/typebox";
-import { DateTime, dataOf, IdField, listOf, Nullable } from "../../http/schemas.ts";
+import { DateTime, dataOf, IdField, listOf, Nullable, SafeInteger } from "../../http/schemas.ts";
 import { StringEnum } from "../../http/schemas-enum.ts";
 
 export const NONCE = Type.String({
@@ -14,8 +14,9 @@ export const MachineInfo = Type.Object(
     arch: Type.String({ minLength: 1, maxLength: 64 }),
   },
   {
-    // Integers, not floats: the body is signed as JCS, and float formatting is easy to get wrong.
-    additionalProperties: Type.Union([Type.String({ maxLength: 256 }), Type.Integer(), Type.Boolean()]),
+    // Integers, not floats, and within ±(2^53−1): the body is signed as JCS (I-JSON), and float
+    // formatting is easy to get wrong.
+    additionalProperties: Type.Union([Type.String({ maxLength: 256 }), SafeInteger(), Type.Boolean()]),
     maxProperties: 32,
     description:
       "os and arch, plus up to 30 more scalar facts; machine_info_digest = hex(SHA-256(JCS(machine_info))).",
@@ -38,7 +39,7 @@ export const ActivationCreate = Type.Object(
     app_version: Type.Optional(Version),
     sdk_version: Type.Optional(Version),
     request_id: Type.Optional(Type.String({ maxLength: 128 })),
-    client_time: Type.Integer({ description: "Unix seconds on the device." }),
+    client_time: SafeInteger({ description: "Unix seconds on the device." }),
     named_user_token: Type.Optional(Type.String({ maxLength: 1024 })),
     nonce: NONCE,
   },

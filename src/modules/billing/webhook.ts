@@ -1,4 +1,4 @@
-import { eq, sql } from "drizzle-orm";
+import { eq } from "drizzle-orm";
 import type { ChangeContext, Deps } from "../../deps.ts";
 import { unixSeconds } from "../../domain/clock.ts";
 import { hasFeature, type PlanDefinition } from "../../domain/plans.ts";
@@ -303,14 +303,7 @@ export class BillingWebhookService {
     const byRef = buyer.providerCustomerId
       ? this.deps.db.select().from(customers).where(eq(customers.externalRef, buyer.providerCustomerId)).get()
       : undefined;
-    const byEmail =
-      !byRef && buyer.email
-        ? this.deps.db
-            .select()
-            .from(customers)
-            .where(sql`lower(${customers.email}) = lower(${buyer.email})`)
-            .get()
-        : undefined;
+    const byEmail = !byRef && buyer.email ? this.customers.findByEmail(buyer.email) : undefined;
     const existing = byRef ?? byEmail;
     if (existing && existing.status === "active") return existing.id;
     return this.customers.create(

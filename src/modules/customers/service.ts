@@ -17,6 +17,19 @@ export type CustomerRow = typeof customers.$inferSelect;
  */
 const storedEmail = (email: string): string => parseEmailAddress(email)?.address ?? email;
 
+/**
+ * Customers whose address is `email`, case-insensitively: compared as stored (`a@Bücher.example`
+ * finds `a@xn--bcher-kva.example`), and as sent, for rows stored as typed before addresses were
+ * normalised. Both sides lower-cased by SQLite, so the `customers_email_lower` index serves it.
+ */
+const emailIs = (email: string) => {
+  const forms = [...new Set([storedEmail(email), email])];
+  return sql`lower(${customers.email}) in (${sql.join(
+    forms.map((form) => sql`lower(${form})`),
+    sql`, `,
+  )})`;
+};
+
 export const customerEtag = (row: CustomerRow): string => opaqueEtag(row.id, row.revision);
 
 export function presentCustomer(row: CustomerRow) {
@@ -42,15 +55,15 @@ export class CustomerService {
     return this.deps.db
       .select()
       .from(customers)
-      .where(
-        and(
-          email ? sql`lower(${customers.email}) = lower(${email})` : undefined,
-          page.before ? lt(customers.id, page.before) : undefined,
-        ),
-      )
+      .where(and(email ? emailIs(email) : undefined, page.before ? lt(customers.id, page.before) : undefined))
       .orderBy(desc(customers.id))
       .limit(page.limit + 1)
       .all();
+  }
+
+  /** A customer with this address (see `emailIs`), for the billing integration's buyers. */
+  findByEmail(email: string): CustomerRow | undefined {
+    return this.deps.db.select().from(customers).where(emailIs(email)).get();
   }
 
   get(id: string): CustomerRow {

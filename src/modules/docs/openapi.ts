@@ -91,7 +91,8 @@ export function buildOpenApiDocument(app: AnyElysia, baseUrl: string): Record<st
 
 /**
  * Our JSON parser is a function hook (it enforces byte and depth limits), and the generator only
- * describes bodies for its named parsers; so the body schema of each route is filled in here.
+ * describes bodies for its named parsers; so the body schema of each route is filled in here. A
+ * route whose body may be left out says so with `detail["x-body-optional"]`.
  */
 function documentRequestBodies(app: AnyElysia, paths: Record<string, Record<string, Operation>>): void {
   for (const route of app.routes) {
@@ -101,7 +102,9 @@ function documentRequestBodies(app: AnyElysia, paths: Record<string, Record<stri
     const operation = paths[path]?.[route.method.toLowerCase()];
     if (!operation) continue;
     const schema = typeof body === "string" ? { $ref: `#/components/schemas/${body}` } : body;
-    operation.requestBody = { required: true, content: { "application/json": { schema } } };
+    const optional = operation["x-body-optional"] === true;
+    delete operation["x-body-optional"];
+    operation.requestBody = { required: !optional, content: { "application/json": { schema } } };
   }
 }
 

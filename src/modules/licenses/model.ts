@@ -1,11 +1,12 @@
 import { Type } from "@sinclair/typebox";
-import { LICENSE_TYPES, RENEWAL_AUTHORITIES } from "../../domain/policy-rules.ts";
+import { LICENSE_TYPES, MAX_LICENSE_COUNT, RENEWAL_AUTHORITIES } from "../../domain/policy-rules.ts";
 import { pageParams } from "../../http/pagination.ts";
 import { DateTime, dataOf, IdField, JsonObject, listOf, Metadata, Nullable } from "../../http/schemas.ts";
 import { StringEnum } from "../../http/schemas-enum.ts";
 
+/** The bounds of the policy's own setting (docs/api.md "Policies"): 1 to 1,000,000. */
 const Override = (description: string) =>
-  Nullable(Type.Integer({ minimum: 1, maximum: 10_000_000, description }));
+  Nullable(Type.Integer({ minimum: 1, maximum: MAX_LICENSE_COUNT, description }));
 const Expiry = Nullable(
   DateTime("When the license expires; null for never. `expires_at` and `expiry` are the same field."),
 );

@@ -10,6 +10,7 @@ import { ApiError, FieldErrorCollector } from "../../http/errors.ts";
 import type { PageRequest } from "../../http/pagination.ts";
 import { versionConflict, versionEtag } from "../../http/preconditions.ts";
 import { bodyReference } from "../../http/references.ts";
+import { checkMetadataKeys } from "../../http/schemas.ts";
 import { preparedRowReader } from "../../store/prepared-select.ts";
 import { licenses, policies } from "../../store/schema/index.ts";
 import type { CustomerService } from "../customers/service.ts";
@@ -19,7 +20,7 @@ import { settingsOf } from "../policies/service.ts";
 import { archived, type ProductService } from "../products/service.ts";
 import type { ConvertTrialBody, LicenseCreateBody, LicenseUpdateBody } from "./model.ts";
 import { presentLicense } from "./present.ts";
-import { checkEntitlementNames, checkExpiry, sentExpiry } from "./terms.ts";
+import { checkEntitlements, checkExpiry, checkMergedEntitlementCount, sentExpiry } from "./terms.ts";
 
 export type LicenseRow = typeof licenses.$inferSelect;
 
@@ -142,7 +143,8 @@ export class LicenseService {
       errors.add("license_type", `must match the policy's license_type (${policy.licenseType})`);
     }
     const expiry = sentExpiry(body, errors);
-    checkEntitlementNames("entitlements", body.entitlements, errors);
+    checkEntitlements("entitlements", body.entitlements, errors);
+    checkMetadataKeys(body.metadata, errors);
     errors.throwIfAny();
     if (!policy || !product) throw new Error("unreachable: references were checked above");
     const settings = settingsOf(policy);
@@ -200,7 +202,8 @@ export class LicenseService {
         throw transition("revoked", body.status_action ?? "changed", "A revoked license cannot change.");
       const errors = new FieldErrorCollector();
       const expiry = sentExpiry(body, errors);
-      checkEntitlementNames("entitlements", body.entitlements, errors);
+      checkEntitlements("entitlements", body.entitlements, errors);
+      checkMetadataKeys(body.metadata, errors);
       if (body.reason !== undefined && body.status_action === undefined)
         errors.add("reason", "is only accepted with status_action");
       errors.throwIfAny();
@@ -291,6 +294,11 @@ export class LicenseService {
       if (target?.licenseType === "trial")
         errors.add("target_policy_id", "is a trial policy; choose a full one");
       const expiry = sentExpiry({ expires_at: body.expires_at }, errors);
+      const entitlements = { ...current.entitlements, ...(body.entitlement_overrides ?? {}) };
+      checkEntitlements("entitlement_overrides", body.entitlement_overrides, errors);
+      // Only when it adds some: a trial stored with more (before the cap) still converts as it is.
+      if (body.entitlement_overrides !== undefined)
+        checkMergedEntitlementCount("entitlement_overrides", entitlements, errors);
       errors.throwIfAny();
       if (!target) throw new Error("unreachable: target policy was checked above");
       const settings = settingsOf(target);
@@ -302,7 +310,7 @@ export class LicenseService {
         licenseType: settings.license_type,
         expiresAt,
         renewalAuthority: settings.renewal_authority,
-        entitlements: { ...current.entitlements, ...(body.entitlement_overrides ?? {}) },
+        entitlements,
         convertedAt: now,
         updatedAt: now,
         version: current.version + 1,

@@ -1,6 +1,6 @@
 import { parseDateTime } from "../../domain/datetime.ts";
+import { checkEntitlementCount, checkEntitlementMap } from "../../domain/entitlements.ts";
 import type { PlanDefinition } from "../../domain/plans.ts";
-import { ENTITLEMENT_NAME } from "../../domain/policy-rules.ts";
 import { ApiError, type FieldErrorCollector } from "../../http/errors.ts";
 
 /**
@@ -44,15 +44,21 @@ export function checkExpiry(expiresAt: Date | null, now: Date, plan: PlanDefinit
   }
 }
 
-/** License entitlement overrides follow the policy's naming rule. */
-export function checkEntitlementNames(
+/** License entitlement overrides follow the policy's rules (names, at most 200), keyed by `field`. */
+export function checkEntitlements(
   field: string,
   entitlements: Record<string, unknown> | undefined,
   errors: FieldErrorCollector,
 ): void {
-  for (const name of Object.keys(entitlements ?? {})) {
-    if (!ENTITLEMENT_NAME.test(name)) {
-      errors.add(`${field}.${name}`, "names are 1-64 of a-z 0-9 _ . : - and start with a letter or digit");
-    }
-  }
+  if (entitlements !== undefined)
+    checkEntitlementMap(field, entitlements, (at, message) => errors.add(at, message));
+}
+
+/** Overrides merged into a license's own (convert-trial) count together against the same cap. */
+export function checkMergedEntitlementCount(
+  field: string,
+  merged: Record<string, unknown>,
+  errors: FieldErrorCollector,
+): void {
+  checkEntitlementCount(field, Object.keys(merged).length, (at, message) => errors.add(at, message));
 }

@@ -1,6 +1,6 @@
 import { Type } from "@sinclair/typebox";
 import { OFFLINE_REQUEST_FORMAT } from "../../crypto/offline-package.ts";
-import { DateTime, IdField, Nullable } from "../../http/schemas.ts";
+import { DateTime, IdField, Nullable, SafeInteger } from "../../http/schemas.ts";
 import { MachineInfo, NONCE } from "../activations/model.ts";
 
 /** What the device generates (docs/protocol.md "Offline request"); signed as a whole. */
@@ -17,7 +17,7 @@ export const OfflineRequest = Type.Object(
     }),
     machine_info: MachineInfo,
     nonce: NONCE,
-    generated_at: Type.Integer({ description: "Unix seconds on the device when the request was made." }),
+    generated_at: SafeInteger({ description: "Unix seconds on the device when the request was made." }),
   },
   { additionalProperties: false },
 );

@@ -58,7 +58,11 @@ const settings = {
     Seconds("How long a fail-open device keeps working offline after its certificate lapses."),
   ),
   trial_days: Type.Optional(Type.Integer({ minimum: 0, maximum: 365 })),
-  entitlements: Type.Optional(JsonObject("Entitlement name -> true/false, or a JSON value for limits.")),
+  entitlements: Type.Optional(
+    JsonObject(
+      "Entitlement name -> true/false, or a JSON value for limits whose numbers are integers within ±(2^53−1).",
+    ),
+  ),
 };
 
 export const PolicyCreate = Type.Object(

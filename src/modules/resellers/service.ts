@@ -1,7 +1,8 @@
 import { desc, eq, lt } from "drizzle-orm";
 import type { ChangeContext, Deps } from "../../deps.ts";
-import { ApiError } from "../../http/errors.ts";
+import { ApiError, FieldErrorCollector } from "../../http/errors.ts";
 import type { PageRequest } from "../../http/pagination.ts";
+import { checkMetadataKeys } from "../../http/schemas.ts";
 import { resellers } from "../../store/schema/index.ts";
 import { recordAudit } from "../events/service.ts";
 import type { ResellerCreateBody, ResellerUpdateBody } from "./model.ts";
@@ -22,6 +23,12 @@ export function presentReseller(row: ResellerRow) {
     created_at: row.createdAt.toISOString(),
     updated_at: row.updatedAt.toISOString(),
   };
+}
+
+function validMetadata(metadata: Record<string, unknown> | undefined): void {
+  const errors = new FieldErrorCollector();
+  checkMetadataKeys(metadata, errors);
+  errors.throwIfAny();
 }
 
 /** Reseller records, shared by live and test like customers. */
@@ -45,6 +52,7 @@ export class ResellerService {
   }
 
   create(body: ResellerCreateBody, ctx: ChangeContext): ResellerRow {
+    validMetadata(body.metadata);
     const now = this.deps.clock.now();
     const status = body.status ?? "active";
     const row: ResellerRow = {
@@ -71,6 +79,7 @@ export class ResellerService {
   update(id: string, body: ResellerUpdateBody, ctx: ChangeContext): ResellerRow {
     return this.deps.db.transaction((tx) => {
       const current = this.get(id);
+      validMetadata(body.metadata);
       const now = this.deps.clock.now();
       const changes: Partial<ResellerRow> = {};
       if (body.name !== undefined && body.name !== current.name) changes.name = body.name;

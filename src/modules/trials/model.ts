@@ -1,6 +1,6 @@
 import { Type } from "@sinclair/typebox";
 import { EmailAddressField } from "../../http/email-field.ts";
-import { IdField } from "../../http/schemas.ts";
+import { IdField, SafeInteger } from "../../http/schemas.ts";
 import { MachineInfo, NONCE, signed } from "../activations/model.ts";
 
 const Version = IdField();
@@ -54,7 +54,7 @@ export const TrialConfirm = Type.Object(
     app_version: Type.Optional(Version),
     sdk_version: Type.Optional(Version),
     request_id: Type.Optional(Type.String({ maxLength: 128 })),
-    client_time: Type.Integer({ description: "Unix seconds on the device." }),
+    client_time: SafeInteger({ description: "Unix seconds on the device." }),
     nonce: NONCE,
   },
   { additionalProperties: false },

@@ -11,6 +11,13 @@ import { DeliveryListQuery, webhookModels } from "./model.ts";
 
 const ROUTE = "/mgmt/v1/webhooks";
 
+/**
+ * rotate-secret's body is optional (docs/api.md). The shared JSON parser runs first and answers
+ * for any body that was sent; this parser is asked only when there were no bytes at all, and makes
+ * that `{}`, so the defaults apply and a body that is sent is still validated (`null`, `[]` are 422).
+ */
+const noBodyMeansDefaults = () => ({});
+
 /** Webhook endpoints (spec §4.3), their secret rotation and their delivery log (docs/api.md "Webhooks"). */
 export const webhooksController = ({ webhooks, webhookDeliveries, idempotency }: Services) =>
   new Elysia({ prefix: ROUTE, detail: { tags: ["Webhooks"] } })
@@ -92,8 +99,10 @@ export const webhooksController = ({ webhooks, webhookDeliveries, idempotency }:
       {
         scope: "webhooks:write",
         body: "webhook.rotate",
+        parse: noBodyMeansDefaults,
         response: { 200: "webhook.created" },
         detail: {
+          "x-body-optional": true,
           summary: "Rotate the signing secret; the new one is in this response only",
           description:
             "Both secrets sign every delivery until secret_rotation.activates_at (overlap_sec, default one day).",
