@@ -1,5 +1,4 @@
 import { and, count, desc, eq, lt, ne } from "drizzle-orm";
-import { canonicalize } from "../../crypto/jcs.ts";
 import type { ChangeContext, Deps } from "../../deps.ts";
 import { canonicalLicenseKey, formatLicenseKey, generateLicenseKey } from "../../domain/license-key.ts";
 import { defaultExpiry, licenseStatus } from "../../domain/license-state.ts";
@@ -19,7 +18,7 @@ import { settingsOf } from "../policies/service.ts";
 import { archived, type ProductService } from "../products/service.ts";
 import type { ConvertTrialBody, LicenseCreateBody, LicenseUpdateBody } from "./model.ts";
 import { presentLicense } from "./present.ts";
-import { checkEntitlementNames, checkExpiry, sentExpiry } from "./terms.ts";
+import { checkEntitlementNames, checkExpiry, fieldChanges, sentExpiry } from "./terms.ts";
 
 export type LicenseRow = typeof licenses.$inferSelect;
 
@@ -195,6 +194,10 @@ export class LicenseService {
       const current = this.get(id, ctx.environment);
       if (ifMatch !== undefined && ifMatch !== current.version)
         throw versionConflict(versionEtag(current.version));
+      const suspendsOnly = Object.keys(body).every(
+        (field) => field === "reason" || (field === "status_action" && body.status_action === "suspended"),
+      );
+      if (!suspendsOnly) this.assertProductActive(current);
       const from = licenseStatus(current, now);
       if (from === "revoked")
         throw transition("revoked", body.status_action ?? "changed", "A revoked license cannot change.");
@@ -248,6 +251,15 @@ export class LicenseService {
     });
   }
 
+  /**
+   * Spec §7.3: an archived product takes no changes, so its licenses get no new terms, conversions,
+   * packages or users (409 PRODUCT_ARCHIVED). What only takes access away stays allowed: revoking
+   * and suspending (docs/api.md "Archived products").
+   */
+  assertProductActive(license: LicenseRow): void {
+    this.products.getActive(license.productId, license.environment);
+  }
+
   /** Revocation is terminal. Revoking twice is harmless. */
   revoke(id: string, ctx: ChangeContext): void {
     this.deps.db.transaction((tx) => {
@@ -274,6 +286,7 @@ export class LicenseService {
       const current = this.get(id, ctx.environment);
       if (ifMatch !== undefined && ifMatch !== current.version)
         throw versionConflict(versionEtag(current.version));
+      this.assertProductActive(current);
       const from = licenseStatus(current, now);
       if (from === "revoked")
         throw transition("revoked", "converted", "A revoked license cannot be converted.");
@@ -344,33 +357,6 @@ export class LicenseService {
       }
     }
   }
-}
-
-/**
- * What an update really changes, compared by value (objects canonically), with the API names of the
- * changed fields for the audit trail. Sending a field's current value changes nothing.
- */
-function fieldChanges(current: LicenseRow, body: LicenseUpdateBody, expiry: Date | null | undefined) {
-  const changes: Partial<LicenseRow> = {};
-  const fields: string[] = [];
-  const set = <K extends keyof LicenseRow>(field: string, column: K, value: LicenseRow[K] | undefined) => {
-    if (value === undefined) return;
-    const same =
-      value instanceof Date || current[column] instanceof Date
-        ? (value as Date | null)?.getTime() === (current[column] as Date | null)?.getTime()
-        : canonicalize(value ?? null) === canonicalize(current[column] ?? null);
-    if (same) return;
-    changes[column] = value;
-    fields.push(field);
-  };
-  set("expires_at", "expiresAt", expiry);
-  set("renewal_authority", "renewalAuthority", body.renewal_authority);
-  set("max_machines_override", "maxMachinesOverride", body.max_machines_override);
-  set("max_concurrent_override", "maxConcurrentOverride", body.max_concurrent_override);
-  set("license_unit_limit_override", "licenseUnitLimitOverride", body.license_unit_limit_override);
-  set("entitlements", "entitlements", body.entitlements);
-  set("metadata", "metadata", body.metadata);
-  return { changes, fields };
 }
 
 const transition = (from: string, to: string, message: string) =>

@@ -14,9 +14,11 @@ import {
   licenseUsers,
   passkeys,
   policies,
+  products,
   recoveryCodes,
 } from "../../store/schema/index.ts";
 import { recordAudit } from "../events/service.ts";
+import { archived } from "../products/service.ts";
 import type { LicenseUserCreateBody, LicenseUserUpdateBody } from "./model.ts";
 
 export type LicenseUserRow = typeof licenseUsers.$inferSelect;
@@ -232,6 +234,9 @@ export class NamedUserService {
       (tx) => {
         const license = tx.select().from(licenses).where(eq(licenses.id, licenseId)).get();
         if (!license || license.environment !== ctx.environment) throw ApiError.notFound("license");
+        // Spec §7.3: an archived product's licenses take no new users (removing one stays allowed).
+        const product = tx.select().from(products).where(eq(products.id, license.productId)).get();
+        if (product?.status === "archived") throw archived(product.id);
         const user = tx.select().from(licenseUsers).where(eq(licenseUsers.id, userId)).get();
         if (!user || user.environment !== ctx.environment) {
           throw ApiError.validation({ user_id: ["no license user with that id in this environment"] });

@@ -185,6 +185,8 @@ export class PolicyService {
     return this.deps.db.transaction((tx) => {
       const current = this.get(id, ctx.environment);
       if (!ifMatchAccepts(ifMatch, policyEtag(current))) throw versionConflict(policyEtag(current));
+      // Spec §7.3: an archived product's policies are frozen; retiring one (DELETE) is still allowed.
+      this.products.getActive(current.productId, current.environment);
       if (current.status === "retired") {
         throw new ApiError("INVALID_TRANSITION", "A retired policy cannot change.", { from: "retired" });
       }
