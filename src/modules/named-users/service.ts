@@ -151,7 +151,7 @@ export class NamedUserService {
     return this.deps.db.transaction((tx) => {
       const current = this.get(id, ctx.environment);
       if (!ifMatchAccepts(ifMatch, licenseUserEtag(current))) throw versionConflict(licenseUserEtag(current));
-      if (body.customer_id !== undefined) this.assertCustomer(body.customer_id);
+      if (body.customer_id !== undefined) this.assertCustomer(body.customer_id, current.customerId);
       const changes: Partial<LicenseUserRow> = {};
       const changed: string[] = [];
       const set = <K extends keyof LicenseUserRow>(
@@ -354,13 +354,20 @@ export class NamedUserService {
       .get()?.id;
   }
 
-  private assertCustomer(customerId: string | null | undefined): void {
+  /**
+   * docs/api.md: an archived customer cannot change and receives nothing new, so a user is not
+   * linked to one (422 keyed customer_id, as a license for one is). Resending the link a user
+   * already has links nothing.
+   */
+  private assertCustomer(customerId: string | null | undefined, linked: string | null = null): void {
     if (!customerId) return;
     const found = this.deps.db
-      .select({ id: customers.id })
+      .select({ status: customers.status })
       .from(customers)
       .where(eq(customers.id, customerId))
       .get();
     if (!found) throw ApiError.validation({ customer_id: ["no customer with that id"] });
+    if (found.status === "archived" && customerId !== linked)
+      throw ApiError.validation({ customer_id: ["is archived"] });
   }
 }
