@@ -3,6 +3,7 @@ import { factories } from "../support/factories.ts";
 import type { TestContext } from "../support/harness.ts";
 import { seedNamedUser } from "../support/named-users.ts";
 import { seedWebhook } from "../support/webhooks.ts";
+import { NAMED_USER_ROUTES } from "./route-table-named-users.ts";
 
 export type Resource =
   | "product"
@@ -31,7 +32,20 @@ export interface RouteCase {
   body?: (ids: Ids) => Record<string, unknown>;
   /** Another valid body, for idempotency conflicts; defaults to the body with another `name`. */
   variant?: (ids: Ids) => Record<string, unknown>;
+  /** The route changes its resource's ETag, so it honours If-Match (docs/api.md "If-Match and ETag"). */
+  ifMatch?: true;
 }
+
+/** Where each resource with an ETag is read back: the detail route whose ETag If-Match names. */
+export const ETAG_SOURCES: Partial<Record<Resource, string>> = {
+  product: "/mgmt/v1/products/:id",
+  policy: "/mgmt/v1/policies/:id",
+  customer: "/mgmt/v1/customers/:id",
+  license: "/mgmt/v1/licenses/:id",
+  reseller: "/mgmt/v1/resellers/:id",
+  webhook: "/mgmt/v1/webhooks/:id",
+  licenseUser: "/mgmt/v1/license-users/:id",
+};
 
 export type Ids = Record<Resource, string> & { productId: string; policyId: string; trialPolicyId: string };
 
@@ -55,6 +69,7 @@ export const MANAGEMENT_ROUTES: RouteCase[] = [
   {
     method: "PATCH",
     path: "/mgmt/v1/products/:id",
+    ifMatch: true,
     scope: "products:write",
     resource: "product",
     environmentScoped: true,
@@ -63,6 +78,7 @@ export const MANAGEMENT_ROUTES: RouteCase[] = [
   {
     method: "DELETE",
     path: "/mgmt/v1/products/:id",
+    ifMatch: true,
     scope: "products:write",
     resource: "product",
     environmentScoped: true,
@@ -85,6 +101,7 @@ export const MANAGEMENT_ROUTES: RouteCase[] = [
   {
     method: "PATCH",
     path: "/mgmt/v1/policies/:id",
+    ifMatch: true,
     scope: "policies:write",
     resource: "policy",
     environmentScoped: true,
@@ -93,6 +110,7 @@ export const MANAGEMENT_ROUTES: RouteCase[] = [
   {
     method: "DELETE",
     path: "/mgmt/v1/policies/:id",
+    ifMatch: true,
     scope: "policies:write",
     resource: "policy",
     environmentScoped: true,
@@ -109,11 +127,18 @@ export const MANAGEMENT_ROUTES: RouteCase[] = [
   {
     method: "PATCH",
     path: "/mgmt/v1/customers/:id",
+    ifMatch: true,
     scope: "customers:write",
     resource: "customer",
     body: () => ({ notes: "n" }),
   },
-  { method: "DELETE", path: "/mgmt/v1/customers/:id", scope: "customers:write", resource: "customer" },
+  {
+    method: "DELETE",
+    path: "/mgmt/v1/customers/:id",
+    scope: "customers:write",
+    resource: "customer",
+    ifMatch: true,
+  },
   { method: "GET", path: "/mgmt/v1/licenses", scope: "licenses:read" },
   {
     method: "POST",
@@ -133,6 +158,7 @@ export const MANAGEMENT_ROUTES: RouteCase[] = [
   {
     method: "PATCH",
     path: "/mgmt/v1/licenses/:id",
+    ifMatch: true,
     scope: "licenses:write",
     resource: "license",
     environmentScoped: true,
@@ -141,6 +167,7 @@ export const MANAGEMENT_ROUTES: RouteCase[] = [
   {
     method: "DELETE",
     path: "/mgmt/v1/licenses/:id",
+    ifMatch: true,
     scope: "licenses:write",
     resource: "license",
     environmentScoped: true,
@@ -148,6 +175,7 @@ export const MANAGEMENT_ROUTES: RouteCase[] = [
   {
     method: "POST",
     path: "/mgmt/v1/licenses/:id/convert-trial",
+    ifMatch: true,
     scope: "licenses:write",
     resource: "license",
     environmentScoped: true,
@@ -165,6 +193,7 @@ export const MANAGEMENT_ROUTES: RouteCase[] = [
   {
     method: "PATCH",
     path: "/mgmt/v1/resellers/:id",
+    ifMatch: true,
     scope: "customers:write",
     resource: "reseller",
     body: () => ({ name: "R2" }),
@@ -182,14 +211,22 @@ export const MANAGEMENT_ROUTES: RouteCase[] = [
   {
     method: "PATCH",
     path: "/mgmt/v1/webhooks/:id",
+    ifMatch: true,
     scope: "webhooks:write",
     resource: "webhook",
     body: () => ({ name: "Renamed" }),
   },
-  { method: "DELETE", path: "/mgmt/v1/webhooks/:id", scope: "webhooks:write", resource: "webhook" },
+  {
+    method: "DELETE",
+    path: "/mgmt/v1/webhooks/:id",
+    scope: "webhooks:write",
+    resource: "webhook",
+    ifMatch: true,
+  },
   {
     method: "POST",
     path: "/mgmt/v1/webhooks/:id/rotate-secret",
+    ifMatch: true,
     scope: "webhooks:write",
     resource: "webhook",
     body: () => ({ overlap_sec: 60 }),
@@ -295,6 +332,7 @@ export const MANAGEMENT_ROUTES: RouteCase[] = [
   {
     method: "PATCH",
     path: "/mgmt/v1/products/:id/browser-runtime",
+    ifMatch: true,
     scope: "products:write",
     resource: "product",
     environmentScoped: true,
@@ -310,6 +348,7 @@ export const MANAGEMENT_ROUTES: RouteCase[] = [
   {
     method: "PATCH",
     path: "/mgmt/v1/products/:id/trial-signup",
+    ifMatch: true,
     scope: "products:write",
     resource: "product",
     environmentScoped: true,
@@ -317,103 +356,7 @@ export const MANAGEMENT_ROUTES: RouteCase[] = [
   },
   { method: "GET", path: "/mgmt/v1/plan", scope: "reports:read" },
   { method: "GET", path: "/mgmt/v1/reports/usage", scope: "reports:read" },
-  // Named users (docs/api.md "Named users").
-  { method: "GET", path: "/mgmt/v1/license-users", scope: "licenses:read" },
-  {
-    method: "POST",
-    path: "/mgmt/v1/license-users",
-    scope: "licenses:write",
-    idempotency: "optional",
-    body: () => ({ email: "suite.user@example.com", name: "U" }),
-  },
-  {
-    method: "GET",
-    path: "/mgmt/v1/license-users/:id",
-    scope: "licenses:read",
-    resource: "licenseUser",
-    environmentScoped: true,
-  },
-  {
-    method: "PATCH",
-    path: "/mgmt/v1/license-users/:id",
-    scope: "licenses:write",
-    resource: "licenseUser",
-    environmentScoped: true,
-    body: () => ({ name: "Renamed" }),
-  },
-  {
-    method: "DELETE",
-    path: "/mgmt/v1/license-users/:id",
-    scope: "licenses:write",
-    resource: "licenseUser",
-    environmentScoped: true,
-  },
-  {
-    method: "GET",
-    path: "/mgmt/v1/license-users/:id/assignments",
-    scope: "licenses:read",
-    resource: "licenseUser",
-    environmentScoped: true,
-  },
-  {
-    method: "POST",
-    path: "/mgmt/v1/license-users/:id/two-factor/totp",
-    scope: "licenses:write",
-    resource: "licenseUser",
-    environmentScoped: true,
-  },
-  {
-    method: "POST",
-    path: "/mgmt/v1/license-users/:id/two-factor/totp/confirm",
-    scope: "licenses:write",
-    resource: "licenseUser",
-    environmentScoped: true,
-    body: () => ({ code: "123456" }),
-  },
-  {
-    method: "DELETE",
-    path: "/mgmt/v1/license-users/:id/two-factor",
-    scope: "licenses:write",
-    resource: "licenseUser",
-    environmentScoped: true,
-  },
-  {
-    method: "POST",
-    path: "/mgmt/v1/license-users/:id/two-factor/passkeys/registration-link",
-    scope: "licenses:write",
-    resource: "licenseUser",
-    environmentScoped: true,
-  },
-  {
-    method: "POST",
-    path: "/mgmt/v1/license-users/:id/two-factor/unlock",
-    scope: "licenses:write",
-    resource: "licenseUser",
-    environmentScoped: true,
-  },
-  {
-    method: "GET",
-    path: "/mgmt/v1/licenses/:id/assignments",
-    scope: "licenses:read",
-    resource: "license",
-    environmentScoped: true,
-  },
-  {
-    method: "POST",
-    path: "/mgmt/v1/licenses/:id/assignments",
-    scope: "licenses:write",
-    resource: "license",
-    environmentScoped: true,
-    // Idempotency-Key is optional here; the suite's idempotency case needs a named-user license.
-    body: (ids) => ({ user_id: ids.licenseUser }),
-  },
-  {
-    method: "DELETE",
-    path: "/mgmt/v1/license-assignments/:id",
-    scope: "licenses:write",
-    resource: "assignment",
-    environmentScoped: true,
-  },
+  ...NAMED_USER_ROUTES,
 ];
 
 /** One of each resource per environment; the live ids are what the routes are called with. */

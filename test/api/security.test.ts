@@ -1,12 +1,12 @@
 import { afterEach, beforeEach, describe, expect, test } from "bun:test";
 import { SCOPES } from "../../src/domain/scopes.ts";
 import { createTestContext, type TestContext } from "../support/harness.ts";
-import { concretePath, type Ids, MANAGEMENT_ROUTES, seedResources } from "./route-table.ts";
+import { concretePath, ETAG_SOURCES, type Ids, MANAGEMENT_ROUTES, seedResources } from "./route-table.ts";
 
 /**
  * The shared security suite: every management route, generated from one table, answers the same
  * way to a missing key, a key without its scope, another environment's resource, a malformed id
- * and an unknown body field.
+ * and an unknown body field; and every route that changes a resource's ETag to If-Match.
  */
 let t: TestContext;
 let ids: { live: Ids; test: Ids };
@@ -30,6 +30,39 @@ function expectEnvelope(response: Awaited<ReturnType<TestContext["call"]>>, stat
   );
   expect(response.body.error.request_id).toBe(response.headers.get("x-request-id"));
 }
+
+const auditCount = () =>
+  (t.deps.sqlite.query("SELECT count(*) AS n FROM audit_events").get() as { n: number }).n;
+
+/** The resource as its detail route shows it, with its ETag: what a refused change must leave as it was. */
+async function readBack(route: (typeof MANAGEMENT_ROUTES)[number]) {
+  const source = route.resource ? ETAG_SOURCES[route.resource] : undefined;
+  if (!source || !route.resource)
+    throw new Error(`${route.method} ${route.path} names no resource with an ETag`);
+  const response = await t.call("GET", source.replace(":id", ids.live[route.resource]));
+  expect(response.status).toBe(200);
+  const etag = response.headers.get("etag");
+  expect(etag).toMatch(/^"[^"]+"$/);
+  return { body: response.body, etag: etag as string };
+}
+
+test("the routes that take If-Match are exactly those the table marks, each on a resource with an ETag", async () => {
+  const doc = (await t.call("GET", "/openapi.json", { key: null })).body as {
+    paths: Record<string, Record<string, { parameters?: { in: string; name: string }[] }>>;
+  };
+  const documented: string[] = [];
+  for (const [path, operations] of Object.entries(doc.paths)) {
+    for (const [method, operation] of Object.entries(operations)) {
+      if (operation.parameters?.some((p) => p.in === "header" && p.name === "if-match"))
+        documented.push(`${method.toUpperCase()} ${path.replace(/\{(\w+)\}/g, ":$1")}`);
+    }
+  }
+  const marked = MANAGEMENT_ROUTES.filter((r) => r.ifMatch).map((r) => `${r.method} ${r.path}`);
+  expect(documented.sort()).toEqual(marked.sort());
+  for (const route of MANAGEMENT_ROUTES.filter((r) => r.ifMatch)) {
+    expect(route.resource && ETAG_SOURCES[route.resource]).toBeString();
+  }
+});
 
 test("the route table lists every management route the app serves", () => {
   const served = t.app.routes
@@ -129,6 +162,59 @@ describe.each(MANAGEMENT_ROUTES.map((r) => [`${r.method} ${r.path}`, r] as const
       const variant = route.variant?.(ids.live) ?? { ...bodyFor(route), name: "Other" };
       const other = await t.call(route.method, pathFor(route), { body: variant, headers });
       expectEnvelope(other, 409, "IDEMPOTENCY_CONFLICT");
+    });
+  }
+
+  if (route.ifMatch) {
+    test("a stale If-Match answers 409 VERSION_CONFLICT with the current ETag and changes nothing", async () => {
+      const before = await readBack(route);
+      const events = auditCount();
+      const response = await t.call(route.method, pathFor(route), {
+        body: bodyFor(route),
+        headers: { "if-match": '"stale"' },
+      });
+      expectEnvelope(response, 409, "VERSION_CONFLICT");
+      expect(response.body.error.details.current_etag).toBe(before.etag);
+      expect(await readBack(route)).toEqual(before);
+      expect(auditCount()).toBe(events);
+    });
+
+    test("a weak If-Match never matches, not even the current tag's weak form: 409 and nothing changes", async () => {
+      const before = await readBack(route);
+      const events = auditCount();
+      for (const ifMatch of [`W/${before.etag}`, `W/"stale", W/${before.etag}`]) {
+        const response = await t.call(route.method, pathFor(route), {
+          body: bodyFor(route),
+          headers: { "if-match": ifMatch },
+        });
+        expectEnvelope(response, 409, "VERSION_CONFLICT");
+      }
+      expect(await readBack(route)).toEqual(before);
+      expect(auditCount()).toBe(events);
+    });
+
+    test("a malformed If-Match answers 400 INVALID_REQUEST and changes nothing", async () => {
+      const before = await readBack(route);
+      const events = auditCount();
+      const unbalanced = before.etag.slice(0, -1);
+      for (const ifMatch of [unbalanced, `*, ${before.etag}`, `${before.etag} ${before.etag}`, "abc", ""]) {
+        const response = await t.call(route.method, pathFor(route), {
+          body: bodyFor(route),
+          headers: { "if-match": ifMatch },
+        });
+        expectEnvelope(response, 400, "INVALID_REQUEST");
+      }
+      expect(await readBack(route)).toEqual(before);
+      expect(auditCount()).toBe(events);
+    });
+
+    test("a list of strong tags holding the current ETag matches", async () => {
+      const { etag } = await readBack(route);
+      const response = await t.call(route.method, pathFor(route), {
+        body: bodyFor(route),
+        headers: { "if-match": `"stale", W/"x", ${etag}` },
+      });
+      expect([400, 409]).not.toContain(response.status);
     });
   }
 

@@ -4,6 +4,7 @@ import { changeContext } from "../../http/context.ts";
 import { emailField } from "../../http/email-field.ts";
 import { postOnce } from "../../http/idempotency.ts";
 import { pageRequest, toPage } from "../../http/pagination.ts";
+import { parseIfMatch } from "../../http/preconditions.ts";
 import { noContent } from "../../http/respond.ts";
 import { IfMatchHeaders, RequiredIdempotencyHeaders } from "../../http/schemas.ts";
 import type { Services } from "../../services.ts";
@@ -64,7 +65,12 @@ export const customersController = ({ customers, idempotency }: Services) =>
       "/:id",
       ({ caller, params, body, headers, request, set }) => {
         if (body.email) emailField(body.email);
-        const row = customers.update(params.id, body, headers["if-match"], changeContext(caller, request));
+        const row = customers.update(
+          params.id,
+          body,
+          parseIfMatch(headers["if-match"]),
+          changeContext(caller, request),
+        );
         set.headers.etag = customerEtag(row);
         return { data: presentCustomer(row) };
       },
@@ -78,9 +84,13 @@ export const customersController = ({ customers, idempotency }: Services) =>
     )
     .delete(
       "/:id",
-      ({ caller, params, request }) => {
-        customers.archive(params.id, changeContext(caller, request));
+      ({ caller, params, headers, request }) => {
+        customers.archive(params.id, parseIfMatch(headers["if-match"]), changeContext(caller, request));
         return noContent();
       },
-      { scope: "customers:write", detail: { summary: "Archive a customer" } },
+      {
+        scope: "customers:write",
+        headers: IfMatchHeaders,
+        detail: { summary: "Archive a customer (If-Match: the ETag, unchanged)" },
+      },
     );

@@ -3,7 +3,7 @@ import { managementAuth } from "../../http/auth.ts";
 import { changeContext } from "../../http/context.ts";
 import { postOnce } from "../../http/idempotency.ts";
 import { pageRequest, splitPage } from "../../http/pagination.ts";
-import { versionEtag, versionFromIfMatch } from "../../http/preconditions.ts";
+import { parseIfMatch, versionEtag } from "../../http/preconditions.ts";
 import { noContent } from "../../http/respond.ts";
 import { IfMatchHeaders, RequiredIdempotencyHeaders } from "../../http/schemas.ts";
 import type { Services } from "../../services.ts";
@@ -64,7 +64,7 @@ export const licensesController = ({ licenses, idempotency }: Services) => {
         const row = licenses.update(
           params.id,
           body,
-          versionFromIfMatch(headers["if-match"]),
+          parseIfMatch(headers["if-match"]),
           changeContext(caller, request),
         );
         set.headers.etag = versionEtag(row.version);
@@ -82,11 +82,15 @@ export const licensesController = ({ licenses, idempotency }: Services) => {
     )
     .delete(
       "/:id",
-      ({ caller, params, request }) => {
-        licenses.revoke(params.id, changeContext(caller, request));
+      ({ caller, params, headers, request }) => {
+        licenses.revoke(params.id, parseIfMatch(headers["if-match"]), changeContext(caller, request));
         return noContent();
       },
-      { scope: "licenses:write", detail: { summary: "Revoke a license (terminal)" } },
+      {
+        scope: "licenses:write",
+        headers: IfMatchHeaders,
+        detail: { summary: "Revoke a license (terminal; If-Match: version)" },
+      },
     )
     .post(
       "/:id/convert-trial",
@@ -94,7 +98,7 @@ export const licensesController = ({ licenses, idempotency }: Services) => {
         const row = licenses.convertTrial(
           params.id,
           body,
-          versionFromIfMatch(headers["if-match"]),
+          parseIfMatch(headers["if-match"]),
           changeContext(caller, request),
         );
         set.headers.etag = versionEtag(row.version);

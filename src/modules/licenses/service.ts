@@ -7,7 +7,7 @@ import type { PolicySettings } from "../../domain/policy-rules.ts";
 import type { Environment } from "../../domain/scopes.ts";
 import { ApiError, FieldErrorCollector } from "../../http/errors.ts";
 import type { PageRequest } from "../../http/pagination.ts";
-import { versionConflict, versionEtag } from "../../http/preconditions.ts";
+import { assertIfMatch, type IfMatch, versionEtag } from "../../http/preconditions.ts";
 import { bodyReference } from "../../http/references.ts";
 import { preparedRowReader } from "../../store/prepared-select.ts";
 import { licenses, policies } from "../../store/schema/index.ts";
@@ -188,12 +188,11 @@ export class LicenseService {
     return row;
   }
 
-  update(id: string, body: LicenseUpdateBody, ifMatch: number | undefined, ctx: ChangeContext): LicenseRow {
+  update(id: string, body: LicenseUpdateBody, ifMatch: IfMatch | undefined, ctx: ChangeContext): LicenseRow {
     return this.deps.db.transaction((tx) => {
       const now = this.deps.clock.now();
       const current = this.get(id, ctx.environment);
-      if (ifMatch !== undefined && ifMatch !== current.version)
-        throw versionConflict(versionEtag(current.version));
+      assertIfMatch(ifMatch, versionEtag(current.version));
       const suspendsOnly = Object.keys(body).every(
         (field) => field === "reason" || (field === "status_action" && body.status_action === "suspended"),
       );
@@ -260,10 +259,11 @@ export class LicenseService {
     this.products.getActive(license.productId, license.environment);
   }
 
-  /** Revocation is terminal. Revoking twice is harmless. */
-  revoke(id: string, ctx: ChangeContext): void {
+  /** Revocation is terminal. Revoking twice is harmless; a stale If-Match still refuses. */
+  revoke(id: string, ifMatch: IfMatch | undefined, ctx: ChangeContext): void {
     this.deps.db.transaction((tx) => {
       const current = this.get(id, ctx.environment);
+      assertIfMatch(ifMatch, versionEtag(current.version));
       if (current.status === "revoked") return;
       const now = this.deps.clock.now();
       tx.update(licenses)
@@ -278,14 +278,13 @@ export class LicenseService {
   convertTrial(
     id: string,
     body: ConvertTrialBody,
-    ifMatch: number | undefined,
+    ifMatch: IfMatch | undefined,
     ctx: ChangeContext,
   ): LicenseRow {
     return this.deps.db.transaction((tx) => {
       const now = this.deps.clock.now();
       const current = this.get(id, ctx.environment);
-      if (ifMatch !== undefined && ifMatch !== current.version)
-        throw versionConflict(versionEtag(current.version));
+      assertIfMatch(ifMatch, versionEtag(current.version));
       this.assertProductActive(current);
       const from = licenseStatus(current, now);
       if (from === "revoked")

@@ -3,6 +3,7 @@ import { managementAuth } from "../../http/auth.ts";
 import { changeContext } from "../../http/context.ts";
 import { postOnce } from "../../http/idempotency.ts";
 import { pageRequest, toPage } from "../../http/pagination.ts";
+import { parseIfMatch } from "../../http/preconditions.ts";
 import { noContent } from "../../http/respond.ts";
 import { IdempotencyHeaders, IfMatchHeaders } from "../../http/schemas.ts";
 import type { Services } from "../../services.ts";
@@ -78,7 +79,12 @@ const managementRoutes = ({ namedUsers, twoFactor, passkeys, licenses, idempoten
     .patch(
       "/license-users/:id",
       ({ caller, params, body, headers, request, set }) => {
-        const row = namedUsers.update(params.id, body, headers["if-match"], changeContext(caller, request));
+        const row = namedUsers.update(
+          params.id,
+          body,
+          parseIfMatch(headers["if-match"]),
+          changeContext(caller, request),
+        );
         set.headers.etag = licenseUserEtag(row);
         return { data: namedUsers.present(row) };
       },
@@ -92,11 +98,15 @@ const managementRoutes = ({ namedUsers, twoFactor, passkeys, licenses, idempoten
     )
     .delete(
       "/license-users/:id",
-      ({ caller, params, request }) => {
-        namedUsers.disable(params.id, changeContext(caller, request));
+      ({ caller, params, headers, request }) => {
+        namedUsers.disable(params.id, parseIfMatch(headers["if-match"]), changeContext(caller, request));
         return noContent();
       },
-      { scope: "licenses:write", detail: { summary: "Disable a license user" } },
+      {
+        scope: "licenses:write",
+        headers: IfMatchHeaders,
+        detail: { summary: "Disable a license user (If-Match: the ETag)" },
+      },
     )
     .get(
       "/license-users/:id/assignments",
@@ -169,37 +179,52 @@ const managementRoutes = ({ namedUsers, twoFactor, passkeys, licenses, idempoten
     )
     .post(
       "/license-users/:id/two-factor/totp",
-      ({ caller, params, request, set }) => {
+      ({ caller, params, headers, request, set }) => {
+        const enrolment = twoFactor.enrol(
+          params.id,
+          parseIfMatch(headers["if-match"]),
+          changeContext(caller, request),
+        );
         set.status = 201;
         set.headers["cache-control"] = "no-store";
-        return { data: twoFactor.enrol(params.id, changeContext(caller, request)) };
+        return { data: enrolment };
       },
       {
         scope: "licenses:write",
+        headers: IfMatchHeaders,
         response: { 201: "two_factor.enrolment" },
         detail: { summary: "Enrol TOTP: the otpauth:// URI and ten recovery codes, shown once" },
       },
     )
     .post(
       "/license-users/:id/two-factor/totp/confirm",
-      ({ caller, params, body, request }) => ({
-        data: namedUsers.present(twoFactor.confirm(params.id, body.code, changeContext(caller, request))),
-      }),
+      ({ caller, params, body, headers, request, set }) => {
+        const row = twoFactor.confirm(
+          params.id,
+          body.code,
+          parseIfMatch(headers["if-match"]),
+          changeContext(caller, request),
+        );
+        set.headers.etag = licenseUserEtag(row);
+        return { data: namedUsers.present(row) };
+      },
       {
         scope: "licenses:write",
         body: "two_factor.confirm",
+        headers: IfMatchHeaders,
         response: { 200: "license_user.response" },
         detail: { summary: "Turn TOTP on with a code from the authenticator" },
       },
     )
     .delete(
       "/license-users/:id/two-factor",
-      ({ caller, params, request }) => {
-        twoFactor.disable(params.id, changeContext(caller, request));
+      ({ caller, params, headers, request }) => {
+        twoFactor.disable(params.id, parseIfMatch(headers["if-match"]), changeContext(caller, request));
         return noContent();
       },
       {
         scope: "licenses:write",
+        headers: IfMatchHeaders,
         detail: { summary: "Turn two-factor off (secret and recovery codes deleted)" },
       },
     )
@@ -218,11 +243,18 @@ const managementRoutes = ({ namedUsers, twoFactor, passkeys, licenses, idempoten
     )
     .post(
       "/license-users/:id/two-factor/unlock",
-      ({ caller, params, request }) => ({
-        data: namedUsers.present(twoFactor.unlock(params.id, changeContext(caller, request))),
-      }),
+      ({ caller, params, headers, request, set }) => {
+        const row = twoFactor.unlock(
+          params.id,
+          parseIfMatch(headers["if-match"]),
+          changeContext(caller, request),
+        );
+        set.headers.etag = licenseUserEtag(row);
+        return { data: namedUsers.present(row) };
+      },
       {
         scope: "licenses:write",
+        headers: IfMatchHeaders,
         response: { 200: "license_user.response" },
         detail: { summary: "Unlock two-factor after TWO_FACTOR_LOCKED" },
       },

@@ -6,7 +6,7 @@ import type { Environment } from "../../domain/scopes.ts";
 import { emailField } from "../../http/email-field.ts";
 import { ApiError } from "../../http/errors.ts";
 import type { PageRequest } from "../../http/pagination.ts";
-import { ifMatchAccepts, opaqueEtag, versionConflict } from "../../http/preconditions.ts";
+import { assertIfMatch, type IfMatch, opaqueEtag } from "../../http/preconditions.ts";
 import {
   customers,
   licenseAssignments,
@@ -145,12 +145,12 @@ export class NamedUserService {
   update(
     id: string,
     body: LicenseUserUpdateBody,
-    ifMatch: string | undefined,
+    ifMatch: IfMatch | undefined,
     ctx: ChangeContext,
   ): LicenseUserRow {
     return this.deps.db.transaction((tx) => {
       const current = this.get(id, ctx.environment);
-      if (!ifMatchAccepts(ifMatch, licenseUserEtag(current))) throw versionConflict(licenseUserEtag(current));
+      assertIfMatch(ifMatch, licenseUserEtag(current));
       if (body.customer_id !== undefined) this.assertCustomer(body.customer_id, current.customerId);
       const changes: Partial<LicenseUserRow> = {};
       const changed: string[] = [];
@@ -200,10 +200,12 @@ export class NamedUserService {
     });
   }
 
-  disable(id: string, ctx: ChangeContext): void {
+  /** Disabling twice is harmless; a stale If-Match still refuses. */
+  disable(id: string, ifMatch: IfMatch | undefined, ctx: ChangeContext): void {
     const current = this.get(id, ctx.environment);
+    assertIfMatch(ifMatch, licenseUserEtag(current));
     if (current.status === "disabled") return;
-    this.update(id, { status: "disabled" }, undefined, ctx);
+    this.update(id, { status: "disabled" }, ifMatch, ctx);
   }
 
   listAssignments(

@@ -3,6 +3,7 @@ import { managementAuth } from "../../http/auth.ts";
 import { changeContext } from "../../http/context.ts";
 import { postOnce } from "../../http/idempotency.ts";
 import { pageRequest, toPage } from "../../http/pagination.ts";
+import { parseIfMatch } from "../../http/preconditions.ts";
 import { noContent } from "../../http/respond.ts";
 import { IfMatchHeaders, RequiredIdempotencyHeaders } from "../../http/schemas.ts";
 import type { Services } from "../../services.ts";
@@ -59,7 +60,12 @@ export const policiesController = ({ policies, idempotency }: Services) =>
     .patch(
       "/:id",
       ({ caller, params, body, headers, request, set }) => {
-        const row = policies.update(params.id, body, headers["if-match"], changeContext(caller, request));
+        const row = policies.update(
+          params.id,
+          body,
+          parseIfMatch(headers["if-match"]),
+          changeContext(caller, request),
+        );
         set.headers.etag = policyEtag(row);
         return { data: presentPolicy(row) };
       },
@@ -73,9 +79,13 @@ export const policiesController = ({ policies, idempotency }: Services) =>
     )
     .delete(
       "/:id",
-      ({ caller, params, request }) => {
-        policies.retire(params.id, changeContext(caller, request));
+      ({ caller, params, headers, request }) => {
+        policies.retire(params.id, parseIfMatch(headers["if-match"]), changeContext(caller, request));
         return noContent();
       },
-      { scope: "policies:write", detail: { summary: "Retire a policy" } },
+      {
+        scope: "policies:write",
+        headers: IfMatchHeaders,
+        detail: { summary: "Retire a policy (If-Match: the ETag, unchanged)" },
+      },
     );

@@ -3,7 +3,7 @@ import { managementAuth } from "../../http/auth.ts";
 import { changeContext } from "../../http/context.ts";
 import { postOnce } from "../../http/idempotency.ts";
 import { PageQuery, pageRequest, toPage } from "../../http/pagination.ts";
-import { versionEtag, versionFromIfMatch } from "../../http/preconditions.ts";
+import { parseIfMatch, versionEtag } from "../../http/preconditions.ts";
 import { noContent } from "../../http/respond.ts";
 import { IfMatchHeaders, RequiredIdempotencyHeaders } from "../../http/schemas.ts";
 import type { Services } from "../../services.ts";
@@ -63,7 +63,7 @@ export const productsController = ({ products, idempotency }: Services) =>
         const row = products.update(
           params.id,
           body,
-          versionFromIfMatch(headers["if-match"]),
+          parseIfMatch(headers["if-match"]),
           changeContext(caller, request),
         );
         set.headers.etag = versionEtag(row.version);
@@ -80,7 +80,7 @@ export const productsController = ({ products, idempotency }: Services) =>
     .delete(
       "/:id",
       ({ caller, params, headers, request }) => {
-        products.archive(params.id, versionFromIfMatch(headers["if-match"]), changeContext(caller, request));
+        products.archive(params.id, parseIfMatch(headers["if-match"]), changeContext(caller, request));
         return noContent();
       },
       {

@@ -2,11 +2,15 @@ import { desc, eq, lt } from "drizzle-orm";
 import type { ChangeContext, Deps } from "../../deps.ts";
 import { ApiError } from "../../http/errors.ts";
 import type { PageRequest } from "../../http/pagination.ts";
+import { assertIfMatch, type IfMatch, opaqueEtag } from "../../http/preconditions.ts";
 import { resellers } from "../../store/schema/index.ts";
 import { recordAudit } from "../events/service.ts";
 import type { ResellerCreateBody, ResellerUpdateBody } from "./model.ts";
 
 export type ResellerRow = typeof resellers.$inferSelect;
+
+/** The reseller's concurrency token (docs/api.md "If-Match and ETag"): changes with every change. */
+export const resellerEtag = (row: ResellerRow): string => opaqueEtag(row.id, row.revision);
 
 export function presentReseller(row: ResellerRow) {
   return {
@@ -68,9 +72,15 @@ export class ResellerService {
     return row;
   }
 
-  update(id: string, body: ResellerUpdateBody, ctx: ChangeContext): ResellerRow {
+  update(
+    id: string,
+    body: ResellerUpdateBody,
+    ifMatch: IfMatch | undefined,
+    ctx: ChangeContext,
+  ): ResellerRow {
     return this.deps.db.transaction((tx) => {
       const current = this.get(id);
+      assertIfMatch(ifMatch, resellerEtag(current));
       const now = this.deps.clock.now();
       const changes: Partial<ResellerRow> = {};
       if (body.name !== undefined && body.name !== current.name) changes.name = body.name;
