@@ -2,7 +2,7 @@ import type { RouteCase } from "./route-table.ts";
 
 /** The named-user routes of the route table (docs/api.md "Named users"); route-table.ts lists them all. */
 export const NAMED_USER_ROUTES: RouteCase[] = [
-  { method: "GET", path: "/mgmt/v1/license-users", scope: "licenses:read" },
+  { method: "GET", path: "/mgmt/v1/license-users", scope: "licenses:read", list: { idPrefix: "usr" } },
   {
     method: "POST",
     path: "/mgmt/v1/license-users",
@@ -37,6 +37,7 @@ export const NAMED_USER_ROUTES: RouteCase[] = [
   {
     method: "GET",
     path: "/mgmt/v1/license-users/:id/assignments",
+    list: { idPrefix: "asg" },
     scope: "licenses:read",
     resource: "licenseUser",
     environmentScoped: true,
@@ -84,6 +85,7 @@ export const NAMED_USER_ROUTES: RouteCase[] = [
   {
     method: "GET",
     path: "/mgmt/v1/licenses/:id/assignments",
+    list: { idPrefix: "asg" },
     scope: "licenses:read",
     resource: "license",
     environmentScoped: true,

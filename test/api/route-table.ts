@@ -4,6 +4,7 @@ import type { TestContext } from "../support/harness.ts";
 import { seedNamedUser } from "../support/named-users.ts";
 import { seedWebhook } from "../support/webhooks.ts";
 import { NAMED_USER_ROUTES } from "./route-table-named-users.ts";
+import { PRODUCT_SETTING_ROUTES } from "./route-table-product-settings.ts";
 
 export type Resource =
   | "product"
@@ -34,6 +35,8 @@ export interface RouteCase {
   variant?: (ids: Ids) => Record<string, unknown>;
   /** The route changes its resource's ETag, so it honours If-Match (docs/api.md "If-Match and ETag"). */
   ifMatch?: true;
+  /** A list: the prefix of its rows' ids, and `oldest` for the oldest-first one (docs/api.md "Pagination"). */
+  list?: { idPrefix: string; order?: "oldest" };
 }
 
 /** Where each resource with an ETag is read back: the detail route whose ETag If-Match names. */
@@ -51,7 +54,7 @@ export type Ids = Record<Resource, string> & { productId: string; policyId: stri
 
 /** Every management route with its scope. The suite fails if the app has a route missing here. */
 export const MANAGEMENT_ROUTES: RouteCase[] = [
-  { method: "GET", path: "/mgmt/v1/products", scope: "products:read" },
+  { method: "GET", path: "/mgmt/v1/products", scope: "products:read", list: { idPrefix: "prod" } },
   {
     method: "POST",
     path: "/mgmt/v1/products",
@@ -83,7 +86,7 @@ export const MANAGEMENT_ROUTES: RouteCase[] = [
     resource: "product",
     environmentScoped: true,
   },
-  { method: "GET", path: "/mgmt/v1/policies", scope: "policies:read" },
+  { method: "GET", path: "/mgmt/v1/policies", scope: "policies:read", list: { idPrefix: "pol" } },
   {
     method: "POST",
     path: "/mgmt/v1/policies",
@@ -115,7 +118,7 @@ export const MANAGEMENT_ROUTES: RouteCase[] = [
     resource: "policy",
     environmentScoped: true,
   },
-  { method: "GET", path: "/mgmt/v1/customers", scope: "customers:read" },
+  { method: "GET", path: "/mgmt/v1/customers", scope: "customers:read", list: { idPrefix: "cus" } },
   {
     method: "POST",
     path: "/mgmt/v1/customers",
@@ -139,7 +142,7 @@ export const MANAGEMENT_ROUTES: RouteCase[] = [
     resource: "customer",
     ifMatch: true,
   },
-  { method: "GET", path: "/mgmt/v1/licenses", scope: "licenses:read" },
+  { method: "GET", path: "/mgmt/v1/licenses", scope: "licenses:read", list: { idPrefix: "lic" } },
   {
     method: "POST",
     path: "/mgmt/v1/licenses",
@@ -181,7 +184,7 @@ export const MANAGEMENT_ROUTES: RouteCase[] = [
     environmentScoped: true,
     body: (ids) => ({ target_policy_id: ids.policyId }),
   },
-  { method: "GET", path: "/mgmt/v1/resellers", scope: "customers:read" },
+  { method: "GET", path: "/mgmt/v1/resellers", scope: "customers:read", list: { idPrefix: "rsl" } },
   {
     method: "POST",
     path: "/mgmt/v1/resellers",
@@ -198,8 +201,8 @@ export const MANAGEMENT_ROUTES: RouteCase[] = [
     resource: "reseller",
     body: () => ({ name: "R2" }),
   },
-  { method: "GET", path: "/mgmt/v1/events", scope: "events:read" },
-  { method: "GET", path: "/mgmt/v1/webhooks", scope: "webhooks:read" },
+  { method: "GET", path: "/mgmt/v1/events", scope: "events:read", list: { idPrefix: "evt" } },
+  { method: "GET", path: "/mgmt/v1/webhooks", scope: "webhooks:read", list: { idPrefix: "whk" } },
   {
     method: "POST",
     path: "/mgmt/v1/webhooks",
@@ -231,7 +234,13 @@ export const MANAGEMENT_ROUTES: RouteCase[] = [
     resource: "webhook",
     body: () => ({ overlap_sec: 60 }),
   },
-  { method: "GET", path: "/mgmt/v1/webhooks/:id/deliveries", scope: "webhooks:read", resource: "webhook" },
+  {
+    method: "GET",
+    path: "/mgmt/v1/webhooks/:id/deliveries",
+    scope: "webhooks:read",
+    resource: "webhook",
+    list: { idPrefix: "whd" },
+  },
   {
     method: "GET",
     path: "/mgmt/v1/webhooks/:id/deliveries/:delivery_id",
@@ -244,17 +253,11 @@ export const MANAGEMENT_ROUTES: RouteCase[] = [
     scope: "webhooks:write",
     resource: "webhook",
   },
-  {
-    method: "GET",
-    path: "/mgmt/v1/products/:id/integration-config",
-    scope: "products:read",
-    resource: "product",
-    environmentScoped: true,
-  },
   { method: "GET", path: "/mgmt/v1/billing-integration", scope: "products:read" },
   {
     method: "GET",
     path: "/mgmt/v1/licenses/:id/activations",
+    list: { idPrefix: "act" },
     scope: "licenses:read",
     resource: "license",
     environmentScoped: true,
@@ -273,8 +276,13 @@ export const MANAGEMENT_ROUTES: RouteCase[] = [
     resource: "activation",
     environmentScoped: true,
   },
-  { method: "GET", path: "/mgmt/v1/runtime_events", scope: "licenses:read" },
-  { method: "GET", path: "/mgmt/v1/device-blocks", scope: "licenses:read" },
+  {
+    method: "GET",
+    path: "/mgmt/v1/runtime_events",
+    scope: "licenses:read",
+    list: { idPrefix: "evt", order: "oldest" },
+  },
+  { method: "GET", path: "/mgmt/v1/device-blocks", scope: "licenses:read", list: { idPrefix: "blk" } },
   {
     method: "POST",
     path: "/mgmt/v1/device-blocks",
@@ -308,52 +316,7 @@ export const MANAGEMENT_ROUTES: RouteCase[] = [
       },
     }),
   },
-  {
-    method: "GET",
-    path: "/mgmt/v1/products/:id/sealed-files",
-    scope: "products:read",
-    resource: "product",
-    environmentScoped: true,
-  },
-  {
-    method: "POST",
-    path: "/mgmt/v1/products/:id/sealed-files",
-    scope: "products:write",
-    resource: "product",
-    environmentScoped: true,
-  },
-  {
-    method: "GET",
-    path: "/mgmt/v1/products/:id/browser-runtime",
-    scope: "products:read",
-    resource: "product",
-    environmentScoped: true,
-  },
-  {
-    method: "PATCH",
-    path: "/mgmt/v1/products/:id/browser-runtime",
-    ifMatch: true,
-    scope: "products:write",
-    resource: "product",
-    environmentScoped: true,
-    body: () => ({ enabled: false }),
-  },
-  {
-    method: "GET",
-    path: "/mgmt/v1/products/:id/trial-signup",
-    scope: "products:read",
-    resource: "product",
-    environmentScoped: true,
-  },
-  {
-    method: "PATCH",
-    path: "/mgmt/v1/products/:id/trial-signup",
-    ifMatch: true,
-    scope: "products:write",
-    resource: "product",
-    environmentScoped: true,
-    body: (ids) => ({ policy_id: ids.trialPolicyId, daily_limit: 10 }),
-  },
+  ...PRODUCT_SETTING_ROUTES,
   { method: "GET", path: "/mgmt/v1/plan", scope: "reports:read" },
   { method: "GET", path: "/mgmt/v1/reports/usage", scope: "reports:read" },
   ...NAMED_USER_ROUTES,

@@ -1,12 +1,14 @@
 import { afterEach, beforeEach, describe, expect, test } from "bun:test";
 import { SCOPES } from "../../src/domain/scopes.ts";
+import { type Listing, PageCursors } from "../../src/http/pagination.ts";
 import { createTestContext, type TestContext } from "../support/harness.ts";
 import { concretePath, ETAG_SOURCES, type Ids, MANAGEMENT_ROUTES, seedResources } from "./route-table.ts";
 
 /**
  * The shared security suite: every management route, generated from one table, answers the same
  * way to a missing key, a key without its scope, another environment's resource, a malformed id
- * and an unknown body field; and every route that changes a resource's ETag to If-Match.
+ * and an unknown body field; every route that changes a resource's ETag to If-Match; and every
+ * list to a cursor it did not issue.
  */
 let t: TestContext;
 let ids: { live: Ids; test: Ids };
@@ -215,6 +217,51 @@ describe.each(MANAGEMENT_ROUTES.map((r) => [`${r.method} ${r.path}`, r] as const
         headers: { "if-match": `"stale", W/"x", ${etag}` },
       });
       expect([400, 409]).not.toContain(response.status);
+    });
+  }
+
+  if (route.method === "GET" && !pathFor(route).includes(":")) {
+    test("answers a pagination object only if the table marks it as a list", async () => {
+      const response = await t.call("GET", pathFor(route));
+      expect(response.status).toBe(200);
+      expect(response.body.pagination !== undefined).toBe(route.list !== undefined);
+    });
+  }
+
+  if (route.list) {
+    const { idPrefix, order } = route.list;
+    test("a cursor this listing did not issue answers 400 INVALID_REQUEST; one it issued is taken", async () => {
+      const cursors = new PageCursors(t.deps.secrets);
+      const direction = order === "oldest" ? "after" : "before";
+      const position = `${idPrefix}_01M81Z00000000000000000000`;
+      const own: Listing = {
+        route: route.path,
+        idPrefix,
+        environment: "live",
+        filters: route.resource ? { id: ids.live[route.resource] } : {},
+      };
+      const listPath = (cursor: string) => `${pathFor(route)}?cursor=${encodeURIComponent(cursor)}`;
+      const genuine = cursors.issue(own, direction, position);
+      expect(genuine).toMatch(/^[A-Za-z0-9_-]{1,64}$/);
+      expect((await t.call("GET", listPath(genuine))).status).toBe(200);
+      const other = MANAGEMENT_ROUTES.find((r) => r.list && r.path !== route.path && !r.resource);
+      const refused = [
+        // What the earlier format accepted: the position in plain (base64url) JSON.
+        Buffer.from(JSON.stringify({ [direction]: position })).toString("base64url"),
+        Buffer.from(JSON.stringify({ [direction]: `${idPrefix}_${"Z".repeat(26)}` })).toString("base64url"),
+        // The genuine cursor in standard base64, and altered in its position or its tag.
+        `${genuine.replaceAll("-", "+").replaceAll("_", "/")}=`,
+        `${genuine.slice(0, 5)}${genuine[5] === "A" ? "B" : "A"}${genuine.slice(6)}`,
+        `${genuine.slice(0, -1)}${genuine.endsWith("A") ? "B" : "A"}`,
+        // Genuine cursors of another listing, the other environment, other filters, the other direction.
+        cursors.issue({ ...own, route: other?.path ?? "/mgmt/v1/other" }, direction, position),
+        cursors.issue({ ...own, environment: "test" }, direction, position),
+        cursors.issue({ ...own, filters: { ...own.filters, status: "x" } }, direction, position),
+        cursors.issue(own, direction === "before" ? "after" : "before", position),
+      ];
+      for (const cursor of refused) {
+        expectEnvelope(await t.call("GET", listPath(cursor)), 400, "INVALID_REQUEST");
+      }
     });
   }
 

@@ -3,7 +3,6 @@ import { managementAuth } from "../../http/auth.ts";
 import { changeContext } from "../../http/context.ts";
 import { emailField } from "../../http/email-field.ts";
 import { postOnce } from "../../http/idempotency.ts";
-import { pageRequest, toPage } from "../../http/pagination.ts";
 import { parseIfMatch } from "../../http/preconditions.ts";
 import { noContent } from "../../http/respond.ts";
 import { IfMatchHeaders, RequiredIdempotencyHeaders } from "../../http/schemas.ts";
@@ -13,15 +12,20 @@ import { customerEtag, presentCustomer } from "./service.ts";
 
 const ROUTE = "/mgmt/v1/customers";
 
-export const customersController = ({ customers, idempotency }: Services) =>
+export const customersController = ({ customers, idempotency, pages }: Services) =>
   new Elysia({ prefix: ROUTE, detail: { tags: ["Customers"] } })
     .use(managementAuth)
     .model(customerModels)
     .get(
       "",
-      ({ query }) => {
-        const page = pageRequest(query, "cus");
-        return toPage(customers.list(page, query.email), page.limit, presentCustomer);
+      ({ caller, query }) => {
+        const page = pages.newestFirst(query, {
+          route: ROUTE,
+          idPrefix: "cus",
+          environment: caller.environment,
+          filters: { email: query.email },
+        });
+        return page.present(customers.list(page, query.email), presentCustomer);
       },
       {
         scope: "customers:read",

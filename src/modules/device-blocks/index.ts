@@ -3,7 +3,7 @@ import { Elysia } from "elysia";
 import { managementAuth } from "../../http/auth.ts";
 import { changeContext } from "../../http/context.ts";
 import { ApiError } from "../../http/errors.ts";
-import { PageQuery, pageRequest, toPage } from "../../http/pagination.ts";
+import { PageQuery } from "../../http/pagination.ts";
 import { json, noContent } from "../../http/respond.ts";
 import { DateTime, dataOf, IdField, listOf, Nullable } from "../../http/schemas.ts";
 import { StringEnum } from "../../http/schemas-enum.ts";
@@ -30,7 +30,7 @@ const DeviceBlock = Type.Object({
 });
 
 /** The device-risk policy: block a device key (by thumbprint) or a license from the runtime API. */
-export const deviceBlocksController = ({ deviceBlocks, licenses }: Services) =>
+export const deviceBlocksController = ({ deviceBlocks, licenses, pages }: Services) =>
   new Elysia({ prefix: "/mgmt/v1/device-blocks", detail: { tags: ["Activations"] } })
     .use(managementAuth)
     .model({
@@ -41,8 +41,12 @@ export const deviceBlocksController = ({ deviceBlocks, licenses }: Services) =>
     .get(
       "",
       ({ caller, query }) => {
-        const page = pageRequest(query, "blk");
-        return toPage(deviceBlocks.list(caller.environment, page), page.limit, presentDeviceBlock);
+        const page = pages.newestFirst(query, {
+          route: "/mgmt/v1/device-blocks",
+          idPrefix: "blk",
+          environment: caller.environment,
+        });
+        return page.present(deviceBlocks.list(caller.environment, page), presentDeviceBlock);
       },
       {
         scope: "licenses:read",

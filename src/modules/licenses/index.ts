@@ -2,7 +2,6 @@ import { Elysia } from "elysia";
 import { managementAuth } from "../../http/auth.ts";
 import { changeContext } from "../../http/context.ts";
 import { postOnce } from "../../http/idempotency.ts";
-import { pageRequest, splitPage } from "../../http/pagination.ts";
 import { parseIfMatch, versionEtag } from "../../http/preconditions.ts";
 import { noContent } from "../../http/respond.ts";
 import { IfMatchHeaders, RequiredIdempotencyHeaders } from "../../http/schemas.ts";
@@ -11,7 +10,7 @@ import { LicenseListQuery, licenseModels } from "./model.ts";
 
 const ROUTE = "/mgmt/v1/licenses";
 
-export const licensesController = ({ licenses, idempotency }: Services) => {
+export const licensesController = ({ licenses, idempotency, pages }: Services) => {
   const one = (row: Parameters<typeof licenses.presentOne>[0]) => licenses.presentOne(row);
   return new Elysia({ prefix: ROUTE, detail: { tags: ["Licenses"] } })
     .use(managementAuth)
@@ -19,12 +18,17 @@ export const licensesController = ({ licenses, idempotency }: Services) => {
     .get(
       "",
       ({ caller, query }) => {
-        const page = pageRequest(query, "lic");
+        const page = pages.newestFirst(query, {
+          route: ROUTE,
+          idPrefix: "lic",
+          environment: caller.environment,
+          filters: { product_id: query.product_id, customer_id: query.customer_id },
+        });
         const rows = licenses.list(caller.environment, page, {
           productId: query.product_id,
           customerId: query.customer_id,
         });
-        const { rows: pageRows, pagination } = splitPage(rows, page.limit);
+        const { rows: pageRows, pagination } = page.split(rows);
         return { data: licenses.present(pageRows), pagination };
       },
       {

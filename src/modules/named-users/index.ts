@@ -2,7 +2,6 @@ import { Elysia } from "elysia";
 import { managementAuth } from "../../http/auth.ts";
 import { changeContext } from "../../http/context.ts";
 import { postOnce } from "../../http/idempotency.ts";
-import { pageRequest, toPage } from "../../http/pagination.ts";
 import { parseIfMatch } from "../../http/preconditions.ts";
 import { noContent } from "../../http/respond.ts";
 import { IdempotencyHeaders, IfMatchHeaders } from "../../http/schemas.ts";
@@ -20,16 +19,21 @@ const USERS = "/mgmt/v1/license-users";
 export const namedUsersController = (services: Services) =>
   new Elysia().use(managementRoutes(services)).use(passkeysController(services));
 
-const managementRoutes = ({ namedUsers, twoFactor, passkeys, licenses, idempotency }: Services) =>
+const managementRoutes = ({ namedUsers, twoFactor, passkeys, licenses, idempotency, pages }: Services) =>
   new Elysia({ prefix: "/mgmt/v1", detail: { tags: ["Named users"] } })
     .use(managementAuth)
     .model(namedUserModels)
     .get(
       "/license-users",
       ({ caller, query }) => {
-        const page = pageRequest(query, "usr");
+        const page = pages.newestFirst(query, {
+          route: USERS,
+          idPrefix: "usr",
+          environment: caller.environment,
+          filters: { email: query.email, status: query.status },
+        });
         const rows = namedUsers.list(caller.environment, page, { email: query.email, status: query.status });
-        return toPage(rows, page.limit, (row) => namedUsers.present(row));
+        return page.present(rows, (row) => namedUsers.present(row));
       },
       {
         scope: "licenses:read",
@@ -112,10 +116,14 @@ const managementRoutes = ({ namedUsers, twoFactor, passkeys, licenses, idempoten
       "/license-users/:id/assignments",
       ({ caller, params, query }) => {
         namedUsers.get(params.id, caller.environment);
-        const page = pageRequest(query, "asg");
-        return toPage(
+        const page = pages.newestFirst(query, {
+          route: `${USERS}/:id/assignments`,
+          idPrefix: "asg",
+          environment: caller.environment,
+          filters: { id: params.id, status: query.status },
+        });
+        return page.present(
           namedUsers.listAssignments({ userId: params.id }, page, query.status),
-          page.limit,
           presentAssignment,
         );
       },
@@ -130,10 +138,14 @@ const managementRoutes = ({ namedUsers, twoFactor, passkeys, licenses, idempoten
       "/licenses/:id/assignments",
       ({ caller, params, query }) => {
         licenses.get(params.id, caller.environment);
-        const page = pageRequest(query, "asg");
-        return toPage(
+        const page = pages.newestFirst(query, {
+          route: "/mgmt/v1/licenses/:id/assignments",
+          idPrefix: "asg",
+          environment: caller.environment,
+          filters: { id: params.id, status: query.status },
+        });
+        return page.present(
           namedUsers.listAssignments({ licenseId: params.id }, page, query.status),
-          page.limit,
           presentAssignment,
         );
       },

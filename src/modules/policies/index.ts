@@ -2,7 +2,6 @@ import { Elysia } from "elysia";
 import { managementAuth } from "../../http/auth.ts";
 import { changeContext } from "../../http/context.ts";
 import { postOnce } from "../../http/idempotency.ts";
-import { pageRequest, toPage } from "../../http/pagination.ts";
 import { parseIfMatch } from "../../http/preconditions.ts";
 import { noContent } from "../../http/respond.ts";
 import { IfMatchHeaders, RequiredIdempotencyHeaders } from "../../http/schemas.ts";
@@ -12,15 +11,20 @@ import { policyEtag, presentPolicy } from "./service.ts";
 
 const ROUTE = "/mgmt/v1/policies";
 
-export const policiesController = ({ policies, idempotency }: Services) =>
+export const policiesController = ({ policies, idempotency, pages }: Services) =>
   new Elysia({ prefix: ROUTE, detail: { tags: ["Policies"] } })
     .use(managementAuth)
     .model(policyModels)
     .get(
       "",
       ({ caller, query }) => {
-        const page = pageRequest(query, "pol");
-        return toPage(policies.list(caller.environment, page, query.product_id), page.limit, presentPolicy);
+        const page = pages.newestFirst(query, {
+          route: ROUTE,
+          idPrefix: "pol",
+          environment: caller.environment,
+          filters: { product_id: query.product_id },
+        });
+        return page.present(policies.list(caller.environment, page, query.product_id), presentPolicy);
       },
       {
         scope: "policies:read",

@@ -2,7 +2,7 @@ import { Elysia } from "elysia";
 import { managementAuth } from "../../http/auth.ts";
 import { changeContext } from "../../http/context.ts";
 import { postOnce } from "../../http/idempotency.ts";
-import { PageQuery, pageRequest, toPage } from "../../http/pagination.ts";
+import { PageQuery } from "../../http/pagination.ts";
 import { parseIfMatch, versionEtag } from "../../http/preconditions.ts";
 import { noContent } from "../../http/respond.ts";
 import { IfMatchHeaders, RequiredIdempotencyHeaders } from "../../http/schemas.ts";
@@ -12,15 +12,19 @@ import { presentProduct } from "./service.ts";
 
 const ROUTE = "/mgmt/v1/products";
 
-export const productsController = ({ products, idempotency }: Services) =>
+export const productsController = ({ products, idempotency, pages }: Services) =>
   new Elysia({ prefix: ROUTE, detail: { tags: ["Products"] } })
     .use(managementAuth)
     .model(productModels)
     .get(
       "",
       ({ caller, query }) => {
-        const page = pageRequest(query, "prod");
-        return toPage(products.list(caller.environment, page), page.limit, presentProduct);
+        const page = pages.newestFirst(query, {
+          route: ROUTE,
+          idPrefix: "prod",
+          environment: caller.environment,
+        });
+        return page.present(products.list(caller.environment, page), presentProduct);
       },
       {
         scope: "products:read",

@@ -2,7 +2,7 @@ import { Elysia } from "elysia";
 import { managementAuth } from "../../http/auth.ts";
 import { changeContext } from "../../http/context.ts";
 import { postOnce } from "../../http/idempotency.ts";
-import { PageQuery, pageRequest, toPage } from "../../http/pagination.ts";
+import { PageQuery } from "../../http/pagination.ts";
 import { parseIfMatch } from "../../http/preconditions.ts";
 import { IdempotencyHeaders, IfMatchHeaders } from "../../http/schemas.ts";
 import type { Services } from "../../services.ts";
@@ -11,15 +11,19 @@ import { presentReseller, resellerEtag } from "./service.ts";
 
 const ROUTE = "/mgmt/v1/resellers";
 
-export const resellersController = ({ resellers, idempotency }: Services) =>
+export const resellersController = ({ resellers, idempotency, pages }: Services) =>
   new Elysia({ prefix: ROUTE, detail: { tags: ["Resellers"] } })
     .use(managementAuth)
     .model(resellerModels)
     .get(
       "",
-      ({ query }) => {
-        const page = pageRequest(query, "rsl");
-        return toPage(resellers.list(page), page.limit, presentReseller);
+      ({ caller, query }) => {
+        const page = pages.newestFirst(query, {
+          route: ROUTE,
+          idPrefix: "rsl",
+          environment: caller.environment,
+        });
+        return page.present(resellers.list(page), presentReseller);
       },
       {
         scope: "customers:read",

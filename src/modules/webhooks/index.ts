@@ -2,7 +2,7 @@ import { Elysia } from "elysia";
 import { managementAuth } from "../../http/auth.ts";
 import { changeContext } from "../../http/context.ts";
 import { postOnce } from "../../http/idempotency.ts";
-import { PageQuery, pageRequest, splitPage, toPage } from "../../http/pagination.ts";
+import { PageQuery } from "../../http/pagination.ts";
 import { parseIfMatch } from "../../http/preconditions.ts";
 import { json, noContent } from "../../http/respond.ts";
 import { IdempotencyHeaders, IfMatchHeaders } from "../../http/schemas.ts";
@@ -14,15 +14,19 @@ import { webhookEtag } from "./service.ts";
 const ROUTE = "/mgmt/v1/webhooks";
 
 /** Webhook endpoints (spec §4.3), their secret rotation and their delivery log (docs/api.md "Webhooks"). */
-export const webhooksController = ({ webhooks, webhookDeliveries, idempotency }: Services) =>
+export const webhooksController = ({ webhooks, webhookDeliveries, idempotency, pages }: Services) =>
   new Elysia({ prefix: ROUTE, detail: { tags: ["Webhooks"] } })
     .use(managementAuth)
     .model(webhookModels)
     .get(
       "",
-      ({ query }) => {
-        const page = pageRequest(query, "whk");
-        return toPage(webhooks.list(page), page.limit, (row) => webhooks.present(row));
+      ({ caller, query }) => {
+        const page = pages.newestFirst(query, {
+          route: ROUTE,
+          idPrefix: "whk",
+          environment: caller.environment,
+        });
+        return page.present(webhooks.list(page), (row) => webhooks.present(row));
       },
       {
         scope: "webhooks:read",
@@ -133,10 +137,16 @@ export const webhooksController = ({ webhooks, webhookDeliveries, idempotency }:
     .get(
       "/:id/deliveries",
       ({ caller, params, query }) => {
-        const page = pageRequest(query, "whd");
-        const rows = webhookDeliveries.list(params.id, caller.environment, page, query.status);
-        const split = splitPage(rows, page.limit);
-        return { data: split.rows.map(presentDelivery), pagination: split.pagination };
+        const page = pages.newestFirst(query, {
+          route: `${ROUTE}/:id/deliveries`,
+          idPrefix: "whd",
+          environment: caller.environment,
+          filters: { id: params.id, status: query.status },
+        });
+        return page.present(
+          webhookDeliveries.list(params.id, caller.environment, page, query.status),
+          presentDelivery,
+        );
       },
       {
         scope: "webhooks:read",
