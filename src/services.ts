@@ -2,6 +2,7 @@ import type { Deps } from "./deps.ts";
 import type { Environment } from "./domain/scopes.ts";
 import { DeviceProofVerifier } from "./http/device-proof.ts";
 import { IdempotencyStore } from "./http/idempotency.ts";
+import { PageCursors } from "./http/pagination.ts";
 import { RuntimeSigner } from "./http/signed-response.ts";
 import { MailOutbox } from "./mail/outbox.ts";
 import { RuntimeGate } from "./modules/activations/gate.ts";
@@ -97,6 +98,8 @@ export function createServices(deps: Deps, options: ServiceOptions) {
     workspace,
     audit: new AuditService(deps),
     idempotency,
+    /** Every list's cursors: signed and bound to their listing (docs/api.md "Pagination"). */
+    pages: new PageCursors(deps.secrets),
     trust,
     signer: new RuntimeSigner(trust, deps.clock),
     integrationConfig: new IntegrationConfigService(deps, products, trust, options.baseUrl),

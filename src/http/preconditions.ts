@@ -2,36 +2,78 @@ import { sha256Hex } from "../crypto/encoding.ts";
 import { ApiError } from "./errors.ts";
 
 /**
- * If-Match for products and licenses: their `version`, bare or quoted (`7` or `"7"`).
- * Undefined when the header is absent (the change is unconditional).
+ * A parsed If-Match header (RFC 9110 §13.1.1): `*`, or the strong entity-tags it lists. Weak tags
+ * are well-formed but never match (If-Match uses the strong comparison), so they are dropped here:
+ * a header of weak tags only matches nothing.
  */
-export function versionFromIfMatch(header: string | undefined | null): number | undefined {
-  // `*` matches whatever version exists: the change is as unconditional as without the header.
-  if (header === undefined || header === null || header.trim() === "*") return undefined;
-  const match = /^\s*(?:W\/)?"?(\d{1,15})"?\s*$/.exec(header);
-  if (!match?.[1]) {
-    throw new ApiError("INVALID_REQUEST", 'If-Match must be the resource version, e.g. 7 or "7".', {
-      if_match: header,
-    });
+export type IfMatch = { readonly any: true } | { readonly any: false; readonly strong: readonly string[] };
+
+/** etagc = %x21 / %x23-7E / obs-text: any visible character but DQUOTE, no space or control. */
+const ETAGC = /^[\x21\x23-\x7E\x80-\xFF]*$/;
+/** Products and licenses also take their bare `version` (`7` for `"7"`), alone (docs/api.md). */
+const BARE_VERSION = /^\d{1,15}$/;
+const isOws = (c: string | undefined) => c === " " || c === "\t";
+
+const malformed = (header: string) =>
+  new ApiError(
+    "INVALID_REQUEST",
+    'If-Match must be * or a comma-separated list of entity-tags such as "7" (RFC 9110 §13.1.1).',
+    { if_match: header },
+  );
+
+/**
+ * The one If-Match parser of every route. Undefined when the header is absent (the change is
+ * unconditional); 400 when it is not `*`, a bare version, or a list of entity-tags (an unbalanced
+ * quote, `*` inside a list, a tag without quotes, an empty header).
+ */
+export function parseIfMatch(header: string | undefined | null): IfMatch | undefined {
+  if (header === undefined || header === null) return undefined;
+  const value = header.replace(/^[ \t]+|[ \t]+$/g, "");
+  if (value === "*") return { any: true };
+  if (BARE_VERSION.test(value)) return { any: false, strong: [`"${value}"`] };
+  const strong: string[] = [];
+  let tags = 0;
+  let i = 0;
+  while (i < value.length) {
+    // Empty list elements and the spaces around commas are allowed (RFC 9110 §5.6.1).
+    if (isOws(value[i]) || value[i] === ",") {
+      i++;
+      continue;
+    }
+    const weak = value.startsWith('W/"', i);
+    if (weak) i += 2;
+    if (value[i] !== '"') throw malformed(header);
+    const close = value.indexOf('"', i + 1);
+    if (close < 0) throw malformed(header);
+    const opaque = value.slice(i + 1, close);
+    if (!ETAGC.test(opaque)) throw malformed(header);
+    tags++;
+    if (!weak) strong.push(`"${opaque}"`);
+    i = close + 1;
+    while (isOws(value[i])) i++;
+    if (i < value.length && value[i] !== ",") throw malformed(header);
   }
-  return Number(match[1]);
+  if (tags === 0) throw malformed(header);
+  return { any: false, strong };
+}
+
+/**
+ * Throws 409 VERSION_CONFLICT unless the precondition holds for the resource's current ETag:
+ * no If-Match, `*`, or a strong tag equal to it, character for character.
+ */
+export function assertIfMatch(ifMatch: IfMatch | undefined, current: string): void {
+  if (ifMatch === undefined || ifMatch.any) return;
+  if (!ifMatch.strong.includes(current)) throw versionConflict(current);
 }
 
 export const versionEtag = (version: number): string => `"${version}"`;
 
 /**
- * Policies and customers: an opaque ETag derived from the id and an internal revision, so a
- * client cannot mistake the policy's display `version` for a concurrency token.
+ * Policies, customers, license users, webhooks and resellers: an opaque ETag derived from the id
+ * and an internal revision, so a client cannot mistake a display number for a concurrency token.
  */
 export const opaqueEtag = (id: string, revision: number): string =>
   `"${sha256Hex(`${id}:${revision}`).slice(0, 24)}"`;
-
-/** True when there is no If-Match, it is `*`, or one of its listed tags is the current one. */
-export function ifMatchAccepts(header: string | undefined | null, current: string): boolean {
-  if (header === undefined || header === null) return true;
-  const tags = header.split(",").map((tag) => tag.trim());
-  return tags.some((tag) => tag === "*" || tag === current);
-}
 
 export function versionConflict(current: string): ApiError {
   return new ApiError("VERSION_CONFLICT", "The resource changed since you read it; nothing was changed.", {

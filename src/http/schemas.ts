@@ -99,6 +99,9 @@ export const RequiredIdempotencyHeaders = Type.Object({ "idempotency-key": Idemp
 
 export const IfMatchHeaders = Type.Object({
   "if-match": Type.Optional(
-    Type.String({ description: "Concurrency token; a stale value answers 409 VERSION_CONFLICT." }),
+    Type.String({
+      description:
+        'The resource\'s ETag (`*`, or a comma-separated list of strong entity-tags such as "7"; weak tags never match). A stale value answers 409 VERSION_CONFLICT and changes nothing; a malformed one 400.',
+    }),
   ),
 });

@@ -11,6 +11,8 @@ beforeEach(() => {
 });
 afterEach(() => t.close());
 
+const auditCount = () =>
+  (t.deps.sqlite.query("SELECT count(*) AS n FROM audit_events").get() as { n: number }).n;
 const createUser = (body: Record<string, unknown>, key?: string) =>
   t.call("POST", "/mgmt/v1/license-users", { body, key });
 
@@ -85,6 +87,46 @@ describe("license users", () => {
     });
     expect(customer.body.error.details.errors.customer_id).toBeDefined();
     expect((await createUser({ email: "x@example.com", role: "admin" })).status).toBe(422);
+  });
+
+  test("a user cannot be created for an archived customer: 422 keyed customer_id, no user, no event", async () => {
+    const customer = await t.call("POST", "/mgmt/v1/customers", {
+      body: { name: "Gone" },
+      headers: t.idem(),
+    });
+    const customerId = customer.body.data.public_id;
+    expect((await t.call("DELETE", `/mgmt/v1/customers/${customerId}`)).status).toBe(204);
+    const events = auditCount();
+    const response = await createUser({ email: "x@example.com", customer_id: customerId });
+    expect(response.status).toBe(422);
+    expect(response.body.error.code).toBe("VALIDATION_FAILED");
+    expect(response.body.error.details.errors.customer_id).toEqual(["is archived"]);
+    expect((await t.call("GET", "/mgmt/v1/license-users")).body.data).toEqual([]);
+    expect(auditCount()).toBe(events);
+  });
+
+  test("a PATCH cannot link a user to an archived customer; resending the link it already has changes nothing", async () => {
+    const make = async (name: string) =>
+      (await t.call("POST", "/mgmt/v1/customers", { body: { name }, headers: t.idem() })).body.data.public_id;
+    const kept = await make("Kept");
+    const gone = await make("Gone");
+    const user = (await createUser({ email: "ada@example.com", customer_id: kept })).body.data.public_id;
+    expect((await t.call("DELETE", `/mgmt/v1/customers/${gone}`)).status).toBe(204);
+    const path = `/mgmt/v1/license-users/${user}`;
+    const before = await t.call("GET", path);
+    const events = auditCount();
+    const linked = await t.call("PATCH", path, { body: { customer_id: gone, name: "Ada" } });
+    expect(linked.status).toBe(422);
+    expect(linked.body.error.details.errors.customer_id).toEqual(["is archived"]);
+    const after = await t.call("GET", path);
+    expect(after.body.data).toEqual(before.body.data);
+    expect(after.headers.get("etag")).toBe(before.headers.get("etag"));
+    expect(auditCount()).toBe(events);
+    // A customer archived after the link was made does not block the user's other changes.
+    expect((await t.call("DELETE", `/mgmt/v1/customers/${kept}`)).status).toBe(204);
+    const renamed = await t.call("PATCH", path, { body: { customer_id: kept, name: "Ada L." } });
+    expect(renamed.status).toBe(200);
+    expect(renamed.body.data).toMatchObject({ customer_id: kept, name: "Ada L." });
   });
 });
 

@@ -3,6 +3,8 @@ import { factories } from "../support/factories.ts";
 import type { TestContext } from "../support/harness.ts";
 import { seedNamedUser } from "../support/named-users.ts";
 import { seedWebhook } from "../support/webhooks.ts";
+import { NAMED_USER_ROUTES } from "./route-table-named-users.ts";
+import { PRODUCT_SETTING_ROUTES } from "./route-table-product-settings.ts";
 
 export type Resource =
   | "product"
@@ -31,13 +33,28 @@ export interface RouteCase {
   body?: (ids: Ids) => Record<string, unknown>;
   /** Another valid body, for idempotency conflicts; defaults to the body with another `name`. */
   variant?: (ids: Ids) => Record<string, unknown>;
+  /** The route changes its resource's ETag, so it honours If-Match (docs/api.md "If-Match and ETag"). */
+  ifMatch?: true;
+  /** A list: the prefix of its rows' ids, and `oldest` for the oldest-first one (docs/api.md "Pagination"). */
+  list?: { idPrefix: string; order?: "oldest" };
 }
+
+/** Where each resource with an ETag is read back: the detail route whose ETag If-Match names. */
+export const ETAG_SOURCES: Partial<Record<Resource, string>> = {
+  product: "/mgmt/v1/products/:id",
+  policy: "/mgmt/v1/policies/:id",
+  customer: "/mgmt/v1/customers/:id",
+  license: "/mgmt/v1/licenses/:id",
+  reseller: "/mgmt/v1/resellers/:id",
+  webhook: "/mgmt/v1/webhooks/:id",
+  licenseUser: "/mgmt/v1/license-users/:id",
+};
 
 export type Ids = Record<Resource, string> & { productId: string; policyId: string; trialPolicyId: string };
 
 /** Every management route with its scope. The suite fails if the app has a route missing here. */
 export const MANAGEMENT_ROUTES: RouteCase[] = [
-  { method: "GET", path: "/mgmt/v1/products", scope: "products:read" },
+  { method: "GET", path: "/mgmt/v1/products", scope: "products:read", list: { idPrefix: "prod" } },
   {
     method: "POST",
     path: "/mgmt/v1/products",
@@ -55,6 +72,7 @@ export const MANAGEMENT_ROUTES: RouteCase[] = [
   {
     method: "PATCH",
     path: "/mgmt/v1/products/:id",
+    ifMatch: true,
     scope: "products:write",
     resource: "product",
     environmentScoped: true,
@@ -63,11 +81,12 @@ export const MANAGEMENT_ROUTES: RouteCase[] = [
   {
     method: "DELETE",
     path: "/mgmt/v1/products/:id",
+    ifMatch: true,
     scope: "products:write",
     resource: "product",
     environmentScoped: true,
   },
-  { method: "GET", path: "/mgmt/v1/policies", scope: "policies:read" },
+  { method: "GET", path: "/mgmt/v1/policies", scope: "policies:read", list: { idPrefix: "pol" } },
   {
     method: "POST",
     path: "/mgmt/v1/policies",
@@ -85,6 +104,7 @@ export const MANAGEMENT_ROUTES: RouteCase[] = [
   {
     method: "PATCH",
     path: "/mgmt/v1/policies/:id",
+    ifMatch: true,
     scope: "policies:write",
     resource: "policy",
     environmentScoped: true,
@@ -93,11 +113,12 @@ export const MANAGEMENT_ROUTES: RouteCase[] = [
   {
     method: "DELETE",
     path: "/mgmt/v1/policies/:id",
+    ifMatch: true,
     scope: "policies:write",
     resource: "policy",
     environmentScoped: true,
   },
-  { method: "GET", path: "/mgmt/v1/customers", scope: "customers:read" },
+  { method: "GET", path: "/mgmt/v1/customers", scope: "customers:read", list: { idPrefix: "cus" } },
   {
     method: "POST",
     path: "/mgmt/v1/customers",
@@ -109,12 +130,19 @@ export const MANAGEMENT_ROUTES: RouteCase[] = [
   {
     method: "PATCH",
     path: "/mgmt/v1/customers/:id",
+    ifMatch: true,
     scope: "customers:write",
     resource: "customer",
     body: () => ({ notes: "n" }),
   },
-  { method: "DELETE", path: "/mgmt/v1/customers/:id", scope: "customers:write", resource: "customer" },
-  { method: "GET", path: "/mgmt/v1/licenses", scope: "licenses:read" },
+  {
+    method: "DELETE",
+    path: "/mgmt/v1/customers/:id",
+    scope: "customers:write",
+    resource: "customer",
+    ifMatch: true,
+  },
+  { method: "GET", path: "/mgmt/v1/licenses", scope: "licenses:read", list: { idPrefix: "lic" } },
   {
     method: "POST",
     path: "/mgmt/v1/licenses",
@@ -133,6 +161,7 @@ export const MANAGEMENT_ROUTES: RouteCase[] = [
   {
     method: "PATCH",
     path: "/mgmt/v1/licenses/:id",
+    ifMatch: true,
     scope: "licenses:write",
     resource: "license",
     environmentScoped: true,
@@ -141,6 +170,7 @@ export const MANAGEMENT_ROUTES: RouteCase[] = [
   {
     method: "DELETE",
     path: "/mgmt/v1/licenses/:id",
+    ifMatch: true,
     scope: "licenses:write",
     resource: "license",
     environmentScoped: true,
@@ -148,12 +178,13 @@ export const MANAGEMENT_ROUTES: RouteCase[] = [
   {
     method: "POST",
     path: "/mgmt/v1/licenses/:id/convert-trial",
+    ifMatch: true,
     scope: "licenses:write",
     resource: "license",
     environmentScoped: true,
     body: (ids) => ({ target_policy_id: ids.policyId }),
   },
-  { method: "GET", path: "/mgmt/v1/resellers", scope: "customers:read" },
+  { method: "GET", path: "/mgmt/v1/resellers", scope: "customers:read", list: { idPrefix: "rsl" } },
   {
     method: "POST",
     path: "/mgmt/v1/resellers",
@@ -165,12 +196,13 @@ export const MANAGEMENT_ROUTES: RouteCase[] = [
   {
     method: "PATCH",
     path: "/mgmt/v1/resellers/:id",
+    ifMatch: true,
     scope: "customers:write",
     resource: "reseller",
     body: () => ({ name: "R2" }),
   },
-  { method: "GET", path: "/mgmt/v1/events", scope: "events:read" },
-  { method: "GET", path: "/mgmt/v1/webhooks", scope: "webhooks:read" },
+  { method: "GET", path: "/mgmt/v1/events", scope: "events:read", list: { idPrefix: "evt" } },
+  { method: "GET", path: "/mgmt/v1/webhooks", scope: "webhooks:read", list: { idPrefix: "whk" } },
   {
     method: "POST",
     path: "/mgmt/v1/webhooks",
@@ -182,19 +214,33 @@ export const MANAGEMENT_ROUTES: RouteCase[] = [
   {
     method: "PATCH",
     path: "/mgmt/v1/webhooks/:id",
+    ifMatch: true,
     scope: "webhooks:write",
     resource: "webhook",
     body: () => ({ name: "Renamed" }),
   },
-  { method: "DELETE", path: "/mgmt/v1/webhooks/:id", scope: "webhooks:write", resource: "webhook" },
+  {
+    method: "DELETE",
+    path: "/mgmt/v1/webhooks/:id",
+    scope: "webhooks:write",
+    resource: "webhook",
+    ifMatch: true,
+  },
   {
     method: "POST",
     path: "/mgmt/v1/webhooks/:id/rotate-secret",
+    ifMatch: true,
     scope: "webhooks:write",
     resource: "webhook",
     body: () => ({ overlap_sec: 60 }),
   },
-  { method: "GET", path: "/mgmt/v1/webhooks/:id/deliveries", scope: "webhooks:read", resource: "webhook" },
+  {
+    method: "GET",
+    path: "/mgmt/v1/webhooks/:id/deliveries",
+    scope: "webhooks:read",
+    resource: "webhook",
+    list: { idPrefix: "whd" },
+  },
   {
     method: "GET",
     path: "/mgmt/v1/webhooks/:id/deliveries/:delivery_id",
@@ -207,17 +253,11 @@ export const MANAGEMENT_ROUTES: RouteCase[] = [
     scope: "webhooks:write",
     resource: "webhook",
   },
-  {
-    method: "GET",
-    path: "/mgmt/v1/products/:id/integration-config",
-    scope: "products:read",
-    resource: "product",
-    environmentScoped: true,
-  },
   { method: "GET", path: "/mgmt/v1/billing-integration", scope: "products:read" },
   {
     method: "GET",
     path: "/mgmt/v1/licenses/:id/activations",
+    list: { idPrefix: "act" },
     scope: "licenses:read",
     resource: "license",
     environmentScoped: true,
@@ -236,8 +276,13 @@ export const MANAGEMENT_ROUTES: RouteCase[] = [
     resource: "activation",
     environmentScoped: true,
   },
-  { method: "GET", path: "/mgmt/v1/runtime_events", scope: "licenses:read" },
-  { method: "GET", path: "/mgmt/v1/device-blocks", scope: "licenses:read" },
+  {
+    method: "GET",
+    path: "/mgmt/v1/runtime_events",
+    scope: "licenses:read",
+    list: { idPrefix: "evt", order: "oldest" },
+  },
+  { method: "GET", path: "/mgmt/v1/device-blocks", scope: "licenses:read", list: { idPrefix: "blk" } },
   {
     method: "POST",
     path: "/mgmt/v1/device-blocks",
@@ -271,149 +316,10 @@ export const MANAGEMENT_ROUTES: RouteCase[] = [
       },
     }),
   },
-  {
-    method: "GET",
-    path: "/mgmt/v1/products/:id/sealed-files",
-    scope: "products:read",
-    resource: "product",
-    environmentScoped: true,
-  },
-  {
-    method: "POST",
-    path: "/mgmt/v1/products/:id/sealed-files",
-    scope: "products:write",
-    resource: "product",
-    environmentScoped: true,
-  },
-  {
-    method: "GET",
-    path: "/mgmt/v1/products/:id/browser-runtime",
-    scope: "products:read",
-    resource: "product",
-    environmentScoped: true,
-  },
-  {
-    method: "PATCH",
-    path: "/mgmt/v1/products/:id/browser-runtime",
-    scope: "products:write",
-    resource: "product",
-    environmentScoped: true,
-    body: () => ({ enabled: false }),
-  },
-  {
-    method: "GET",
-    path: "/mgmt/v1/products/:id/trial-signup",
-    scope: "products:read",
-    resource: "product",
-    environmentScoped: true,
-  },
-  {
-    method: "PATCH",
-    path: "/mgmt/v1/products/:id/trial-signup",
-    scope: "products:write",
-    resource: "product",
-    environmentScoped: true,
-    body: (ids) => ({ policy_id: ids.trialPolicyId, daily_limit: 10 }),
-  },
+  ...PRODUCT_SETTING_ROUTES,
   { method: "GET", path: "/mgmt/v1/plan", scope: "reports:read" },
   { method: "GET", path: "/mgmt/v1/reports/usage", scope: "reports:read" },
-  // Named users (docs/api.md "Named users").
-  { method: "GET", path: "/mgmt/v1/license-users", scope: "licenses:read" },
-  {
-    method: "POST",
-    path: "/mgmt/v1/license-users",
-    scope: "licenses:write",
-    idempotency: "optional",
-    body: () => ({ email: "suite.user@example.com", name: "U" }),
-  },
-  {
-    method: "GET",
-    path: "/mgmt/v1/license-users/:id",
-    scope: "licenses:read",
-    resource: "licenseUser",
-    environmentScoped: true,
-  },
-  {
-    method: "PATCH",
-    path: "/mgmt/v1/license-users/:id",
-    scope: "licenses:write",
-    resource: "licenseUser",
-    environmentScoped: true,
-    body: () => ({ name: "Renamed" }),
-  },
-  {
-    method: "DELETE",
-    path: "/mgmt/v1/license-users/:id",
-    scope: "licenses:write",
-    resource: "licenseUser",
-    environmentScoped: true,
-  },
-  {
-    method: "GET",
-    path: "/mgmt/v1/license-users/:id/assignments",
-    scope: "licenses:read",
-    resource: "licenseUser",
-    environmentScoped: true,
-  },
-  {
-    method: "POST",
-    path: "/mgmt/v1/license-users/:id/two-factor/totp",
-    scope: "licenses:write",
-    resource: "licenseUser",
-    environmentScoped: true,
-  },
-  {
-    method: "POST",
-    path: "/mgmt/v1/license-users/:id/two-factor/totp/confirm",
-    scope: "licenses:write",
-    resource: "licenseUser",
-    environmentScoped: true,
-    body: () => ({ code: "123456" }),
-  },
-  {
-    method: "DELETE",
-    path: "/mgmt/v1/license-users/:id/two-factor",
-    scope: "licenses:write",
-    resource: "licenseUser",
-    environmentScoped: true,
-  },
-  {
-    method: "POST",
-    path: "/mgmt/v1/license-users/:id/two-factor/passkeys/registration-link",
-    scope: "licenses:write",
-    resource: "licenseUser",
-    environmentScoped: true,
-  },
-  {
-    method: "POST",
-    path: "/mgmt/v1/license-users/:id/two-factor/unlock",
-    scope: "licenses:write",
-    resource: "licenseUser",
-    environmentScoped: true,
-  },
-  {
-    method: "GET",
-    path: "/mgmt/v1/licenses/:id/assignments",
-    scope: "licenses:read",
-    resource: "license",
-    environmentScoped: true,
-  },
-  {
-    method: "POST",
-    path: "/mgmt/v1/licenses/:id/assignments",
-    scope: "licenses:write",
-    resource: "license",
-    environmentScoped: true,
-    // Idempotency-Key is optional here; the suite's idempotency case needs a named-user license.
-    body: (ids) => ({ user_id: ids.licenseUser }),
-  },
-  {
-    method: "DELETE",
-    path: "/mgmt/v1/license-assignments/:id",
-    scope: "licenses:write",
-    resource: "assignment",
-    environmentScoped: true,
-  },
+  ...NAMED_USER_ROUTES,
 ];
 
 /** One of each resource per environment; the live ids are what the routes are called with. */

@@ -1,6 +1,7 @@
 import { Database } from "bun:sqlite";
 import { afterEach, beforeEach, describe, expect, test } from "bun:test";
 import { machineInfoDigest } from "../../src/modules/activations/machine.ts";
+import { DeviceBlockService } from "../../src/modules/device-blocks/service.ts";
 import { DISTINCT_ENTRIES_PER_HOUR } from "../../src/modules/runtime-events/service.ts";
 import { createServices } from "../../src/services.ts";
 import { TestDevice } from "../support/device.ts";
@@ -26,6 +27,8 @@ beforeEach(async () => {
 afterEach(() => t.close());
 
 const DIGEST = machineInfoDigest({ os: "linux", arch: "x64" });
+const auditCount = () =>
+  (t.deps.sqlite.query("SELECT count(*) AS n FROM audit_events").get() as { n: number }).n;
 
 describe("activations", () => {
   test("a license lists its devices, newest first, with machine and key thumbprint", async () => {
@@ -292,6 +295,65 @@ describe("device blocks", () => {
       body: { kind: "license", license_id: "lic_01M81Z00000000000000000000" },
     });
     expect(unknown.status).toBe(422);
+  });
+
+  test("a runtime call finds the blocks in force with point lookups, not a walk through the environment's blocks", async () => {
+    const { sql } = await sqlPreparedDuring(t.deps.sqlite, () => new DeviceBlockService(t.deps));
+    const lookups = sql.filter((text) => /from device_blocks/i.test(text));
+    expect(lookups).toHaveLength(2);
+    for (const lookup of lookups) {
+      const plan = queryPlan(t.deps.sqlite, lookup);
+      expect(plan).toContain("USING INDEX device_blocks_target (environment=? AND kind=? AND target=?)");
+      expect(plan).not.toMatch(/\(environment=\?\)|SCAN/);
+    }
+  });
+
+  test("a field that does not apply to the kind answers 422 keyed by that field, and nothing is blocked", async () => {
+    const events = auditCount();
+    const license = await t.call("POST", "/mgmt/v1/device-blocks", {
+      body: { kind: "license", license_id: fx.licenseId, device_signing_key_thumbprint: "a".repeat(64) },
+    });
+    expect(license.status).toBe(422);
+    expect(Object.keys(license.body.error.details.errors)).toEqual(["device_signing_key_thumbprint"]);
+    const device = await t.call("POST", "/mgmt/v1/device-blocks", {
+      body: { kind: "device_key", device_signing_key_thumbprint: "a".repeat(64), license_id: fx.licenseId },
+    });
+    expect(device.status).toBe(422);
+    expect(Object.keys(device.body.error.details.errors)).toEqual(["license_id"]);
+    expect((await t.call("GET", "/mgmt/v1/device-blocks")).body.data).toEqual([]);
+    expect(auditCount()).toBe(events);
+  });
+
+  test("lifting a block twice answers 204 both times and records one removal; an unknown id is 404", async () => {
+    const created = await t.call("POST", "/mgmt/v1/device-blocks", {
+      body: { kind: "license", license_id: fx.licenseId },
+    });
+    const path = `/mgmt/v1/device-blocks/${created.body.data.id}`;
+    expect((await t.call("DELETE", path)).status).toBe(204);
+    const events = auditCount();
+    expect((await t.call("DELETE", path)).status).toBe(204);
+    expect(auditCount()).toBe(events);
+    expect((await t.call("GET", "/mgmt/v1/device-blocks")).body.data).toEqual([]);
+    expect((await t.call("DELETE", path, { key: t.keys.test })).status).toBe(404);
+    expect((await t.call("DELETE", "/mgmt/v1/device-blocks/blk_01M81Z00000000000000000000")).status).toBe(
+      404,
+    );
+    // The target can be blocked again: a new block, in force, lifted on its own.
+    const again = await t.call("POST", "/mgmt/v1/device-blocks", {
+      body: { kind: "license", license_id: fx.licenseId },
+    });
+    expect(again.status).toBe(201);
+    expect(again.body.data.id).not.toBe(created.body.data.id);
+    expect(
+      (await t.call("GET", "/mgmt/v1/device-blocks")).body.data.map((b: { id: string }) => b.id),
+    ).toEqual([again.body.data.id]);
+    const types = t.deps.sqlite
+      .query<{ type: string }, []>(
+        "SELECT type FROM audit_events WHERE target_type = 'device_block' ORDER BY id",
+      )
+      .all()
+      .map((row) => row.type);
+    expect(types).toEqual(["device_block.created", "device_block.removed", "device_block.created"]);
   });
 });
 

@@ -1,12 +1,14 @@
 import { afterEach, beforeEach, describe, expect, test } from "bun:test";
 import { SCOPES } from "../../src/domain/scopes.ts";
+import { type Listing, PageCursors } from "../../src/http/pagination.ts";
 import { createTestContext, type TestContext } from "../support/harness.ts";
-import { concretePath, type Ids, MANAGEMENT_ROUTES, seedResources } from "./route-table.ts";
+import { concretePath, ETAG_SOURCES, type Ids, MANAGEMENT_ROUTES, seedResources } from "./route-table.ts";
 
 /**
  * The shared security suite: every management route, generated from one table, answers the same
  * way to a missing key, a key without its scope, another environment's resource, a malformed id
- * and an unknown body field.
+ * and an unknown body field; every route that changes a resource's ETag to If-Match; and every
+ * list to a cursor it did not issue.
  */
 let t: TestContext;
 let ids: { live: Ids; test: Ids };
@@ -30,6 +32,39 @@ function expectEnvelope(response: Awaited<ReturnType<TestContext["call"]>>, stat
   );
   expect(response.body.error.request_id).toBe(response.headers.get("x-request-id"));
 }
+
+const auditCount = () =>
+  (t.deps.sqlite.query("SELECT count(*) AS n FROM audit_events").get() as { n: number }).n;
+
+/** The resource as its detail route shows it, with its ETag: what a refused change must leave as it was. */
+async function readBack(route: (typeof MANAGEMENT_ROUTES)[number]) {
+  const source = route.resource ? ETAG_SOURCES[route.resource] : undefined;
+  if (!source || !route.resource)
+    throw new Error(`${route.method} ${route.path} names no resource with an ETag`);
+  const response = await t.call("GET", source.replace(":id", ids.live[route.resource]));
+  expect(response.status).toBe(200);
+  const etag = response.headers.get("etag");
+  expect(etag).toMatch(/^"[^"]+"$/);
+  return { body: response.body, etag: etag as string };
+}
+
+test("the routes that take If-Match are exactly those the table marks, each on a resource with an ETag", async () => {
+  const doc = (await t.call("GET", "/openapi.json", { key: null })).body as {
+    paths: Record<string, Record<string, { parameters?: { in: string; name: string }[] }>>;
+  };
+  const documented: string[] = [];
+  for (const [path, operations] of Object.entries(doc.paths)) {
+    for (const [method, operation] of Object.entries(operations)) {
+      if (operation.parameters?.some((p) => p.in === "header" && p.name === "if-match"))
+        documented.push(`${method.toUpperCase()} ${path.replace(/\{(\w+)\}/g, ":$1")}`);
+    }
+  }
+  const marked = MANAGEMENT_ROUTES.filter((r) => r.ifMatch).map((r) => `${r.method} ${r.path}`);
+  expect(documented.sort()).toEqual(marked.sort());
+  for (const route of MANAGEMENT_ROUTES.filter((r) => r.ifMatch)) {
+    expect(route.resource && ETAG_SOURCES[route.resource]).toBeString();
+  }
+});
 
 test("the route table lists every management route the app serves", () => {
   const served = t.app.routes
@@ -129,6 +164,104 @@ describe.each(MANAGEMENT_ROUTES.map((r) => [`${r.method} ${r.path}`, r] as const
       const variant = route.variant?.(ids.live) ?? { ...bodyFor(route), name: "Other" };
       const other = await t.call(route.method, pathFor(route), { body: variant, headers });
       expectEnvelope(other, 409, "IDEMPOTENCY_CONFLICT");
+    });
+  }
+
+  if (route.ifMatch) {
+    test("a stale If-Match answers 409 VERSION_CONFLICT with the current ETag and changes nothing", async () => {
+      const before = await readBack(route);
+      const events = auditCount();
+      const response = await t.call(route.method, pathFor(route), {
+        body: bodyFor(route),
+        headers: { "if-match": '"stale"' },
+      });
+      expectEnvelope(response, 409, "VERSION_CONFLICT");
+      expect(response.body.error.details.current_etag).toBe(before.etag);
+      expect(await readBack(route)).toEqual(before);
+      expect(auditCount()).toBe(events);
+    });
+
+    test("a weak If-Match never matches, not even the current tag's weak form: 409 and nothing changes", async () => {
+      const before = await readBack(route);
+      const events = auditCount();
+      for (const ifMatch of [`W/${before.etag}`, `W/"stale", W/${before.etag}`]) {
+        const response = await t.call(route.method, pathFor(route), {
+          body: bodyFor(route),
+          headers: { "if-match": ifMatch },
+        });
+        expectEnvelope(response, 409, "VERSION_CONFLICT");
+      }
+      expect(await readBack(route)).toEqual(before);
+      expect(auditCount()).toBe(events);
+    });
+
+    test("a malformed If-Match answers 400 INVALID_REQUEST and changes nothing", async () => {
+      const before = await readBack(route);
+      const events = auditCount();
+      const unbalanced = before.etag.slice(0, -1);
+      for (const ifMatch of [unbalanced, `*, ${before.etag}`, `${before.etag} ${before.etag}`, "abc", ""]) {
+        const response = await t.call(route.method, pathFor(route), {
+          body: bodyFor(route),
+          headers: { "if-match": ifMatch },
+        });
+        expectEnvelope(response, 400, "INVALID_REQUEST");
+      }
+      expect(await readBack(route)).toEqual(before);
+      expect(auditCount()).toBe(events);
+    });
+
+    test("a list of strong tags holding the current ETag matches", async () => {
+      const { etag } = await readBack(route);
+      const response = await t.call(route.method, pathFor(route), {
+        body: bodyFor(route),
+        headers: { "if-match": `"stale", W/"x", ${etag}` },
+      });
+      expect([400, 409]).not.toContain(response.status);
+    });
+  }
+
+  if (route.method === "GET" && !pathFor(route).includes(":")) {
+    test("answers a pagination object only if the table marks it as a list", async () => {
+      const response = await t.call("GET", pathFor(route));
+      expect(response.status).toBe(200);
+      expect(response.body.pagination !== undefined).toBe(route.list !== undefined);
+    });
+  }
+
+  if (route.list) {
+    const { idPrefix, order } = route.list;
+    test("a cursor this listing did not issue answers 400 INVALID_REQUEST; one it issued is taken", async () => {
+      const cursors = new PageCursors(t.deps.secrets);
+      const direction = order === "oldest" ? "after" : "before";
+      const position = `${idPrefix}_01M81Z00000000000000000000`;
+      const own: Listing = {
+        route: route.path,
+        idPrefix,
+        environment: "live",
+        filters: route.resource ? { id: ids.live[route.resource] } : {},
+      };
+      const listPath = (cursor: string) => `${pathFor(route)}?cursor=${encodeURIComponent(cursor)}`;
+      const genuine = cursors.issue(own, direction, position);
+      expect(genuine).toMatch(/^[A-Za-z0-9_-]{1,64}$/);
+      expect((await t.call("GET", listPath(genuine))).status).toBe(200);
+      const other = MANAGEMENT_ROUTES.find((r) => r.list && r.path !== route.path && !r.resource);
+      const refused = [
+        // What the earlier format accepted: the position in plain (base64url) JSON.
+        Buffer.from(JSON.stringify({ [direction]: position })).toString("base64url"),
+        Buffer.from(JSON.stringify({ [direction]: `${idPrefix}_${"Z".repeat(26)}` })).toString("base64url"),
+        // The genuine cursor in standard base64, and altered in its position or its tag.
+        `${genuine.replaceAll("-", "+").replaceAll("_", "/")}=`,
+        `${genuine.slice(0, 5)}${genuine[5] === "A" ? "B" : "A"}${genuine.slice(6)}`,
+        `${genuine.slice(0, -1)}${genuine.endsWith("A") ? "B" : "A"}`,
+        // Genuine cursors of another listing, the other environment, other filters, the other direction.
+        cursors.issue({ ...own, route: other?.path ?? "/mgmt/v1/other" }, direction, position),
+        cursors.issue({ ...own, environment: "test" }, direction, position),
+        cursors.issue({ ...own, filters: { ...own.filters, status: "x" } }, direction, position),
+        cursors.issue(own, direction === "before" ? "after" : "before", position),
+      ];
+      for (const cursor of refused) {
+        expectEnvelope(await t.call("GET", listPath(cursor)), 400, "INVALID_REQUEST");
+      }
     });
   }
 

@@ -93,7 +93,7 @@ describe("secret rotation", () => {
   test("during the overlap every delivery verifies with both secrets; after it, only with the new one", async () => {
     const service = endpoints();
     const { row, secret: oldSecret } = subscribe();
-    const { secret: newSecret } = service.rotateSecret(row.id, 3600, ctx);
+    const { secret: newSecret } = service.rotateSecret(row.id, 3600, undefined, ctx);
     await customerCreated("during");
     await dispatcher().runOnce();
     const during = receiver.received[0] as Received;

@@ -1,25 +1,29 @@
 import { Elysia } from "elysia";
 import { managementAuth } from "../../http/auth.ts";
 import { changeContext } from "../../http/context.ts";
-import { PageQuery, pageRequest, splitPage } from "../../http/pagination.ts";
+import { PageQuery } from "../../http/pagination.ts";
 import { noContent } from "../../http/respond.ts";
 import type { Services } from "../../services.ts";
 import { presentActivation } from "./management-service.ts";
 import { activationModels } from "./model.ts";
 
-export const managementActivationsController = ({ activationAdmin }: Services) =>
+export const managementActivationsController = ({ activationAdmin, pages }: Services) =>
   new Elysia({ prefix: "/mgmt/v1", detail: { tags: ["Activations"] } })
     .use(managementAuth)
     .model(activationModels)
     .get(
       "/licenses/:id/activations",
       ({ caller, params, query }) => {
-        const page = pageRequest(query, "act");
-        const { rows, pagination } = splitPage(
+        const page = pages.newestFirst(query, {
+          route: "/mgmt/v1/licenses/:id/activations",
+          idPrefix: "act",
+          environment: caller.environment,
+          filters: { id: params.id },
+        });
+        return page.present(
           activationAdmin.listForLicense(params.id, caller.environment, page),
-          page.limit,
+          presentActivation,
         );
-        return { data: rows.map(presentActivation), pagination };
       },
       {
         scope: "licenses:read",

@@ -3,7 +3,7 @@ import { managementAuth } from "../../http/auth.ts";
 import { changeContext } from "../../http/context.ts";
 import { emailField } from "../../http/email-field.ts";
 import { postOnce } from "../../http/idempotency.ts";
-import { pageRequest, toPage } from "../../http/pagination.ts";
+import { parseIfMatch } from "../../http/preconditions.ts";
 import { noContent } from "../../http/respond.ts";
 import { IfMatchHeaders, RequiredIdempotencyHeaders } from "../../http/schemas.ts";
 import type { Services } from "../../services.ts";
@@ -12,15 +12,20 @@ import { customerEtag, presentCustomer } from "./service.ts";
 
 const ROUTE = "/mgmt/v1/customers";
 
-export const customersController = ({ customers, idempotency }: Services) =>
+export const customersController = ({ customers, idempotency, pages }: Services) =>
   new Elysia({ prefix: ROUTE, detail: { tags: ["Customers"] } })
     .use(managementAuth)
     .model(customerModels)
     .get(
       "",
-      ({ query }) => {
-        const page = pageRequest(query, "cus");
-        return toPage(customers.list(page, query.email), page.limit, presentCustomer);
+      ({ caller, query }) => {
+        const page = pages.newestFirst(query, {
+          route: ROUTE,
+          idPrefix: "cus",
+          environment: caller.environment,
+          filters: { email: query.email },
+        });
+        return page.present(customers.list(page, query.email), presentCustomer);
       },
       {
         scope: "customers:read",
@@ -64,7 +69,12 @@ export const customersController = ({ customers, idempotency }: Services) =>
       "/:id",
       ({ caller, params, body, headers, request, set }) => {
         if (body.email) emailField(body.email);
-        const row = customers.update(params.id, body, headers["if-match"], changeContext(caller, request));
+        const row = customers.update(
+          params.id,
+          body,
+          parseIfMatch(headers["if-match"]),
+          changeContext(caller, request),
+        );
         set.headers.etag = customerEtag(row);
         return { data: presentCustomer(row) };
       },
@@ -78,9 +88,13 @@ export const customersController = ({ customers, idempotency }: Services) =>
     )
     .delete(
       "/:id",
-      ({ caller, params, request }) => {
-        customers.archive(params.id, changeContext(caller, request));
+      ({ caller, params, headers, request }) => {
+        customers.archive(params.id, parseIfMatch(headers["if-match"]), changeContext(caller, request));
         return noContent();
       },
-      { scope: "customers:write", detail: { summary: "Archive a customer" } },
+      {
+        scope: "customers:write",
+        headers: IfMatchHeaders,
+        detail: { summary: "Archive a customer (If-Match: the ETag, unchanged)" },
+      },
     );

@@ -3,7 +3,7 @@ import type { ChangeContext, Deps } from "../../deps.ts";
 import { parseEmailAddress } from "../../domain/email-address.ts";
 import { ApiError } from "../../http/errors.ts";
 import type { PageRequest } from "../../http/pagination.ts";
-import { ifMatchAccepts, opaqueEtag, versionConflict } from "../../http/preconditions.ts";
+import { assertIfMatch, type IfMatch, opaqueEtag } from "../../http/preconditions.ts";
 import { customers, licenses } from "../../store/schema/index.ts";
 import { recordAudit } from "../events/service.ts";
 import type { CustomerBody } from "./model.ts";
@@ -99,11 +99,11 @@ export class CustomerService {
     return row;
   }
 
-  update(id: string, body: CustomerBody, ifMatch: string | undefined, ctx: ChangeContext): CustomerRow {
+  update(id: string, body: CustomerBody, ifMatch: IfMatch | undefined, ctx: ChangeContext): CustomerRow {
     return this.deps.db.transaction((tx) => {
       const current = this.get(id);
       this.assertMayChange(current, ctx);
-      if (!ifMatchAccepts(ifMatch, customerEtag(current))) throw versionConflict(customerEtag(current));
+      assertIfMatch(ifMatch, customerEtag(current));
       if (current.status === "archived") {
         throw new ApiError("INVALID_TRANSITION", "An archived customer cannot change.", { from: "archived" });
       }
@@ -138,10 +138,12 @@ export class CustomerService {
     });
   }
 
-  archive(id: string, ctx: ChangeContext): void {
+  /** Archiving twice is harmless; a stale If-Match still refuses. */
+  archive(id: string, ifMatch: IfMatch | undefined, ctx: ChangeContext): void {
     this.deps.db.transaction((tx) => {
       const current = this.get(id);
       this.assertMayChange(current, ctx);
+      assertIfMatch(ifMatch, customerEtag(current));
       if (current.status === "archived") return;
       const now = this.deps.clock.now();
       tx.update(customers)

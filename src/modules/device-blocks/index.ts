@@ -2,8 +2,8 @@ import { Type } from "@sinclair/typebox";
 import { Elysia } from "elysia";
 import { managementAuth } from "../../http/auth.ts";
 import { changeContext } from "../../http/context.ts";
-import { ApiError } from "../../http/errors.ts";
-import { PageQuery, pageRequest, toPage } from "../../http/pagination.ts";
+import { FieldErrorCollector } from "../../http/errors.ts";
+import { PageQuery } from "../../http/pagination.ts";
 import { json, noContent } from "../../http/respond.ts";
 import { DateTime, dataOf, IdField, listOf, Nullable } from "../../http/schemas.ts";
 import { StringEnum } from "../../http/schemas-enum.ts";
@@ -30,7 +30,7 @@ const DeviceBlock = Type.Object({
 });
 
 /** The device-risk policy: block a device key (by thumbprint) or a license from the runtime API. */
-export const deviceBlocksController = ({ deviceBlocks, licenses }: Services) =>
+export const deviceBlocksController = ({ deviceBlocks, licenses, pages }: Services) =>
   new Elysia({ prefix: "/mgmt/v1/device-blocks", detail: { tags: ["Activations"] } })
     .use(managementAuth)
     .model({
@@ -41,8 +41,12 @@ export const deviceBlocksController = ({ deviceBlocks, licenses }: Services) =>
     .get(
       "",
       ({ caller, query }) => {
-        const page = pageRequest(query, "blk");
-        return toPage(deviceBlocks.list(caller.environment, page), page.limit, presentDeviceBlock);
+        const page = pages.newestFirst(query, {
+          route: "/mgmt/v1/device-blocks",
+          idPrefix: "blk",
+          environment: caller.environment,
+        });
+        return page.present(deviceBlocks.list(caller.environment, page), presentDeviceBlock);
       },
       {
         scope: "licenses:read",
@@ -54,14 +58,18 @@ export const deviceBlocksController = ({ deviceBlocks, licenses }: Services) =>
     .post(
       "",
       ({ caller, body, request }) => {
-        const target = body.kind === "device_key" ? body.device_signing_key_thumbprint : body.license_id;
-        if (!target) {
-          const field = body.kind === "device_key" ? "device_signing_key_thumbprint" : "license_id";
-          throw ApiError.validation({ [field]: [`is required when kind is ${body.kind}`] });
-        }
-        if (body.kind === "license" && !licenses.exists(target, caller.environment)) {
-          throw ApiError.validation({ license_id: ["does not exist for this key"] });
-        }
+        // Each kind takes its own target field; the other one is refused, never silently dropped.
+        const field = body.kind === "device_key" ? "device_signing_key_thumbprint" : "license_id";
+        const otherField = body.kind === "device_key" ? "license_id" : "device_signing_key_thumbprint";
+        const target = body[field];
+        const errors = new FieldErrorCollector();
+        if (!target) errors.add(field, `is required when kind is ${body.kind}`);
+        if (body[otherField] !== undefined)
+          errors.add(otherField, `does not apply when kind is ${body.kind}`);
+        if (target && body.kind === "license" && !licenses.exists(target, caller.environment))
+          errors.add("license_id", "does not exist for this key");
+        errors.throwIfAny();
+        if (!target) throw new Error("unreachable: a missing target is a field error");
         const row = deviceBlocks.create(
           { kind: body.kind, target, reason: body.reason ?? null },
           changeContext(caller, request),
@@ -83,5 +91,5 @@ export const deviceBlocksController = ({ deviceBlocks, licenses }: Services) =>
         deviceBlocks.remove(params.id, changeContext(caller, request));
         return noContent();
       },
-      { scope: "licenses:write", detail: { summary: "Lift a block" } },
+      { scope: "licenses:write", detail: { summary: "Lift a block (repeating is harmless)" } },
     );

@@ -1,4 +1,4 @@
-import { and, desc, eq, lt } from "drizzle-orm";
+import { and, desc, eq, isNull, lt } from "drizzle-orm";
 import type { ChangeContext, Deps } from "../../deps.ts";
 import type { Environment } from "../../domain/scopes.ts";
 import { ApiError } from "../../http/errors.ts";
@@ -26,11 +26,13 @@ export class DeviceBlockService {
 
   constructor(private readonly deps: Deps) {
     this.lookup = deps.sqlite.prepare<{ one: number }, [string, string, string]>(
-      "SELECT 1 AS one FROM device_blocks WHERE environment = ? AND kind = ? AND target = ?",
+      "SELECT 1 AS one FROM device_blocks WHERE environment = ? AND kind = ? AND target = ? AND removed_at IS NULL",
     );
     this.lookupBoth = deps.sqlite.prepare<{ kind: string }, [string, string, string]>(
-      `SELECT kind FROM device_blocks WHERE environment = ?1
-       AND ((kind = 'license' AND target = ?2) OR (kind = 'device_key' AND target = ?3))`,
+      // Two point lookups in the index of blocks in force, not a walk through the environment's.
+      `SELECT kind FROM device_blocks
+       WHERE (environment = ?1 AND kind = 'license' AND target = ?2 AND removed_at IS NULL)
+          OR (environment = ?1 AND kind = 'device_key' AND target = ?3 AND removed_at IS NULL)`,
     );
   }
 
@@ -44,6 +46,7 @@ export class DeviceBlockService {
     return { license: kinds.includes("license"), device: kinds.includes("device_key") };
   }
 
+  /** The blocks in force; lifted ones are kept only so that lifting them again is harmless. */
   list(environment: Environment, page: PageRequest): DeviceBlockRow[] {
     return this.deps.db
       .select()
@@ -51,6 +54,7 @@ export class DeviceBlockService {
       .where(
         and(
           eq(deviceBlocks.environment, environment),
+          isNull(deviceBlocks.removedAt),
           page.before ? lt(deviceBlocks.id, page.before) : undefined,
         ),
       )
@@ -73,6 +77,7 @@ export class DeviceBlockService {
             eq(deviceBlocks.environment, ctx.environment),
             eq(deviceBlocks.kind, input.kind),
             eq(deviceBlocks.target, input.target),
+            isNull(deviceBlocks.removedAt),
           ),
         )
         .get();
@@ -85,6 +90,7 @@ export class DeviceBlockService {
         target: input.target,
         reason: input.reason,
         createdAt: now,
+        removedAt: null,
       };
       tx.insert(deviceBlocks).values(row).run();
       recordAudit(tx, this.deps, ctx, {
@@ -96,11 +102,16 @@ export class DeviceBlockService {
     });
   }
 
+  /**
+   * Lifts a block. The row stays, marked removed, so lifting it again answers 204 and changes
+   * nothing, like every other DELETE of the API; an id that never was a block is 404.
+   */
   remove(id: string, ctx: ChangeContext): void {
     this.deps.db.transaction((tx) => {
       const row = tx.select().from(deviceBlocks).where(eq(deviceBlocks.id, id)).get();
       if (!row || row.environment !== ctx.environment) throw ApiError.notFound("device block");
-      tx.delete(deviceBlocks).where(eq(deviceBlocks.id, id)).run();
+      if (row.removedAt !== null) return;
+      tx.update(deviceBlocks).set({ removedAt: this.deps.clock.now() }).where(eq(deviceBlocks.id, id)).run();
       recordAudit(tx, this.deps, ctx, { type: "device_block.removed", target: { type: "device_block", id } });
     });
   }

@@ -125,7 +125,7 @@ function errorResponsesFor(path: string, operation: Operation): Record<string, u
   if (path.includes("{")) statuses.add(404);
   if (hasQuery) add(400, 422);
   if (operation.requestBody) add(400, 413, 422);
-  if (header("if-match") || header("idempotency-key")) statuses.add(409);
+  if (header("if-match") || header("idempotency-key")) add(400, 409);
   if (deviceProof) add(400, 401, 403, 404, 410, 422);
   if (path === "/runtime/v1/activations") add(401, 403, 404, 409, 422);
   if (path.includes("/trust-bundle") || path === "/runtime/v1/time") add(404, 409);

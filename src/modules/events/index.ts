@@ -1,7 +1,7 @@
 import { Type } from "@sinclair/typebox";
 import { Elysia } from "elysia";
 import { managementAuth } from "../../http/auth.ts";
-import { PageQuery, pageRequest, toPage } from "../../http/pagination.ts";
+import { PageQuery } from "../../http/pagination.ts";
 import { DateTime, JsonObject, listOf, Nullable } from "../../http/schemas.ts";
 import type { Services } from "../../services.ts";
 import { presentAuditEvent } from "./service.ts";
@@ -18,15 +18,19 @@ const AuditEvent = Type.Object({
   created_at: DateTime(),
 });
 
-export const eventsController = ({ audit }: Services) =>
+export const eventsController = ({ audit, pages }: Services) =>
   new Elysia({ prefix: "/mgmt/v1/events", detail: { tags: ["Events"] } })
     .use(managementAuth)
     .model({ "event.list": listOf(AuditEvent) })
     .get(
       "",
       ({ caller, query }) => {
-        const page = pageRequest(query, "evt");
-        return toPage(audit.list(caller.environment, page), page.limit, presentAuditEvent);
+        const page = pages.newestFirst(query, {
+          route: "/mgmt/v1/events",
+          idPrefix: "evt",
+          environment: caller.environment,
+        });
+        return page.present(audit.list(caller.environment, page), presentAuditEvent);
       },
       {
         scope: "events:read",

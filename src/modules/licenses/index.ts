@@ -2,8 +2,7 @@ import { Elysia } from "elysia";
 import { managementAuth } from "../../http/auth.ts";
 import { changeContext } from "../../http/context.ts";
 import { postOnce } from "../../http/idempotency.ts";
-import { pageRequest, splitPage } from "../../http/pagination.ts";
-import { versionEtag, versionFromIfMatch } from "../../http/preconditions.ts";
+import { parseIfMatch, versionEtag } from "../../http/preconditions.ts";
 import { noContent } from "../../http/respond.ts";
 import { IfMatchHeaders, RequiredIdempotencyHeaders } from "../../http/schemas.ts";
 import type { Services } from "../../services.ts";
@@ -11,7 +10,7 @@ import { LicenseListQuery, licenseModels } from "./model.ts";
 
 const ROUTE = "/mgmt/v1/licenses";
 
-export const licensesController = ({ licenses, idempotency }: Services) => {
+export const licensesController = ({ licenses, idempotency, pages }: Services) => {
   const one = (row: Parameters<typeof licenses.presentOne>[0]) => licenses.presentOne(row);
   return new Elysia({ prefix: ROUTE, detail: { tags: ["Licenses"] } })
     .use(managementAuth)
@@ -19,12 +18,17 @@ export const licensesController = ({ licenses, idempotency }: Services) => {
     .get(
       "",
       ({ caller, query }) => {
-        const page = pageRequest(query, "lic");
+        const page = pages.newestFirst(query, {
+          route: ROUTE,
+          idPrefix: "lic",
+          environment: caller.environment,
+          filters: { product_id: query.product_id, customer_id: query.customer_id },
+        });
         const rows = licenses.list(caller.environment, page, {
           productId: query.product_id,
           customerId: query.customer_id,
         });
-        const { rows: pageRows, pagination } = splitPage(rows, page.limit);
+        const { rows: pageRows, pagination } = page.split(rows);
         return { data: licenses.present(pageRows), pagination };
       },
       {
@@ -64,7 +68,7 @@ export const licensesController = ({ licenses, idempotency }: Services) => {
         const row = licenses.update(
           params.id,
           body,
-          versionFromIfMatch(headers["if-match"]),
+          parseIfMatch(headers["if-match"]),
           changeContext(caller, request),
         );
         set.headers.etag = versionEtag(row.version);
@@ -82,11 +86,15 @@ export const licensesController = ({ licenses, idempotency }: Services) => {
     )
     .delete(
       "/:id",
-      ({ caller, params, request }) => {
-        licenses.revoke(params.id, changeContext(caller, request));
+      ({ caller, params, headers, request }) => {
+        licenses.revoke(params.id, parseIfMatch(headers["if-match"]), changeContext(caller, request));
         return noContent();
       },
-      { scope: "licenses:write", detail: { summary: "Revoke a license (terminal)" } },
+      {
+        scope: "licenses:write",
+        headers: IfMatchHeaders,
+        detail: { summary: "Revoke a license (terminal; If-Match: version)" },
+      },
     )
     .post(
       "/:id/convert-trial",
@@ -94,7 +102,7 @@ export const licensesController = ({ licenses, idempotency }: Services) => {
         const row = licenses.convertTrial(
           params.id,
           body,
-          versionFromIfMatch(headers["if-match"]),
+          parseIfMatch(headers["if-match"]),
           changeContext(caller, request),
         );
         set.headers.etag = versionEtag(row.version);

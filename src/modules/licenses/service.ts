@@ -1,5 +1,4 @@
 import { and, count, desc, eq, lt, ne } from "drizzle-orm";
-import { canonicalize } from "../../crypto/jcs.ts";
 import type { ChangeContext, Deps } from "../../deps.ts";
 import { canonicalLicenseKey, formatLicenseKey, generateLicenseKey } from "../../domain/license-key.ts";
 import { defaultExpiry, licenseStatus } from "../../domain/license-state.ts";
@@ -8,7 +7,7 @@ import type { PolicySettings } from "../../domain/policy-rules.ts";
 import type { Environment } from "../../domain/scopes.ts";
 import { ApiError, FieldErrorCollector } from "../../http/errors.ts";
 import type { PageRequest } from "../../http/pagination.ts";
-import { versionConflict, versionEtag } from "../../http/preconditions.ts";
+import { assertIfMatch, type IfMatch, versionEtag } from "../../http/preconditions.ts";
 import { bodyReference } from "../../http/references.ts";
 import { checkMetadataKeys } from "../../http/schemas.ts";
 import { preparedRowReader } from "../../store/prepared-select.ts";
@@ -20,7 +19,13 @@ import { settingsOf } from "../policies/service.ts";
 import { archived, type ProductService } from "../products/service.ts";
 import type { ConvertTrialBody, LicenseCreateBody, LicenseUpdateBody } from "./model.ts";
 import { presentLicense } from "./present.ts";
-import { checkEntitlements, checkExpiry, checkMergedEntitlementCount, sentExpiry } from "./terms.ts";
+import {
+  checkEntitlements,
+  checkExpiry,
+  checkMergedEntitlementCount,
+  fieldChanges,
+  sentExpiry,
+} from "./terms.ts";
 
 export type LicenseRow = typeof licenses.$inferSelect;
 
@@ -191,12 +196,15 @@ export class LicenseService {
     return row;
   }
 
-  update(id: string, body: LicenseUpdateBody, ifMatch: number | undefined, ctx: ChangeContext): LicenseRow {
+  update(id: string, body: LicenseUpdateBody, ifMatch: IfMatch | undefined, ctx: ChangeContext): LicenseRow {
     return this.deps.db.transaction((tx) => {
       const now = this.deps.clock.now();
       const current = this.get(id, ctx.environment);
-      if (ifMatch !== undefined && ifMatch !== current.version)
-        throw versionConflict(versionEtag(current.version));
+      assertIfMatch(ifMatch, versionEtag(current.version));
+      const suspendsOnly = Object.keys(body).every(
+        (field) => field === "reason" || (field === "status_action" && body.status_action === "suspended"),
+      );
+      if (!suspendsOnly) this.assertProductActive(current);
       const from = licenseStatus(current, now);
       if (from === "revoked")
         throw transition("revoked", body.status_action ?? "changed", "A revoked license cannot change.");
@@ -251,10 +259,20 @@ export class LicenseService {
     });
   }
 
-  /** Revocation is terminal. Revoking twice is harmless. */
-  revoke(id: string, ctx: ChangeContext): void {
+  /**
+   * Spec §7.3: an archived product takes no changes, so its licenses get no new terms, conversions,
+   * packages or users (409 PRODUCT_ARCHIVED). What only takes access away stays allowed: revoking
+   * and suspending (docs/api.md "Archived products").
+   */
+  assertProductActive(license: LicenseRow): void {
+    this.products.getActive(license.productId, license.environment);
+  }
+
+  /** Revocation is terminal. Revoking twice is harmless; a stale If-Match still refuses. */
+  revoke(id: string, ifMatch: IfMatch | undefined, ctx: ChangeContext): void {
     this.deps.db.transaction((tx) => {
       const current = this.get(id, ctx.environment);
+      assertIfMatch(ifMatch, versionEtag(current.version));
       if (current.status === "revoked") return;
       const now = this.deps.clock.now();
       tx.update(licenses)
@@ -269,14 +287,14 @@ export class LicenseService {
   convertTrial(
     id: string,
     body: ConvertTrialBody,
-    ifMatch: number | undefined,
+    ifMatch: IfMatch | undefined,
     ctx: ChangeContext,
   ): LicenseRow {
     return this.deps.db.transaction((tx) => {
       const now = this.deps.clock.now();
       const current = this.get(id, ctx.environment);
-      if (ifMatch !== undefined && ifMatch !== current.version)
-        throw versionConflict(versionEtag(current.version));
+      assertIfMatch(ifMatch, versionEtag(current.version));
+      this.assertProductActive(current);
       const from = licenseStatus(current, now);
       if (from === "revoked")
         throw transition("revoked", "converted", "A revoked license cannot be converted.");
@@ -352,33 +370,6 @@ export class LicenseService {
       }
     }
   }
-}
-
-/**
- * What an update really changes, compared by value (objects canonically), with the API names of the
- * changed fields for the audit trail. Sending a field's current value changes nothing.
- */
-function fieldChanges(current: LicenseRow, body: LicenseUpdateBody, expiry: Date | null | undefined) {
-  const changes: Partial<LicenseRow> = {};
-  const fields: string[] = [];
-  const set = <K extends keyof LicenseRow>(field: string, column: K, value: LicenseRow[K] | undefined) => {
-    if (value === undefined) return;
-    const same =
-      value instanceof Date || current[column] instanceof Date
-        ? (value as Date | null)?.getTime() === (current[column] as Date | null)?.getTime()
-        : canonicalize(value ?? null) === canonicalize(current[column] ?? null);
-    if (same) return;
-    changes[column] = value;
-    fields.push(field);
-  };
-  set("expires_at", "expiresAt", expiry);
-  set("renewal_authority", "renewalAuthority", body.renewal_authority);
-  set("max_machines_override", "maxMachinesOverride", body.max_machines_override);
-  set("max_concurrent_override", "maxConcurrentOverride", body.max_concurrent_override);
-  set("license_unit_limit_override", "licenseUnitLimitOverride", body.license_unit_limit_override);
-  set("entitlements", "entitlements", body.entitlements);
-  set("metadata", "metadata", body.metadata);
-  return { changes, fields };
 }
 
 const transition = (from: string, to: string, message: string) =>

@@ -1,7 +1,12 @@
+import { canonicalize } from "../../crypto/jcs.ts";
 import { parseDateTime } from "../../domain/datetime.ts";
 import { checkEntitlementCount, checkEntitlementMap } from "../../domain/entitlements.ts";
 import type { PlanDefinition } from "../../domain/plans.ts";
 import { ApiError, type FieldErrorCollector } from "../../http/errors.ts";
+import type { licenses } from "../../store/schema/index.ts";
+import type { LicenseUpdateBody } from "./model.ts";
+
+type LicenseRow = typeof licenses.$inferSelect;
 
 /**
  * `expires_at` and `expiry` are one field (DESIGN §4): undefined when neither was sent, null for
@@ -61,4 +66,31 @@ export function checkMergedEntitlementCount(
   errors: FieldErrorCollector,
 ): void {
   checkEntitlementCount(field, Object.keys(merged).length, (at, message) => errors.add(at, message));
+}
+
+/**
+ * What an update really changes, compared by value (objects canonically), with the API names of the
+ * changed fields for the audit trail. Sending a field's current value changes nothing.
+ */
+export function fieldChanges(current: LicenseRow, body: LicenseUpdateBody, expiry: Date | null | undefined) {
+  const changes: Partial<LicenseRow> = {};
+  const fields: string[] = [];
+  const set = <K extends keyof LicenseRow>(field: string, column: K, value: LicenseRow[K] | undefined) => {
+    if (value === undefined) return;
+    const same =
+      value instanceof Date || current[column] instanceof Date
+        ? (value as Date | null)?.getTime() === (current[column] as Date | null)?.getTime()
+        : canonicalize(value ?? null) === canonicalize(current[column] ?? null);
+    if (same) return;
+    changes[column] = value;
+    fields.push(field);
+  };
+  set("expires_at", "expiresAt", expiry);
+  set("renewal_authority", "renewalAuthority", body.renewal_authority);
+  set("max_machines_override", "maxMachinesOverride", body.max_machines_override);
+  set("max_concurrent_override", "maxConcurrentOverride", body.max_concurrent_override);
+  set("license_unit_limit_override", "licenseUnitLimitOverride", body.license_unit_limit_override);
+  set("entitlements", "entitlements", body.entitlements);
+  set("metadata", "metadata", body.metadata);
+  return { changes, fields };
 }

@@ -2,7 +2,7 @@ import { Elysia } from "elysia";
 import { managementAuth } from "../../http/auth.ts";
 import { changeContext } from "../../http/context.ts";
 import { postOnce } from "../../http/idempotency.ts";
-import { pageRequest, toPage } from "../../http/pagination.ts";
+import { parseIfMatch } from "../../http/preconditions.ts";
 import { noContent } from "../../http/respond.ts";
 import { IdempotencyHeaders, IfMatchHeaders } from "../../http/schemas.ts";
 import type { Services } from "../../services.ts";
@@ -19,16 +19,21 @@ const USERS = "/mgmt/v1/license-users";
 export const namedUsersController = (services: Services) =>
   new Elysia().use(managementRoutes(services)).use(passkeysController(services));
 
-const managementRoutes = ({ namedUsers, twoFactor, passkeys, licenses, idempotency }: Services) =>
+const managementRoutes = ({ namedUsers, twoFactor, passkeys, licenses, idempotency, pages }: Services) =>
   new Elysia({ prefix: "/mgmt/v1", detail: { tags: ["Named users"] } })
     .use(managementAuth)
     .model(namedUserModels)
     .get(
       "/license-users",
       ({ caller, query }) => {
-        const page = pageRequest(query, "usr");
+        const page = pages.newestFirst(query, {
+          route: USERS,
+          idPrefix: "usr",
+          environment: caller.environment,
+          filters: { email: query.email, status: query.status },
+        });
         const rows = namedUsers.list(caller.environment, page, { email: query.email, status: query.status });
-        return toPage(rows, page.limit, (row) => namedUsers.present(row));
+        return page.present(rows, (row) => namedUsers.present(row));
       },
       {
         scope: "licenses:read",
@@ -78,7 +83,12 @@ const managementRoutes = ({ namedUsers, twoFactor, passkeys, licenses, idempoten
     .patch(
       "/license-users/:id",
       ({ caller, params, body, headers, request, set }) => {
-        const row = namedUsers.update(params.id, body, headers["if-match"], changeContext(caller, request));
+        const row = namedUsers.update(
+          params.id,
+          body,
+          parseIfMatch(headers["if-match"]),
+          changeContext(caller, request),
+        );
         set.headers.etag = licenseUserEtag(row);
         return { data: namedUsers.present(row) };
       },
@@ -92,20 +102,28 @@ const managementRoutes = ({ namedUsers, twoFactor, passkeys, licenses, idempoten
     )
     .delete(
       "/license-users/:id",
-      ({ caller, params, request }) => {
-        namedUsers.disable(params.id, changeContext(caller, request));
+      ({ caller, params, headers, request }) => {
+        namedUsers.disable(params.id, parseIfMatch(headers["if-match"]), changeContext(caller, request));
         return noContent();
       },
-      { scope: "licenses:write", detail: { summary: "Disable a license user" } },
+      {
+        scope: "licenses:write",
+        headers: IfMatchHeaders,
+        detail: { summary: "Disable a license user (If-Match: the ETag)" },
+      },
     )
     .get(
       "/license-users/:id/assignments",
       ({ caller, params, query }) => {
         namedUsers.get(params.id, caller.environment);
-        const page = pageRequest(query, "asg");
-        return toPage(
+        const page = pages.newestFirst(query, {
+          route: `${USERS}/:id/assignments`,
+          idPrefix: "asg",
+          environment: caller.environment,
+          filters: { id: params.id, status: query.status },
+        });
+        return page.present(
           namedUsers.listAssignments({ userId: params.id }, page, query.status),
-          page.limit,
           presentAssignment,
         );
       },
@@ -120,10 +138,14 @@ const managementRoutes = ({ namedUsers, twoFactor, passkeys, licenses, idempoten
       "/licenses/:id/assignments",
       ({ caller, params, query }) => {
         licenses.get(params.id, caller.environment);
-        const page = pageRequest(query, "asg");
-        return toPage(
+        const page = pages.newestFirst(query, {
+          route: "/mgmt/v1/licenses/:id/assignments",
+          idPrefix: "asg",
+          environment: caller.environment,
+          filters: { id: params.id, status: query.status },
+        });
+        return page.present(
           namedUsers.listAssignments({ licenseId: params.id }, page, query.status),
-          page.limit,
           presentAssignment,
         );
       },
@@ -169,37 +191,52 @@ const managementRoutes = ({ namedUsers, twoFactor, passkeys, licenses, idempoten
     )
     .post(
       "/license-users/:id/two-factor/totp",
-      ({ caller, params, request, set }) => {
+      ({ caller, params, headers, request, set }) => {
+        const enrolment = twoFactor.enrol(
+          params.id,
+          parseIfMatch(headers["if-match"]),
+          changeContext(caller, request),
+        );
         set.status = 201;
         set.headers["cache-control"] = "no-store";
-        return { data: twoFactor.enrol(params.id, changeContext(caller, request)) };
+        return { data: enrolment };
       },
       {
         scope: "licenses:write",
+        headers: IfMatchHeaders,
         response: { 201: "two_factor.enrolment" },
         detail: { summary: "Enrol TOTP: the otpauth:// URI and ten recovery codes, shown once" },
       },
     )
     .post(
       "/license-users/:id/two-factor/totp/confirm",
-      ({ caller, params, body, request }) => ({
-        data: namedUsers.present(twoFactor.confirm(params.id, body.code, changeContext(caller, request))),
-      }),
+      ({ caller, params, body, headers, request, set }) => {
+        const row = twoFactor.confirm(
+          params.id,
+          body.code,
+          parseIfMatch(headers["if-match"]),
+          changeContext(caller, request),
+        );
+        set.headers.etag = licenseUserEtag(row);
+        return { data: namedUsers.present(row) };
+      },
       {
         scope: "licenses:write",
         body: "two_factor.confirm",
+        headers: IfMatchHeaders,
         response: { 200: "license_user.response" },
         detail: { summary: "Turn TOTP on with a code from the authenticator" },
       },
     )
     .delete(
       "/license-users/:id/two-factor",
-      ({ caller, params, request }) => {
-        twoFactor.disable(params.id, changeContext(caller, request));
+      ({ caller, params, headers, request }) => {
+        twoFactor.disable(params.id, parseIfMatch(headers["if-match"]), changeContext(caller, request));
         return noContent();
       },
       {
         scope: "licenses:write",
+        headers: IfMatchHeaders,
         detail: { summary: "Turn two-factor off (secret and recovery codes deleted)" },
       },
     )
@@ -218,11 +255,18 @@ const managementRoutes = ({ namedUsers, twoFactor, passkeys, licenses, idempoten
     )
     .post(
       "/license-users/:id/two-factor/unlock",
-      ({ caller, params, request }) => ({
-        data: namedUsers.present(twoFactor.unlock(params.id, changeContext(caller, request))),
-      }),
+      ({ caller, params, headers, request, set }) => {
+        const row = twoFactor.unlock(
+          params.id,
+          parseIfMatch(headers["if-match"]),
+          changeContext(caller, request),
+        );
+        set.headers.etag = licenseUserEtag(row);
+        return { data: namedUsers.present(row) };
+      },
       {
         scope: "licenses:write",
+        headers: IfMatchHeaders,
         response: { 200: "license_user.response" },
         detail: { summary: "Unlock two-factor after TWO_FACTOR_LOCKED" },
       },

@@ -6,7 +6,7 @@ import type { Environment } from "../../domain/scopes.ts";
 import { emailField } from "../../http/email-field.ts";
 import { ApiError } from "../../http/errors.ts";
 import type { PageRequest } from "../../http/pagination.ts";
-import { ifMatchAccepts, opaqueEtag, versionConflict } from "../../http/preconditions.ts";
+import { assertIfMatch, type IfMatch, opaqueEtag } from "../../http/preconditions.ts";
 import {
   customers,
   licenseAssignments,
@@ -14,9 +14,11 @@ import {
   licenseUsers,
   passkeys,
   policies,
+  products,
   recoveryCodes,
 } from "../../store/schema/index.ts";
 import { recordAudit } from "../events/service.ts";
+import { archived } from "../products/service.ts";
 import type { LicenseUserCreateBody, LicenseUserUpdateBody } from "./model.ts";
 
 export type LicenseUserRow = typeof licenseUsers.$inferSelect;
@@ -143,13 +145,13 @@ export class NamedUserService {
   update(
     id: string,
     body: LicenseUserUpdateBody,
-    ifMatch: string | undefined,
+    ifMatch: IfMatch | undefined,
     ctx: ChangeContext,
   ): LicenseUserRow {
     return this.deps.db.transaction((tx) => {
       const current = this.get(id, ctx.environment);
-      if (!ifMatchAccepts(ifMatch, licenseUserEtag(current))) throw versionConflict(licenseUserEtag(current));
-      if (body.customer_id !== undefined) this.assertCustomer(body.customer_id);
+      assertIfMatch(ifMatch, licenseUserEtag(current));
+      if (body.customer_id !== undefined) this.assertCustomer(body.customer_id, current.customerId);
       const changes: Partial<LicenseUserRow> = {};
       const changed: string[] = [];
       const set = <K extends keyof LicenseUserRow>(
@@ -198,10 +200,12 @@ export class NamedUserService {
     });
   }
 
-  disable(id: string, ctx: ChangeContext): void {
+  /** Disabling twice is harmless; a stale If-Match still refuses. */
+  disable(id: string, ifMatch: IfMatch | undefined, ctx: ChangeContext): void {
     const current = this.get(id, ctx.environment);
+    assertIfMatch(ifMatch, licenseUserEtag(current));
     if (current.status === "disabled") return;
-    this.update(id, { status: "disabled" }, undefined, ctx);
+    this.update(id, { status: "disabled" }, ifMatch, ctx);
   }
 
   listAssignments(
@@ -232,6 +236,9 @@ export class NamedUserService {
       (tx) => {
         const license = tx.select().from(licenses).where(eq(licenses.id, licenseId)).get();
         if (!license || license.environment !== ctx.environment) throw ApiError.notFound("license");
+        // Spec §7.3: an archived product's licenses take no new users (removing one stays allowed).
+        const product = tx.select().from(products).where(eq(products.id, license.productId)).get();
+        if (product?.status === "archived") throw archived(product.id);
         const user = tx.select().from(licenseUsers).where(eq(licenseUsers.id, userId)).get();
         if (!user || user.environment !== ctx.environment) {
           throw ApiError.validation({ user_id: ["no license user with that id in this environment"] });
@@ -349,13 +356,20 @@ export class NamedUserService {
       .get()?.id;
   }
 
-  private assertCustomer(customerId: string | null | undefined): void {
+  /**
+   * docs/api.md: an archived customer cannot change and receives nothing new, so a user is not
+   * linked to one (422 keyed customer_id, as a license for one is). Resending the link a user
+   * already has links nothing.
+   */
+  private assertCustomer(customerId: string | null | undefined, linked: string | null = null): void {
     if (!customerId) return;
     const found = this.deps.db
-      .select({ id: customers.id })
+      .select({ status: customers.status })
       .from(customers)
       .where(eq(customers.id, customerId))
       .get();
     if (!found) throw ApiError.validation({ customer_id: ["no customer with that id"] });
+    if (found.status === "archived" && customerId !== linked)
+      throw ApiError.validation({ customer_id: ["is archived"] });
   }
 }

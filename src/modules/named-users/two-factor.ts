@@ -3,11 +3,12 @@ import { Secret, TOTP } from "otpauth";
 import type { ChangeContext, Deps } from "../../deps.ts";
 import { CROCKFORD_ALPHABET } from "../../domain/base32.ts";
 import { ApiError } from "../../http/errors.ts";
+import { assertIfMatch, type IfMatch } from "../../http/preconditions.ts";
 import type { Db } from "../../store/db.ts";
 import { licenseUsers, recoveryCodes } from "../../store/schema/index.ts";
 import { recordAudit } from "../events/service.ts";
 import { APPROVAL_CODE_PATTERN, type PasskeyService } from "./passkeys.ts";
-import type { LicenseUserRow, NamedUserService } from "./service.ts";
+import { type LicenseUserRow, licenseUserEtag, type NamedUserService } from "./service.ts";
 
 /**
  * Wrong second factors in a row, across verifications, before two-factor locks for the user (403
@@ -67,11 +68,13 @@ export class TwoFactorService {
     return user.totpStatus === "enabled" || this.passkeys.count(user.id) > 0;
   }
 
-  enrol(userId: string, ctx: ChangeContext) {
+  /** The two-factor routes change the user (its ETag): each honours If-Match like PATCH does. */
+  enrol(userId: string, ifMatch: IfMatch | undefined, ctx: ChangeContext) {
     const codes = Array.from({ length: RECOVERY_CODE_COUNT }, recoveryCode);
     const secret = new Secret({ size: 20 });
     const user = this.deps.db.transaction((tx) => {
       const current = this.users.get(userId, ctx.environment);
+      assertIfMatch(ifMatch, licenseUserEtag(current));
       if (current.status !== "active")
         throw new ApiError("INVALID_TRANSITION", "The user is disabled.", { from: "disabled" });
       if (current.totpStatus === "enabled") {
@@ -112,9 +115,10 @@ export class TwoFactorService {
   }
 
   /** Turns an enrolment on once the user shows a code from the authenticator. */
-  confirm(userId: string, code: string, ctx: ChangeContext): LicenseUserRow {
+  confirm(userId: string, code: string, ifMatch: IfMatch | undefined, ctx: ChangeContext): LicenseUserRow {
     return this.deps.db.transaction((tx) => {
       const current = this.users.get(userId, ctx.environment);
+      assertIfMatch(ifMatch, licenseUserEtag(current));
       if (current.totpStatus !== "pending") {
         throw new ApiError(
           "INVALID_TRANSITION",
@@ -142,9 +146,10 @@ export class TwoFactorService {
     });
   }
 
-  disable(userId: string, ctx: ChangeContext): void {
+  disable(userId: string, ifMatch: IfMatch | undefined, ctx: ChangeContext): void {
     this.deps.db.transaction((tx) => {
       const current = this.users.get(userId, ctx.environment);
+      assertIfMatch(ifMatch, licenseUserEtag(current));
       if (current.totpStatus === "none" && this.passkeys.count(userId) === 0) return;
       this.passkeys.deleteAll(tx, userId);
       tx.update(licenseUsers)
@@ -167,9 +172,10 @@ export class TwoFactorService {
     });
   }
 
-  unlock(userId: string, ctx: ChangeContext): LicenseUserRow {
+  unlock(userId: string, ifMatch: IfMatch | undefined, ctx: ChangeContext): LicenseUserRow {
     return this.deps.db.transaction((tx) => {
       const current = this.users.get(userId, ctx.environment);
+      assertIfMatch(ifMatch, licenseUserEtag(current));
       if (current.twoFactorLockedAt === null && current.secondFactorFailures === 0) return current;
       const next = {
         ...current,

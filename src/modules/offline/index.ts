@@ -40,7 +40,7 @@ export const offlineController = ({ offlinePackages }: Services) =>
               "INSUFFICIENT_SCOPE; PLAN_ENTITLEMENT_REQUIRED (offline_packages); LICENSE_REVOKED, LICENSE_EXPIRED, LICENSE_SUSPENDED, LICENSE_BLOCKED, DEVICE_BLOCKED.",
             ),
             409: errorEnvelopeResponse(
-              "OFFLINE_REQUEST_USED (generate a new request), MACHINE_LIMIT_REACHED, DEVICE_KEY_MISMATCH, SIGNING_KEY_PENDING.",
+              "OFFLINE_REQUEST_USED (generate a new request), MACHINE_LIMIT_REACHED, DEVICE_KEY_MISMATCH, SIGNING_KEY_PENDING, PRODUCT_ARCHIVED.",
             ),
             422: errorEnvelopeResponse(
               "VALIDATION_FAILED (request fields, device_proof, generated_at, expires_at), OFFLINE_PACKAGE_NOT_ALLOWED.",

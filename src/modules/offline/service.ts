@@ -55,6 +55,7 @@ export class OfflinePackageService {
   issue(licenseId: string, body: OfflineCertificateBody, ctx: ChangeContext): IssuedPackage {
     const now = this.deps.clock.now();
     const license = this.licenses.get(licenseId, ctx.environment);
+    this.licenses.assertProductActive(license);
     const plan = this.plan();
     if (!hasFeature(plan, "offline_packages")) {
       throw new ApiError(

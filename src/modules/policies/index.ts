@@ -2,7 +2,7 @@ import { Elysia } from "elysia";
 import { managementAuth } from "../../http/auth.ts";
 import { changeContext } from "../../http/context.ts";
 import { postOnce } from "../../http/idempotency.ts";
-import { pageRequest, toPage } from "../../http/pagination.ts";
+import { parseIfMatch } from "../../http/preconditions.ts";
 import { noContent } from "../../http/respond.ts";
 import { IfMatchHeaders, RequiredIdempotencyHeaders } from "../../http/schemas.ts";
 import type { Services } from "../../services.ts";
@@ -11,15 +11,20 @@ import { policyEtag, presentPolicy } from "./service.ts";
 
 const ROUTE = "/mgmt/v1/policies";
 
-export const policiesController = ({ policies, idempotency }: Services) =>
+export const policiesController = ({ policies, idempotency, pages }: Services) =>
   new Elysia({ prefix: ROUTE, detail: { tags: ["Policies"] } })
     .use(managementAuth)
     .model(policyModels)
     .get(
       "",
       ({ caller, query }) => {
-        const page = pageRequest(query, "pol");
-        return toPage(policies.list(caller.environment, page, query.product_id), page.limit, presentPolicy);
+        const page = pages.newestFirst(query, {
+          route: ROUTE,
+          idPrefix: "pol",
+          environment: caller.environment,
+          filters: { product_id: query.product_id },
+        });
+        return page.present(policies.list(caller.environment, page, query.product_id), presentPolicy);
       },
       {
         scope: "policies:read",
@@ -59,7 +64,12 @@ export const policiesController = ({ policies, idempotency }: Services) =>
     .patch(
       "/:id",
       ({ caller, params, body, headers, request, set }) => {
-        const row = policies.update(params.id, body, headers["if-match"], changeContext(caller, request));
+        const row = policies.update(
+          params.id,
+          body,
+          parseIfMatch(headers["if-match"]),
+          changeContext(caller, request),
+        );
         set.headers.etag = policyEtag(row);
         return { data: presentPolicy(row) };
       },
@@ -73,9 +83,13 @@ export const policiesController = ({ policies, idempotency }: Services) =>
     )
     .delete(
       "/:id",
-      ({ caller, params, request }) => {
-        policies.retire(params.id, changeContext(caller, request));
+      ({ caller, params, headers, request }) => {
+        policies.retire(params.id, parseIfMatch(headers["if-match"]), changeContext(caller, request));
         return noContent();
       },
-      { scope: "policies:write", detail: { summary: "Retire a policy" } },
+      {
+        scope: "policies:write",
+        headers: IfMatchHeaders,
+        detail: { summary: "Retire a policy (If-Match: the ETag, unchanged)" },
+      },
     );

@@ -12,7 +12,7 @@ import {
 import type { Environment } from "../../domain/scopes.ts";
 import { ApiError } from "../../http/errors.ts";
 import type { PageRequest } from "../../http/pagination.ts";
-import { ifMatchAccepts, opaqueEtag, versionConflict } from "../../http/preconditions.ts";
+import { assertIfMatch, type IfMatch, opaqueEtag } from "../../http/preconditions.ts";
 import { licenses, policies } from "../../store/schema/index.ts";
 import { recordAudit } from "../events/service.ts";
 import { archived, type ProductService } from "../products/service.ts";
@@ -181,10 +181,12 @@ export class PolicyService {
     return row;
   }
 
-  update(id: string, body: PolicyUpdateBody, ifMatch: string | undefined, ctx: ChangeContext): PolicyRow {
+  update(id: string, body: PolicyUpdateBody, ifMatch: IfMatch | undefined, ctx: ChangeContext): PolicyRow {
     return this.deps.db.transaction((tx) => {
       const current = this.get(id, ctx.environment);
-      if (!ifMatchAccepts(ifMatch, policyEtag(current))) throw versionConflict(policyEtag(current));
+      assertIfMatch(ifMatch, policyEtag(current));
+      // Spec §7.3: an archived product's policies are frozen; retiring one (DELETE) is still allowed.
+      this.products.getActive(current.productId, current.environment);
       if (current.status === "retired") {
         throw new ApiError("INVALID_TRANSITION", "A retired policy cannot change.", { from: "retired" });
       }
@@ -221,10 +223,14 @@ export class PolicyService {
     });
   }
 
-  /** Retired policies keep their licenses working but accept no new ones. Retiring twice is harmless. */
-  retire(id: string, ctx: ChangeContext): void {
+  /**
+   * Retired policies keep their licenses working but accept no new ones. Retiring twice is
+   * harmless; a stale If-Match still refuses.
+   */
+  retire(id: string, ifMatch: IfMatch | undefined, ctx: ChangeContext): void {
     this.deps.db.transaction((tx) => {
       const current = this.get(id, ctx.environment);
+      assertIfMatch(ifMatch, policyEtag(current));
       if (current.status === "retired") return;
       const now = this.deps.clock.now();
       tx.update(policies)

@@ -4,7 +4,7 @@ import type { ChangeContext, Deps } from "../../deps.ts";
 import { hasFeature, type PlanDefinition } from "../../domain/plans.ts";
 import type { Environment } from "../../domain/scopes.ts";
 import { ApiError, FieldErrorCollector } from "../../http/errors.ts";
-import { versionConflict, versionEtag } from "../../http/preconditions.ts";
+import { assertIfMatch, type IfMatch, versionEtag } from "../../http/preconditions.ts";
 import { browserRuntimeSettings, products } from "../../store/schema/index.ts";
 import { recordAudit } from "../events/service.ts";
 import { canonicalOrigin, MAX_ALLOWED_ORIGINS } from "./browser-origins.ts";
@@ -45,14 +45,13 @@ export class BrowserRuntimeService {
   update(
     productId: string,
     patch: BrowserRuntimeUpdateBody,
-    ifMatch: number | undefined,
+    ifMatch: IfMatch | undefined,
     ctx: ChangeContext,
   ): BrowserRuntimeSettings {
     const result = this.deps.db.transaction(
       (tx) => {
         const product = this.products.get(productId, ctx.environment);
-        if (ifMatch !== undefined && ifMatch !== product.version)
-          throw versionConflict(versionEtag(product.version));
+        assertIfMatch(ifMatch, versionEtag(product.version));
         if (product.status === "archived") throw archived(product.id);
         const current = this.stored(product.id);
         const next = {

@@ -1,7 +1,7 @@
 import { Elysia } from "elysia";
 import { managementAuth } from "../../http/auth.ts";
 import { changeContext } from "../../http/context.ts";
-import { versionEtag, versionFromIfMatch } from "../../http/preconditions.ts";
+import { parseIfMatch, versionEtag } from "../../http/preconditions.ts";
 import { errorEnvelopeResponse, IfMatchHeaders } from "../../http/schemas.ts";
 import type { Services } from "../../services.ts";
 import { browserRuntimeModels } from "./browser-runtime-model.ts";
@@ -34,7 +34,7 @@ export const browserRuntimeController = ({ browserRuntime }: Services) =>
         const settings = browserRuntime.update(
           params.id,
           body,
-          versionFromIfMatch(headers["if-match"]),
+          parseIfMatch(headers["if-match"]),
           changeContext(caller, request),
         );
         set.headers.etag = versionEtag(settings.version);

@@ -2,8 +2,8 @@ import { Elysia } from "elysia";
 import { managementAuth } from "../../http/auth.ts";
 import { changeContext } from "../../http/context.ts";
 import { postOnce } from "../../http/idempotency.ts";
-import { PageQuery, pageRequest, toPage } from "../../http/pagination.ts";
-import { versionEtag, versionFromIfMatch } from "../../http/preconditions.ts";
+import { PageQuery } from "../../http/pagination.ts";
+import { parseIfMatch, versionEtag } from "../../http/preconditions.ts";
 import { noContent } from "../../http/respond.ts";
 import { IfMatchHeaders, RequiredIdempotencyHeaders } from "../../http/schemas.ts";
 import type { Services } from "../../services.ts";
@@ -12,15 +12,19 @@ import { presentProduct } from "./service.ts";
 
 const ROUTE = "/mgmt/v1/products";
 
-export const productsController = ({ products, idempotency }: Services) =>
+export const productsController = ({ products, idempotency, pages }: Services) =>
   new Elysia({ prefix: ROUTE, detail: { tags: ["Products"] } })
     .use(managementAuth)
     .model(productModels)
     .get(
       "",
       ({ caller, query }) => {
-        const page = pageRequest(query, "prod");
-        return toPage(products.list(caller.environment, page), page.limit, presentProduct);
+        const page = pages.newestFirst(query, {
+          route: ROUTE,
+          idPrefix: "prod",
+          environment: caller.environment,
+        });
+        return page.present(products.list(caller.environment, page), presentProduct);
       },
       {
         scope: "products:read",
@@ -63,7 +67,7 @@ export const productsController = ({ products, idempotency }: Services) =>
         const row = products.update(
           params.id,
           body,
-          versionFromIfMatch(headers["if-match"]),
+          parseIfMatch(headers["if-match"]),
           changeContext(caller, request),
         );
         set.headers.etag = versionEtag(row.version);
@@ -80,7 +84,7 @@ export const productsController = ({ products, idempotency }: Services) =>
     .delete(
       "/:id",
       ({ caller, params, headers, request }) => {
-        products.archive(params.id, versionFromIfMatch(headers["if-match"]), changeContext(caller, request));
+        products.archive(params.id, parseIfMatch(headers["if-match"]), changeContext(caller, request));
         return noContent();
       },
       {

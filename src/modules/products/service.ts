@@ -3,7 +3,7 @@ import type { ChangeContext, Deps } from "../../deps.ts";
 import type { Environment } from "../../domain/scopes.ts";
 import { ApiError } from "../../http/errors.ts";
 import type { PageRequest } from "../../http/pagination.ts";
-import { versionConflict, versionEtag } from "../../http/preconditions.ts";
+import { assertIfMatch, type IfMatch, versionEtag } from "../../http/preconditions.ts";
 import { products } from "../../store/schema/index.ts";
 import { recordAudit } from "../events/service.ts";
 import type { ProductCreateBody, ProductUpdateBody } from "./model.ts";
@@ -93,11 +93,10 @@ export class ProductService {
     return this.get(row.id, row.environment);
   }
 
-  update(id: string, patch: ProductUpdateBody, ifMatch: number | undefined, ctx: ChangeContext): ProductRow {
+  update(id: string, patch: ProductUpdateBody, ifMatch: IfMatch | undefined, ctx: ChangeContext): ProductRow {
     return this.deps.db.transaction((tx) => {
       const current = this.get(id, ctx.environment);
-      if (ifMatch !== undefined && ifMatch !== current.version)
-        throw versionConflict(versionEtag(current.version));
+      assertIfMatch(ifMatch, versionEtag(current.version));
       if (current.status === "archived") throw archived(id);
       if (patch.environment !== undefined && patch.environment !== current.environment) {
         throw ApiError.validation({
@@ -133,11 +132,10 @@ export class ProductService {
   }
 
   /** Archiving twice is harmless; a stale If-Match still refuses. */
-  archive(id: string, ifMatch: number | undefined, ctx: ChangeContext): void {
+  archive(id: string, ifMatch: IfMatch | undefined, ctx: ChangeContext): void {
     this.deps.db.transaction((tx) => {
       const current = this.get(id, ctx.environment);
-      if (ifMatch !== undefined && ifMatch !== current.version)
-        throw versionConflict(versionEtag(current.version));
+      assertIfMatch(ifMatch, versionEtag(current.version));
       if (current.status === "archived") return;
       const now = this.deps.clock.now();
       tx.update(products)

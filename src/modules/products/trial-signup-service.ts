@@ -3,7 +3,7 @@ import type { ChangeContext, Deps } from "../../deps.ts";
 import { hasFeature, type PlanDefinition } from "../../domain/plans.ts";
 import type { Environment } from "../../domain/scopes.ts";
 import { ApiError, FieldErrorCollector } from "../../http/errors.ts";
-import { versionConflict, versionEtag } from "../../http/preconditions.ts";
+import { assertIfMatch, type IfMatch, versionEtag } from "../../http/preconditions.ts";
 import { bodyReference } from "../../http/references.ts";
 import type { Db } from "../../store/db.ts";
 import { products, trialGrants, trialSignups } from "../../store/schema/index.ts";
@@ -92,11 +92,10 @@ export class TrialSignupService {
     return present(this.state(product, this.deps.clock.now()), product.version);
   }
 
-  update(productId: string, body: TrialSignupPatchBody, ifMatch: number | undefined, ctx: ChangeContext) {
+  update(productId: string, body: TrialSignupPatchBody, ifMatch: IfMatch | undefined, ctx: ChangeContext) {
     return this.deps.db.transaction((tx) => {
       const product = this.products.get(productId, ctx.environment);
-      if (ifMatch !== undefined && ifMatch !== product.version)
-        throw versionConflict(versionEtag(product.version));
+      assertIfMatch(ifMatch, versionEtag(product.version));
       if (product.status === "archived") throw archived(product.id);
       const current = this.stored(product.id);
       const changes: string[] = [];

@@ -1,7 +1,7 @@
 import { Elysia } from "elysia";
 import { managementAuth } from "../../http/auth.ts";
 import { changeContext } from "../../http/context.ts";
-import { versionEtag, versionFromIfMatch } from "../../http/preconditions.ts";
+import { parseIfMatch, versionEtag } from "../../http/preconditions.ts";
 import { errorEnvelopeResponse, IfMatchHeaders } from "../../http/schemas.ts";
 import type { Services } from "../../services.ts";
 import { trialSignupModels } from "./trial-signup-model.ts";
@@ -33,7 +33,7 @@ export const trialSignupController = ({ trialSignups }: Services) =>
         const data = trialSignups.update(
           params.id,
           body,
-          versionFromIfMatch(headers["if-match"]),
+          parseIfMatch(headers["if-match"]),
           changeContext(caller, request),
         );
         set.headers.etag = versionEtag(data.version);

@@ -2,23 +2,28 @@ import { Elysia } from "elysia";
 import { managementAuth } from "../../http/auth.ts";
 import { changeContext } from "../../http/context.ts";
 import { postOnce } from "../../http/idempotency.ts";
-import { PageQuery, pageRequest, toPage } from "../../http/pagination.ts";
-import { IdempotencyHeaders } from "../../http/schemas.ts";
+import { PageQuery } from "../../http/pagination.ts";
+import { parseIfMatch } from "../../http/preconditions.ts";
+import { IdempotencyHeaders, IfMatchHeaders } from "../../http/schemas.ts";
 import type { Services } from "../../services.ts";
 import { resellerModels } from "./model.ts";
-import { presentReseller } from "./service.ts";
+import { presentReseller, resellerEtag } from "./service.ts";
 
 const ROUTE = "/mgmt/v1/resellers";
 
-export const resellersController = ({ resellers, idempotency }: Services) =>
+export const resellersController = ({ resellers, idempotency, pages }: Services) =>
   new Elysia({ prefix: ROUTE, detail: { tags: ["Resellers"] } })
     .use(managementAuth)
     .model(resellerModels)
     .get(
       "",
-      ({ query }) => {
-        const page = pageRequest(query, "rsl");
-        return toPage(resellers.list(page), page.limit, presentReseller);
+      ({ caller, query }) => {
+        const page = pages.newestFirst(query, {
+          route: ROUTE,
+          idPrefix: "rsl",
+          environment: caller.environment,
+        });
+        return page.present(resellers.list(page), presentReseller);
       },
       {
         scope: "customers:read",
@@ -34,10 +39,14 @@ export const resellersController = ({ resellers, idempotency }: Services) =>
           idempotency,
           ROUTE,
           { caller, headers, body },
-          () => ({
-            status: 201,
-            body: { data: presentReseller(resellers.create(body, changeContext(caller, request))) },
-          }),
+          () => {
+            const row = resellers.create(body, changeContext(caller, request));
+            return {
+              status: 201,
+              body: { data: presentReseller(row) },
+              headers: { etag: resellerEtag(row) },
+            };
+          },
           { required: false },
         ),
       {
@@ -48,20 +57,36 @@ export const resellersController = ({ resellers, idempotency }: Services) =>
         detail: { summary: "Create a reseller (optional Idempotency-Key)" },
       },
     )
-    .get("/:id", ({ params }) => ({ data: presentReseller(resellers.get(params.id)) }), {
-      scope: "customers:read",
-      response: { 200: "reseller.response" },
-      detail: { summary: "Get a reseller" },
-    })
+    .get(
+      "/:id",
+      ({ params, set }) => {
+        const row = resellers.get(params.id);
+        set.headers.etag = resellerEtag(row);
+        return { data: presentReseller(row) };
+      },
+      {
+        scope: "customers:read",
+        response: { 200: "reseller.response" },
+        detail: { summary: "Get a reseller (ETag)" },
+      },
+    )
     .patch(
       "/:id",
-      ({ caller, params, body, request }) => ({
-        data: presentReseller(resellers.update(params.id, body, changeContext(caller, request))),
-      }),
+      ({ caller, params, body, headers, request, set }) => {
+        const row = resellers.update(
+          params.id,
+          body,
+          parseIfMatch(headers["if-match"]),
+          changeContext(caller, request),
+        );
+        set.headers.etag = resellerEtag(row);
+        return { data: presentReseller(row) };
+      },
       {
         scope: "customers:write",
         body: "reseller.update",
+        headers: IfMatchHeaders,
         response: { 200: "reseller.response" },
-        detail: { summary: "Update a reseller" },
+        detail: { summary: "Update a reseller (If-Match: the ETag)" },
       },
     );

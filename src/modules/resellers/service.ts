@@ -2,12 +2,16 @@ import { desc, eq, lt } from "drizzle-orm";
 import type { ChangeContext, Deps } from "../../deps.ts";
 import { ApiError, FieldErrorCollector } from "../../http/errors.ts";
 import type { PageRequest } from "../../http/pagination.ts";
+import { assertIfMatch, type IfMatch, opaqueEtag } from "../../http/preconditions.ts";
 import { checkMetadataKeys } from "../../http/schemas.ts";
 import { resellers } from "../../store/schema/index.ts";
 import { recordAudit } from "../events/service.ts";
 import type { ResellerCreateBody, ResellerUpdateBody } from "./model.ts";
 
 export type ResellerRow = typeof resellers.$inferSelect;
+
+/** The reseller's concurrency token (docs/api.md "If-Match and ETag"): changes with every change. */
+export const resellerEtag = (row: ResellerRow): string => opaqueEtag(row.id, row.revision);
 
 export function presentReseller(row: ResellerRow) {
   return {
@@ -76,9 +80,15 @@ export class ResellerService {
     return row;
   }
 
-  update(id: string, body: ResellerUpdateBody, ctx: ChangeContext): ResellerRow {
+  update(
+    id: string,
+    body: ResellerUpdateBody,
+    ifMatch: IfMatch | undefined,
+    ctx: ChangeContext,
+  ): ResellerRow {
     return this.deps.db.transaction((tx) => {
       const current = this.get(id);
+      assertIfMatch(ifMatch, resellerEtag(current));
       validMetadata(body.metadata);
       const now = this.deps.clock.now();
       const changes: Partial<ResellerRow> = {};

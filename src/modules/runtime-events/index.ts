@@ -2,7 +2,7 @@ import { Type } from "@sinclair/typebox";
 import { Elysia, t } from "elysia";
 import { managementAuth } from "../../http/auth.ts";
 import { ApiError } from "../../http/errors.ts";
-import { pageParams, pageRequestAfter, splitPageAfter } from "../../http/pagination.ts";
+import { pageParams } from "../../http/pagination.ts";
 import { DateTime, listOf, Nullable } from "../../http/schemas.ts";
 import type { Services } from "../../services.ts";
 import { presentRuntimeEvent } from "./service.ts";
@@ -22,7 +22,13 @@ const Entry = Type.Object({
   details_omitted: Type.Boolean(),
 });
 
-export const runtimeEventsController = ({ runtimeEvents, licenses, products, activationAdmin }: Services) =>
+export const runtimeEventsController = ({
+  runtimeEvents,
+  licenses,
+  products,
+  activationAdmin,
+  pages,
+}: Services) =>
   new Elysia({ prefix: "/mgmt/v1/runtime_events", detail: { tags: ["Activations"] } })
     .use(managementAuth)
     .model({ "runtime-event.list": listOf(Entry) })
@@ -39,7 +45,17 @@ export const runtimeEventsController = ({ runtimeEvents, licenses, products, act
           if (Number.isNaN(since.getTime()))
             throw new ApiError("INVALID_REQUEST", "since must be an ISO 8601 date-time.");
         }
-        const page = pageRequestAfter(query, "evt");
+        const page = pages.oldestFirst(query, {
+          route: "/mgmt/v1/runtime_events",
+          idPrefix: "evt",
+          environment: caller.environment,
+          filters: {
+            license_id: query.license_id,
+            activation_id: query.activation_id,
+            product_id: query.product_id,
+            since: query.since,
+          },
+        });
         const rows = runtimeEvents.list(
           caller.environment,
           {
@@ -50,8 +66,7 @@ export const runtimeEventsController = ({ runtimeEvents, licenses, products, act
           },
           page,
         );
-        const { rows: pageRows, pagination } = splitPageAfter(rows, page.limit);
-        return { data: pageRows.map(presentRuntimeEvent), pagination };
+        return page.present(rows, presentRuntimeEvent);
       },
       {
         scope: "licenses:read",

@@ -2,12 +2,14 @@ import { Elysia } from "elysia";
 import { managementAuth } from "../../http/auth.ts";
 import { changeContext } from "../../http/context.ts";
 import { postOnce } from "../../http/idempotency.ts";
-import { PageQuery, pageRequest, splitPage, toPage } from "../../http/pagination.ts";
+import { PageQuery } from "../../http/pagination.ts";
+import { parseIfMatch } from "../../http/preconditions.ts";
 import { json, noContent } from "../../http/respond.ts";
-import { IdempotencyHeaders } from "../../http/schemas.ts";
+import { IdempotencyHeaders, IfMatchHeaders } from "../../http/schemas.ts";
 import type { Services } from "../../services.ts";
 import { presentDelivery } from "./deliveries.ts";
 import { DeliveryListQuery, webhookModels } from "./model.ts";
+import { webhookEtag } from "./service.ts";
 
 const ROUTE = "/mgmt/v1/webhooks";
 
@@ -19,15 +21,19 @@ const ROUTE = "/mgmt/v1/webhooks";
 const noBodyMeansDefaults = () => ({});
 
 /** Webhook endpoints (spec §4.3), their secret rotation and their delivery log (docs/api.md "Webhooks"). */
-export const webhooksController = ({ webhooks, webhookDeliveries, idempotency }: Services) =>
+export const webhooksController = ({ webhooks, webhookDeliveries, idempotency, pages }: Services) =>
   new Elysia({ prefix: ROUTE, detail: { tags: ["Webhooks"] } })
     .use(managementAuth)
     .model(webhookModels)
     .get(
       "",
-      ({ query }) => {
-        const page = pageRequest(query, "whk");
-        return toPage(webhooks.list(page), page.limit, (row) => webhooks.present(row));
+      ({ caller, query }) => {
+        const page = pages.newestFirst(query, {
+          route: ROUTE,
+          idPrefix: "whk",
+          environment: caller.environment,
+        });
+        return page.present(webhooks.list(page), (row) => webhooks.present(row));
       },
       {
         scope: "webhooks:read",
@@ -45,7 +51,11 @@ export const webhooksController = ({ webhooks, webhookDeliveries, idempotency }:
           { caller, headers, body },
           () => {
             const { row, secret } = webhooks.create(body, changeContext(caller, request));
-            return { status: 201, body: { data: { ...webhooks.present(row), secret } } };
+            return {
+              status: 201,
+              body: { data: { ...webhooks.present(row), secret } },
+              headers: { etag: webhookEtag(row) },
+            };
           },
           { required: false },
         ),
@@ -61,45 +71,69 @@ export const webhooksController = ({ webhooks, webhookDeliveries, idempotency }:
         },
       },
     )
-    .get("/:id", ({ params }) => ({ data: webhooks.present(webhooks.get(params.id)) }), {
-      scope: "webhooks:read",
-      response: { 200: "webhook.response" },
-      detail: { summary: "Get a webhook endpoint (no secret; no URL for team-chat destinations)" },
-    })
+    .get(
+      "/:id",
+      ({ params, set }) => {
+        const row = webhooks.get(params.id);
+        set.headers.etag = webhookEtag(row);
+        return { data: webhooks.present(row) };
+      },
+      {
+        scope: "webhooks:read",
+        response: { 200: "webhook.response" },
+        detail: { summary: "Get a webhook endpoint (ETag; no secret; no URL for team-chat destinations)" },
+      },
+    )
     .patch(
       "/:id",
-      ({ caller, params, body, request }) => ({
-        data: webhooks.present(webhooks.update(params.id, body, changeContext(caller, request))),
-      }),
+      ({ caller, params, body, headers, request, set }) => {
+        const row = webhooks.update(
+          params.id,
+          body,
+          parseIfMatch(headers["if-match"]),
+          changeContext(caller, request),
+        );
+        set.headers.etag = webhookEtag(row);
+        return { data: webhooks.present(row) };
+      },
       {
         scope: "webhooks:write",
         body: "webhook.update",
+        headers: IfMatchHeaders,
         response: { 200: "webhook.response" },
-        detail: { summary: "Change a webhook endpoint's name, URL or events, or re-enable it" },
+        detail: {
+          summary: "Change a webhook endpoint's name, URL or events, or re-enable it (If-Match: the ETag)",
+        },
       },
     )
     .delete(
       "/:id",
-      ({ caller, params, request }) => {
-        webhooks.stop(params.id, changeContext(caller, request));
+      ({ caller, params, headers, request }) => {
+        webhooks.stop(params.id, parseIfMatch(headers["if-match"]), changeContext(caller, request));
         return noContent();
       },
-      { scope: "webhooks:write", detail: { summary: "Stop a webhook endpoint for good" } },
+      {
+        scope: "webhooks:write",
+        headers: IfMatchHeaders,
+        detail: { summary: "Stop a webhook endpoint for good (If-Match: the ETag)" },
+      },
     )
     .post(
       "/:id/rotate-secret",
-      ({ caller, params, body, request }) => {
+      ({ caller, params, body, headers, request }) => {
         const { row, secret } = webhooks.rotateSecret(
           params.id,
           body?.overlap_sec,
+          parseIfMatch(headers["if-match"]),
           changeContext(caller, request),
         );
-        return json(200, { data: { ...webhooks.present(row), secret } });
+        return json(200, { data: { ...webhooks.present(row), secret } }, { etag: webhookEtag(row) });
       },
       {
         scope: "webhooks:write",
         body: "webhook.rotate",
         parse: noBodyMeansDefaults,
+        headers: IfMatchHeaders,
         response: { 200: "webhook.created" },
         detail: {
           "x-body-optional": true,
@@ -112,10 +146,16 @@ export const webhooksController = ({ webhooks, webhookDeliveries, idempotency }:
     .get(
       "/:id/deliveries",
       ({ caller, params, query }) => {
-        const page = pageRequest(query, "whd");
-        const rows = webhookDeliveries.list(params.id, caller.environment, page, query.status);
-        const split = splitPage(rows, page.limit);
-        return { data: split.rows.map(presentDelivery), pagination: split.pagination };
+        const page = pages.newestFirst(query, {
+          route: `${ROUTE}/:id/deliveries`,
+          idPrefix: "whd",
+          environment: caller.environment,
+          filters: { id: params.id, status: query.status },
+        });
+        return page.present(
+          webhookDeliveries.list(params.id, caller.environment, page, query.status),
+          presentDelivery,
+        );
       },
       {
         scope: "webhooks:read",

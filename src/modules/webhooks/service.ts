@@ -3,6 +3,7 @@ import type { ChangeContext, Deps } from "../../deps.ts";
 import { isId } from "../../domain/ids.ts";
 import { ApiError, FieldErrorCollector } from "../../http/errors.ts";
 import type { PageRequest } from "../../http/pagination.ts";
+import { assertIfMatch, type IfMatch, opaqueEtag } from "../../http/preconditions.ts";
 import { webhookEndpoints } from "../../store/schema/index.ts";
 import { recordAudit } from "../events/service.ts";
 import { isKnownEvent } from "./catalogue.ts";
@@ -11,6 +12,9 @@ import { DEFAULT_OVERLAP_SEC, type WebhookCreateBody, type WebhookUpdateBody } f
 import { newSecret } from "./signing.ts";
 
 export type EndpointRow = typeof webhookEndpoints.$inferSelect;
+
+/** The endpoint's concurrency token (docs/api.md "If-Match and ETag"): changes with every change. */
+export const webhookEtag = (row: EndpointRow): string => opaqueEtag(row.id, row.revision);
 
 /** SecretBox contexts: each value is bound to its endpoint and column, so none can be moved elsewhere. */
 export const urlContext = (id: string) => `webhook-url:${id}`;
@@ -116,10 +120,11 @@ export class WebhookService {
     return { row, secret };
   }
 
-  update(id: string, body: WebhookUpdateBody, ctx: ChangeContext): EndpointRow {
+  update(id: string, body: WebhookUpdateBody, ifMatch: IfMatch | undefined, ctx: ChangeContext): EndpointRow {
     return this.deps.db.transaction((tx) => {
       const current = this.get(id);
       this.assertMayChange(ctx);
+      assertIfMatch(ifMatch, webhookEtag(current));
       if (current.status === "stopped") {
         throw new ApiError("INVALID_TRANSITION", "A stopped webhook endpoint cannot change.", {
           from: "stopped",
@@ -176,11 +181,15 @@ export class WebhookService {
     });
   }
 
-  /** DELETE: the endpoint stops for good; deliveries not yet made are cancelled. Repeating it changes nothing. */
-  stop(id: string, ctx: ChangeContext): void {
+  /**
+   * DELETE: the endpoint stops for good; deliveries not yet made are cancelled. Repeating it
+   * changes nothing; a stale If-Match still refuses.
+   */
+  stop(id: string, ifMatch: IfMatch | undefined, ctx: ChangeContext): void {
     this.deps.db.transaction((tx) => {
       const current = this.get(id);
       this.assertMayChange(ctx);
+      assertIfMatch(ifMatch, webhookEtag(current));
       if (current.status === "stopped") return;
       const now = this.deps.clock.now();
       tx.update(webhookEndpoints)
@@ -200,11 +209,13 @@ export class WebhookService {
   rotateSecret(
     id: string,
     overlapSec: number | undefined,
+    ifMatch: IfMatch | undefined,
     ctx: ChangeContext,
   ): { row: EndpointRow; secret: string } {
     return this.deps.db.transaction((tx) => {
       const current = this.get(id);
       this.assertMayChange(ctx);
+      assertIfMatch(ifMatch, webhookEtag(current));
       if (current.status === "stopped") {
         throw new ApiError("INVALID_TRANSITION", "A stopped webhook endpoint cannot change.", {
           from: "stopped",

@@ -1,3 +1,4 @@
+import { sql } from "drizzle-orm";
 import { index, integer, sqliteTable, text, uniqueIndex } from "drizzle-orm/sqlite-core";
 import { products } from "./catalog.ts";
 import { timestamp } from "./columns.ts";
@@ -135,6 +136,11 @@ export const deviceBlocks = sqliteTable(
     target: text("target").notNull(),
     reason: text("reason"),
     createdAt: timestamp("created_at").notNull(),
+    /** Set when the block is lifted: the row stays, so lifting it again is a harmless repeat. */
+    removedAt: timestamp("removed_at"),
   },
-  (t) => [uniqueIndex("device_blocks_target").on(t.environment, t.kind, t.target)],
+  // One block in force per target; lifted ones stay beside it.
+  (t) => [
+    uniqueIndex("device_blocks_target").on(t.environment, t.kind, t.target).where(sql`removed_at IS NULL`),
+  ],
 );
