@@ -220,7 +220,8 @@ describe.each(MANAGEMENT_ROUTES.map((r) => [`${r.method} ${r.path}`, r] as const
     });
   }
 
-  if (route.method === "GET" && !pathFor(route).includes(":")) {
+  // Decided while the tests are collected, before any resource exists: only `:id` gets filled in.
+  if (route.method === "GET" && !concretePath(route, "id").includes(":")) {
     test("answers a pagination object only if the table marks it as a list", async () => {
       const response = await t.call("GET", pathFor(route));
       expect(response.status).toBe(200);
