@@ -68,8 +68,13 @@ export function httpConventions(deps: ConventionDeps) {
       });
     })
     .onTransform({ as: "global" }, ({ request, route }) => {
-      // After authentication, before a list route's query schema coerces `limit` (pagination.ts).
-      if (deps.pagedRoute?.(request.method, route)) checkPageQuery(request.url);
+      // Before a list route's query schema coerces `limit` (pagination.ts), but only for a caller
+      // the route's own check (auth.ts, next) lets in: others hear 401 or 403, learning nothing.
+      if (request.method !== "GET" || !deps.pagedRoute?.(request.method, route)) return;
+      const caller = requestState.get(request)?.caller;
+      const scope = deps.requiredScope?.(request.method, route);
+      if (!caller || (scope && !caller.scopes.has(scope as Scope))) return;
+      checkPageQuery(request.url);
     })
     .onError({ as: "global" }, ({ error, code, request, set }) => {
       const apiError = toApiError(error, code, request);

@@ -28,6 +28,20 @@ const listRoutes = () =>
 const get = (query: string) => t.call("GET", `/mgmt/v1/products?${query}`);
 
 describe("limit", () => {
+  test("a caller without the list's scope, or without a key, hears 403 or 401 whatever limit it sends", async () => {
+    const writer = t.apiKeys.create({ environment: "live", scopes: ["products:write"], name: "no read" });
+    for (const limit of ["0x10", "500", "1&limit=2"]) {
+      const path = `/mgmt/v1/products?limit=${limit}`;
+      const unscoped = await t.call("GET", path, { key: writer.apiKey });
+      const anonymous = await t.call("GET", path, { key: null });
+      expect([unscoped.status, unscoped.body.error.code, anonymous.status]).toEqual([
+        403,
+        "INSUFFICIENT_SCOPE",
+        401,
+      ]);
+    }
+  });
+
   test("a limit in anything but plain decimal digits answers 400 INVALID_REQUEST, like a forged cursor", async () => {
     for (const limit of MALFORMED) {
       const response = await get(`limit=${limit}`);
