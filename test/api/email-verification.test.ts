@@ -57,6 +57,8 @@ const beat = (who: TestDevice, id: string) => proofCall(t, who, "POST", heartbea
 const near = (iso: string, expectedMs: number) =>
   expect(Math.abs(new Date(iso).getTime() - expectedMs)).toBeLessThan(2_000);
 
+const userEtag = async () =>
+  (await t.call("GET", `/mgmt/v1/license-users/${f.userId}`)).headers.get("etag") as string;
 const wrongCode = (code: string) => String((Number(code) + 1) % 1_000_000).padStart(6, "0");
 const settle = () => Bun.sleep(120);
 
@@ -329,11 +331,12 @@ describe("two-factor at confirm", () => {
     ).toBe(200);
   });
 
-  test("a recovery code works once, in any case and without the dash", async () => {
+  test("a recovery code works once, in any case and without the dash; using one makes an If-Match read before it stale", async () => {
     const totp = await enableTotp(t, f.userId);
     expect(totp.recoveryCodes).toHaveLength(10);
     expect(totp.uri).toStartWith("otpauth://totp/");
     const recovery = totp.recoveryCodes[0] as string;
+    const seen = await userEtag();
     const first = await started();
     const typed = recovery.replace("-", "").toLowerCase();
     expect(
@@ -346,10 +349,19 @@ describe("two-factor at confirm", () => {
     expect(again.body.error.code).toBe("TWO_FACTOR_INVALID");
     const user = await t.call("GET", `/mgmt/v1/license-users/${f.userId}`);
     expect(user.body.data.two_factor.recovery_codes_remaining).toBe(9);
+    // The vendor saw ten codes left; turning two-factor off on that view is refused.
+    const stale = await t.call("DELETE", `/mgmt/v1/license-users/${f.userId}/two-factor`, {
+      headers: { "if-match": seen },
+    });
+    expect([stale.status, stale.body.error.code]).toEqual([409, "VERSION_CONFLICT"]);
+    expect((await t.call("GET", `/mgmt/v1/license-users/${f.userId}`)).body.data.two_factor.status).toBe(
+      "enabled",
+    );
   });
 
   test("ten wrong second factors in a row lock two-factor (403 TWO_FACTOR_LOCKED) until the vendor unlocks", async () => {
     const totp = await enableTotp(t, f.userId);
+    const seen = await userEtag();
     for (let i = 0; i < 10; i++) {
       // Eleven codes: spread out, so at most 5 go out in any hour (the send limits).
       t.clock.advance(600);
@@ -362,6 +374,8 @@ describe("two-factor at confirm", () => {
     const locked = await confirmVerification(t, device, id, code, { second_factor_code: totp.codeAt() });
     expect(locked.status).toBe(403);
     expect(locked.body.error.code).toBe("TWO_FACTOR_LOCKED");
+    // The lock shows on the user object, so it moved the ETag (the wrong codes before it did not).
+    expect(await userEtag()).not.toBe(seen);
     expect((await t.call("GET", `/mgmt/v1/license-users/${f.userId}`)).body.data.two_factor.locked).toBe(
       true,
     );

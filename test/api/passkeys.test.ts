@@ -209,8 +209,13 @@ describe("approval of a sign-in", () => {
     expect(await hashesFor(unknown.body.data.verification_id)).toBe(withUser);
   });
 
-  test("turning two-factor off deletes the passkeys", async () => {
+  test("turning two-factor off deletes the passkeys; on a view read before a passkey was registered it is refused", async () => {
+    const userPath = `/mgmt/v1/license-users/${f.userId}`;
+    const seen = (await t.call("GET", userPath)).headers.get("etag") as string;
     await register(new SoftAuthenticator("p256"));
+    const stale = await t.call("DELETE", `${userPath}/two-factor`, { headers: { "if-match": seen } });
+    expect([stale.status, stale.body.error.code]).toEqual([409, "VERSION_CONFLICT"]);
+    expect((await t.call("GET", userPath)).body.data.two_factor.passkeys).toBe(1);
     expect((await t.call("DELETE", `/mgmt/v1/license-users/${f.userId}/two-factor`)).status).toBe(204);
     expect((await t.call("GET", `/mgmt/v1/license-users/${f.userId}`)).body.data.two_factor.passkeys).toBe(0);
     const device = new TestDevice();

@@ -1,5 +1,5 @@
 import { randomBytes, randomInt } from "node:crypto";
-import { and, count, eq, isNull } from "drizzle-orm";
+import { and, count, eq, isNull, sql } from "drizzle-orm";
 import { constantTimeEqual } from "../../crypto/constant-time.ts";
 import {
   type RelyingParty,
@@ -176,6 +176,8 @@ export class PasskeyService {
         .set({ usedAt: now, challenge: null })
         .where(eq(passkeyRegistrations.tokenHash, link.tokenHash))
         .run();
+      // The user object shows its passkey count: an If-Match read before this must go stale.
+      bumpRevision(tx, link.userId, now);
       return { passkey_id: id, user_id: link.userId, created_at: now.toISOString() };
     });
   }
@@ -331,4 +333,15 @@ export class PasskeyService {
     }
     return { userId: verification.userId, approval, expiresAt: verification.expiresAt };
   }
+}
+
+/**
+ * A write the user object shows (passkeys, recovery codes left, the lock) made outside the
+ * vendor's own changes: the user's ETag moves, so an If-Match read before it is stale.
+ */
+export function bumpRevision(tx: Pick<Db, "update">, userId: string, now: Date): void {
+  tx.update(licenseUsers)
+    .set({ revision: sql`${licenseUsers.revision} + 1`, updatedAt: now })
+    .where(eq(licenseUsers.id, userId))
+    .run();
 }

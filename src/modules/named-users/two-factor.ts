@@ -7,7 +7,7 @@ import { assertIfMatch, type IfMatch } from "../../http/preconditions.ts";
 import type { Db } from "../../store/db.ts";
 import { licenseUsers, recoveryCodes } from "../../store/schema/index.ts";
 import { recordAudit } from "../events/service.ts";
-import { APPROVAL_CODE_PATTERN, type PasskeyService } from "./passkeys.ts";
+import { APPROVAL_CODE_PATTERN, bumpRevision, type PasskeyService } from "./passkeys.ts";
 import { type LicenseUserRow, licenseUserEtag, type NamedUserService } from "./service.ts";
 
 /**
@@ -230,17 +230,20 @@ export class TwoFactorService {
       if (used.length === 1) {
         accepted = true;
         tx.update(licenseUsers).set({ secondFactorFailures: 0 }).where(eq(licenseUsers.id, user.id)).run();
+        bumpRevision(tx, user.id, this.deps.clock.now()); // one recovery code fewer
       }
     }
     if (accepted) return "accepted";
     const failures = user.secondFactorFailures + 1;
+    const locks = failures >= TWO_FACTOR_MAX_FAILURES;
     tx.update(licenseUsers)
       .set({
         secondFactorFailures: failures,
-        twoFactorLockedAt: failures >= TWO_FACTOR_MAX_FAILURES ? this.deps.clock.now() : null,
+        twoFactorLockedAt: locks ? this.deps.clock.now() : null,
       })
       .where(eq(licenseUsers.id, user.id))
       .run();
+    if (locks && user.twoFactorLockedAt === null) bumpRevision(tx, user.id, this.deps.clock.now());
     return "invalid";
   }
 
