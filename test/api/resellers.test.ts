@@ -42,6 +42,23 @@ describe("happy path", () => {
     expect(back.body.data).toMatchObject({ status: "active", archived_at: null, user_limit: 5, name: "R" });
   });
 
+  test("sending the same metadata again, in another key order, changes nothing: same ETag, no audit event", async () => {
+    const created = await t.call("POST", "/mgmt/v1/resellers", {
+      body: { name: "R", metadata: { region: "eu", tier: 2 } },
+    });
+    const path = `/mgmt/v1/resellers/${created.body.data.public_id}`;
+    const events = () =>
+      t.deps.sqlite.query<{ n: number }, []>("SELECT count(*) AS n FROM audit_events").get()?.n;
+    const before = events();
+    const again = await t.call("PATCH", path, { body: { metadata: { tier: 2, region: "eu" } } });
+    expect(again.status).toBe(200);
+    expect(again.headers.get("etag")).toBe(created.headers.get("etag"));
+    expect(events()).toBe(before);
+    const changed = await t.call("PATCH", path, { body: { metadata: { region: "us", tier: 2 } } });
+    expect(changed.headers.get("etag")).not.toBe(created.headers.get("etag"));
+    expect(events()).toBe((before ?? 0) + 1);
+  });
+
   test("an optional Idempotency-Key replays the first create", async () => {
     const headers = { "idempotency-key": "reseller-create-0001" };
     const a = await t.call("POST", "/mgmt/v1/resellers", { body: { name: "R" }, headers });

@@ -1,4 +1,5 @@
 import { desc, eq, lt } from "drizzle-orm";
+import { canonicalize } from "../../crypto/jcs.ts";
 import type { ChangeContext, Deps } from "../../deps.ts";
 import { ApiError, FieldErrorCollector } from "../../http/errors.ts";
 import type { PageRequest } from "../../http/pagination.ts";
@@ -101,7 +102,9 @@ export class ResellerService {
       }
       if (body.user_limit !== undefined && body.user_limit !== current.userLimit)
         changes.userLimit = body.user_limit;
-      if (body.metadata !== undefined) changes.metadata = body.metadata;
+      // Compared in canonical form: the same metadata sent again (keys in another order) is no change.
+      if (body.metadata !== undefined && canonicalize(body.metadata) !== canonicalize(current.metadata))
+        changes.metadata = body.metadata;
       if (body.status !== undefined && body.status !== current.status) {
         changes.status = body.status;
         changes.archivedAt = body.status === "archived" ? now : null;
