@@ -154,6 +154,12 @@ describe("POST /mgmt/v1/webhooks", () => {
       "url",
     ],
     ["a space", { url: "https://receiver.example.com/a b" }, "url"],
+    [
+      "a backslash, which a URL parser reads as a slash",
+      { url: "https://receiver.example.com\\@evil.example/x" },
+      "url",
+    ],
+    ["an empty userinfo", { url: "https://@receiver.example.com/x" }, "url"],
     ["an overlong name", { url: HOOK, name: "n".repeat(201) }, "name"],
     ["an unknown field", { url: HOOK, secret: "whsec_mine" }, "secret"],
   ])("refuses %s with 422 naming the field, and stores nothing", async (_what, body, field) => {

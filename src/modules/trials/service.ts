@@ -54,6 +54,9 @@ const expired = () =>
     "This verification is expired, used, out of attempts or unknown; start again.",
   );
 
+/** Compared whatever else refuses the attempt, so a silent start takes the same time to refuse. */
+const addressMismatch = (stored: string, sent: string): boolean => !constantTimeEqual(stored, sent);
+
 const activationInvalid = (reason: string) =>
   new ApiError("TRIAL_ACTIVATION_INVALID", "The product does not accept trial sign-ups now.", { reason });
 
@@ -243,7 +246,7 @@ export class TrialVerificationService {
           // A silent start's code was never mailed (protocol.md: "no code matches it"); without
           // this, silent starts for someone else's address would be five guesses each. The answer
           // hides which of code, address or silence refused it; so must the timing.
-          !row.sent || !constantTimeEqual(row.emailLookup, emailLookup),
+          addressMismatch(row.emailLookup, emailLookup) || !row.sent,
         );
         if (check.outcome !== "expired") {
           tx.update(trialVerifications)

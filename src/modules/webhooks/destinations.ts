@@ -46,6 +46,16 @@ export function parseDestination(
     errors.add("url", "must be an absolute http(s) URL with a host (scheme://host/...)");
     return null;
   }
+  // A backslash is a slash to the URL parser (`https://a.example\@b.example/` goes to a.example),
+  // and an `@` in the authority is userinfo even when empty (`https://@a.example/`).
+  if (raw.includes("\\")) {
+    errors.add("url", "must not contain a backslash");
+    return null;
+  }
+  if (/^[a-z]+:\/\/[^/?#]*@/i.test(raw)) {
+    errors.add("url", "must not carry credentials (user:password@)");
+    return null;
+  }
   let url: URL;
   try {
     url = new URL(raw);
