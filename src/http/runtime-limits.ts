@@ -30,7 +30,7 @@ interface DeviceAdmission {
    * Charges the activation's and license's windows, or throws RATE_LIMITED; called by the runtime
    * gate once the proof has verified and its nonce is spent (RuntimeCall.proven).
    */
-  proven(): void;
+  proven(nowMs: number): void;
 }
 
 export interface RuntimeLimitDeps {
@@ -219,11 +219,10 @@ export function runtimeLimits(deps: RuntimeLimitDeps) {
       address,
       pair,
       verified: false,
-      proven() {
+      proven(at) {
         if (admission.verified) return;
         admission.verified = true;
         // Asked again: calls admitted together have been charged one by one since.
-        const at = deps.clock.now().getTime();
         deviceWindows(windows, at);
         for (const [bucket, key] of windows) if (bucket && key !== null) bucket.charge(key, at);
       },

@@ -26,7 +26,7 @@ export interface RuntimeCall {
    * here, in the shared commit's one-at-a-time run, makes parallel calls count exactly, and only a
    * verified proof can spend a device's window (runtime-limits.ts).
    */
-  proven?: () => void;
+  proven?: (nowMs: number) => void;
 }
 
 /** What the controller needs to sign a success: the data, and the product and nonce it answers. */
@@ -110,7 +110,7 @@ export class RuntimeGate {
       this.deviceKey(activation.deviceSigningKey),
       unixSeconds(now),
     );
-    call.proven?.();
+    call.proven?.(now.getTime());
     const license = this.byId.license(activation.licenseId);
     if (!license) throw new Error(`activation ${activation.id} has no license`);
     return {
