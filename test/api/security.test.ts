@@ -216,7 +216,10 @@ describe.each(MANAGEMENT_ROUTES.map((r) => [`${r.method} ${r.path}`, r] as const
         body: bodyFor(route),
         headers: { "if-match": `"stale", W/"x", ${etag}` },
       });
-      expect([400, 409]).not.toContain(response.status);
+      // Past the precondition: found, not refused by it, not failed (a route whose table body
+      // is not acceptable, such as a made-up TOTP code, may still answer 422 after it).
+      expect([400, 404, 409]).not.toContain(response.status);
+      expect(response.status).toBeLessThan(500);
     });
   }
 
