@@ -9,7 +9,6 @@ import { TestDevice } from "../support/device.ts";
 import { createTestContext, type TestContext } from "../support/harness.ts";
 import {
   confirmVerification,
-  enableTotp,
   type NamedUserFixture,
   namedUserFixture,
   startVerification,
@@ -57,8 +56,6 @@ const beat = (who: TestDevice, id: string) => proofCall(t, who, "POST", heartbea
 const near = (iso: string, expectedMs: number) =>
   expect(Math.abs(new Date(iso).getTime() - expectedMs)).toBeLessThan(2_000);
 
-const userEtag = async () =>
-  (await t.call("GET", `/mgmt/v1/license-users/${f.userId}`)).headers.get("etag") as string;
 const wrongCode = (code: string) => String((Number(code) + 1) % 1_000_000).padStart(6, "0");
 const settle = () => Bun.sleep(120);
 
@@ -293,96 +290,6 @@ describe("confirm errors", () => {
     const response = await activate(t, device, f, { body: { named_user_token: token } });
     expect(response.status).toBe(403);
     expect(response.body.error.code).toBe("NAMED_USER_ASSIGNMENT_UNAVAILABLE");
-  });
-});
-
-describe("two-factor at confirm", () => {
-  test("without the second factor: 401 TWO_FACTOR_REQUIRED and the code stays valid; with a TOTP code: the token", async () => {
-    const totp = await enableTotp(t, f.userId);
-    const { id, code } = await started();
-    const required = await confirmVerification(t, device, id, code);
-    expect(required.status).toBe(401);
-    expect(required.body.error.code).toBe("TWO_FACTOR_REQUIRED");
-    expect(required.body.error.details.remaining_attempts).toBe(5);
-    const ok = await confirmVerification(t, device, id, code, { second_factor_code: totp.codeAt() });
-    expect(ok.status).toBe(200);
-    const activation = await activate(t, device, f, {
-      body: { named_user_token: ok.body.data.named_user_token },
-    });
-    expect(activation.status).toBe(201);
-  });
-
-  test("a TOTP step is never accepted twice, and a wrong one is TWO_FACTOR_INVALID using an attempt", async () => {
-    const totp = await enableTotp(t, f.userId);
-    const first = await started();
-    const step = totp.codeAt();
-    expect(
-      (await confirmVerification(t, device, first.id, first.code, { second_factor_code: step })).status,
-    ).toBe(200);
-    const second = await started();
-    const replay = await confirmVerification(t, device, second.id, second.code, { second_factor_code: step });
-    expect(replay.status).toBe(401);
-    expect(replay.body.error.code).toBe("TWO_FACTOR_INVALID");
-    expect(replay.body.error.details.remaining_attempts).toBe(4);
-    t.clock.advance(30);
-    expect(
-      (await confirmVerification(t, device, second.id, second.code, { second_factor_code: totp.codeAt() }))
-        .status,
-    ).toBe(200);
-  });
-
-  test("a recovery code works once, in any case and without the dash; using one makes an If-Match read before it stale", async () => {
-    const totp = await enableTotp(t, f.userId);
-    expect(totp.recoveryCodes).toHaveLength(10);
-    expect(totp.uri).toStartWith("otpauth://totp/");
-    const recovery = totp.recoveryCodes[0] as string;
-    const seen = await userEtag();
-    const first = await started();
-    const typed = recovery.replace("-", "").toLowerCase();
-    expect(
-      (await confirmVerification(t, device, first.id, first.code, { second_factor_code: typed })).status,
-    ).toBe(200);
-    const second = await started();
-    const again = await confirmVerification(t, device, second.id, second.code, {
-      second_factor_code: recovery,
-    });
-    expect(again.body.error.code).toBe("TWO_FACTOR_INVALID");
-    const user = await t.call("GET", `/mgmt/v1/license-users/${f.userId}`);
-    expect(user.body.data.two_factor.recovery_codes_remaining).toBe(9);
-    // The vendor saw ten codes left; turning two-factor off on that view is refused.
-    const stale = await t.call("DELETE", `/mgmt/v1/license-users/${f.userId}/two-factor`, {
-      headers: { "if-match": seen },
-    });
-    expect([stale.status, stale.body.error.code]).toEqual([409, "VERSION_CONFLICT"]);
-    expect((await t.call("GET", `/mgmt/v1/license-users/${f.userId}`)).body.data.two_factor.status).toBe(
-      "enabled",
-    );
-  });
-
-  test("ten wrong second factors in a row lock two-factor (403 TWO_FACTOR_LOCKED) until the vendor unlocks", async () => {
-    const totp = await enableTotp(t, f.userId);
-    const seen = await userEtag();
-    for (let i = 0; i < 10; i++) {
-      // Eleven codes: spread out, so at most 5 go out in any hour (the send limits).
-      t.clock.advance(600);
-      const { id, code } = await started();
-      const wrong = await confirmVerification(t, device, id, code, { second_factor_code: "ZZZZZ-ZZZZZ" });
-      expect(wrong.body.error.code).toBe("TWO_FACTOR_INVALID");
-    }
-    t.clock.advance(600);
-    const { id, code } = await started();
-    const locked = await confirmVerification(t, device, id, code, { second_factor_code: totp.codeAt() });
-    expect(locked.status).toBe(403);
-    expect(locked.body.error.code).toBe("TWO_FACTOR_LOCKED");
-    // The lock shows on the user object, so it moved the ETag (the wrong codes before it did not).
-    expect(await userEtag()).not.toBe(seen);
-    expect((await t.call("GET", `/mgmt/v1/license-users/${f.userId}`)).body.data.two_factor.locked).toBe(
-      true,
-    );
-    expect((await t.call("POST", `/mgmt/v1/license-users/${f.userId}/two-factor/unlock`)).status).toBe(200);
-    expect(
-      (await confirmVerification(t, device, id, code, { second_factor_code: totp.codeAt() })).status,
-    ).toBe(200);
   });
 });
 

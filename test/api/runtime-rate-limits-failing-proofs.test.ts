@@ -1,0 +1,134 @@
+import { afterEach, describe, expect, test } from "bun:test";
+import { machineInfoDigest } from "../../src/modules/activations/machine.ts";
+import { TestDevice } from "../support/device.ts";
+import { type CallResult, createTestContext, type TestContext } from "../support/harness.ts";
+import {
+  activatedDevice,
+  heartbeatPath,
+  nowSec,
+  type RuntimeFixture,
+  runtimeFixture,
+} from "../support/runtime.ts";
+
+/**
+ * The failing-proof windows (docs/api.md "Rate limits"): device-proof requests whose proof never
+ * verified are charged to the sender's address, never to the activation they name, and never lock
+ * out the genuine devices behind a shared address. The other windows: runtime-rate-limits.test.ts.
+ */
+let t: TestContext;
+afterEach(() => t.close());
+
+const DIGEST = machineInfoDigest({ os: "linux", arch: "x64" });
+
+function expectRateLimited(response: CallResult, policy: string, limit: number, windowSec: number) {
+  expect(response.status).toBe(429);
+  expect(response.body.error).toMatchObject({
+    code: "RATE_LIMITED",
+    retryable: true,
+    details: { policy, limit, window_sec: windowSec },
+  });
+  expect(Object.keys(response.body.error).sort()).toEqual(
+    ["code", "details", "doc_url", "message", "request_id", "retryable"].sort(),
+  );
+  const retryAfter = Number(response.headers.get("retry-after"));
+  expect(retryAfter).toBeGreaterThan(0);
+  expect(retryAfter).toBeLessThanOrEqual(windowSec);
+  expect(response.body.error.details.retry_after_sec).toBe(retryAfter);
+  expect(response.headers.get("ratelimit-policy")).toBe(`"${policy}";q=${limit};w=${windowSec}`);
+  expect(response.headers.get("ratelimit")).toMatch(new RegExp(`^"${policy}";r=0;t=\\d+$`));
+}
+
+describe("failing device proofs", () => {
+  const heartbeatFrom = (device: TestDevice, activationId: string, clientAddress: string) => {
+    const text = JSON.stringify({ machine_info_digest: DIGEST });
+    const path = heartbeatPath(activationId);
+    return t.call("POST", path, {
+      key: null,
+      rawBody: text,
+      clientAddress,
+      headers: {
+        "content-type": "application/json",
+        ...device.proofHeaders("POST", path, activationId, text, { timestamp: nowSec(t) }),
+      },
+    });
+  };
+  /** Activations use up the default address's `runtime-ip` window too: one more per 20 s with q=3;w=60. */
+  const activatedLater = (fx: RuntimeFixture) => {
+    t.clock.advance(20);
+    return activatedDevice(t, fx);
+  };
+
+  test("forged proofs and made-up activation ids from a shared address do not lock out the genuine devices behind it", async () => {
+    t = createTestContext({ runtimeRateLimits: { ip: { limit: 3, windowSec: 60 } } });
+    const fx = await runtimeFixture(t, { policy: { max_machines: 5 } });
+    const nat = "203.0.113.80";
+    const a = await activatedLater(fx);
+    const b = await activatedLater(fx);
+    const known = await activatedLater(fx);
+    const attacker = new TestDevice();
+    for (let i = 0; i < 3; i++) {
+      const forged = await heartbeatFrom(attacker, known.activationId, nat);
+      expect(forged.body.error.code).toBe("DEVICE_PROOF_INVALID");
+    }
+    // Made-up ids cost no signature check; past the address's window they are refused unread.
+    const madeUp = await heartbeatFrom(attacker, "act_0000000000000000000000000000", nat);
+    expectRateLimited(madeUp, "runtime-ip-unproven", 3, 60);
+    for (let i = 0; i < 2; i++) {
+      expect((await heartbeatFrom(a.device, a.activationId, nat)).status).toBe(200);
+      expect((await heartbeatFrom(b.device, b.activationId, nat)).status).toBe(200);
+    }
+  });
+
+  test("forged proofs naming one activation slow only that activation, only from the sender's address, and leave its own window alone", async () => {
+    t = createTestContext({
+      runtimeRateLimits: { ip: { limit: 10, windowSec: 60 }, activation: { limit: 2, windowSec: 60 } },
+    });
+    const fx = await runtimeFixture(t, { policy: { max_machines: 5 } });
+    const victim = await activatedDevice(t, fx);
+    const bystander = await activatedDevice(t, fx);
+    const attacker = new TestDevice();
+    for (let i = 0; i < 2; i++) {
+      const forged = await heartbeatFrom(attacker, victim.activationId, "203.0.113.66");
+      expect(forged.body.error.code).toBe("DEVICE_PROOF_INVALID");
+    }
+    const refused = await heartbeatFrom(attacker, victim.activationId, "203.0.113.66");
+    expectRateLimited(refused, "runtime-activation-unproven", 2, 60);
+    // Documented limit: a sender that knows an activation id can slow that device from its own address.
+    expectRateLimited(
+      await heartbeatFrom(victim.device, victim.activationId, "203.0.113.66"),
+      "runtime-activation-unproven",
+      2,
+      60,
+    );
+    expect((await heartbeatFrom(bystander.device, bystander.activationId, "203.0.113.66")).status).toBe(200);
+    // Anywhere else the victim has its whole window.
+    expect((await heartbeatFrom(victim.device, victim.activationId, "203.0.113.67")).status).toBe(200);
+    expect((await heartbeatFrom(victim.device, victim.activationId, "203.0.113.67")).status).toBe(200);
+    expectRateLimited(
+      await heartbeatFrom(victim.device, victim.activationId, "203.0.113.67"),
+      "runtime-activation",
+      2,
+      60,
+    );
+  });
+
+  test("once an address's failing proofs use up its window, each activation gets at most one failing proof check per window from it", async () => {
+    t = createTestContext({ runtimeRateLimits: { ip: { limit: 3, windowSec: 60 } } });
+    const fx = await runtimeFixture(t, { policy: { max_machines: 5 } });
+    const from = "198.51.100.90";
+    const known = [await activatedLater(fx), await activatedLater(fx), await activatedLater(fx)];
+    const genuine = await activatedLater(fx);
+    const attacker = new TestDevice();
+    const forge = (i: number) => heartbeatFrom(attacker, known[i]!.activationId, from);
+    for (let i = 0; i < 3; i++) expect((await forge(0)).body.error.code).toBe("DEVICE_PROOF_INVALID");
+    expectRateLimited(await forge(0), "runtime-ip-unproven", 3, 60);
+    for (const i of [1, 2]) {
+      expect((await forge(i)).body.error.code).toBe("DEVICE_PROOF_INVALID");
+      expectRateLimited(await forge(i), "runtime-ip-unproven", 3, 60);
+    }
+    expect((await heartbeatFrom(genuine.device, genuine.activationId, from)).status).toBe(200);
+    // Both windows refill: the address's and the activation's last failure.
+    t.clock.advance(120);
+    expect((await forge(0)).body.error.code).toBe("DEVICE_PROOF_INVALID");
+  });
+});
