@@ -1,7 +1,8 @@
 import { afterEach, describe, expect, test } from "bun:test";
 import { machineInfoDigest } from "../../src/modules/activations/machine.ts";
 import { TestDevice } from "../support/device.ts";
-import { type CallResult, createTestContext, type TestContext } from "../support/harness.ts";
+import { createTestContext, type TestContext } from "../support/harness.ts";
+import { expectRateLimited } from "../support/rate-limits.ts";
 import {
   activatedDevice,
   heartbeatPath,
@@ -19,24 +20,6 @@ let t: TestContext;
 afterEach(() => t.close());
 
 const DIGEST = machineInfoDigest({ os: "linux", arch: "x64" });
-
-function expectRateLimited(response: CallResult, policy: string, limit: number, windowSec: number) {
-  expect(response.status).toBe(429);
-  expect(response.body.error).toMatchObject({
-    code: "RATE_LIMITED",
-    retryable: true,
-    details: { policy, limit, window_sec: windowSec },
-  });
-  expect(Object.keys(response.body.error).sort()).toEqual(
-    ["code", "details", "doc_url", "message", "request_id", "retryable"].sort(),
-  );
-  const retryAfter = Number(response.headers.get("retry-after"));
-  expect(retryAfter).toBeGreaterThan(0);
-  expect(retryAfter).toBeLessThanOrEqual(windowSec);
-  expect(response.body.error.details.retry_after_sec).toBe(retryAfter);
-  expect(response.headers.get("ratelimit-policy")).toBe(`"${policy}";q=${limit};w=${windowSec}`);
-  expect(response.headers.get("ratelimit")).toMatch(new RegExp(`^"${policy}";r=0;t=\\d+$`));
-}
 
 describe("failing device proofs", () => {
   const heartbeatFrom = (device: TestDevice, activationId: string, clientAddress: string) => {

@@ -2,6 +2,7 @@ import { afterEach, describe, expect, test } from "bun:test";
 import { machineInfoDigest } from "../../src/modules/activations/machine.ts";
 import { TestDevice } from "../support/device.ts";
 import { type CallResult, createTestContext, type TestContext } from "../support/harness.ts";
+import { expectRateLimited } from "../support/rate-limits.ts";
 import { activatedDevice, heartbeatPath, nowSec, proofCall, runtimeFixture } from "../support/runtime.ts";
 import { runtimeEvents } from "../support/store-digest.ts";
 
@@ -16,24 +17,6 @@ afterEach(() => t.close());
 const DIGEST = machineInfoDigest({ os: "linux", arch: "x64" });
 const heartbeatOf = (device: TestDevice, activationId: string) =>
   proofCall(t, device, "POST", heartbeatPath(activationId), activationId, { machine_info_digest: DIGEST });
-
-function expectRateLimited(response: CallResult, policy: string, limit: number, windowSec: number) {
-  expect(response.status).toBe(429);
-  expect(response.body.error).toMatchObject({
-    code: "RATE_LIMITED",
-    retryable: true,
-    details: { policy, limit, window_sec: windowSec },
-  });
-  expect(Object.keys(response.body.error).sort()).toEqual(
-    ["code", "details", "doc_url", "message", "request_id", "retryable"].sort(),
-  );
-  const retryAfter = Number(response.headers.get("retry-after"));
-  expect(retryAfter).toBeGreaterThan(0);
-  expect(retryAfter).toBeLessThanOrEqual(windowSec);
-  expect(response.body.error.details.retry_after_sec).toBe(retryAfter);
-  expect(response.headers.get("ratelimit-policy")).toBe(`"${policy}";q=${limit};w=${windowSec}`);
-  expect(response.headers.get("ratelimit")).toMatch(new RegExp(`^"${policy}";r=0;t=\\d+$`));
-}
 
 describe("per client address (unauthenticated runtime calls)", () => {
   test("the fourth call from one address in a window is refused with 429, Retry-After and RateLimit headers; other addresses go on", async () => {
