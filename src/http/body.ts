@@ -82,7 +82,9 @@ export async function parseJsonBody(
     throw ApiError.validation({ [problem.path]: ["must be a finite number (I-JSON)"] });
   }
   if (problem?.kind === "unicode") {
-    throw ApiError.validation({ [problem.path]: ["must be valid Unicode (no lone surrogates, I-JSON)"] });
+    throw ApiError.validation({
+      [problem.path]: ["must be valid Unicode text (no lone surrogates, I-JSON; no NUL characters)"],
+    });
   }
   return parsed;
 }
@@ -127,8 +129,10 @@ function inspect(body: unknown, text: string): Problem | null {
     const visit = stack.pop() as Visit;
     const node = visit.value;
     if (typeof node === "number" && !Number.isFinite(node)) return { kind: "number", path: pathOf(visit) };
-    // A lone surrogate cannot be encoded as UTF-8, so no two parties could agree on its JCS form.
-    if (typeof node === "string" && !node.isWellFormed()) return { kind: "unicode", path: pathOf(visit) };
+    // A lone surrogate cannot be encoded as UTF-8, so no two parties could agree on its JCS form;
+    // a NUL ends the text early for every C-string consumer (logs, exports, terminals, drivers).
+    if (typeof node === "string" && (!node.isWellFormed() || node.includes("\0")))
+      return { kind: "unicode", path: pathOf(visit) };
     if (typeof node !== "object" || node === null) continue;
     if (visit.depth > MAX_DEPTH) return { kind: "depth" };
     if (!Array.isArray(node) && (Object.hasOwn(node, "toString") || Object.hasOwn(node, "valueOf"))) {
@@ -136,7 +140,7 @@ function inspect(body: unknown, text: string): Problem | null {
     }
     const record = node as Record<string, unknown>;
     for (const key in record) {
-      if (!key.isWellFormed()) return { kind: "unicode", path: pathOf(visit) };
+      if (!key.isWellFormed() || key.includes("\0")) return { kind: "unicode", path: pathOf(visit) };
       if (!Array.isArray(node)) members++;
       stack.push({ value: record[key], depth: visit.depth + 1, parent: visit, key });
     }

@@ -145,10 +145,12 @@ describe("the error envelope", () => {
     expect(countProducts()).toBe(0);
   });
 
-  test("a lone surrogate in a string or a key answers 422 naming where", async () => {
+  test("a lone surrogate or a NUL in a string or a key answers 422 naming where", async () => {
     for (const raw of [
       '{"name":"\\ud800","code":"x","environment":"live"}',
       '{"name":"A","code":"x","environment":"live","\\udc00":1}',
+      '{"name":"a\\u0000b","code":"x","environment":"live"}',
+      '{"name":"A","code":"x","environment":"live","k\\u0000":1}',
     ]) {
       const response = await t.call("POST", "/mgmt/v1/products", {
         rawBody: raw,
