@@ -156,6 +156,26 @@ export class RuntimeGate {
   }
 
   /**
+   * An authenticated device using its license (a check-in, a floating seat, a file key), in the
+   * order every such route asks: license state and device blocks, then the named user's
+   * assignment.
+   */
+  denyDeviceUse(
+    op: RuntimeOperation,
+    use: {
+      activation: ActivationRow;
+      license: LicenseRow;
+      policy: PolicyWithId;
+      now: Date;
+      signedFor: SignedFor;
+    },
+  ): void {
+    const { activation, license, policy, now, signedFor } = use;
+    this.deny(op, license, activation, activation.deviceThumbprint, now, signedFor);
+    this.denyUnassigned(policy, activation, signedFor);
+  }
+
+  /**
    * Spec §4.2 rules 1 and 3: a named-user activation is refused (signed, like the license-state
    * denials) once its assignment is removed or its user disabled. Device licenses skip the read.
    */

@@ -255,8 +255,7 @@ export class ActivationService {
         call,
         target,
       );
-      this.gate.deny("heartbeat", license, activation, activation.deviceThumbprint, now, signedFor);
-      this.gate.denyUnassigned(policy, activation, signedFor);
+      this.gate.denyDeviceUse("heartbeat", { activation, license, policy, now, signedFor });
       if (policy.perpetual_mode === "unmanaged" || policy.validation_mode === "offline") {
         throw new ApiError(
           "OFFLINE_ACTIVATION_REQUIRED",

@@ -61,9 +61,8 @@ export class LeaseService {
         call,
         target,
       );
-      this.gate.deny("lease", license, activation, activation.deviceThumbprint, now, signedFor);
       // A named user's device whose assignment ended takes no seat, as it gets no heartbeat.
-      this.gate.denyUnassigned(policy, activation, signedFor);
+      this.gate.denyDeviceUse("lease", { activation, license, policy, now, signedFor });
       this.slots.cullIfDisplaced(activation, license, policy, now, signedFor);
       const expiresAt = new Date(now.getTime() + policy.lease_ttl_sec * 1000);
       const lease = this.deps.db.transaction(
@@ -134,8 +133,7 @@ export class LeaseService {
         target,
       );
       // License and activation state first (spec §3.2 rule 1), then the lease's own state.
-      this.gate.deny("lease", license, activation, activation.deviceThumbprint, now, signedFor);
-      this.gate.denyUnassigned(policy, activation, signedFor);
+      this.gate.denyDeviceUse("lease", { activation, license, policy, now, signedFor });
       this.slots.cullIfDisplaced(activation, license, policy, now, signedFor);
       if (lease.instanceId !== instanceId) throw instanceMismatch();
       if (lease.status === "released")

@@ -58,8 +58,7 @@ export class SealedFileKeyService {
       unrecorded,
     );
     // License state first (revoked, expired, blocked, deactivated, suspended), then the plan.
-    this.gate.deny("sealed_file_key", license, activation, activation.deviceThumbprint, now, signedFor);
-    this.gate.denyUnassigned(policy, activation, signedFor);
+    this.gate.denyDeviceUse("sealed_file_key", { activation, license, policy, now, signedFor });
     // A device whose slot fresher ones have taken opens no more files, as it takes no more seats:
     // otherwise max_machines would not bound the devices that can read a sealed file.
     this.slots.cullIfDisplaced(activation, license, policy, now, signedFor);
