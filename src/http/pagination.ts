@@ -37,15 +37,17 @@ export const PageQuery = t.Object(pageParams);
 const DIGITS = /^[0-9]+$/;
 
 /**
- * The paging parameters as sent (`url` is the request URL): `limit` and `cursor` at most once
- * each, and `limit` in plain decimal digits, else 400 INVALID_REQUEST as a forged cursor is. A
+ * A list's query as sent (`url` is the request URL): every parameter at most once (filters
+ * too), and `limit` in plain decimal digits, else 400 INVALID_REQUEST as a forged cursor is. A
  * well-formed `limit` outside 1..200 is a value out of range: 422 keyed `limit`.
  */
 export function checkPageQuery(url: string): void {
   const at = url.indexOf("?");
   if (at === -1) return;
   const params = new URLSearchParams(url.slice(at + 1));
-  for (const name of ["limit", "cursor"]) {
+  // Any parameter of a list, filters included: the router would keep the last of repeated ones,
+  // so `?product_id=a&product_id=b` would list b's alone and look like an answer about both.
+  for (const name of new Set(params.keys())) {
     const values = params.getAll(name);
     if (values.length > 1)
       throw new ApiError("INVALID_REQUEST", `${name} was sent more than once.`, { [name]: values });

@@ -56,14 +56,23 @@ describe("limit", () => {
     expect(cursor.body.error.code).toBe("INVALID_REQUEST");
   });
 
-  test("limit or cursor sent twice answers 400 instead of taking the last", async () => {
+  test("limit, cursor or a filter sent twice answers 400 instead of taking the last", async () => {
     const first = await get("limit=2");
     const next = first.body.pagination.next_cursor as string;
-    for (const query of ["limit=1&limit=2", "limit=2&limit=2", `cursor=${next}&cursor=${next}`]) {
+    const product = first.body.data[0].public_id as string;
+    for (const query of [
+      "limit=1&limit=2",
+      "limit=2&limit=2",
+      `cursor=${next}&cursor=${next}`,
+      `status=active&status=archived`,
+    ]) {
       const response = await get(query);
       expect({ query, status: response.status }).toEqual({ query, status: 400 });
       expect(response.body.error.code).toBe("INVALID_REQUEST");
     }
+    const licenses = await t.call("GET", `/mgmt/v1/licenses?product_id=${product}&product_id=prod_other`);
+    expect([licenses.status, licenses.body.error.code]).toEqual([400, "INVALID_REQUEST"]);
+    expect((await t.call("GET", `/mgmt/v1/licenses?product_id=${product}`)).status).toBe(200);
   });
 
   test("plain digits still page: leading zeros are allowed, and 0 or 201 stay 422 out of range", async () => {
