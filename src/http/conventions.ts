@@ -11,7 +11,7 @@ import type { Logger } from "./logger.ts";
 import { checkPageQuery } from "./pagination.ts";
 import type { GcraLimiter } from "./rate-limit.ts";
 import { routedHook } from "./request-path.ts";
-import { requestState } from "./request-state.ts";
+import { type RequestState, requestState } from "./request-state.ts";
 
 export interface ConventionDeps {
   clock: Clock;
@@ -47,6 +47,11 @@ const BEARER = /^Bearer ([^\s]+)$/;
  * JSON body parser with its byte limit, and the error envelope for every failure.
  */
 export function httpConventions(deps: ConventionDeps) {
+  /** The scope an authenticated caller lacks for this route, if any (the route's macro refuses it next). */
+  const missingScope = (state: RequestState | undefined, method: string, route: string) => {
+    const scope = deps.requiredScope?.(method, route);
+    return scope && state?.caller && !state.caller.scopes.has(scope as Scope) ? scope : undefined;
+  };
   return new Elysia({ name: "http-conventions" })
     .onRequest(
       routedHook(({ request, set, path }) => {
@@ -61,8 +66,8 @@ export function httpConventions(deps: ConventionDeps) {
     .onParse({ as: "global" }, ({ request, path, route }) => {
       const state = requestState.get(request);
       // A caller without the route's scope hears 403 before its body is read, parsed or measured.
-      const scope = deps.requiredScope?.(request.method, route);
-      if (scope && state?.caller && !state.caller.scopes.has(scope as Scope)) throw insufficientScope(scope);
+      const scope = missingScope(state, request.method, route);
+      if (scope) throw insufficientScope(scope);
       return parseJsonBody(request, bodyLimitFor(path), (bytes) => {
         if (state) state.rawBody = bytes;
       });
@@ -71,9 +76,8 @@ export function httpConventions(deps: ConventionDeps) {
       // Before a list route's query schema coerces `limit` (pagination.ts), but only for a caller
       // the route's own check (auth.ts, next) lets in: others hear 401 or 403, learning nothing.
       if (request.method !== "GET" || !deps.pagedRoute?.(request.method, route)) return;
-      const caller = requestState.get(request)?.caller;
-      const scope = deps.requiredScope?.(request.method, route);
-      if (!caller || (scope && !caller.scopes.has(scope as Scope))) return;
+      const state = requestState.get(request);
+      if (!state?.caller || missingScope(state, request.method, route)) return;
       checkPageQuery(request.url);
     })
     .onError({ as: "global" }, ({ error, code, request, set }) => {

@@ -3,10 +3,8 @@ import { parseDateTime } from "../../domain/datetime.ts";
 import { checkEntitlementCount, checkEntitlementMap } from "../../domain/entitlements.ts";
 import type { PlanDefinition } from "../../domain/plans.ts";
 import { ApiError, type FieldErrorCollector } from "../../http/errors.ts";
-import type { licenses } from "../../store/schema/index.ts";
 import type { LicenseUpdateBody } from "./model.ts";
-
-type LicenseRow = typeof licenses.$inferSelect;
+import type { LicenseRow } from "./service.ts";
 
 /**
  * `expires_at` and `expiry` are one field (DESIGN §4): undefined when neither was sent, null for
