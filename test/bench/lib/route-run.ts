@@ -123,7 +123,7 @@ export interface FloorOps {
   write_us: number;
   append_us: number;
   page50_us: number;
-  /** For information only: the writes each route cannot do without, in one transaction. */
+  /** The writes each route cannot do without, in one transaction (the activation floor counts them). */
   heartbeat_write_us: number;
   activation_write_us: number;
 }
