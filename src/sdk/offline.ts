@@ -135,16 +135,19 @@ export function verifyOfflinePackage(
   }
   const entry = (name: (typeof PACKAGE_ENTRIES)[number]) => entries.get(name) as Uint8Array;
 
-  // 1. root -> bundle. Its sequence is checked against the config's minimum; a newer bundle the
-  // device holds takes over below instead of refusing an older package outright.
+  // 1. root -> bundle. A package keeps the bundle of its issue, which a later config may call too
+  // old; a newer bundle the device already trusts (itself at or above the config's minimum) then
+  // stands in for it, so the package's own bundle need only be genuine. Without one, the
+  // package's bundle must meet the minimum itself.
+  const trusted =
+    opts.trustedBundle && opts.trustedBundle.sequence >= opts.config.minimumBundleSequence
+      ? opts.trustedBundle
+      : undefined;
   const signedBundle = verifyTrustBundle(json(entry("trust-bundle.json"), "trust-bundle.json"), {
-    config: opts.config,
+    config: trusted ? { ...opts.config, minimumBundleSequence: 0 } : opts.config,
     highestSequence: 0,
   });
-  const bundle =
-    opts.trustedBundle && opts.trustedBundle.sequence > signedBundle.bundle.sequence
-      ? opts.trustedBundle
-      : signedBundle.bundle;
+  const bundle = trusted && trusted.sequence > signedBundle.bundle.sequence ? trusted : signedBundle.bundle;
 
   // 2. manifest signature, by a listed, uncompromised product signing key valid when it was issued.
   const manifestValue = json(entry("manifest.json"), "manifest.json");

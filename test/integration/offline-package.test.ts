@@ -198,6 +198,37 @@ describe("what the SDK does with a verified package", () => {
     expect(await fresh.licenseState()).toBe("valid");
   });
 
+  describe("an app whose config asks for a newer bundle than the package's", () => {
+    /** The config as downloaded after the product's bundle moved on past the package's. */
+    const demanding = (minimum: number) => ({
+      ...config,
+      trust_anchor: {
+        ...(config.trust_anchor as Record<string, unknown>),
+        minimum_trust_bundle_sequence: minimum,
+      },
+    });
+
+    test("loads the package on a device that holds a bundle at that minimum", async () => {
+      const { app, bytes } = await issued();
+      new TrustService(t.deps).rotate(fx.productId, 30 * 86_400);
+      const newer = sdkClient(t, demanding(fx.bundle.sequence + 1));
+      await newer.setDeviceKeys(await app.deviceKeys());
+      await newer.trustBundle();
+      await newer.loadOfflinePackage(bytes, { machineInfo: MACHINE });
+      expect(await newer.licenseState()).toBe("valid");
+    });
+
+    test("refuses the package's older bundle on a device that holds none", async () => {
+      const { app, bytes } = await issued();
+      new TrustService(t.deps).rotate(fx.productId, 30 * 86_400);
+      const newer = sdkClient(t, demanding(fx.bundle.sequence + 1));
+      await newer.setDeviceKeys(await app.deviceKeys());
+      const error = await refusal(newer.loadOfflinePackage(bytes, { machineInfo: MACHINE }));
+      expect(error.code).toBe("BUNDLE_SEQUENCE_ROLLBACK");
+      expect(await newer.activationId()).toBeUndefined();
+    });
+  });
+
   test("a hybrid device holds its slot while its package lasts, and can later check in online", async () => {
     const { app, bytes } = await issued();
     await app.loadOfflinePackage(bytes);
