@@ -209,6 +209,20 @@ describe("runtime events", () => {
     expect((await t.call("GET", "/mgmt/v1/runtime_events", { key: t.keys.test })).body.data).toHaveLength(0);
   });
 
+  test("since is a strict RFC 3339 date-time: no impossible dates, no bare years, lower-case t and z allowed", async () => {
+    const fx = await runtimeFixture(t);
+    const a = await activatedDevice(t, fx);
+    await failBeat(a.device, a.activationId);
+    const past = new Date(t.clock.now().getTime() - 60_000).toISOString();
+    const since = (value: string) => t.call("GET", `/mgmt/v1/runtime_events?since=${value}`);
+    expect((await since(past)).body.data).toHaveLength(1);
+    expect((await since(past.toLowerCase())).body.data).toHaveLength(1);
+    for (const value of ["2030", "2030-02-31T00:00:00Z", "2030-01-01", "Jan%201%202030"]) {
+      const refused = await since(value);
+      expect([value, refused.status, refused.body.error.code]).toEqual([value, 400, "INVALID_REQUEST"]);
+    }
+  });
+
   test("pages through entries oldest first", async () => {
     const devices = await Promise.all([0, 1, 2].map(() => activatedDevice(t, fx)));
     for (const d of devices) await failBeat(d.device, d.activationId);

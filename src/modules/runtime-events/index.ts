@@ -1,5 +1,6 @@
 import { Type } from "@sinclair/typebox";
 import { Elysia, t } from "elysia";
+import { parseDateTime } from "../../domain/datetime.ts";
 import { managementAuth } from "../../http/auth.ts";
 import { ApiError } from "../../http/errors.ts";
 import { pageParams } from "../../http/pagination.ts";
@@ -41,9 +42,12 @@ export const runtimeEventsController = ({
         if (query.activation_id) activationAdmin.get(query.activation_id, caller.environment);
         let since: Date | undefined;
         if (query.since !== undefined) {
-          since = new Date(query.since);
-          if (Number.isNaN(since.getTime()))
-            throw new ApiError("INVALID_REQUEST", "since must be an ISO 8601 date-time.");
+          since = parseDateTime(query.since) ?? undefined;
+          if (!since)
+            throw new ApiError(
+              "INVALID_REQUEST",
+              "since must be an RFC 3339 date-time with a real calendar date, e.g. 2030-01-31T00:00:00Z.",
+            );
         }
         const page = pages.oldestFirst(query, {
           route: "/mgmt/v1/runtime_events",
