@@ -82,6 +82,30 @@ describe("errors", () => {
     ]);
   });
 
+  test("an address is stored as customers' are: domain lower-cased, an IDN as punycode, and a form the full check refuses answers 422", async () => {
+    const created = await t.call("POST", "/mgmt/v1/resellers", {
+      body: { name: "R", email: "Sales@Bücher.Example" },
+    });
+    expect(created.body.data.email).toBe("Sales@xn--bcher-kva.example");
+    const id = created.body.data.public_id;
+    const etag = created.headers.get("etag");
+    const same = await t.call("PATCH", `/mgmt/v1/resellers/${id}`, {
+      body: { email: "Sales@bücher.example" },
+    });
+    expect(same.headers.get("etag")).toBe(etag);
+    for (const email of ["a@b.123", "a@-bad-.example"]) {
+      const refused = await t.call("PATCH", `/mgmt/v1/resellers/${id}`, { body: { email } });
+      expect([email, refused.status, Object.keys(refused.body.error.details.errors)]).toEqual([
+        email,
+        422,
+        ["email"],
+      ]);
+    }
+    expect((await t.call("GET", `/mgmt/v1/resellers/${id}`)).body.data.email).toBe(
+      "Sales@xn--bcher-kva.example",
+    );
+  });
+
   test("an unknown reseller answers 404", async () => {
     const response = await t.call("PATCH", "/mgmt/v1/resellers/rsl_01M81Z00000000000000000000", {
       body: { name: "X" },

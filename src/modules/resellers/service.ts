@@ -1,6 +1,7 @@
 import { desc, eq, lt } from "drizzle-orm";
 import { canonicalize } from "../../crypto/jcs.ts";
 import type { ChangeContext, Deps } from "../../deps.ts";
+import { emailField } from "../../http/email-field.ts";
 import { ApiError, FieldErrorCollector } from "../../http/errors.ts";
 import type { PageRequest } from "../../http/pagination.ts";
 import { assertIfMatch, type IfMatch, opaqueEtag } from "../../http/preconditions.ts";
@@ -13,6 +14,10 @@ export type ResellerRow = typeof resellers.$inferSelect;
 
 /** The reseller's concurrency token (docs/api.md "If-Match and ETag"): changes with every change. */
 export const resellerEtag = (row: ResellerRow): string => opaqueEtag(row.id, row.revision);
+
+/** As customers' addresses: checked in full (the schema's pattern is a first filter) and stored canonical. */
+const storedEmail = (email: string | null | undefined): string | null =>
+  email ? emailField(email).address : null;
 
 export function presentReseller(row: ResellerRow) {
   return {
@@ -63,7 +68,7 @@ export class ResellerService {
     const row: ResellerRow = {
       id: this.deps.ids.next("reseller", now.getTime()),
       name: body.name,
-      email: body.email ?? null,
+      email: storedEmail(body.email),
       externalRef: body.external_ref ?? null,
       status,
       organizationLimit: body.organization_limit ?? null,
@@ -94,7 +99,8 @@ export class ResellerService {
       const now = this.deps.clock.now();
       const changes: Partial<ResellerRow> = {};
       if (body.name !== undefined && body.name !== current.name) changes.name = body.name;
-      if (body.email !== undefined && body.email !== current.email) changes.email = body.email;
+      const email = body.email === undefined ? undefined : storedEmail(body.email);
+      if (email !== undefined && email !== current.email) changes.email = email;
       if (body.external_ref !== undefined && body.external_ref !== current.externalRef)
         changes.externalRef = body.external_ref;
       if (body.organization_limit !== undefined && body.organization_limit !== current.organizationLimit) {
