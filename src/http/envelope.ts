@@ -63,18 +63,22 @@ function collect(error: ValidationError, request?: Request): FieldErrors {
     if (!("path" in issue)) continue;
     const path =
       issue.path.replace(/^\//, "").replaceAll("/", ".") || queryFieldOf(error, issue, request) || error.type;
-    const choices = literalChoices("schema" in issue ? issue.schema : undefined);
+    const schema = "schema" in issue ? issue.schema : undefined;
+    const choices = literalChoices(schema);
     const nullable = nullableMemberError(issue);
+    const rule = ruleOf(schema);
     const message =
       issue.message === "Unexpected property"
         ? "is not a known field"
-        : nullable
-          ? `${nullable} (or null)`
-          : choices && choices.length === 1
-            ? `must be ${choices[0] === "integer" ? "an integer" : choices[0]}`
-            : choices
-              ? `must be one of: ${choices.join(", ")}`
-              : (issue.summary ?? issue.message);
+        : rule
+          ? rule
+          : nullable
+            ? `${nullable} (or null)`
+            : choices && choices.length === 1
+              ? `must be ${choices[0] === "integer" ? "an integer" : choices[0]}`
+              : choices
+                ? `must be one of: ${choices.join(", ")}`
+                : (issue.summary ?? issue.message);
     addFieldError(errors, path, message);
   }
   if (Object.keys(errors).length === 0) errors.body = ["does not match the schema"];
@@ -96,6 +100,18 @@ function queryFieldOf(
     if (value === String(issue.value)) return name;
   }
   return undefined;
+}
+
+/**
+ * What a field's schema says its values must be (`x-rule`, see NameField), for the field itself or
+ * for the non-null member of a nullable one: clearer than the pattern it breaks.
+ */
+function ruleOf(schema: unknown): string | undefined {
+  const own = (schema as { "x-rule"?: unknown } | undefined)?.["x-rule"];
+  if (typeof own === "string") return own;
+  const anyOf = (schema as { anyOf?: { "x-rule"?: unknown }[] } | undefined)?.anyOf;
+  const member = Array.isArray(anyOf) ? anyOf.find((m) => typeof m["x-rule"] === "string") : undefined;
+  return typeof member?.["x-rule"] === "string" ? `${member["x-rule"]} (or null)` : undefined;
 }
 
 /**

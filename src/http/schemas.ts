@@ -26,6 +26,20 @@ export const errorEnvelopeResponse = (description: string) => ({
 export const IdField = (description?: string) =>
   Type.String({ minLength: 1, maxLength: 64, ...(description ? { description } : {}) });
 
+/**
+ * A display name: one line of 1-200 characters with no control characters (C0, DEL, C1). Names
+ * are printed by the command line and shown in dashboards, where an ESC or a line break could
+ * forge output; descriptions and notes, which may span lines, are not names.
+ */
+export const NameField = (description?: string) =>
+  Type.String({
+    minLength: 1,
+    maxLength: 200,
+    pattern: "^[^\\u0000-\\u001f\\u007f-\\u009f]*$",
+    "x-rule": "must be one line of 1 to 200 characters without control characters",
+    ...(description ? { description } : {}),
+  });
+
 export const DateTime = (description?: string) =>
   Type.String({ format: "date-time", ...(description ? { description } : {}) });
 export const Nullable = <T extends TSchema>(schema: T) => Type.Union([schema, Type.Null()]);

@@ -1,14 +1,14 @@
 import { Type } from "@sinclair/typebox";
 import { EMAIL_ADDRESS_PATTERN } from "../../domain/email-address.ts";
 import { pageParams } from "../../http/pagination.ts";
-import { DateTime, dataOf, listOf, Nullable } from "../../http/schemas.ts";
+import { DateTime, dataOf, listOf, NameField, Nullable } from "../../http/schemas.ts";
 import { StringEnum } from "../../http/schemas-enum.ts";
 
 /** A plain addr-spec only (src/domain/email-address.ts): never a display name a mailer could read another address from. */
 export const EMAIL_PATTERN = EMAIL_ADDRESS_PATTERN;
 
 const fields = {
-  name: Type.Optional(Nullable(Type.String({ minLength: 1, maxLength: 200 }))),
+  name: Type.Optional(Nullable(NameField())),
   email: Type.Optional(Nullable(Type.String({ maxLength: 254, pattern: EMAIL_PATTERN }))),
   external_ref: Type.Optional(
     Nullable(Type.String({ maxLength: 200, description: "Your own id for this customer." })),

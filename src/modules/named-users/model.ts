@@ -1,7 +1,7 @@
 import { Type } from "@sinclair/typebox";
 import { EmailAddressField } from "../../http/email-field.ts";
 import { pageParams } from "../../http/pagination.ts";
-import { DateTime, dataOf, IdField, listOf, Nullable } from "../../http/schemas.ts";
+import { DateTime, dataOf, IdField, listOf, NameField, Nullable } from "../../http/schemas.ts";
 import { StringEnum } from "../../http/schemas-enum.ts";
 
 const Email = EmailAddressField(
@@ -9,7 +9,7 @@ const Email = EmailAddressField(
 );
 
 const editable = {
-  name: Type.Optional(Nullable(Type.String({ minLength: 1, maxLength: 200 }))),
+  name: Type.Optional(Nullable(NameField())),
   external_ref: Type.Optional(
     Nullable(Type.String({ maxLength: 200, description: "Your own id for this user." })),
   ),

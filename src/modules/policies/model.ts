@@ -11,7 +11,7 @@ import {
   VALIDATION_MODES,
 } from "../../domain/policy-rules.ts";
 import { pageParams } from "../../http/pagination.ts";
-import { DateTime, dataOf, IdField, JsonObject, listOf, Nullable } from "../../http/schemas.ts";
+import { DateTime, dataOf, IdField, JsonObject, listOf, NameField, Nullable } from "../../http/schemas.ts";
 import { StringEnum } from "../../http/schemas-enum.ts";
 
 const Seconds = (description: string) =>
@@ -68,7 +68,7 @@ const settings = {
 export const PolicyCreate = Type.Object(
   {
     product_id: IdField(),
-    name: Type.String({ minLength: 1, maxLength: 200 }),
+    name: NameField(),
     ...settings,
   },
   { additionalProperties: false },
@@ -77,7 +77,7 @@ export const PolicyCreate = Type.Object(
 export const PolicyUpdate = Type.Object(
   {
     product_id: Type.Optional(IdField()),
-    name: Type.Optional(Type.String({ minLength: 1, maxLength: 200 })),
+    name: Type.Optional(NameField()),
     ...settings,
   },
   { additionalProperties: false },

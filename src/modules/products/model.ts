@@ -1,8 +1,8 @@
 import { Type } from "@sinclair/typebox";
-import { DateTime, dataOf, listOf } from "../../http/schemas.ts";
+import { DateTime, dataOf, listOf, NameField } from "../../http/schemas.ts";
 
 const Environment = Type.Union([Type.Literal("live"), Type.Literal("test")]);
-const Name = Type.String({ minLength: 1, maxLength: 200 });
+const Name = NameField();
 const Code = Type.String({
   pattern: "^[a-z0-9][a-z0-9_-]{0,63}$",
   description: "Lower-case slug, unique within the environment.",

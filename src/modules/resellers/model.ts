@@ -1,5 +1,5 @@
 import { Type } from "@sinclair/typebox";
-import { DateTime, dataOf, listOf, Metadata, Nullable } from "../../http/schemas.ts";
+import { DateTime, dataOf, listOf, Metadata, NameField, Nullable } from "../../http/schemas.ts";
 import { StringEnum } from "../../http/schemas-enum.ts";
 import { EMAIL_PATTERN } from "../customers/model.ts";
 
@@ -20,12 +20,9 @@ const fields = {
   metadata: Type.Optional(Metadata()),
 };
 
-export const ResellerCreate = Type.Object(
-  { name: Type.String({ minLength: 1, maxLength: 200 }), ...fields },
-  { additionalProperties: false },
-);
+export const ResellerCreate = Type.Object({ name: NameField(), ...fields }, { additionalProperties: false });
 export const ResellerUpdate = Type.Object(
-  { name: Type.Optional(Type.String({ minLength: 1, maxLength: 200 })), ...fields },
+  { name: Type.Optional(NameField()), ...fields },
   { additionalProperties: false },
 );
 

@@ -1,6 +1,6 @@
 import { Type } from "@sinclair/typebox";
 import { pageParams } from "../../http/pagination.ts";
-import { DateTime, dataOf, JsonObject, listOf, Nullable } from "../../http/schemas.ts";
+import { DateTime, dataOf, JsonObject, listOf, NameField, Nullable } from "../../http/schemas.ts";
 import { StringEnum } from "../../http/schemas-enum.ts";
 import { MAX_URL_LENGTH } from "./destinations.ts";
 
@@ -9,7 +9,7 @@ export const MAX_EVENTS = 100;
 export const MAX_OVERLAP_SEC = 7 * 86_400;
 export const DEFAULT_OVERLAP_SEC = 86_400;
 
-const Name = Type.String({ minLength: 1, maxLength: 200 });
+const Name = NameField();
 const Url = Type.String({
   minLength: 1,
   maxLength: MAX_URL_LENGTH,
