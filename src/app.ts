@@ -2,6 +2,7 @@ import { type AnyElysia, Elysia } from "elysia";
 import type { Deps } from "./deps.ts";
 import type { Environment } from "./domain/scopes.ts";
 import { scopeRegistry } from "./http/auth.ts";
+import { bodylessRoutes } from "./http/body.ts";
 import { httpConventions } from "./http/conventions.ts";
 import { runtimeCors } from "./http/cors.ts";
 import { type Logger, silentLogger } from "./http/logger.ts";
@@ -76,6 +77,7 @@ export function createApp(
   const root: { app?: AnyElysia } = {};
   let scopes: ReturnType<typeof scopeRegistry> | undefined;
   let paged: ReturnType<typeof pagedRoutes> | undefined;
+  let bodyless: ReturnType<typeof bodylessRoutes> | undefined;
   const openApiDocument = () => {
     if (!root.app) throw new Error("the app is not built yet");
     openApiCache ??= buildOpenApiDocument(root.app, options.baseUrl);
@@ -102,6 +104,10 @@ export function createApp(
         requiredScope: (method, route) => {
           scopes ??= root.app ? scopeRegistry(root.app.routes) : undefined;
           return scopes?.(method, route);
+        },
+        bodylessRoute: (method, route) => {
+          bodyless ??= root.app ? bodylessRoutes(root.app.routes) : undefined;
+          return bodyless?.(method, route) ?? false;
         },
         pagedRoute: (method, route) => {
           paged ??= root.app ? pagedRoutes(root.app.routes) : undefined;

@@ -207,3 +207,30 @@ const tooLarge = (limit: number) =>
   new ApiError("PAYLOAD_TOO_LARGE", `The request body is larger than this route accepts (${limit} bytes).`, {
     limit_bytes: limit,
   });
+
+/**
+ * The routes (method and path pattern) that take a body by their method but have no body schema:
+ * actions such as DELETE or `.../unlock`. Unknown fields are refused, not dropped (DESIGN §2), and
+ * on these routes every field is unknown, so a caller who sends `{"reason": "..."}` is told it
+ * was not kept instead of believing it was.
+ */
+export function bodylessRoutes(routes: readonly { method: string; path: string; hooks: unknown }[]) {
+  const bodyless = new Set<string>();
+  for (const route of routes) {
+    if (BODYLESS.has(route.method)) continue;
+    if ((route.hooks as { body?: unknown } | undefined)?.body === undefined)
+      bodyless.add(`${route.method} ${route.path}`);
+  }
+  return (method: string, route: string) => bodyless.has(`${method} ${route}`);
+}
+
+/** What a body-less route accepts: no body, or `{}` (which many clients send on every POST). */
+export function refuseUnexpectedBody(body: unknown): unknown {
+  if (body === undefined) return body;
+  if (typeof body !== "object" || body === null || Array.isArray(body))
+    throw ApiError.validation({ body: ["this operation takes no body: send none, or {}"] });
+  const fields = Object.keys(body);
+  if (fields.length > 0)
+    throw ApiError.validation(Object.fromEntries(fields.map((field) => [field, ["is not a known field"]])));
+  return body;
+}

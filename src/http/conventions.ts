@@ -4,7 +4,7 @@ import type { IdGenerator } from "../domain/ids.ts";
 import type { Scope } from "../domain/scopes.ts";
 import type { ApiKeyService } from "../modules/api-keys/service.ts";
 import { insufficientScope } from "./auth.ts";
-import { bodyLimitFor, parseJsonBody } from "./body.ts";
+import { bodyLimitFor, parseJsonBody, refuseUnexpectedBody } from "./body.ts";
 import { type ErrorEnvelope, errorBody, toApiError } from "./envelope.ts";
 import { ApiError, type SignedFor } from "./errors.ts";
 import type { Logger } from "./logger.ts";
@@ -29,6 +29,8 @@ export interface ConventionDeps {
   requiredScope?: (method: string, route: string) => string | undefined;
   /** Whether a route is a list taking `limit` and `cursor`, whose paging parameters are checked as sent. */
   pagedRoute?: (method: string, route: string) => boolean;
+  /** Whether a route takes a body by its method but has no body schema (its body must be empty or `{}`). */
+  bodylessRoute?: (method: string, route: string) => boolean;
   /** Signs a license-state denial so the device can trust it (DESIGN §5). */
   signDenial?: (
     signedFor: SignedFor,
@@ -68,9 +70,10 @@ export function httpConventions(deps: ConventionDeps) {
       // A caller without the route's scope hears 403 before its body is read, parsed or measured.
       const scope = missingScope(state, request.method, route);
       if (scope) throw insufficientScope(scope);
-      return parseJsonBody(request, bodyLimitFor(path), (bytes) => {
+      const parsed = parseJsonBody(request, bodyLimitFor(path), (bytes) => {
         if (state) state.rawBody = bytes;
       });
+      return deps.bodylessRoute?.(request.method, route) ? parsed.then(refuseUnexpectedBody) : parsed;
     })
     .onTransform({ as: "global" }, ({ request, route }) => {
       // Before a list route's query schema coerces `limit` (pagination.ts), but only for a caller
