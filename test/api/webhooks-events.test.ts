@@ -179,6 +179,41 @@ describe("runtime events", () => {
     });
   });
 
+  test("a license changed after its expiry passed, before the next scan, is still announced once", async () => {
+    subscribe(["license.expired"]);
+    announceExpiries(t.deps);
+    const expiresAt = new Date(t.clock.now().getTime() + 3_600_000).toISOString();
+    const fx = await runtimeFixture(t, { license: { expires_at: expiresAt } });
+    t.clock.advance(3600 + 10);
+    const patch = { body: { metadata: { note: "after expiry" } } };
+    expect((await t.call("PATCH", `/mgmt/v1/licenses/${fx.licenseId}`, patch)).status).toBe(200);
+    expect(announceExpiries(t.deps).queued).toBe(1);
+    t.clock.advance(60);
+    expect(announceExpiries(t.deps).queued).toBe(0);
+    expect(queued().filter((q) => q.type === "license.expired")).toHaveLength(1);
+  });
+
+  test("an expiry moved later is announced again when it passes, also if the license changed since", async () => {
+    subscribe(["license.expired"]);
+    announceExpiries(t.deps);
+    const fx = await runtimeFixture(t, {
+      license: { expires_at: new Date(t.clock.now().getTime() + 60_000).toISOString() },
+    });
+    t.clock.advance(120);
+    expect(announceExpiries(t.deps).queued).toBe(1);
+    const later = new Date(t.clock.now().getTime() + 60_000).toISOString();
+    const renew = { body: { expires_at: later } };
+    expect((await t.call("PATCH", `/mgmt/v1/licenses/${fx.licenseId}`, renew)).status).toBe(200);
+    t.clock.advance(70);
+    const suspend = { body: { status_action: "suspended" } };
+    expect((await t.call("PATCH", `/mgmt/v1/licenses/${fx.licenseId}`, suspend)).status).toBe(200);
+    expect(announceExpiries(t.deps).queued).toBe(1);
+    expect(announceExpiries(t.deps).queued).toBe(0);
+    const expiries = queued().filter((q) => q.type === "license.expired");
+    expect(expiries).toHaveLength(2);
+    expect(expiries.at(-1)?.payload.data.data.expires_at).toBe(later);
+  });
+
   test("the expiry scan reads only the licenses whose expiry it announces, not the whole table", async () => {
     subscribe(["license.expired"]);
     announceExpiries(t.deps);
@@ -262,4 +297,5 @@ describe("retention", () => {
     expect(t.deps.sqlite.query("SELECT count(*) AS n FROM webhook_attempts").get()).toEqual({ n: 0 });
     expect(t.deps.sqlite.query("SELECT count(*) AS n FROM webhook_events").get()).toEqual({ n: 2 });
   });
+
 });
