@@ -115,6 +115,9 @@ export class WebhookDispatcher {
       }
     };
     let purgedAt = 0;
+    let purging = false;
+    const purgeFailed = (error: Error) =>
+      this.options.logger.log("error", "webhook delivery purge failed", { error: error.message });
     let scanning = false;
     // One chunk of the expiry scan per turn of the event loop (expiries.ts says why).
     const announce = () => {
@@ -138,14 +141,18 @@ export class WebhookDispatcher {
           scanning = true;
           announce();
         }
-        if (Date.now() - purgedAt >= PURGE_MS) {
+        if (!purging && Date.now() - purgedAt >= PURGE_MS) {
           purgedAt = Date.now();
-          purgeFinishedDeliveries(this.deps);
+          purging = true;
+          // Chunk by chunk until the backlog is gone (retention.ts); one pass at a time.
+          purgeFinishedDeliveries(this.deps, { stopped: () => this.stopped })
+            .catch(purgeFailed)
+            .finally(() => {
+              purging = false;
+            });
         }
       } catch (error) {
-        this.options.logger.log("error", "webhook delivery purge failed", {
-          error: (error as Error).message,
-        });
+        purgeFailed(error as Error);
       }
     };
     const unsubscribe = onEnqueue(this.deps.sqlite, kick);

@@ -1,4 +1,5 @@
 import { afterEach, beforeEach, describe, expect, test } from "bun:test";
+import { IdGenerator } from "../../src/domain/ids.ts";
 import { recordAudit } from "../../src/modules/events/service.ts";
 import { announceExpiries } from "../../src/modules/webhooks/expiries.ts";
 import { purgeFinishedDeliveries } from "../../src/modules/webhooks/retention.ts";
@@ -286,10 +287,10 @@ describe("retention", () => {
       [done?.id as string, now],
     );
     t.clock.advance(29 * 86_400);
-    expect(purgeFinishedDeliveries(t.deps)).toBe(0);
+    expect(await purgeFinishedDeliveries(t.deps)).toBe(0);
     t.clock.advance(2 * 86_400);
     await t.call("POST", "/mgmt/v1/customers", { body: { name: "recent" }, headers: t.idem() });
-    expect(purgeFinishedDeliveries(t.deps)).toBe(1);
+    expect(await purgeFinishedDeliveries(t.deps)).toBe(1);
     const left = t.deps.sqlite
       .query<{ id: string }, []>("SELECT id FROM webhook_deliveries ORDER BY id")
       .all();
@@ -298,4 +299,41 @@ describe("retention", () => {
     expect(t.deps.sqlite.query("SELECT count(*) AS n FROM webhook_events").get()).toEqual({ n: 2 });
   });
 
+  test("one pass deletes a backlog of any size in chunks, giving the event loop turns between them", async () => {
+    const endpoint = subscribe(["customer.created"]);
+    const insertEvent = t.deps.sqlite.prepare<unknown, [string, number]>(
+      "INSERT INTO webhook_events (id, environment, type, payload, created_at) VALUES (?, 'live', 'customer.created', '{}', ?)",
+    );
+    const insertDelivery = t.deps.sqlite.prepare<unknown, [string, string, string, number]>(
+      `INSERT INTO webhook_deliveries (id, endpoint_id, event_id, environment, event_type, status, attempts,
+         schedule_start, next_attempt_at, created_at, updated_at, completed_at)
+       VALUES (?1, ?2, ?3, 'live', 'customer.created', 'succeeded', 1, 0, ?4, ?4, ?4, ?4)`,
+    );
+    // Ids made at the times given (the context's own generator never goes back in time).
+    const ids = new IdGenerator();
+    const now = t.clock.now().getTime();
+    const write = (count: number, at: number) =>
+      t.deps.sqlite.transaction(() => {
+        for (let i = 0; i < count; i++) {
+          const event = `msg_${ids.ulid(at + i)}`;
+          insertEvent.run(event, at + i);
+          insertDelivery.run(`whd_${ids.ulid(at + i)}`, endpoint.id, event, at + i);
+        }
+      })();
+    write(12_001, now - 40 * 86_400_000);
+    write(3, now - 86_400_000);
+    const count = () =>
+      t.deps.sqlite
+        .query<{ deliveries: number; events: number }, []>(
+          "SELECT (SELECT count(*) FROM webhook_deliveries) AS deliveries, (SELECT count(*) FROM webhook_events) AS events",
+        )
+        .get();
+    const pass = purgeFinishedDeliveries(t.deps);
+    // The first chunk is gone, the rest waits for later turns of the event loop.
+    const between = count()?.deliveries ?? 0;
+    expect(between).toBeLessThan(12_004);
+    expect(between).toBeGreaterThan(3);
+    expect(await pass).toBe(12_001);
+    expect(count()).toEqual({ deliveries: 3, events: 3 });
+  });
 });
