@@ -119,6 +119,16 @@ export class WebhookSender {
       const host = bareHost(url);
       if (url.protocol === "https:" && !isIP(host)) tls = { serverName: host };
     }
+    // The rule create and update apply (destinations.ts), applied again at every attempt: an http
+    // endpoint made while the operator allowed it gets nothing once that is turned off. After the
+    // address check, so a private address is refused as such.
+    if (url.protocol === "http:" && !this.options.allowPrivateNetworks) {
+      return {
+        outcome: "refused",
+        status: null,
+        error: "http is allowed only while the operator allows private networks; the URL must use https",
+      };
+    }
     try {
       const response = await fetch(target, {
         method: "POST",

@@ -147,6 +147,15 @@ describe("the outbound address check", () => {
     expect(receiver.received).toHaveLength(0);
   });
 
+  test("an http endpoint made while private networks were allowed gets nothing once they are not", async () => {
+    const attempt = await refusedBy("http://receiver.example.com/hook", {
+      connectOverride: () => `http://127.0.0.1:${receiver.port}`,
+    });
+    expect(attempt).toMatchObject({ outcome: "refused", response_status: null });
+    expect(attempt.error).toContain("must use https");
+    expect(receiver.received).toHaveLength(0);
+  });
+
   test("with private networks allowed, connects to the address it checked and sends the original Host", async () => {
     const { secret } = subscribe(`http://receiver.internal:${receiver.port}/hook`);
     let lookups = 0;
