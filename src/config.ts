@@ -208,7 +208,8 @@ export function resolveConfig(flags: FlagValues, env: Env, cwd: string): Config 
 
   const dataDir = text("dataDir");
   const port = text("port");
-  const host = text("host")?.value ?? "127.0.0.1";
+  const hostSetting = text("host");
+  const host = hostSetting?.value ?? "127.0.0.1";
   const portNumber = port ? parsePort(port.value, port.source) : 8080;
   const baseUrl = text("baseUrl");
   const passphraseFile = text("passphraseFile");
@@ -229,7 +230,7 @@ export function resolveConfig(flags: FlagValues, env: Env, cwd: string): Config 
   return {
     dataDir: absolute(dataDir?.value ?? "data", cwd),
     port: portNumber,
-    host: validateHost(host),
+    host: hostSetting ? validateHost(hostSetting.value, hostSetting.source) : host,
     baseUrl: baseUrl
       ? parseBaseUrl(baseUrl.value, baseUrl.source)
       : `http://${hostForUrl(host)}:${portNumber}`,
@@ -270,9 +271,14 @@ function parsePort(value: string, source: string): number {
   return port;
 }
 
-function validateHost(host: string): string {
+function validateHost(host: string, source: string): string {
   if (/\s|\/|^\[|\]$/.test(host)) {
-    throw new UsageError(`the host must be a hostname or IP address without brackets, not "${host}"`);
+    throw new UsageError(`${source} must be a hostname or IP address without brackets, not "${host}"`);
+  }
+  // The default base URL is made from it: a host no URL can hold (999.1.1.1, an IPv6 typo) is
+  // refused here, naming the setting, not later as a bare "Invalid URL".
+  if (!URL.canParse(`http://${hostForUrl(host)}/`)) {
+    throw new UsageError(`${source} must be a hostname or IP address, not "${host}"`);
   }
   return host;
 }
@@ -306,6 +312,17 @@ function parseSmtpUrl(value: string, source: string): string {
   }
   if (url.protocol !== "smtp:" && url.protocol !== "smtps:") {
     throw new UsageError(`${source} must be an smtp:// or smtps:// URL, not ${url.protocol}`);
+  }
+  if (!url.hostname) throw new UsageError(`${source} must name the SMTP server's host`);
+  // The transport decodes user and password (mail/transport.ts); a bad escape is refused here,
+  // before anything is started, and without echoing them.
+  try {
+    decodeURIComponent(url.username);
+    decodeURIComponent(url.password);
+  } catch {
+    throw new UsageError(
+      `${source} has a user or password that is not valid percent-encoding (e.g. %40 for @)`,
+    );
   }
   return value;
 }

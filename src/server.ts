@@ -26,7 +26,7 @@ import { createMailTransport, DEFAULT_MAIL_FROM } from "./mail/transport.ts";
 import { MailWorker } from "./mail/worker.ts";
 import { createServices } from "./services.ts";
 import { startCheckpointer } from "./store/checkpointer.ts";
-import { openStore, type Store } from "./store/db.ts";
+import { openStore, type Store, unusableStoreFile } from "./store/db.ts";
 import { migrate } from "./store/migrate.ts";
 
 /**
@@ -102,6 +102,12 @@ function openMigratedStore(config: Config, logger: Logger): Store {
   const path = dataPaths(config.dataDir).store;
   if (!existsSync(path)) {
     throw new StartupError(`no store at ${path}, but a keystore exists; restore the store from a backup`);
+  }
+  const unusable = unusableStoreFile(path);
+  if (unusable) {
+    throw new StartupError(
+      `the store ${path} ${unusable}, but a keystore exists; restore the store from a backup`,
+    );
   }
   let store: Store;
   try {

@@ -9,7 +9,7 @@ import {
   type Env,
   parseCommandLine,
 } from "../config.ts";
-import { openStore, type Store } from "../store/db.ts";
+import { openStore, type Store, unusableStoreFile } from "../store/db.ts";
 import { migrate } from "../store/migrate.ts";
 import type { Actor } from "../store/schema/index.ts";
 import { formatOptions, type OptionSpec } from "./args.ts";
@@ -137,6 +137,8 @@ export function openExistingStore(dataDir: string): { store: Store; applied: str
   if (!existsSync(path)) {
     throw new CliError(`no store at ${path}; run "licensing init --data-dir ${dataDir}" first`);
   }
+  const unusable = unusableStoreFile(path);
+  if (unusable) throw new CliError(`the store ${path} ${unusable}; restore the store from a backup`);
   const store = openStore(path);
   try {
     return { store, applied: migrate(store.sqlite).applied };

@@ -75,6 +75,15 @@ export class WebhookSender {
 
   /** Sends `row`'s event once and says how it went (a refused address or a failed connection is an outcome). */
   async send(row: AttemptRow, now: Date): Promise<AttemptResult> {
+    // One deadline for the whole attempt (resolving, connecting, the answer and its body), so an
+    // attempt never outlives its claim (the dispatcher derives the claim from this timeout).
+    const timeoutMs = this.options.timeoutMs ?? ATTEMPT_TIMEOUT_MS;
+    const deadline = AbortSignal.timeout(timeoutMs);
+    const timedOut: AttemptResult = {
+      outcome: "failed",
+      status: null,
+      error: `no answer within ${timeoutMs} ms`,
+    };
     const url = new URL(this.secrets.decrypt(row.url_ciphertext, urlContext(row.endpoint_id)));
     const headers: Record<string, string> = { "content-type": "application/json", "user-agent": USER_AGENT };
     let body = row.payload;
@@ -99,14 +108,18 @@ export class WebhookSender {
     } else {
       let address: string;
       try {
-        address = await checkedAddress(
-          bareHost(url),
-          this.options.resolver ?? systemResolver,
-          this.options.allowPrivateNetworks,
+        address = await beforeDeadline(
+          checkedAddress(
+            bareHost(url),
+            this.options.resolver ?? systemResolver,
+            this.options.allowPrivateNetworks,
+          ),
+          deadline,
         );
       } catch (error) {
         if (error instanceof AddressRefused)
           return { outcome: "refused", status: null, error: error.message };
+        if (deadline.aborted) return timedOut;
         throw error;
       }
       // Connect to the address just checked, so a second DNS answer cannot swap in another one
@@ -119,13 +132,23 @@ export class WebhookSender {
       const host = bareHost(url);
       if (url.protocol === "https:" && !isIP(host)) tls = { serverName: host };
     }
+    // The rule create and update apply (destinations.ts), applied again at every attempt: an http
+    // endpoint made while the operator allowed it gets nothing once that is turned off. After the
+    // address check, so a private address is refused as such.
+    if (url.protocol === "http:" && !this.options.allowPrivateNetworks) {
+      return {
+        outcome: "refused",
+        status: null,
+        error: "http is allowed only while the operator allows private networks; the URL must use https",
+      };
+    }
     try {
       const response = await fetch(target, {
         method: "POST",
         headers,
         body,
         redirect: "manual",
-        signal: AbortSignal.timeout(this.options.timeoutMs ?? ATTEMPT_TIMEOUT_MS),
+        signal: deadline,
         ...(tls || this.options.extraCa
           ? { tls: { ...tls, ...(this.options.extraCa ? { ca: this.options.extraCa } : {}) } }
           : {}),
@@ -145,17 +168,33 @@ export class WebhookSender {
       return { outcome: "failed", status: response.status, error: `HTTP ${response.status}` };
     } catch (error) {
       const err = error as Error;
-      const timedOut = err.name === "TimeoutError" || err.name === "AbortError";
+      if (deadline.aborted || err.name === "TimeoutError" || err.name === "AbortError") return timedOut;
       // The message never includes the URL: a team-chat URL is a secret and this text is shown and logged.
-      return {
-        outcome: "failed",
-        status: null,
-        error: timedOut
-          ? `no answer within ${this.options.timeoutMs ?? ATTEMPT_TIMEOUT_MS} ms`
-          : connectionError(err),
-      };
+      return { outcome: "failed", status: null, error: connectionError(err) };
     }
   }
+}
+
+/**
+ * `work`, or the deadline's reason once it passes first. A DNS lookup cannot be cancelled; it is
+ * left to finish on its own and its answer ignored.
+ */
+function beforeDeadline<T>(work: Promise<T>, deadline: AbortSignal): Promise<T> {
+  if (deadline.aborted) return Promise.reject(deadline.reason);
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = () => reject(deadline.reason);
+    deadline.addEventListener("abort", onAbort, { once: true });
+    work.then(
+      (value) => {
+        deadline.removeEventListener("abort", onAbort);
+        resolve(value);
+      },
+      (error: unknown) => {
+        deadline.removeEventListener("abort", onAbort);
+        reject(error);
+      },
+    );
+  });
 }
 
 async function drain(response: Response): Promise<void> {

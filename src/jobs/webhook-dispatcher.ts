@@ -14,7 +14,11 @@ export const WEBHOOK_RETRY_DELAYS_SEC = [5, 300, 1800, 7200, 18_000, 36_000, 36_
 export const RETRY_JITTER = 0.1;
 export const PER_ENDPOINT_CONCURRENCY = 2;
 export const GLOBAL_CONCURRENCY = 16;
-/** A claim outlives its attempt's timeout by this much; then a claim left by a dead process is due again. */
+/**
+ * A claim outlives its attempt's timeout by this much; then a claim left by a dead process is due
+ * again. The timeout bounds the whole attempt, DNS included (webhook-attempt.ts), so a live
+ * process's claim never lapses while its attempt runs.
+ */
 export const CLAIM_MARGIN_MS = 15_000;
 const POLL_MS = 1_000;
 const EXPIRY_SCAN_MS = 30_000;
@@ -37,8 +41,6 @@ export interface DispatcherOptions {
   retryDelaysSec?: readonly number[];
   /** A number in [0, 1); Math.random by default. */
   random?: () => number;
-  /** How long a claimed delivery stays claimed; a claim left by a crashed process is due again after it. */
-  claimMs?: number;
   pollMs?: number;
   expiryScanMs?: number;
   /** Rows of the leases table per call of the expiry scan (expiries.ts); tests make it small. */
@@ -77,6 +79,8 @@ export class WebhookDispatcher {
   private readonly sender: WebhookSender;
   private readonly retryDelays: readonly number[];
   private readonly inFlight = new Map<string, number>();
+  /** Deliveries this process is attempting: never claimed again by it, whatever the clock says. */
+  private readonly attempting = new Set<string>();
   private readonly running = new Set<Promise<void>>();
   private total = 0;
   private stopped = false;
@@ -115,6 +119,9 @@ export class WebhookDispatcher {
       }
     };
     let purgedAt = 0;
+    let purging = false;
+    const purgeFailed = (error: Error) =>
+      this.options.logger.log("error", "webhook delivery purge failed", { error: error.message });
     let scanning = false;
     // One chunk of the expiry scan per turn of the event loop (expiries.ts says why).
     const announce = () => {
@@ -138,14 +145,18 @@ export class WebhookDispatcher {
           scanning = true;
           announce();
         }
-        if (Date.now() - purgedAt >= PURGE_MS) {
+        if (!purging && Date.now() - purgedAt >= PURGE_MS) {
           purgedAt = Date.now();
-          purgeFinishedDeliveries(this.deps);
+          purging = true;
+          // Chunk by chunk until the backlog is gone (retention.ts); one pass at a time.
+          purgeFinishedDeliveries(this.deps, { stopped: () => this.stopped })
+            .catch(purgeFailed)
+            .finally(() => {
+              purging = false;
+            });
         }
       } catch (error) {
-        this.options.logger.log("error", "webhook delivery purge failed", {
-          error: (error as Error).message,
-        });
+        purgeFailed(error as Error);
       }
     };
     const unsubscribe = onEnqueue(this.deps.sqlite, kick);
@@ -210,7 +221,9 @@ export class WebhookDispatcher {
        WHERE id = ?4 AND
          ((status = 'pending' AND next_attempt_at <= ?1) OR (status = 'delivering' AND claimed_until <= ?1))`,
     );
-    const claimMs = this.options.claimMs ?? (this.options.timeoutMs ?? ATTEMPT_TIMEOUT_MS) + CLAIM_MARGIN_MS;
+    // Derived from the attempt's timeout, never set apart from it: a claim shorter than the attempt
+    // would let another process send a second copy while the first is still on its way.
+    const claimMs = (this.options.timeoutMs ?? ATTEMPT_TIMEOUT_MS) + CLAIM_MARGIN_MS;
     for (const { endpoint_id: endpointId } of endpoints) {
       const room = Math.min(perEndpoint - (this.inFlight.get(endpointId) ?? 0), global - this.total);
       if (room <= 0) continue;
@@ -222,15 +235,19 @@ export class WebhookDispatcher {
         )
         .all(now, endpointId, room);
       for (const { id } of due) {
+        // Its own attempt still running (the store clock moved past the claim, as the test clock
+        // can): claiming it again would send a second copy in parallel.
+        if (this.attempting.has(id)) continue;
         if (claim.run(now, now + claimMs, now, id).changes !== 1) continue;
-        started.push(this.track(endpointId, this.attempt(id)));
+        started.push(this.track(endpointId, id, this.attempt(id)));
       }
     }
     return started;
   }
 
-  private track(endpointId: string, work: Promise<void>): Promise<void> {
+  private track(endpointId: string, id: string, work: Promise<void>): Promise<void> {
     this.inFlight.set(endpointId, (this.inFlight.get(endpointId) ?? 0) + 1);
+    this.attempting.add(id);
     this.total++;
     const done = work
       .catch((error: Error) =>
@@ -240,6 +257,7 @@ export class WebhookDispatcher {
         const left = (this.inFlight.get(endpointId) ?? 1) - 1;
         if (left > 0) this.inFlight.set(endpointId, left);
         else this.inFlight.delete(endpointId);
+        this.attempting.delete(id);
         this.total--;
         this.running.delete(done);
       });

@@ -1,4 +1,5 @@
 import { Database, type Statement } from "bun:sqlite";
+import { closeSync, openSync, readSync } from "node:fs";
 import { type BunSQLiteDatabase, drizzle } from "drizzle-orm/bun-sqlite";
 import * as schema from "./schema/index.ts";
 
@@ -28,6 +29,42 @@ export function openStore(path: string): Store {
   sqlite.run("PRAGMA cache_size = -65536");
   const db = drizzle({ client: withStatementCache(sqlite), schema });
   return { sqlite, db, close: () => sqlite.close() };
+}
+
+/** The first 16 bytes of every SQLite database file. */
+const SQLITE_HEADER = "SQLite format 3\0";
+
+/**
+ * Why the existing file at `path` cannot be a store that was ever initialised, or null when it
+ * can. Checked before `openStore`, which would take an empty or blank file for a new store (SQLite
+ * opens a 0-byte file as an empty database, and migrations would fill it with a blank workspace,
+ * hiding that the real store was lost) and would write to it. Read only: the schema is looked at
+ * through a read-only connection, and a file that is not SQLite is not opened at all.
+ */
+export function unusableStoreFile(path: string): string | null {
+  const header = Buffer.alloc(SQLITE_HEADER.length);
+  const fd = openSync(path, "r");
+  let read: number;
+  try {
+    read = readSync(fd, header, 0, header.length, 0);
+  } finally {
+    closeSync(fd);
+  }
+  if (read === 0) return "is empty (0 bytes)";
+  if (read < header.length || header.toString("latin1") !== SQLITE_HEADER) return "is not a SQLite database";
+  let tables: number;
+  try {
+    const sqlite = new Database(path, { readonly: true });
+    try {
+      tables = sqlite.query<{ n: number }, []>("SELECT count(*) AS n FROM sqlite_master").get()?.n ?? 0;
+    } finally {
+      sqlite.close();
+    }
+  } catch {
+    // Unreadable as a database (corrupt): opening it for real reports SQLite's own reason.
+    return null;
+  }
+  return tables === 0 ? "has no tables (a blank database)" : null;
 }
 
 /** Distinct SQL texts kept compiled; the app has a few hundred query shapes. */

@@ -1,8 +1,11 @@
 import { describe, expect, test } from "bun:test";
 import { eq } from "drizzle-orm";
 import { RENEWAL_GRACE_SEC } from "../../src/modules/billing/subscriptions.ts";
+import { announceExpiries } from "../../src/modules/webhooks/expiries.ts";
+import { WebhookService } from "../../src/modules/webhooks/service.ts";
 import { auditEvents, billingEvents } from "../../src/store/schema/index.ts";
 import {
+  ACTOR,
   checkout,
   deliver,
   event,
@@ -104,6 +107,30 @@ describe("subscriptions", () => {
       "license.updated",
       "license.expired",
     ]);
+  });
+
+  test("a deletion that ends the license at once is announced by its audit event, not again by the expiry scan", async () => {
+    new WebhookService(t.deps, { allowPrivateNetworks: false }).create(
+      { url: "https://receiver.example.com/hook", events: ["license.expired"] },
+      { actor: ACTOR, environment: "test", requestId: null },
+    );
+    const subscription = next("sub");
+    const session = checkout(offering(ids.subscriptionPolicy), { subscription });
+    await deliver(event("checkout.session.completed", session));
+    await deliver(event("invoice.paid", invoice(subscription, nowSec() + 40 * 86_400)));
+    announceExpiries(t.deps);
+    t.clock.advance(10);
+    const ended = { id: subscription, object: "subscription", status: "canceled", ended_at: nowSec() };
+    expect((await deliver(event("customer.subscription.deleted", ended))).body.data.result).toBe("succeeded");
+    t.clock.advance(30);
+    announceExpiries(t.deps);
+    const licenseId = licensesOfCheckout(session.id)[0]?.id as string;
+    const announced = t.deps.sqlite
+      .query<{ n: number }, [string]>(
+        "SELECT count(*) AS n FROM webhook_events WHERE type = 'license.expired' AND payload LIKE ?",
+      )
+      .get(`%${licenseId}%`);
+    expect(announced?.n).toBe(1);
   });
 });
 

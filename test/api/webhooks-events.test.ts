@@ -1,4 +1,5 @@
 import { afterEach, beforeEach, describe, expect, test } from "bun:test";
+import { IdGenerator } from "../../src/domain/ids.ts";
 import { recordAudit } from "../../src/modules/events/service.ts";
 import { announceExpiries } from "../../src/modules/webhooks/expiries.ts";
 import { purgeFinishedDeliveries } from "../../src/modules/webhooks/retention.ts";
@@ -179,6 +180,41 @@ describe("runtime events", () => {
     });
   });
 
+  test("a license changed after its expiry passed, before the next scan, is still announced once", async () => {
+    subscribe(["license.expired"]);
+    announceExpiries(t.deps);
+    const expiresAt = new Date(t.clock.now().getTime() + 3_600_000).toISOString();
+    const fx = await runtimeFixture(t, { license: { expires_at: expiresAt } });
+    t.clock.advance(3600 + 10);
+    const patch = { body: { metadata: { note: "after expiry" } } };
+    expect((await t.call("PATCH", `/mgmt/v1/licenses/${fx.licenseId}`, patch)).status).toBe(200);
+    expect(announceExpiries(t.deps).queued).toBe(1);
+    t.clock.advance(60);
+    expect(announceExpiries(t.deps).queued).toBe(0);
+    expect(queued().filter((q) => q.type === "license.expired")).toHaveLength(1);
+  });
+
+  test("an expiry moved later is announced again when it passes, also if the license changed since", async () => {
+    subscribe(["license.expired"]);
+    announceExpiries(t.deps);
+    const fx = await runtimeFixture(t, {
+      license: { expires_at: new Date(t.clock.now().getTime() + 60_000).toISOString() },
+    });
+    t.clock.advance(120);
+    expect(announceExpiries(t.deps).queued).toBe(1);
+    const later = new Date(t.clock.now().getTime() + 60_000).toISOString();
+    const renew = { body: { expires_at: later } };
+    expect((await t.call("PATCH", `/mgmt/v1/licenses/${fx.licenseId}`, renew)).status).toBe(200);
+    t.clock.advance(70);
+    const suspend = { body: { status_action: "suspended" } };
+    expect((await t.call("PATCH", `/mgmt/v1/licenses/${fx.licenseId}`, suspend)).status).toBe(200);
+    expect(announceExpiries(t.deps).queued).toBe(1);
+    expect(announceExpiries(t.deps).queued).toBe(0);
+    const expiries = queued().filter((q) => q.type === "license.expired");
+    expect(expiries).toHaveLength(2);
+    expect(expiries.at(-1)?.payload.data.data.expires_at).toBe(later);
+  });
+
   test("the expiry scan reads only the licenses whose expiry it announces, not the whole table", async () => {
     subscribe(["license.expired"]);
     announceExpiries(t.deps);
@@ -251,15 +287,53 @@ describe("retention", () => {
       [done?.id as string, now],
     );
     t.clock.advance(29 * 86_400);
-    expect(purgeFinishedDeliveries(t.deps)).toBe(0);
+    expect(await purgeFinishedDeliveries(t.deps)).toBe(0);
     t.clock.advance(2 * 86_400);
     await t.call("POST", "/mgmt/v1/customers", { body: { name: "recent" }, headers: t.idem() });
-    expect(purgeFinishedDeliveries(t.deps)).toBe(1);
+    expect(await purgeFinishedDeliveries(t.deps)).toBe(1);
     const left = t.deps.sqlite
       .query<{ id: string }, []>("SELECT id FROM webhook_deliveries ORDER BY id")
       .all();
     expect(left.map((row) => row.id)).toEqual([queuedOne?.id as string, expect.any(String)]);
     expect(t.deps.sqlite.query("SELECT count(*) AS n FROM webhook_attempts").get()).toEqual({ n: 0 });
     expect(t.deps.sqlite.query("SELECT count(*) AS n FROM webhook_events").get()).toEqual({ n: 2 });
+  });
+
+  test("one pass deletes a backlog of any size in chunks, giving the event loop turns between them", async () => {
+    const endpoint = subscribe(["customer.created"]);
+    const insertEvent = t.deps.sqlite.prepare<unknown, [string, number]>(
+      "INSERT INTO webhook_events (id, environment, type, payload, created_at) VALUES (?, 'live', 'customer.created', '{}', ?)",
+    );
+    const insertDelivery = t.deps.sqlite.prepare<unknown, [string, string, string, number]>(
+      `INSERT INTO webhook_deliveries (id, endpoint_id, event_id, environment, event_type, status, attempts,
+         schedule_start, next_attempt_at, created_at, updated_at, completed_at)
+       VALUES (?1, ?2, ?3, 'live', 'customer.created', 'succeeded', 1, 0, ?4, ?4, ?4, ?4)`,
+    );
+    // Ids made at the times given (the context's own generator never goes back in time).
+    const ids = new IdGenerator();
+    const now = t.clock.now().getTime();
+    const write = (count: number, at: number) =>
+      t.deps.sqlite.transaction(() => {
+        for (let i = 0; i < count; i++) {
+          const event = `msg_${ids.ulid(at + i)}`;
+          insertEvent.run(event, at + i);
+          insertDelivery.run(`whd_${ids.ulid(at + i)}`, endpoint.id, event, at + i);
+        }
+      })();
+    write(12_001, now - 40 * 86_400_000);
+    write(3, now - 86_400_000);
+    const count = () =>
+      t.deps.sqlite
+        .query<{ deliveries: number; events: number }, []>(
+          "SELECT (SELECT count(*) FROM webhook_deliveries) AS deliveries, (SELECT count(*) FROM webhook_events) AS events",
+        )
+        .get();
+    const pass = purgeFinishedDeliveries(t.deps);
+    // The first chunk is gone, the rest waits for later turns of the event loop.
+    const between = count()?.deliveries ?? 0;
+    expect(between).toBeLessThan(12_004);
+    expect(between).toBeGreaterThan(3);
+    expect(await pass).toBe(12_001);
+    expect(count()).toEqual({ deliveries: 3, events: 3 });
   });
 });

@@ -1,3 +1,4 @@
+import { Database } from "bun:sqlite";
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { existsSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
@@ -282,4 +283,38 @@ describe("refusing a bad keystore at start-up", () => {
     expect(result.stdout).not.toContain("lsk_");
     expect(existsSync(join(dataDir, "keystore.json"))).toBe(false);
   });
+
+  /** A store file that is there but holds nothing: truncated to nothing, or a database with no tables. */
+  const emptied = {
+    "a 0-byte": (path: string) => writeFileSync(path, ""),
+    "a blank": (path: string) => {
+      rmSync(path);
+      const sqlite = new Database(path, { create: true });
+      sqlite.run("VACUUM");
+      sqlite.close();
+    },
+  };
+
+  test.each([
+    ["a 0-byte", "is empty (0 bytes)"],
+    ["a blank", "has no tables"],
+  ] as const)(
+    "%s store beside a keystore is refused like a missing one, and left as it is",
+    async (kind, reason) => {
+      const { dataDir } = await initialised();
+      const store = join(dataDir, "licensing.db");
+      emptied[kind](store);
+      const before = readFileSync(store);
+      const served = await runServeToExit(["--data-dir", dataDir]);
+      expect(served.exitCode).toBe(1);
+      expect(served.stderr.trim().split("\n")).toEqual([expect.stringContaining(reason)]);
+      expect(served.stderr).toContain("restore the store from a backup");
+      expect(await isListening(served.port)).toBe(false);
+      const shown = await runCli(["plan", "show", "--data-dir", dataDir]);
+      expect(shown.exitCode).toBe(1);
+      expect(shown.stderr).toContain(reason);
+      expect(readFileSync(store)).toEqual(before);
+      expect(existsSync(`${store}-wal`)).toBe(false);
+    },
+  );
 });

@@ -72,6 +72,41 @@ describe("what the dispatcher refuses to do", () => {
     });
   });
 
+  test("a host name that does not resolve in time fails the attempt at its timeout", async () => {
+    const { row } = subscribe(`http://slow-dns.example:${receiver.port}/hook`);
+    await customerCreated();
+    await dispatcher({ timeoutMs: 100, resolver: () => new Promise<string[]>(() => {}) }).runOnce();
+    expect((await deliveries(row.id))[0]).toMatchObject({
+      status: "pending",
+      last_response_status: null,
+      last_error: "no answer within 100 ms",
+    });
+    expect(receiver.received).toHaveLength(0);
+  });
+
+  test("a process never claims again a delivery its own attempt is still making, however far its clock moves", async () => {
+    subscribe(`http://receiver.internal:${receiver.port}/hook`);
+    await customerCreated();
+    let resolveFirst: (answers: string[]) => void = () => {};
+    let lookups = 0;
+    const d = dispatcher({
+      resolver: () => {
+        lookups++;
+        if (lookups > 1) return Promise.resolve(["127.0.0.1"]);
+        return new Promise<string[]>((resolve) => {
+          resolveFirst = resolve;
+        });
+      },
+    });
+    const first = d.runOnce();
+    while (lookups === 0) await Bun.sleep(5);
+    t.clock.advance(3600);
+    expect(await d.runOnce()).toBe(0);
+    resolveFirst(["127.0.0.1"]);
+    expect(await first).toBe(1);
+    expect(receiver.received).toHaveLength(1);
+  });
+
   test("one slow receiver holds at most its own concurrency limit and does not delay another endpoint", async () => {
     const slow = new Receiver();
     try {
@@ -144,6 +179,15 @@ describe("the outbound address check", () => {
       resolver: async () => answers,
     });
     expect(attempt.outcome).toBe("refused");
+    expect(receiver.received).toHaveLength(0);
+  });
+
+  test("an http endpoint made while private networks were allowed gets nothing once they are not", async () => {
+    const attempt = await refusedBy("http://receiver.example.com/hook", {
+      connectOverride: () => `http://127.0.0.1:${receiver.port}`,
+    });
+    expect(attempt).toMatchObject({ outcome: "refused", response_status: null });
+    expect(attempt.error).toContain("must use https");
     expect(receiver.received).toHaveLength(0);
   });
 

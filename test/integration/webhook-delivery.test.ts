@@ -214,7 +214,7 @@ describe("retries", () => {
         release = () => resolve(new Response("late"));
       });
     // The first dispatcher claims and hangs; it stands for a process killed mid-attempt.
-    const hung = dispatcher({ claimMs: 60_000, timeoutMs: 30_000 });
+    const hung = dispatcher({ timeoutMs: 45_000 });
     void hung.runOnce();
     while (receiver.received.length === 0) await Bun.sleep(5);
     receiver.behaviour = () => new Response("ok");

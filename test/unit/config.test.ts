@@ -180,6 +180,33 @@ describe("validation", () => {
     expect(() => serve(["--host", "[::1]"])).toThrow(UsageError);
     expect(() => serve(["--host", "example.com/x"])).toThrow(UsageError);
   });
+
+  test("a host no URL can hold is a usage error naming the flag or variable", () => {
+    expect(() => serve(["--host", "999.1.1.1"])).toThrow(
+      new UsageError('--host must be a hostname or IP address, not "999.1.1.1"'),
+    );
+    expect(() => serve([], { LICENSING_HOST: "1::2::3" })).toThrow(
+      /^LICENSING_HOST must be a hostname or IP address/,
+    );
+    expect(serve(["--host", "::"]).baseUrl).toBe("http://[::]:8080");
+  });
+
+  test("an SMTP user or password with a bad percent-escape is a usage error that does not echo it", () => {
+    const bad = "smtp://user:p%ZZsecret@mail.example.com";
+    expect(() => serve(["--smtp-url", bad])).toThrow(
+      /^--smtp-url has a user or password that is not valid percent-encoding/,
+    );
+    expect(() => serve([], { LICENSING_SMTP_URL: bad })).toThrow(UsageError);
+    let message = "";
+    try {
+      serve([], { LICENSING_SMTP_URL: bad });
+    } catch (error) {
+      message = (error as Error).message;
+    }
+    expect(message).toStartWith("LICENSING_SMTP_URL ");
+    expect(message).not.toContain("secret");
+    expect(serve(["--smtp-url", "smtp://us%40er:p%25w@mail.example.com"]).smtpUrl).toContain("p%25w");
+  });
 });
 
 describe("the flag parser", () => {

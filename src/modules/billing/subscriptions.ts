@@ -91,8 +91,18 @@ export class SubscriptionLedger {
     }
     const now = this.deps.clock.now();
     const next = { ...license, expiresAt: target, updatedAt: now, version: license.version + 1 };
+    const before = licenseStatus(license, now);
+    const after = licenseStatus(next, now);
+    // Ending it at once is announced by the license.expired audit event below; the expiry scan
+    // must not announce the same expiry again (webhooks/expiries.ts).
+    const endsNow = before !== "expired" && after === "expired";
     tx.update(licenses)
-      .set({ expiresAt: target, updatedAt: now, version: next.version })
+      .set({
+        expiresAt: target,
+        updatedAt: now,
+        version: next.version,
+        ...(endsNow ? { expiryAnnounced: target } : {}),
+      })
       .where(eq(licenses.id, licenseId))
       .run();
     recordAudit(tx, this.deps, ctx, {
@@ -100,8 +110,6 @@ export class SubscriptionLedger {
       target: { type: "license", id: licenseId },
       data: { changes: ["expires_at"], billing_event_id: event.id, billing_event_type: event.type },
     });
-    const before = licenseStatus(license, now);
-    const after = licenseStatus(next, now);
     if (before === "expired" && after === "active") {
       recordAudit(tx, this.deps, ctx, {
         type: "license.renewed",
@@ -109,7 +117,7 @@ export class SubscriptionLedger {
         data: { reason: null },
       });
     }
-    if (before !== "expired" && after === "expired") {
+    if (endsNow) {
       recordAudit(tx, this.deps, ctx, {
         type: "license.expired",
         target: { type: "license", id: licenseId },

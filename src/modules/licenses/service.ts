@@ -184,6 +184,7 @@ export class LicenseService {
       suspendedAt: null,
       revokedAt: null,
       convertedAt: null,
+      expiryAnnounced: null,
     };
     this.deps.db.transaction((tx) => {
       tx.insert(licenses).values(row).run();

@@ -11,9 +11,15 @@ export const MAX_URL_LENGTH = 2048;
  * Their URLs are bearer secrets: whoever has one can post into the channel.
  */
 export function destinationKind(url: URL): DestinationKind {
-  const host = url.hostname.toLowerCase();
+  // `hooks.slack.com.` (fully qualified) is the same host: the trailing dot must not make a chat
+  // URL a plain webhook, whose URL is shown back and whose signed payload the service rejects.
+  const host = url.hostname.toLowerCase().replace(/\.$/, "");
   if (host === "hooks.slack.com") return "slack";
-  if (/^(?:(?:ptb|canary)\.)?discord(?:app)?\.com$/.test(host) && url.pathname.startsWith("/api/webhooks/"))
+  // Discord serves webhooks on every API version's path too (`/api/v10/webhooks/…`).
+  if (
+    /^(?:(?:www|ptb|canary)\.)?discord(?:app)?\.com$/.test(host) &&
+    /^\/api\/(?:v\d+\/)?webhooks\//.test(url.pathname)
+  )
     return "discord";
   if (/\.(?:logic\.azure\.com|webhook\.office\.com|powerplatform\.com)$/.test(host)) return "teams";
   return "standard";

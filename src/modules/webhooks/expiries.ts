@@ -7,9 +7,13 @@ import { type EnqueueDeps, enqueueEvent, hasSubscriber } from "./enqueue.ts";
  * state is derived from `expires_at`), so the dispatcher scans for expiries that passed since the
  * last scan. The mark is stored, so expiries during a downtime are announced after the restart;
  * the first scan starts at "now" and announces nothing from before webhooks existed. A scan runs
- * only while some endpoint is subscribed; otherwise the mark just moves forward. A license whose
- * expiry was set at or after the moment it took effect (a cancellation ending it at once) is not
- * announced here: the change that ended it has its own `license.expired` audit event.
+ * only while some endpoint is subscribed; otherwise the mark just moves forward. Each license
+ * records the `expires_at` whose passing was announced (`expiry_announced`), in the same
+ * transaction as the event: the scan skips a license whose current expiry is the one recorded. A
+ * change that ended a license at once (a billing cancellation) records it too, as its own
+ * `license.expired` audit event announced it. Any other change to the row after its expiry
+ * (metadata, suspension) leaves the record alone, so it cannot hide the expiry from the scan; an
+ * expiry moved later is a new value and is announced again when it passes.
  *
  * Licenses are found through their `expires_at` index. Leases have none on purpose: every lease
  * heartbeat moves `expires_at`, and a third index moving with it cost a lease renewal 31-61 µs
@@ -102,11 +106,16 @@ function announceLicenses(deps: EnqueueDeps, now: number): number {
     const rows = sqlite
       .query<ExpiredLicense, [number, number]>(
         `SELECT id, environment, product_id, customer_id, expires_at FROM licenses
-         WHERE status != 'revoked' AND expires_at > ? AND expires_at <= ? AND updated_at < expires_at
+         WHERE status != 'revoked' AND expires_at > ? AND expires_at <= ?
+           AND expiry_announced IS NOT expires_at
          ORDER BY expires_at`,
       )
       .all(licenseMark, now);
+    const announced = sqlite.query<unknown, [number, string]>(
+      "UPDATE licenses SET expiry_announced = ? WHERE id = ?",
+    );
     for (const row of rows) {
+      announced.run(row.expires_at, row.id);
       const id = enqueueEvent(deps, "license.expired", {
         environment: row.environment,
         target: { type: "license", id: row.id },

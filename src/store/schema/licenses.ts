@@ -35,6 +35,13 @@ export const licenses = sqliteTable(
     suspendedAt: timestamp("suspended_at"),
     revokedAt: timestamp("revoked_at"),
     convertedAt: timestamp("converted_at"),
+    /**
+     * The `expires_at` whose passing was announced (`license.expired`), by the expiry scan or by the
+     * change that ended the license at once. A later change to the row (metadata, suspension) does
+     * not touch it, so it cannot hide an expiry not yet announced; a new expiry differs from it and is
+     * announced again when it passes (migration 0029).
+     */
+    expiryAnnounced: timestamp("expiry_announced"),
   },
   (t) => [
     index("licenses_env_id").on(t.environment, t.id),
