@@ -6,6 +6,7 @@ import type { ChangeContext, Deps } from "../../deps.ts";
 import { unixSeconds } from "../../domain/clock.ts";
 import { hasFeature, type PlanDefinition } from "../../domain/plans.ts";
 import { ApiError, FieldErrorCollector } from "../../http/errors.ts";
+import type { Db } from "../../store/db.ts";
 import { activations, offlinePackages } from "../../store/schema/index.ts";
 import { issueCertificate } from "../activations/certificate.ts";
 import { denialError, type PolicyWithId, type RuntimeGate } from "../activations/gate.ts";
@@ -193,7 +194,7 @@ export class OfflinePackageService {
         // since the lookup above; under this write lock its package is the answer.
         const raced = this.earlier(license.id, request.sha256);
         if (raced) return this.replay(raced, times.asked, now);
-        const activation = this.bindDevice(license, policy, body, request, digest, expiresAt, now);
+        const activation = this.bindDevice(tx, license, policy, body, request, digest, expiresAt, now);
         const exp = unixSeconds(expiresAt);
         const { certificate } = issueCertificate(
           this.trust,
@@ -270,6 +271,7 @@ export class OfflinePackageService {
    * until it expires, since the device cannot check in.
    */
   private bindDevice(
+    tx: Pick<Db, "update">,
     license: LicenseRow,
     policy: PolicyWithId,
     body: OfflineCertificateBody,
@@ -280,7 +282,13 @@ export class OfflinePackageService {
   ): ActivationRow {
     const deviceThumbprint = thumbprint(request.signingKey.text);
     const existing = this.activationService.activeActivation(license.id, deviceThumbprint);
-    if (existing) {
+    // A device silent past its grace while others filled the license has lost its slot (§13).
+    // Reusing its activation would hand it a package, and offline_until would then shield it from
+    // culling: a slot beyond max_machines. So it competes as a new device, as online activation
+    // has it; the refusal below rolls the cull back with the rest of this transaction.
+    if (existing && this.activationService.slots.culled(existing, license, policy, now)) {
+      this.activationService.end(existing.id, "culled", now, tx);
+    } else if (existing) {
       if (existing.deviceKemKey !== request.kemKey.text) {
         throw new ApiError(
           "DEVICE_KEY_MISMATCH",
