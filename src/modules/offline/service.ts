@@ -1,4 +1,4 @@
-import { and, eq } from "drizzle-orm";
+import { and, eq, inArray } from "drizzle-orm";
 import { sha256Hex } from "../../crypto/encoding.ts";
 import { thumbprint } from "../../crypto/keys.ts";
 import { buildOfflinePackage } from "../../crypto/offline-package.ts";
@@ -98,7 +98,7 @@ export class OfflinePackageService {
       );
     }
 
-    const earlier = this.earlier(license.id, request.sha256);
+    const earlier = this.earlier(license.id, request);
     if (earlier) return this.replay(earlier, asked, now);
 
     const fresh = new FieldErrorCollector();
@@ -108,11 +108,24 @@ export class OfflinePackageService {
     return this.create(license, policy, body, request, { asked, expiresAt, now }, ctx);
   }
 
-  private earlier(licenseId: string, requestSha256: string): OfflinePackageRow | undefined {
+  /**
+   * The package already issued for this request. Packages stored before the identity left the
+   * proof out carry the former one; the two are hashes of different strings (one starts with the
+   * signing prefix, the other with "{"), so neither can match the other's request.
+   */
+  private earlier(
+    licenseId: string,
+    request: Pick<VerifiedRequest, "identity" | "formerIdentity">,
+  ): OfflinePackageRow | undefined {
     return this.deps.db
       .select()
       .from(offlinePackages)
-      .where(and(eq(offlinePackages.licenseId, licenseId), eq(offlinePackages.requestSha256, requestSha256)))
+      .where(
+        and(
+          eq(offlinePackages.licenseId, licenseId),
+          inArray(offlinePackages.requestSha256, [request.identity, request.formerIdentity]),
+        ),
+      )
       .get();
   }
 
@@ -192,7 +205,7 @@ export class OfflinePackageService {
       (tx) => {
         // Another process (the command line, a second server) may have answered the same request
         // since the lookup above; under this write lock its package is the answer.
-        const raced = this.earlier(license.id, request.sha256);
+        const raced = this.earlier(license.id, request);
         if (raced) return this.replay(raced, times.asked, now);
         const activation = this.bindDevice(tx, license, policy, body, request, digest, expiresAt, now);
         const exp = unixSeconds(expiresAt);
@@ -233,7 +246,7 @@ export class OfflinePackageService {
             productId: license.productId,
             licenseId: license.id,
             activationId: activation.id,
-            requestSha256: request.sha256,
+            requestSha256: request.identity,
             requestedExpiresAt: times.asked ?? null,
             assignmentId: null,
             signingKeyId: signing.keyId,
