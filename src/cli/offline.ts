@@ -1,8 +1,9 @@
 import { randomBytes } from "node:crypto";
 import { closeSync, fsyncSync, openSync, readFileSync, renameSync, unlinkSync, writeSync } from "node:fs";
 import { resolve } from "node:path";
-import { Value } from "@sinclair/typebox/value";
 import { eq } from "drizzle-orm";
+import { DEFAULT_BODY_LIMIT, parseJsonBytes, tooLarge } from "../http/body.ts";
+import { checkBody } from "../http/envelope.ts";
 import { ApiError } from "../http/errors.ts";
 import { type OfflineCertificateBody, OfflineCertificateCreate } from "../modules/offline/model.ts";
 import { buildDeps, openKeystore } from "../server.ts";
@@ -19,21 +20,19 @@ import {
   resolvePassphrase,
 } from "./shared.ts";
 
-/** The body the API route would take, from the device's request file; schema errors as the route words them. */
-function bodyFrom(requestText: string, expiresAt: string | undefined): OfflineCertificateBody {
-  let request: unknown;
-  try {
-    request = JSON.parse(requestText);
-  } catch {
-    throw new CliError("the request file is not JSON; it is the file the device's app exported");
-  }
-  const body = { request, ...(expiresAt === undefined ? {} : { expires_at: expiresAt }) };
-  const problems = [...Value.Errors(OfflineCertificateCreate, body)]
-    .slice(0, 5)
-    .map((e) => `${e.path.replace(/^\//, "").replaceAll("/", ".") || "request"}: ${e.message}`);
-  if (problems.length > 0)
-    throw new CliError(`the request is not a device offline request: ${problems.join("; ")}`);
-  return body as OfflineCertificateBody;
+/**
+ * The body the API route would take, from the device's request file, through the route's own
+ * checks (docs/protocol.md §17: both run the same code): its size limit, the text checks of every
+ * JSON body (UTF-8, repeated member names, NUL characters, lone surrogates) and its schema. A
+ * refusal is the route's error, code included.
+ */
+function bodyFrom(requestBytes: Uint8Array, expiresAt: string | undefined): OfflineCertificateBody {
+  if (requestBytes.byteLength > DEFAULT_BODY_LIMIT) throw tooLarge(DEFAULT_BODY_LIMIT);
+  const request = parseJsonBytes(requestBytes, "request");
+  return checkBody(OfflineCertificateCreate, {
+    request,
+    ...(expiresAt === undefined ? {} : { expires_at: expiresAt }),
+  });
 }
 
 /** temp file, fsync, rename: a package file under its name is always whole. */
@@ -102,13 +101,20 @@ export const offlineIssueCommand: Command = {
     if (typeof requestFile !== "string") throw new UsageError("--request is required");
     if (typeof outFile !== "string") throw new UsageError("--out is required");
     const expiresAt = line.flags["expires-at"];
-    let requestText: string;
+    let requestBytes: Uint8Array;
     try {
-      requestText = readFileSync(resolve(context.cwd, requestFile), "utf8");
+      // Bytes, not text: a "utf8" read would turn invalid UTF-8 into U+FFFD, which the route refuses.
+      requestBytes = readFileSync(resolve(context.cwd, requestFile));
     } catch (error) {
       throw new CliError(`cannot read ${requestFile}: ${(error as Error).message}`);
     }
-    const body = bodyFrom(requestText, typeof expiresAt === "string" ? expiresAt : undefined);
+    let body: OfflineCertificateBody;
+    try {
+      body = bodyFrom(requestBytes, typeof expiresAt === "string" ? expiresAt : undefined);
+    } catch (error) {
+      if (error instanceof ApiError) throw new CliError(`${requestFile}: ${describe(error)}`);
+      throw error;
+    }
 
     const { passphrase } = resolvePassphrase(line.config, { generate: false });
     const keystore = openKeystore(line.config.dataDir, passphrase);

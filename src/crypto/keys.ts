@@ -36,8 +36,8 @@ export function parsePublicKey(
   if (typeof text !== "string" || text.length > 200) return null;
   try {
     if (text.startsWith(ED25519_PREFIX)) {
-      const raw = b64u.decode(text.slice(ED25519_PREFIX.length));
-      if (raw.length !== 32 || b64u.encode(raw) !== text.slice(ED25519_PREFIX.length)) return null;
+      const raw = b64u.decodeCanonical(text.slice(ED25519_PREFIX.length));
+      if (raw?.length !== 32) return null;
       if (!options.vetted) {
         if (!isAcceptableEd25519Encoding(raw)) return null;
         if (!options.signatureFollows && !isOnEd25519Curve(raw)) return null;
@@ -49,9 +49,8 @@ export function parsePublicKey(
       return { alg: "ed25519", text, key };
     }
     if (text.startsWith(P256_PREFIX)) {
-      const raw = b64u.decode(text.slice(P256_PREFIX.length));
-      if (raw.length !== 65 || raw[0] !== 4 || b64u.encode(raw) !== text.slice(P256_PREFIX.length))
-        return null;
+      const raw = b64u.decodeCanonical(text.slice(P256_PREFIX.length));
+      if (raw?.length !== 65 || raw[0] !== 4) return null;
       const key = createPublicKey({
         key: {
           kty: "EC",
@@ -179,7 +178,9 @@ const SIGNATURE_PATTERN = /^[A-Za-z0-9_-]{86}$/;
 
 /**
  * Verifies a device or key signature: Ed25519, or P-256 ECDSA over SHA-256 as raw r||s.
- * Malformed signatures are simply invalid, never an exception.
+ * Malformed signatures are simply invalid, never an exception, and so is a non-canonical spelling
+ * (86 characters carry 516 bits for 512: the last character's 4 spare bits must be zero), so one
+ * signature has one text.
  */
 export function verifySignature(
   info: PublicKeyInfo,
@@ -188,8 +189,8 @@ export function verifySignature(
 ): boolean {
   cryptoCounters.verifications++;
   if (typeof signature !== "string" || !SIGNATURE_PATTERN.test(signature)) return false;
-  const raw = Buffer.from(signature, "base64url");
-  if (raw.length !== 64) return false;
+  const raw = b64u.decodeCanonical(signature);
+  if (raw?.length !== 64) return false;
   const data = typeof message === "string" ? Buffer.from(message) : message;
   try {
     return info.alg === "ed25519"

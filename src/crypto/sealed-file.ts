@@ -56,9 +56,9 @@ const REQUIRED = [
 
 /** Decodes canonical base64url of exactly `length` bytes; null otherwise. */
 function fixedB64u(value: unknown, length: number): Uint8Array | null {
-  if (typeof value !== "string" || !/^[A-Za-z0-9_-]*$/.test(value)) return null;
-  const bytes = b64u.decode(value);
-  return bytes.length === length && b64u.encode(bytes) === value ? bytes : null;
+  if (typeof value !== "string") return null;
+  const bytes = b64u.decodeCanonical(value);
+  return bytes?.length === length ? bytes : null;
 }
 
 /** `core` = JCS(H without enc and wrapped_key): the associated data of the product-key wrap. */

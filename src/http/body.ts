@@ -52,6 +52,17 @@ export async function parseJsonBody(
       },
     );
   }
+  return parseJsonBytes(bytes);
+}
+
+/**
+ * A JSON body's bytes to its value, with the checks every body passes: UTF-8, well-formed JSON,
+ * no repeated member names, depth, finite numbers, no lone surrogates or NUL characters. The
+ * command line runs its request files through this too, so they are refused as the API would.
+ * `at` is where the value sits in the body, for the paths of field errors (`request` for the
+ * offline request file, which the route takes as the body's `request` member).
+ */
+export function parseJsonBytes(bytes: Uint8Array, at = ""): unknown {
   let text: string;
   try {
     text = UTF8.decode(bytes);
@@ -66,7 +77,7 @@ export async function parseJsonBody(
       parse_error: error instanceof Error ? error.message : String(error),
     });
   }
-  const problem = inspect(parsed, text);
+  const problem = inspect(parsed, text, at);
   if (problem?.kind === "duplicate") {
     throw new ApiError(
       "INVALID_REQUEST",
@@ -105,9 +116,10 @@ interface Visit {
   key: string;
 }
 
-const pathOf = (visit: Visit | null): string => {
+const pathOf = (visit: Visit | null, root: string): string => {
   const keys: string[] = [];
   for (let at = visit; at?.parent; at = at.parent) keys.push(at.key);
+  if (root) keys.push(root);
   return keys.reverse().join(".") || "body";
 };
 
@@ -122,17 +134,19 @@ const pathOf = (visit: Visit | null): string => {
  * hidden `Symbol.toPrimitive`, invisible to JSON, key listing and validation, so they print as any
  * other object; the fields themselves stay, and are refused as unknown or mistyped like any other.
  */
-function inspect(body: unknown, text: string): Problem | null {
-  const stack: Visit[] = [{ value: body, depth: 1, parent: null, key: "" }];
+function inspect(body: unknown, text: string, root: string): Problem | null {
+  // A value that is a member of the body (the request file) starts one level down, as in the body.
+  const stack: Visit[] = [{ value: body, depth: root ? 2 : 1, parent: null, key: "" }];
   let members = 0;
   while (stack.length > 0) {
     const visit = stack.pop() as Visit;
     const node = visit.value;
-    if (typeof node === "number" && !Number.isFinite(node)) return { kind: "number", path: pathOf(visit) };
+    if (typeof node === "number" && !Number.isFinite(node))
+      return { kind: "number", path: pathOf(visit, root) };
     // A lone surrogate cannot be encoded as UTF-8, so no two parties could agree on its JCS form;
     // a NUL ends the text early for every C-string consumer (logs, exports, terminals, drivers).
     if (typeof node === "string" && (!node.isWellFormed() || node.includes("\0")))
-      return { kind: "unicode", path: pathOf(visit) };
+      return { kind: "unicode", path: pathOf(visit, root) };
     if (typeof node !== "object" || node === null) continue;
     if (visit.depth > MAX_DEPTH) return { kind: "depth" };
     if (!Array.isArray(node) && (Object.hasOwn(node, "toString") || Object.hasOwn(node, "valueOf"))) {
@@ -140,7 +154,7 @@ function inspect(body: unknown, text: string): Problem | null {
     }
     const record = node as Record<string, unknown>;
     for (const key in record) {
-      if (!key.isWellFormed() || key.includes("\0")) return { kind: "unicode", path: pathOf(visit) };
+      if (!key.isWellFormed() || key.includes("\0")) return { kind: "unicode", path: pathOf(visit, root) };
       if (!Array.isArray(node)) members++;
       stack.push({ value: record[key], depth: visit.depth + 1, parent: visit, key });
     }
@@ -203,7 +217,7 @@ async function readLimited(request: Request, limit: number): Promise<Uint8Array>
   return bytes;
 }
 
-const tooLarge = (limit: number) =>
+export const tooLarge = (limit: number) =>
   new ApiError("PAYLOAD_TOO_LARGE", `The request body is larger than this route accepts (${limit} bytes).`, {
     limit_bytes: limit,
   });

@@ -1,4 +1,6 @@
 import { SQLiteError } from "bun:sqlite";
+import type { Static, TSchema } from "@sinclair/typebox";
+import { Value } from "@sinclair/typebox/value";
 import { ParseError, ValidationError } from "elysia";
 import { ApiError, addFieldError, type FieldErrors, newFieldErrors } from "./errors.ts";
 
@@ -41,6 +43,15 @@ export function toApiError(error: unknown, elysiaCode: unknown, request?: Reques
  * long. The transaction rolled back, so the client may retry; it is not a bug (500).
  */
 const STORE_UNAVAILABLE = /^SQLITE_(FULL|IOERR|BUSY|LOCKED|READONLY)/;
+
+/**
+ * A route's body schema, checked outside the route (the command line's offline request): the
+ * value when it fits, else the same 422 and field errors the route's own check answers.
+ */
+export function checkBody<T extends TSchema>(schema: T, body: unknown): Static<T> {
+  if (Value.Check(schema, body)) return body;
+  throw fromValidation(new ValidationError("body", schema, body));
+}
 
 function fromValidation(error: ValidationError, request?: Request): ApiError {
   if (error.type === "response") {

@@ -41,6 +41,21 @@ async function api(method: string, path: string, body?: unknown) {
   return { status: response.status, bytes: new Uint8Array(await response.arrayBuffer()) };
 }
 const json = (bytes: Uint8Array) => JSON.parse(new TextDecoder().decode(bytes));
+const utf8 = (text: string) => new TextEncoder().encode(text);
+
+/** POSTs `{"request": <bytes as they are>}`: the route's answer to a request file, byte for byte. */
+async function rawApi(path: string, request: Uint8Array) {
+  const body = new Uint8Array([...utf8('{"request":'), ...request, ...utf8("}")]);
+  const response = await app.handle(
+    new Request(`${BASE}${path}`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${liveKey}`, "content-type": "application/json" },
+      body,
+    }),
+  );
+  const error = (await response.json()).error as { code: string; details: { errors?: object } };
+  return { code: error.code, fields: Object.keys(error.details.errors ?? {}) };
+}
 
 /** Runs the command line in this process and captures what it prints. */
 async function cli(args: string[]) {
@@ -181,7 +196,8 @@ describe("licensing offline issue", () => {
       "--out",
       "x.zip",
     ]);
-    expect([bad.code, bad.stderr]).toEqual([1, expect.stringContaining("is not a device offline request")]);
+    expect([bad.code, bad.stderr]).toEqual([1, expect.stringContaining("VALIDATION_FAILED")]);
+    expect(bad.stderr).toContain("request.product_id");
     const unknown = await cli([
       "offline",
       "issue",
@@ -214,6 +230,58 @@ describe("licensing offline issue", () => {
     expect(tampered.stderr).toContain("request.device_proof");
     expect(existsSync(join(work, "x.zip"))).toBe(false);
     expect((await cli(["offline", "issue", "--data-dir", dataDir])).code).toBe(2);
+  });
+
+  test("a request file the route would refuse as a body (NUL, lone surrogate, repeated member, bad UTF-8) is refused with the route's code and field, and nothing is issued", async () => {
+    const packages = () =>
+      store.sqlite.query<{ n: number }, []>("SELECT count(*) AS n FROM offline_packages").get()?.n;
+    const before = packages();
+    // Signed by the device, so nothing after the body checks would refuse the first two.
+    const signed = async (hostname: string) =>
+      JSON.stringify(await device().createOfflineRequest({ machineInfo: { ...MACHINE, hostname } }));
+    // "lab" + a lone 0xE9: é as Latin-1 writes it, not UTF-8.
+    const latin1 = (text: string) => {
+      const [head, tail] = text.split('"lab"');
+      return Uint8Array.from([...utf8(`${head}"lab`), 0xe9, ...utf8(`"${tail}`)]);
+    };
+    const cases: [string, Uint8Array, string, string | null][] = [
+      ["nul", utf8(await signed("lab\u0000pc")), "VALIDATION_FAILED", "request.machine_info.hostname"],
+      [
+        "duplicate",
+        utf8((await signed("b")).replace('"hostname":"b"', '"hostname":"a","hostname":"b"')),
+        "INVALID_REQUEST",
+        null,
+      ],
+      [
+        "surrogate",
+        utf8((await signed("lab")).replace('"hostname":"lab"', '"hostname":"lab\\udc00"')),
+        "VALIDATION_FAILED",
+        "request.machine_info.hostname",
+      ],
+      ["latin1", latin1(await signed("lab")), "INVALID_REQUEST", null],
+    ];
+    for (const [name, bytes, code, field] of cases) {
+      const viaApi = await rawApi(`/mgmt/v1/licenses/${ids.licenseId}/offline-certificates`, bytes);
+      expect([name, viaApi.code, viaApi.fields]).toEqual([name, code, field ? [field] : []]);
+      writeFileSync(join(work, `${name}.json`), bytes);
+      const run = await cli([
+        "offline",
+        "issue",
+        "--data-dir",
+        dataDir,
+        "--license",
+        ids.licenseId,
+        "--request",
+        `${name}.json`,
+        "--out",
+        `${name}.zip`,
+      ]);
+      expect([name, run.code, run.stdout]).toEqual([name, 1, ""]);
+      expect(run.stderr).toContain(`${code}:`);
+      if (field) expect(run.stderr).toContain(field);
+      expect(existsSync(join(work, `${name}.zip`))).toBe(false);
+    }
+    expect(packages()).toBe(before);
   });
 });
 

@@ -206,3 +206,52 @@ describe("Ed25519 keys are judged by their bytes, without decoding the point", (
     }
   });
 });
+
+describe("signatures and keys are accepted in their one canonical base64url spelling", () => {
+  const ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+  /** Every other text that a lenient decoder reads as the same bytes: the last character's spare bits set. */
+  const respellings = (text: string, spareBits: number): string[] => {
+    const last = ALPHABET.indexOf(text.at(-1) as string);
+    return Array.from({ length: (1 << spareBits) - 1 }, (_, i) => {
+      const variant = text.slice(0, -1) + ALPHABET[last | (i + 1)];
+      // The premise: Buffer's decoder gives the same bytes, so only the spelling differs.
+      expect(Buffer.from(variant, "base64url").equals(Buffer.from(text, "base64url"))).toBe(true);
+      return variant;
+    });
+  };
+
+  test.each([
+    ["an Ed25519", "ed25519"],
+    ["a P-256", "p256"],
+  ] as const)(
+    "%s signature verifies as made, and none of its 15 other spellings, padded or with a stray character does",
+    (_, alg) => {
+      const pair =
+        alg === "ed25519"
+          ? generateKeyPairSync("ed25519")
+          : generateKeyPairSync("ec", { namedCurve: "P-256" });
+      const info = parsePublicKey(publicKeyText(pair.publicKey)) as PublicKeyInfo;
+      const message = Buffer.from("Service-Device-Proof-v1\nmessage");
+      const raw =
+        alg === "ed25519"
+          ? sign(null, message, pair.privateKey)
+          : sign("sha256", message, { key: pair.privateKey, dsaEncoding: "ieee-p1363" });
+      const signature = b64u(raw);
+      expect(verifySignature(info, message, signature)).toBe(true);
+      const variants = respellings(signature, 4);
+      expect(variants).toHaveLength(15);
+      for (const variant of variants) expect(verifySignature(info, message, variant)).toBe(false);
+      expect(verifySignature(info, message, `${signature}==`)).toBe(false);
+      expect(verifySignature(info, message, `${signature.slice(0, 40)}.${signature.slice(40)}`)).toBe(false);
+    },
+  );
+
+  test("a key string in any spelling but the canonical one is refused", () => {
+    for (const pair of [generateKeyPairSync("ed25519"), generateKeyPairSync("ec", { namedCurve: "P-256" })]) {
+      const text = publicKeyText(pair.publicKey);
+      expect(parsePublicKey(text)?.text).toBe(text);
+      for (const variant of respellings(text, 2)) expect(parsePublicKey(variant)).toBeNull();
+      expect(parsePublicKey(`${text.slice(0, 20)} ${text.slice(20)}`)).toBeNull();
+    }
+  });
+});

@@ -55,7 +55,9 @@ describe("offline request", () => {
     const errors = new FieldErrorCollector();
     const verified = verifyOfflineRequest(v.request, v.request.product_id, errors);
     expect(errors.empty).toBe(true);
-    expect(verified?.sha256).toBe(v.request_sha256);
+    expect(verified?.identity).toBe(v.request_sha256);
+    // The identity is the hash of the string the proof signs, so the proof's spelling is not in it.
+    expect(sha256Hex(v.signing_string)).toBe(v.request_sha256);
     expect(machineInfoDigest(v.request.machine_info)).toBe(v.machine_info_digest);
   });
 });

@@ -14,8 +14,18 @@ export const OFFLINE_REQUEST_MAX_AHEAD_SEC = 300;
 export interface VerifiedRequest {
   signingKey: PublicKeyInfo;
   kemKey: PublicKeyInfo;
-  /** hex SHA-256 of JCS(request): two requests are identical when these are equal. */
-  sha256: string;
+  /**
+   * hex SHA-256 of the string `device_proof` signs: two requests are identical when these are
+   * equal. The proof itself is left out because one signed request has more than one valid proof
+   * (an ECDSA signature (r, s) and (r, n - s) both verify, and any signature a device makes again
+   * is a new one); counting it would let a used request pass as new with another proof.
+   */
+  identity: string;
+  /**
+   * hex SHA-256 of JCS(request), proof included: the identity of packages issued before the
+   * identity above, so a request answered then is still recognised when it is sent again.
+   */
+  formerIdentity: string;
 }
 
 /** The exact string the device signs for `device_proof`. */
@@ -44,11 +54,17 @@ export function verifyOfflineRequest(
     errors.add("request.device_kem_public_key", "must be p256:<b64u 65-byte uncompressed point>");
   if (!signingKey || kemKey?.alg !== "p256") return null;
   const { device_proof, ...signed } = request;
-  if (!verifySignature(signingKey, offlineRequestMessage(signed), device_proof)) {
+  const message = offlineRequestMessage(signed);
+  if (!verifySignature(signingKey, message, device_proof)) {
     errors.add("request.device_proof", "does not verify with device_signing_public_key over this request");
     return null;
   }
-  return { signingKey, kemKey, sha256: sha256Hex(canonicalize(request)) };
+  return {
+    signingKey,
+    kemKey,
+    identity: sha256Hex(message),
+    formerIdentity: sha256Hex(canonicalize(request)),
+  };
 }
 
 /** A new package needs a recent request; a repeated one is judged by its stored package instead. */

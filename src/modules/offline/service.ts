@@ -1,4 +1,4 @@
-import { and, eq } from "drizzle-orm";
+import { and, eq, inArray } from "drizzle-orm";
 import { sha256Hex } from "../../crypto/encoding.ts";
 import { thumbprint } from "../../crypto/keys.ts";
 import { buildOfflinePackage } from "../../crypto/offline-package.ts";
@@ -6,6 +6,7 @@ import type { ChangeContext, Deps } from "../../deps.ts";
 import { unixSeconds } from "../../domain/clock.ts";
 import { hasFeature, type PlanDefinition } from "../../domain/plans.ts";
 import { ApiError, FieldErrorCollector } from "../../http/errors.ts";
+import type { Db } from "../../store/db.ts";
 import { activations, offlinePackages } from "../../store/schema/index.ts";
 import { issueCertificate } from "../activations/certificate.ts";
 import { denialError, type PolicyWithId, type RuntimeGate } from "../activations/gate.ts";
@@ -97,7 +98,7 @@ export class OfflinePackageService {
       );
     }
 
-    const earlier = this.earlier(license.id, request.sha256);
+    const earlier = this.earlier(license.id, request);
     if (earlier) return this.replay(earlier, asked, now);
 
     const fresh = new FieldErrorCollector();
@@ -107,11 +108,24 @@ export class OfflinePackageService {
     return this.create(license, policy, body, request, { asked, expiresAt, now }, ctx);
   }
 
-  private earlier(licenseId: string, requestSha256: string): OfflinePackageRow | undefined {
+  /**
+   * The package already issued for this request. Packages stored before the identity left the
+   * proof out carry the former one; the two are hashes of different strings (one starts with the
+   * signing prefix, the other with "{"), so neither can match the other's request.
+   */
+  private earlier(
+    licenseId: string,
+    request: Pick<VerifiedRequest, "identity" | "formerIdentity">,
+  ): OfflinePackageRow | undefined {
     return this.deps.db
       .select()
       .from(offlinePackages)
-      .where(and(eq(offlinePackages.licenseId, licenseId), eq(offlinePackages.requestSha256, requestSha256)))
+      .where(
+        and(
+          eq(offlinePackages.licenseId, licenseId),
+          inArray(offlinePackages.requestSha256, [request.identity, request.formerIdentity]),
+        ),
+      )
       .get();
   }
 
@@ -191,9 +205,9 @@ export class OfflinePackageService {
       (tx) => {
         // Another process (the command line, a second server) may have answered the same request
         // since the lookup above; under this write lock its package is the answer.
-        const raced = this.earlier(license.id, request.sha256);
+        const raced = this.earlier(license.id, request);
         if (raced) return this.replay(raced, times.asked, now);
-        const activation = this.bindDevice(license, policy, body, request, digest, expiresAt, now);
+        const activation = this.bindDevice(tx, license, policy, body, request, digest, expiresAt, now);
         const exp = unixSeconds(expiresAt);
         const { certificate } = issueCertificate(
           this.trust,
@@ -232,7 +246,7 @@ export class OfflinePackageService {
             productId: license.productId,
             licenseId: license.id,
             activationId: activation.id,
-            requestSha256: request.sha256,
+            requestSha256: request.identity,
             requestedExpiresAt: times.asked ?? null,
             assignmentId: null,
             signingKeyId: signing.keyId,
@@ -270,6 +284,7 @@ export class OfflinePackageService {
    * until it expires, since the device cannot check in.
    */
   private bindDevice(
+    tx: Pick<Db, "update">,
     license: LicenseRow,
     policy: PolicyWithId,
     body: OfflineCertificateBody,
@@ -280,7 +295,13 @@ export class OfflinePackageService {
   ): ActivationRow {
     const deviceThumbprint = thumbprint(request.signingKey.text);
     const existing = this.activationService.activeActivation(license.id, deviceThumbprint);
-    if (existing) {
+    // A device silent past its grace while others filled the license has lost its slot (§13).
+    // Reusing its activation would hand it a package, and offline_until would then shield it from
+    // culling: a slot beyond max_machines. So it competes as a new device, as online activation
+    // has it; the refusal below rolls the cull back with the rest of this transaction.
+    if (existing && this.activationService.slots.culled(existing, license, policy, now)) {
+      this.activationService.end(existing.id, "culled", now, tx);
+    } else if (existing) {
       if (existing.deviceKemKey !== request.kemKey.text) {
         throw new ApiError(
           "DEVICE_KEY_MISMATCH",
