@@ -189,7 +189,7 @@ describe("what the SDK does with a verified package", () => {
 
   test("a package issued before a key rotation still loads on a device that holds the newer bundle", async () => {
     const { app, bytes } = await issued();
-    new TrustService(t.deps).rotate(fx.productId, 30 * 86_400);
+    new TrustService(t.deps).rotate(fx.productId, { retainSec: 30 * 86_400 });
     const fresh = sdkClient(t, config);
     await fresh.setDeviceKeys(await app.deviceKeys());
     await fresh.trustBundle();
