@@ -92,7 +92,7 @@ export const signingKeysListCommand: Command = {
 export const signingKeysRotateCommand: Command = {
   name: "signing-keys rotate",
   summary:
-    "Give a product a new signing key. The old one is retired and stays in the trust bundle for --retain-days (default: the longest certificate it may have signed).",
+    "Give a product a new signing key. The old one is retired and stays in the trust bundle for --retain-days (default: until every certificate and offline package it signed has expired).",
   usage: "licensing signing-keys rotate --product ID [--retain-days N] [--json] [--data-dir DIR]",
   configKeys: CONFIG_KEYS,
   options: [
@@ -101,7 +101,8 @@ export const signingKeysRotateCommand: Command = {
       name: "retain-days",
       kind: "string",
       valueName: "N",
-      description: "days the retired key stays in the bundle",
+      description:
+        "days the retired key stays in the bundle (shorter than the default invalidates what it signed)",
     },
     JSON_OPTION,
   ],
@@ -128,6 +129,11 @@ export const signingKeysRotateCommand: Command = {
         lines.push(
           `Key ${retired.key_id} is retired and stays in the trust bundle until ${iso(retired.not_after)}.`,
         );
+        const lost = retired.invalidated_offline_packages;
+        if (lost.count > 0)
+          lines.push(
+            `Warning: ${packages(lost.count)} signed by ${retired.key_id} ${lost.count === 1 ? "is" : "are"} valid until ${iso(lost.latest_expires_at ?? retired.not_after)} at the latest; devices that fetch a trust bundle without the key refuse ${lost.count === 1 ? "it" : "them"} after ${iso(retired.not_after)}. Leave out --retain-days to keep the key listed until they expire.`,
+          );
       }
       out(lines.join("\n"));
     }
@@ -150,9 +156,15 @@ export const signingKeysRetireCommand: Command = {
     const result = withTrust(line, (trust) =>
       keyChange(() => trust.retire(keyId, { compromised, actor: cliActor() })),
     );
-    out(
+    const lines = [
       `Key ${keyId} ${compromised ? "marked compromised" : "retired"}; trust bundle sequence ${result.trust_bundle_sequence}.`,
-    );
+    ];
+    const lost = result.invalidated_offline_packages;
+    if (lost.count > 0)
+      lines.push(
+        `${packages(lost.count)} it signed (valid until ${iso(lost.latest_expires_at ?? 0)} at the latest) ${lost.count === 1 ? "is" : "are"} refused from now on by devices that fetch the new trust bundle.`,
+      );
+    out(lines.join("\n"));
     return 0;
   },
 };
@@ -168,6 +180,7 @@ function keyChange<T>(change: () => T): T {
 }
 
 const iso = (unix: number) => new Date(unix * 1000).toISOString().replace(".000Z", "Z");
+const packages = (count: number) => `${count} unexpired offline package${count === 1 ? "" : "s"}`;
 
 export const signingKeysCommands = [
   signingKeysListCommand,

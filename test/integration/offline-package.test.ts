@@ -198,6 +198,27 @@ describe("what the SDK does with a verified package", () => {
     expect(await fresh.licenseState()).toBe("valid");
   });
 
+  test("after a rotation with the default retention, a package that outlives its policy's certificate lifetime still loads on a device with the newer bundle", async () => {
+    const { app, bytes } = await issued();
+    const { expiresAt } = await app.loadOfflinePackage(bytes, { machineInfo: MACHINE });
+    const ttl = t.deps.sqlite
+      .query<{ ttl: number }, [string]>("SELECT max(cert_ttl_sec) AS ttl FROM policies WHERE product_id = ?")
+      .get(fx.productId)?.ttl as number;
+    // The package lives until the license's expiry (or the plan's longest license), far past this.
+    expect(expiresAt).toBeGreaterThan(Math.floor(t.clock.now().getTime() / 1000) + ttl + 86_400);
+    const trust = new TrustService(t.deps);
+    const { retired } = trust.rotate(fx.productId);
+    expect(retired?.not_after).toBeGreaterThanOrEqual(expiresAt);
+    expect(retired?.invalidated_offline_packages).toEqual({ count: 0, latest_expires_at: null });
+    t.clock.advance(ttl + 86_400);
+    trust.pruneExpiredKeys(); // the sweeper's retired-keys step
+    const fresh = sdkClient(t, config);
+    await fresh.setDeviceKeys(await app.deviceKeys());
+    expect((await fresh.trustBundle()).sequence).toBe(2);
+    await fresh.loadOfflinePackage(bytes, { machineInfo: MACHINE });
+    expect(await fresh.licenseState()).toBe("valid");
+  });
+
   test("a hybrid device holds its slot while its package lasts, and can later check in online", async () => {
     const { app, bytes } = await issued();
     await app.loadOfflinePackage(bytes);

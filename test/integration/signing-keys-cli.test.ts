@@ -8,9 +8,11 @@ import { initialise } from "../../src/cli/init.ts";
 import { resolveConfig } from "../../src/config.ts";
 import { systemClock } from "../../src/domain/clock.ts";
 import { main } from "../../src/main.ts";
+import { LicensingClient, MemoryStorage } from "../../src/sdk/index.ts";
 import { buildDeps, openKeystore } from "../../src/server.ts";
 import { openStore, type Store } from "../../src/store/db.ts";
 import { expectValidBundle, type TrustBundleBody } from "../support/envelope.ts";
+import { MACHINE } from "../support/offline.ts";
 
 /**
  * `licensing signing-keys rotate` and `retire` run through the real command-line entry point on
@@ -25,6 +27,9 @@ let app: ReturnType<typeof createApp>;
 let liveKey: string;
 let productId: string;
 let rootPublicKey: string;
+let licenseId: string;
+// biome-ignore lint/suspicious/noExplicitAny: the integration config is JSON from the API.
+let config: any;
 
 async function api(method: string, path: string, body?: unknown) {
   const response = await app.handle(
@@ -113,6 +118,20 @@ const auditTypes = () =>
     )
     .all(productId)
     .map((row) => row.type);
+/** An offline package for a new device, signed by the active key; answers its expiry in Unix seconds. */
+async function offlinePackage(): Promise<number> {
+  const device = new LicensingClient({
+    config,
+    storage: new MemoryStorage(),
+    fetch: ((url: string, init?: RequestInit) => app.handle(new Request(url, init))) as never,
+  });
+  const response = await api("POST", `/mgmt/v1/licenses/${licenseId}/offline-certificates`, {
+    request: await device.createOfflineRequest({ machineInfo: MACHINE }),
+  });
+  expect(response.status).toBe(200);
+  return (await device.loadOfflinePackage(response.bytes)).expiresAt;
+}
+
 async function bundle(): Promise<TrustBundleBody> {
   const response = await app.handle(new Request(`${BASE}/runtime/v1/products/${productId}/trust-bundle`));
   const data = (await response.json()).data;
@@ -130,8 +149,29 @@ beforeAll(async () => {
   productId = json(
     (await api("POST", "/mgmt/v1/products", { name: "Keys", code: "keys", environment: "live" })).bytes,
   ).data.public_id;
-  const config = json((await api("GET", `/mgmt/v1/products/${productId}/integration-config`)).bytes).data
-    .config;
+  const policy = json(
+    (
+      await api("POST", "/mgmt/v1/policies", {
+        product_id: productId,
+        name: "Hybrid",
+        validation_mode: "hybrid",
+        max_machines: 20,
+        cert_ttl_sec: 7 * 86_400,
+      })
+    ).bytes,
+  ).data;
+  // Offline packages default to the license's expiry: a year, far past the certificates' week.
+  const expiresAt = new Date(Date.now() + 365 * 86_400_000).toISOString();
+  licenseId = json(
+    (
+      await api("POST", "/mgmt/v1/licenses", {
+        product_id: productId,
+        policy_id: policy.public_id,
+        expires_at: expiresAt,
+      })
+    ).bytes,
+  ).data.public_id;
+  config = json((await api("GET", `/mgmt/v1/products/${productId}/integration-config`)).bytes).data.config;
   rootPublicKey = config.trust_anchor.root_public_key;
 });
 afterAll(() => {
@@ -197,3 +237,49 @@ describe("changing signing keys while the server writes", () => {
     expect(keyRows()).toEqual(keys);
   });
 });
+
+describe("how long a retired key stays in the bundle", () => {
+  const iso = (unix: number) => new Date(unix * 1000).toISOString().replace(".000Z", "Z");
+
+  test("by default it stays listed until the last offline package it signed has expired, not just a certificate lifetime", async () => {
+    const expiresAt = await offlinePackage();
+    const run = await cli(["rotate", "--product", productId, "--json"]);
+    expect(run.code).toBe(0);
+    const { retired } = JSON.parse(run.stdout);
+    expect(retired.not_after).toBeGreaterThanOrEqual(expiresAt);
+    expect(retired.invalidated_offline_packages).toEqual({ count: 0, latest_expires_at: null });
+  });
+
+  test("a shorter --retain-days says how many unexpired offline packages it invalidates and until when they were valid", async () => {
+    const latest = Math.max(await offlinePackage(), await offlinePackage());
+    const signer = activeKey() as string;
+    const run = await cli(["rotate", "--product", productId, "--retain-days", "1", "--json"]);
+    expect(run.code).toBe(0);
+    const { retired } = JSON.parse(run.stdout);
+    expect(retired.key_id).toBe(signer);
+    expect(retired.invalidated_offline_packages).toEqual({ count: 2, latest_expires_at: latest });
+
+    const next = await offlinePackage();
+    const text = await cli(["rotate", "--product", productId, "--retain-days", "0"]);
+    expect(text.code).toBe(0);
+    expect(text.stdout).toContain(
+      `Warning: 1 unexpired offline package signed by ${activeKeyBefore(text.stdout)} is valid until ${iso(next)} at the latest`,
+    );
+  });
+
+  test("retiring a key at once says how many unexpired offline packages it signed", async () => {
+    const expiresAt = await offlinePackage();
+    const signer = activeKey() as string;
+    expect((await cli(["rotate", "--product", productId])).code).toBe(0);
+    const run = await cli(["retire", signer]);
+    expect(run.code).toBe(0);
+    expect(run.stdout).toContain(`Key ${signer} retired`);
+    expect(run.stdout).toContain(
+      `1 unexpired offline package it signed (valid until ${iso(expiresAt)} at the latest)`,
+    );
+    expect((await bundle()).signing_keys.some((k) => k.key_id === signer)).toBe(false);
+  });
+});
+
+/** The retired key named by rotate's text output. */
+const activeKeyBefore = (stdout: string) => /Key (k_\w+) is retired/.exec(stdout)?.[1];

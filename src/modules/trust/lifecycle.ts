@@ -16,20 +16,27 @@ import {
   signBundle,
   type TrustBundleBody,
 } from "./bundle.ts";
-import { defaultRetentionSec } from "./retention.ts";
+import { defaultRetentionSec, type InvalidatedPackages, packagesOutliving } from "./retention.ts";
 
 /** What `rotate` did; snake_case because the command line prints it as JSON. */
 export interface Rotation {
   key_id: string;
   trust_bundle_sequence: number;
   /** The key that was active before, now retired; null for a product that had none. */
-  retired: { key_id: string; not_after: number } | null;
+  retired: {
+    key_id: string;
+    not_after: number;
+    /** Packages it signed that outlive `not_after`: non-zero only with a shorter retention asked for. */
+    invalidated_offline_packages: InvalidatedPackages;
+  } | null;
 }
 
 export interface Retirement {
   key_id: string;
   status: "retired" | "compromised";
   trust_bundle_sequence: number;
+  /** Unexpired packages it signed: from now on, devices with the new bundle refuse them. */
+  invalidated_offline_packages: InvalidatedPackages;
 }
 
 /** A request the key's state does not allow (unknown key, the active one); nothing was changed. */
@@ -96,7 +103,7 @@ export class KeyLifecycle {
 
   /**
    * A new active signing key; the previous one is retired and stays in the bundle for
-   * `retainSec` (default: the longest certificate it may have signed, retention.ts), then drops out.
+   * `retainSec` (default: until everything it signed has expired, retention.ts), then drops out.
    * One write transaction holds every change, the new bundle and the audit record: a rotation
    * either happened completely or not at all, so the bundle always lists the key in use.
    */
@@ -111,11 +118,16 @@ export class KeyLifecycle {
       const previous = this.activeKeyNow(productId);
       let retired: Rotation["retired"] = null;
       if (previous) {
-        const retainSec = options.retainSec ?? defaultRetentionSec(this.deps.sqlite, productId);
+        const retainSec =
+          options.retainSec ?? defaultRetentionSec(this.deps.sqlite, productId, previous.keyId, nowSec);
         const notAfter = nowSec + retainSec;
         // Retired before the new key is added: at most one key per product is ever active.
         this.setStatus(previous.keyId, "retired", notAfter, fresh.now);
-        retired = { key_id: previous.keyId, not_after: notAfter };
+        retired = {
+          key_id: previous.keyId,
+          not_after: notAfter,
+          invalidated_offline_packages: packagesOutliving(this.deps.sqlite, previous.keyId, notAfter),
+        };
       }
       this.insertKey(productId, fresh);
       this.deps.db.update(products).set({ signingStatus: "ready" }).where(eq(products.id, productId)).run();
@@ -149,6 +161,7 @@ export class KeyLifecycle {
         throw new SigningKeyError(`${keyId} is compromised; it stays listed as compromised`);
       const now = this.deps.clock.now();
       const nowSec = unixSeconds(now);
+      const invalidated = packagesOutliving(this.deps.sqlite, keyId, nowSec);
       this.setStatus(keyId, status, nowSec, now);
       const sequence = this.writeBundle(row.productId).bundle.sequence;
       const product = this.deps.db.select().from(products).where(eq(products.id, row.productId)).get();
@@ -157,7 +170,12 @@ export class KeyLifecycle {
         key_id: keyId,
         trust_bundle_sequence: sequence,
       });
-      return { key_id: keyId, status, trust_bundle_sequence: sequence };
+      return {
+        key_id: keyId,
+        status,
+        trust_bundle_sequence: sequence,
+        invalidated_offline_packages: invalidated,
+      };
     });
   }
 
