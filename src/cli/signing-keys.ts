@@ -1,8 +1,7 @@
 import { eq } from "drizzle-orm";
 import type { CommandLine } from "../config.ts";
 import { unixSeconds } from "../domain/clock.ts";
-import { recordAudit } from "../modules/events/service.ts";
-import { TrustService } from "../modules/trust/service.ts";
+import { SigningKeyError, TrustService } from "../modules/trust/service.ts";
 import { buildDeps, openKeystore } from "../server.ts";
 import { products } from "../store/schema/index.ts";
 import { UsageError } from "./args.ts";
@@ -93,7 +92,7 @@ export const signingKeysListCommand: Command = {
 export const signingKeysRotateCommand: Command = {
   name: "signing-keys rotate",
   summary:
-    "Give a product a new signing key. The old one is retired and stays in the trust bundle for --retain-days (default: the longest certificate it may have signed).",
+    "Give a product a new signing key. The old one is retired and stays in the trust bundle for --retain-days (default: until every certificate and offline package it signed has expired).",
   usage: "licensing signing-keys rotate --product ID [--retain-days N] [--json] [--data-dir DIR]",
   configKeys: CONFIG_KEYS,
   options: [
@@ -102,7 +101,8 @@ export const signingKeysRotateCommand: Command = {
       name: "retain-days",
       kind: "string",
       valueName: "N",
-      description: "days the retired key stays in the bundle",
+      description:
+        "days the retired key stays in the bundle (shorter than the default invalidates what it signed)",
     },
     JSON_OPTION,
   ],
@@ -115,31 +115,28 @@ export const signingKeysRotateCommand: Command = {
       retainSec = Number(retainFlag) * 86_400;
     }
     const result = withTrust(line, (trust, deps) => {
-      const environment = productEnvironment(deps, productId);
-      const longestCertificate = deps.sqlite
-        .query<{ ttl: number | null }, [string]>(
-          "SELECT max(cert_ttl_sec) AS ttl FROM policies WHERE product_id = ?",
-        )
-        .get(productId)?.ttl;
-      const keyId = trust.rotate(productId, retainSec ?? longestCertificate ?? 30 * 86_400);
-      const sequence = trust.bundle(productId).bundle.sequence;
-      recordAudit(
-        deps.db,
-        deps,
-        { actor: cliActor(), environment, requestId: null },
-        {
-          type: "signing_key.rotated",
-          target: { type: "product", id: productId },
-          data: { key_id: keyId, trust_bundle_sequence: sequence },
-        },
-      );
-      return { key_id: keyId, trust_bundle_sequence: sequence, at: unixSeconds(deps.clock.now()) };
+      productEnvironment(deps, productId);
+      const rotation = keyChange(() => trust.rotate(productId, { retainSec, actor: cliActor() }));
+      return { ...rotation, at: unixSeconds(deps.clock.now()) };
     });
-    out(
-      line.flags.json === true
-        ? JSON.stringify(result)
-        : `New signing key ${result.key_id}; trust bundle sequence ${result.trust_bundle_sequence}.`,
-    );
+    if (line.flags.json === true) out(JSON.stringify(result));
+    else {
+      const lines = [
+        `New signing key ${result.key_id}; trust bundle sequence ${result.trust_bundle_sequence}.`,
+      ];
+      const retired = result.retired;
+      if (retired) {
+        lines.push(
+          `Key ${retired.key_id} is retired and stays in the trust bundle until ${iso(retired.not_after)}.`,
+        );
+        const lost = retired.invalidated_offline_packages;
+        if (lost.count > 0)
+          lines.push(
+            `Warning: ${packages(lost.count)} signed by ${retired.key_id} ${lost.count === 1 ? "is" : "are"} valid until ${iso(lost.latest_expires_at ?? retired.not_after)} at the latest; devices that fetch a trust bundle without the key refuse ${lost.count === 1 ? "it" : "them"} after ${iso(retired.not_after)}. Leave out --retain-days to keep the key listed until they expire.`,
+          );
+      }
+      out(lines.join("\n"));
+    }
     return 0;
   },
 };
@@ -155,28 +152,35 @@ export const signingKeysRetireCommand: Command = {
     const [keyId, extra] = line.positionals;
     if (keyId === undefined) throw new UsageError("give the key id (see licensing signing-keys list)");
     if (extra !== undefined) throw new UsageError(`unexpected argument ${extra}`);
-    withTrust(line, (trust, deps) => {
-      const key = trust.signingKeyRow(keyId);
-      if (!key) throw new CliError(`no signing key ${keyId}`);
-      if (key.status === "active")
-        throw new CliError(`${keyId} is the active key; rotate first, then retire the old one`);
-      const compromised = line.flags.compromised === true;
-      trust.retire(keyId, 0, { rebuild: true, compromised });
-      recordAudit(
-        deps.db,
-        deps,
-        { actor: cliActor(), environment: productEnvironment(deps, key.productId), requestId: null },
-        {
-          type: compromised ? "signing_key.compromised" : "signing_key.retired",
-          target: { type: "product", id: key.productId },
-          data: { key_id: keyId },
-        },
+    const compromised = line.flags.compromised === true;
+    const result = withTrust(line, (trust) =>
+      keyChange(() => trust.retire(keyId, { compromised, actor: cliActor() })),
+    );
+    const lines = [
+      `Key ${keyId} ${compromised ? "marked compromised" : "retired"}; trust bundle sequence ${result.trust_bundle_sequence}.`,
+    ];
+    const lost = result.invalidated_offline_packages;
+    if (lost.count > 0)
+      lines.push(
+        `${packages(lost.count)} it signed (valid until ${iso(lost.latest_expires_at ?? 0)} at the latest) ${lost.count === 1 ? "is" : "are"} refused from now on by devices that fetch the new trust bundle.`,
       );
-    });
-    out(`Key ${keyId} ${line.flags.compromised === true ? "marked compromised" : "retired"}.`);
+    out(lines.join("\n"));
     return 0;
   },
 };
+
+/** The service refuses what the key's state does not allow; the operator gets one line, not a stack. */
+function keyChange<T>(change: () => T): T {
+  try {
+    return change();
+  } catch (error) {
+    if (error instanceof SigningKeyError) throw new CliError(error.message);
+    throw error;
+  }
+}
+
+const iso = (unix: number) => new Date(unix * 1000).toISOString().replace(".000Z", "Z");
+const packages = (count: number) => `${count} unexpired offline package${count === 1 ? "" : "s"}`;
 
 export const signingKeysCommands = [
   signingKeysListCommand,

@@ -208,7 +208,7 @@ describe("repeating a request", () => {
     ],
     [
       "signing_key_rotated",
-      async (_t: TestContext) => new TrustService(_t.deps).rotate(fx.productId, 86_400),
+      async (_t: TestContext) => new TrustService(_t.deps).rotate(fx.productId, { retainSec: 86_400 }),
     ],
   ])(
     "once the package is no longer valid (%s) the identical request answers 409 OFFLINE_REQUEST_USED",

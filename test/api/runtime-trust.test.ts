@@ -1,5 +1,6 @@
 import { afterEach, beforeEach, describe, expect, test } from "bun:test";
 import { join } from "node:path";
+import { canonicalize } from "../../src/crypto/jcs.ts";
 import { Keystore } from "../../src/crypto/keystore.ts";
 import { SecretBox } from "../../src/crypto/secret-box.ts";
 import { TrustService } from "../../src/modules/trust/service.ts";
@@ -71,7 +72,7 @@ describe("key rotation", () => {
     const oldKey = before.bundle.signing_keys[0].key_id;
     // not_after is the rotation's second plus the overlap: no second may pass before it is compared.
     t.clock.freeze();
-    const newKey = commandLineTrust().rotate(fx.productId, 86_400);
+    const newKey = commandLineTrust().rotate(fx.productId, { retainSec: 86_400 }).key_id;
     const after = await bundleOf(fx.productId);
     expectValidBundle(after, fx.rootPublicKey);
     expect(after.bundle.sequence).toBe(before.bundle.sequence + 1);
@@ -91,7 +92,7 @@ describe("key rotation", () => {
 
   test("a retired key leaves the bundle once its retention has passed", async () => {
     const trust = commandLineTrust();
-    trust.rotate(fx.productId, 3600);
+    trust.rotate(fx.productId, { retainSec: 3600 });
     t.clock.advance(3601);
     expect(trust.pruneExpiredKeys()).toBe(1);
     const bundle = (await bundleOf(fx.productId)).bundle;
@@ -99,11 +100,31 @@ describe("key rotation", () => {
     expect(bundle.sequence).toBe(3);
   });
 
+  test("a bundle left behind its keys (a rotation whose rebuild never committed) is rebuilt by the sweeper, so it lists the active key", async () => {
+    const before = await bundleOf(fx.productId);
+    const trust = commandLineTrust();
+    const newKey = trust.rotate(fx.productId).key_id;
+    // What an older version left when the server committed during its rebuild: the keys
+    // changed, the stored bundle did not.
+    t.deps.sqlite
+      .query("UPDATE trust_bundles SET sequence = ?, bundle = ?, root_signature = ? WHERE product_id = ?")
+      .run(before.bundle.sequence, canonicalize(before.bundle), before.root_signature, fx.productId);
+    expect(trust.pruneExpiredKeys()).toBe(1);
+    const repaired = await bundleOf(fx.productId);
+    expectValidBundle(repaired, fx.rootPublicKey);
+    expect(repaired.bundle.sequence).toBeGreaterThan(before.bundle.sequence);
+    expect(repaired.bundle.signing_keys.find((k: { status: string }) => k.status === "active").key_id).toBe(
+      newKey,
+    );
+    // A bundle that says what the keys say is left alone.
+    expect(trust.pruneExpiredKeys()).toBe(0);
+  });
+
   test("a compromised key stays listed as compromised so devices refuse what it signed", async () => {
     const trust = commandLineTrust();
     const old = (await bundleOf(fx.productId)).bundle.signing_keys[0].key_id;
-    trust.rotate(fx.productId, 86_400);
-    trust.retire(old, 0, { rebuild: true, compromised: true });
+    trust.rotate(fx.productId, { retainSec: 86_400 });
+    trust.retire(old, { compromised: true });
     const listed = (await bundleOf(fx.productId)).bundle.signing_keys.find(
       (k: { key_id: string }) => k.key_id === old,
     );

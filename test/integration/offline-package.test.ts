@@ -189,12 +189,33 @@ describe("what the SDK does with a verified package", () => {
 
   test("a package issued before a key rotation still loads on a device that holds the newer bundle", async () => {
     const { app, bytes } = await issued();
-    new TrustService(t.deps).rotate(fx.productId, 30 * 86_400);
+    new TrustService(t.deps).rotate(fx.productId, { retainSec: 30 * 86_400 });
     const fresh = sdkClient(t, config);
     await fresh.setDeviceKeys(await app.deviceKeys());
     await fresh.trustBundle();
     await fresh.loadOfflinePackage(bytes, { machineInfo: MACHINE });
     expect((await fresh.trustBundle()).sequence).toBe(fx.bundle.sequence + 1);
+    expect(await fresh.licenseState()).toBe("valid");
+  });
+
+  test("after a rotation with the default retention, a package that outlives its policy's certificate lifetime still loads on a device with the newer bundle", async () => {
+    const { app, bytes } = await issued();
+    const { expiresAt } = await app.loadOfflinePackage(bytes, { machineInfo: MACHINE });
+    const ttl = t.deps.sqlite
+      .query<{ ttl: number }, [string]>("SELECT max(cert_ttl_sec) AS ttl FROM policies WHERE product_id = ?")
+      .get(fx.productId)?.ttl as number;
+    // The package lives until the license's expiry (or the plan's longest license), far past this.
+    expect(expiresAt).toBeGreaterThan(Math.floor(t.clock.now().getTime() / 1000) + ttl + 86_400);
+    const trust = new TrustService(t.deps);
+    const { retired } = trust.rotate(fx.productId);
+    expect(retired?.not_after).toBeGreaterThanOrEqual(expiresAt);
+    expect(retired?.invalidated_offline_packages).toEqual({ count: 0, latest_expires_at: null });
+    t.clock.advance(ttl + 86_400);
+    trust.pruneExpiredKeys(); // the sweeper's retired-keys step
+    const fresh = sdkClient(t, config);
+    await fresh.setDeviceKeys(await app.deviceKeys());
+    expect((await fresh.trustBundle()).sequence).toBe(2);
+    await fresh.loadOfflinePackage(bytes, { machineInfo: MACHINE });
     expect(await fresh.licenseState()).toBe("valid");
   });
 
@@ -210,7 +231,7 @@ describe("what the SDK does with a verified package", () => {
 
     test("loads the package on a device that holds a bundle at that minimum", async () => {
       const { app, bytes } = await issued();
-      new TrustService(t.deps).rotate(fx.productId, 30 * 86_400);
+      new TrustService(t.deps).rotate(fx.productId, { retainSec: 30 * 86_400 });
       const newer = sdkClient(t, demanding(fx.bundle.sequence + 1));
       await newer.setDeviceKeys(await app.deviceKeys());
       await newer.trustBundle();
@@ -220,7 +241,7 @@ describe("what the SDK does with a verified package", () => {
 
     test("refuses the package's older bundle on a device that holds none", async () => {
       const { app, bytes } = await issued();
-      new TrustService(t.deps).rotate(fx.productId, 30 * 86_400);
+      new TrustService(t.deps).rotate(fx.productId, { retainSec: 30 * 86_400 });
       const newer = sdkClient(t, demanding(fx.bundle.sequence + 1));
       await newer.setDeviceKeys(await app.deviceKeys());
       const error = await refusal(newer.loadOfflinePackage(bytes, { machineInfo: MACHINE }));

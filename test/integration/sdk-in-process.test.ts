@@ -181,7 +181,7 @@ describe("the SDK refuses real responses that were altered in transit", () => {
     });
     const older = (await t.call("GET", `/runtime/v1/products/${fx.productId}/trust-bundle`, { key: null }))
       .text;
-    new TrustService(t.deps).rotate(fx.productId, 86_400);
+    new TrustService(t.deps).rotate(fx.productId, { retainSec: 86_400 });
     await app.activate({ licenseKey: fx.licenseKey, machineInfo });
     expect((await app.trustBundle()).sequence).toBe(2);
     // The same device later (same storage), when a man in the middle serves the older bundle.

@@ -1,46 +1,24 @@
 import type { Database } from "bun:sqlite";
-import { createPublicKey, generateKeyPairSync, hkdfSync, type KeyObject, randomBytes } from "node:crypto";
+import { createPublicKey, hkdfSync, type KeyObject, randomBytes } from "node:crypto";
 import { and, eq, sql } from "drizzle-orm";
-import { type OnlineSigner, PREFIX, signDelegation } from "../../crypto/envelope.ts";
-import { canonicalize } from "../../crypto/jcs.ts";
-import {
-  ed25519FromSeed,
-  keyIdOf,
-  privateKeyFromPkcs8,
-  publicKeyText,
-  signEd25519,
-} from "../../crypto/keys.ts";
+import { type OnlineSigner, signDelegation } from "../../crypto/envelope.ts";
+import { ed25519FromSeed, keyIdOf, privateKeyFromPkcs8, publicKeyText } from "../../crypto/keys.ts";
 import type { Deps } from "../../deps.ts";
 import { unixSeconds } from "../../domain/clock.ts";
 import type { Environment } from "../../domain/scopes.ts";
 import { ApiError } from "../../http/errors.ts";
-import { products, signingKeys, trustBundles } from "../../store/schema/index.ts";
+import type { Actor } from "../../store/schema/audit.ts";
+import { signingKeys, trustBundles } from "../../store/schema/index.ts";
+import type { SignedTrustBundle, SigningKeyRow, TrustBundleBody } from "./bundle.ts";
+import { KeyLifecycle, type Retirement, type Rotation } from "./lifecycle.ts";
+
+export type { SignedTrustBundle, TrustBundleBody } from "./bundle.ts";
+export { type Retirement, type Rotation, SigningKeyError } from "./lifecycle.ts";
 
 /** Online keys rotate daily; each delegation is valid for two periods so rotation never leaves a gap. */
 export const ONLINE_KEY_PERIOD_SEC = 86_400;
 const DELEGATION_LIFETIME_SEC = 2 * ONLINE_KEY_PERIOD_SEC;
 const ONLINE_MASTER_ID = "online-key-master";
-
-export interface TrustBundleBody {
-  v: 1;
-  product_id: string;
-  environment: Environment;
-  sequence: number;
-  issued_at: number;
-  root_key_id: string;
-  signing_keys: {
-    key_id: string;
-    public_key: string;
-    status: "active" | "retired" | "compromised";
-    not_before: number;
-    not_after: number | null;
-  }[];
-}
-
-export interface SignedTrustBundle {
-  bundle: TrustBundleBody;
-  root_signature: string;
-}
 
 interface RootKey {
   keyId: string;
@@ -53,7 +31,6 @@ interface RootKey {
  * signing keys sign certificates and delegations; online keys, derived per product and day from a
  * keystore secret, sign runtime responses. Bundles and delegations are made once and cached.
  */
-type SigningKeyRow = typeof signingKeys.$inferSelect;
 interface ActiveKeyMemo {
   dataVersion: number;
   /** Whether data_version was read in this turn of the event loop. */
@@ -78,6 +55,7 @@ export class TrustService {
    */
   private readonly activeKeys: ActiveKeyMemo;
   private readonly dataVersion;
+  private readonly lifecycle: KeyLifecycle;
 
   constructor(private readonly deps: Deps) {
     this.activeKey = deps.db
@@ -113,6 +91,19 @@ export class TrustService {
       ]);
     }
     this.onlineMaster = deps.keystore.secret(ONLINE_MASTER_ID);
+    this.lifecycle = new KeyLifecycle(deps, {
+      rootKey: (environment) => {
+        const root = this.roots.get(environment);
+        if (!root) throw new Error(`no root key for ${environment}`);
+        return root;
+      },
+      forget: (productId) => {
+        this.activeKeys.rows.clear();
+        for (const key of this.onlineSigners.keys())
+          if (key.startsWith(`${productId}|`)) this.onlineSigners.delete(key);
+      },
+      remember: (keyId, privateKey) => this.signingKeyCache.set(keyId, privateKey),
+    });
   }
 
   root(environment: Environment): { keyId: string; publicKey: string } {
@@ -121,67 +112,29 @@ export class TrustService {
     return { keyId: root.keyId, publicKey: root.publicKey };
   }
 
-  /**
-   * Gives a product its first signing key and bundle. Safe to call again: a product that already
-   * has an active key is left alone. On failure the product stays `pending` and is retried.
-   */
+  /** Signing-key changes (lifecycle.ts): each is one write transaction with its bundle and audit record. */
   provision(productId: string): void {
-    const product = this.deps.db.select().from(products).where(eq(products.id, productId)).get();
-    if (!product || product.signingStatus === "ready") return;
-    const existing = this.activeKeyRow(productId);
-    if (!existing) this.addSigningKey(productId, product.environment);
-    this.deps.db.update(products).set({ signingStatus: "ready" }).where(eq(products.id, productId)).run();
-    this.rebuildBundle(productId);
+    this.lifecycle.provision(productId);
   }
 
-  /** Products left `pending` (a failed keystore write, a crash) get their keys now. */
   provisionPending(): number {
-    const pending = this.deps.db
-      .select({ id: products.id })
-      .from(products)
-      .where(eq(products.signingStatus, "pending"))
-      .all();
-    for (const { id } of pending) this.provision(id);
-    return pending.length;
+    return this.lifecycle.provisionPending();
   }
 
-  /**
-   * A new active signing key; the previous one is retired and stays in the bundle until
-   * `retainSec` from now (the longest certificate it may have signed), then drops out.
-   */
-  rotate(productId: string, retainSec: number): string {
-    const product = this.deps.db.select().from(products).where(eq(products.id, productId)).get();
-    if (!product) throw ApiError.notFound("product");
-    const previous = this.activeKeyRow(productId);
-    const keyId = this.addSigningKey(productId, product.environment);
-    if (previous) this.retire(previous.keyId, retainSec, { rebuild: false });
-    this.deps.db.update(products).set({ signingStatus: "ready" }).where(eq(products.id, productId)).run();
-    this.rebuildBundle(productId);
-    return keyId;
+  rotate(productId: string, options: { retainSec?: number; actor?: Actor } = {}): Rotation {
+    return this.lifecycle.rotate(productId, options);
   }
 
-  /** Retires a key; `compromised` keys stay listed so devices refuse what they signed. */
-  retire(
-    keyId: string,
-    retainSec: number,
-    options: { rebuild: boolean; compromised?: boolean } = { rebuild: true },
-  ): void {
-    const row = this.deps.db.select().from(signingKeys).where(eq(signingKeys.keyId, keyId)).get();
-    if (!row) throw new Error(`no signing key ${keyId}`);
-    const now = this.deps.clock.now();
-    this.activeKeys.rows.clear();
-    this.deps.db
-      .update(signingKeys)
-      .set({
-        status: options.compromised ? "compromised" : "retired",
-        notAfter: options.compromised ? unixSeconds(now) : unixSeconds(now) + retainSec,
-        retiredAt: now,
-      })
-      .where(eq(signingKeys.keyId, keyId))
-      .run();
-    for (const key of this.onlineSigners.keys())
-      if (key.startsWith(`${row.productId}|`)) this.onlineSigners.delete(key);
-    if (options.rebuild) this.rebuildBundle(row.productId);
+  retire(keyId: string, options: { compromised?: boolean; actor?: Actor } = {}): Retirement {
+    return this.lifecycle.retire(keyId, options);
+  }
+
+  rebuildBundle(productId: string): SignedTrustBundle {
+    return this.lifecycle.rebuildBundle(productId);
+  }
+
+  pruneExpiredKeys(): number {
+    return this.lifecycle.pruneExpiredKeys();
   }
 
   /** The signed bundle devices fetch; 409 while the product has no signing key yet. */
@@ -259,68 +212,6 @@ export class TrustService {
     return signer;
   }
 
-  /** Signs and stores the bundle of the product's current keys under the next sequence number. */
-  rebuildBundle(productId: string): SignedTrustBundle {
-    return this.deps.db.transaction((tx) => {
-      const product = tx.select().from(products).where(eq(products.id, productId)).get();
-      if (!product) throw new Error(`no product ${productId}`);
-      const now = this.deps.clock.now();
-      const nowSec = unixSeconds(now);
-      const root = this.roots.get(product.environment);
-      if (!root) throw new Error(`no root key for ${product.environment}`);
-      const keys = tx
-        .select()
-        .from(signingKeys)
-        .where(eq(signingKeys.productId, productId))
-        .all()
-        .filter((k) => k.status !== "retired" || (k.notAfter ?? Number.POSITIVE_INFINITY) > nowSec)
-        .sort((a, b) => a.notBefore - b.notBefore || (a.keyId < b.keyId ? -1 : 1));
-      const sequence = product.trustBundleSequence + 1;
-      const bundle: TrustBundleBody = {
-        v: 1,
-        product_id: productId,
-        environment: product.environment,
-        sequence,
-        issued_at: nowSec,
-        root_key_id: root.keyId,
-        signing_keys: keys.map((k) => ({
-          key_id: k.keyId,
-          public_key: k.publicKey,
-          status: k.status,
-          not_before: k.notBefore,
-          not_after: k.notAfter,
-        })),
-      };
-      const text = canonicalize(bundle);
-      const rootSignature = signEd25519(root.privateKey, PREFIX.trustBundle + text);
-      tx.update(products).set({ trustBundleSequence: sequence }).where(eq(products.id, productId)).run();
-      tx.insert(trustBundles)
-        .values({ productId, sequence, bundle: text, rootSignature, issuedAt: now })
-        .onConflictDoUpdate({
-          target: trustBundles.productId,
-          set: { sequence, bundle: text, rootSignature, issuedAt: now },
-        })
-        .run();
-      return { bundle, root_signature: rootSignature };
-    });
-  }
-
-  /** Retired keys whose retention has passed drop out of their bundles. */
-  pruneExpiredKeys(): number {
-    const nowSec = unixSeconds(this.deps.clock.now());
-    const stale = this.deps.db
-      .select({ productId: trustBundles.productId, bundle: trustBundles.bundle })
-      .from(trustBundles)
-      .all()
-      .filter(({ bundle }) =>
-        (JSON.parse(bundle) as TrustBundleBody).signing_keys.some(
-          (k) => k.status === "retired" && k.not_after !== null && k.not_after <= nowSec,
-        ),
-      );
-    for (const { productId } of stale) this.rebuildBundle(productId);
-    return stale.length;
-  }
-
   signingKeyRow(keyId: string) {
     return this.deps.db.select().from(signingKeys).where(eq(signingKeys.keyId, keyId)).get();
   }
@@ -350,41 +241,6 @@ export class TrustService {
     // Remember only what exists: a missing key is the rare pending state, re-read until it is made.
     if (row) memo.rows.set(productId, row);
     return row;
-  }
-
-  /** Keystore first, then the store: a crash in between leaves an unused key, never a key-less row. */
-  private addSigningKey(productId: string, environment: Environment): string {
-    const { privateKey, publicKey } = generateKeyPairSync("ed25519");
-    const text = publicKeyText(publicKey);
-    const keyId = keyIdOf(text);
-    const now = this.deps.clock.now();
-    this.deps.keystore.add([
-      {
-        metadata: {
-          id: `product-signing:${keyId}`,
-          kind: "product_signing_key",
-          environment,
-          alg: "ed25519",
-          created_at: now.toISOString(),
-        },
-        secret: new Uint8Array(privateKey.export({ format: "der", type: "pkcs8" })),
-      },
-    ]);
-    this.deps.db
-      .insert(signingKeys)
-      .values({
-        keyId,
-        productId,
-        publicKey: text,
-        status: "active",
-        notBefore: unixSeconds(now),
-        notAfter: null,
-        createdAt: now,
-      })
-      .run();
-    this.activeKeys.rows.clear();
-    this.signingKeyCache.set(keyId, privateKey);
-    return keyId;
   }
 }
 

@@ -1,4 +1,5 @@
-import { index, integer, sqliteTable, text } from "drizzle-orm/sqlite-core";
+import { sql } from "drizzle-orm";
+import { index, integer, sqliteTable, text, uniqueIndex } from "drizzle-orm/sqlite-core";
 import { products } from "./catalog.ts";
 import { timestamp } from "./columns.ts";
 
@@ -21,7 +22,12 @@ export const signingKeys = sqliteTable(
     createdAt: timestamp("created_at").notNull(),
     retiredAt: timestamp("retired_at"),
   },
-  (t) => [index("signing_keys_product").on(t.productId)],
+  (t) => [
+    index("signing_keys_product").on(t.productId),
+    // The bundle names one active key and the server signs with one: two would be a rotation
+    // half done (migration 0030).
+    uniqueIndex("signing_keys_one_active").on(t.productId).where(sql`status = 'active'`),
+  ],
 );
 
 /** The current signed trust bundle of each product, rebuilt whenever its keys change. */

@@ -1,0 +1,285 @@
+import { Database } from "bun:sqlite";
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { createApp } from "../../src/app.ts";
+import { initialise } from "../../src/cli/init.ts";
+import { resolveConfig } from "../../src/config.ts";
+import { systemClock } from "../../src/domain/clock.ts";
+import { main } from "../../src/main.ts";
+import { LicensingClient, MemoryStorage } from "../../src/sdk/index.ts";
+import { buildDeps, openKeystore } from "../../src/server.ts";
+import { openStore, type Store } from "../../src/store/db.ts";
+import { expectValidBundle, type TrustBundleBody } from "../support/envelope.ts";
+import { MACHINE } from "../support/offline.ts";
+
+/**
+ * `licensing signing-keys rotate` and `retire` run through the real command-line entry point on
+ * the data dir of a server that keeps writing: each change is one write transaction, so the
+ * server's commits can neither break it half-way nor leave the trust bundle behind the keys.
+ */
+const BASE = "http://licensing.test";
+const work = mkdtempSync(join(tmpdir(), "signing-keys-cli-"));
+const dataDir = join(work, "data");
+let store: Store;
+let app: ReturnType<typeof createApp>;
+let liveKey: string;
+let productId: string;
+let rootPublicKey: string;
+let licenseId: string;
+// biome-ignore lint/suspicious/noExplicitAny: the integration config is JSON from the API.
+let config: any;
+
+async function api(method: string, path: string, body?: unknown) {
+  const response = await app.handle(
+    new Request(`${BASE}${path}`, {
+      method,
+      headers: {
+        authorization: `Bearer ${liveKey}`,
+        "content-type": "application/json",
+        "idempotency-key": `signing-keys-test-${Math.random()}`,
+      },
+      body: body === undefined ? undefined : JSON.stringify(body),
+    }),
+  );
+  return { status: response.status, bytes: new Uint8Array(await response.arrayBuffer()) };
+}
+const json = (bytes: Uint8Array) => JSON.parse(new TextDecoder().decode(bytes));
+
+/** Runs the command line in this process and captures what it prints. */
+async function cli(args: string[]) {
+  let stdout = "";
+  let stderr = "";
+  const out = process.stdout.write.bind(process.stdout);
+  const err = process.stderr.write.bind(process.stderr);
+  process.stdout.write = ((chunk: string) => {
+    stdout += chunk;
+    return true;
+  }) as typeof process.stdout.write;
+  process.stderr.write = ((chunk: string) => {
+    stderr += chunk;
+    return true;
+  }) as typeof process.stderr.write;
+  try {
+    const code = await main(["signing-keys", ...args, "--data-dir", dataDir], {}, work);
+    // The server in this process reads the store's data_version once per turn of its event loop
+    // (trust/service.ts); a real server's next request is a new turn, so give it one.
+    await new Promise((resolve) => setImmediate(resolve));
+    return { code, stdout, stderr };
+  } finally {
+    process.stdout.write = out;
+    process.stderr.write = err;
+  }
+}
+
+/**
+ * Runs the command while "the server" (its own connection) commits a write at every clock read
+ * the command makes, i.e. between any two of its steps, as a busy server would. The server's
+ * connection does not wait for the lock: while the command holds it, its write is refused
+ * instead, which is counted; with `failUnderLock` the command's clock read then throws, a
+ * failure in the middle of the change.
+ */
+async function whileServerWrites(args: string[], options: { failUnderLock?: boolean } = {}) {
+  const server = new Database(join(dataDir, "licensing.db"));
+  server.run("PRAGMA busy_timeout = 0");
+  const writes = { committed: 0, refused: 0 };
+  const now = systemClock.now;
+  systemClock.now = () => {
+    try {
+      server.run("INSERT INTO server_writes (at) VALUES (?)", [Date.now()]);
+      writes.committed++;
+    } catch (error) {
+      if (!/locked|busy/i.test(String(error))) throw error;
+      writes.refused++;
+      if (options.failUnderLock) throw new Error("simulated failure inside the change");
+    }
+    return now();
+  };
+  try {
+    return { ...(await cli(args)), writes };
+  } finally {
+    systemClock.now = now;
+    server.close();
+  }
+}
+
+const keyRows = () =>
+  store.sqlite
+    .query<{ key_id: string; status: string; not_after: number | null }, [string]>(
+      "SELECT key_id, status, not_after FROM signing_keys WHERE product_id = ? ORDER BY rowid",
+    )
+    .all(productId);
+const activeKey = () => keyRows().find((k) => k.status === "active")?.key_id;
+const auditTypes = () =>
+  store.sqlite
+    .query<{ type: string }, [string]>(
+      "SELECT type FROM audit_events WHERE target_id = ? AND type LIKE 'signing_key.%' ORDER BY id",
+    )
+    .all(productId)
+    .map((row) => row.type);
+/** An offline package for a new device, signed by the active key; answers its expiry in Unix seconds. */
+async function offlinePackage(): Promise<number> {
+  const device = new LicensingClient({
+    config,
+    storage: new MemoryStorage(),
+    fetch: ((url: string, init?: RequestInit) => app.handle(new Request(url, init))) as never,
+  });
+  const response = await api("POST", `/mgmt/v1/licenses/${licenseId}/offline-certificates`, {
+    request: await device.createOfflineRequest({ machineInfo: MACHINE }),
+  });
+  expect(response.status).toBe(200);
+  return (await device.loadOfflinePackage(response.bytes)).expiresAt;
+}
+
+async function bundle(): Promise<TrustBundleBody> {
+  const response = await app.handle(new Request(`${BASE}/runtime/v1/products/${productId}/trust-bundle`));
+  const data = (await response.json()).data;
+  expectValidBundle(data, rootPublicKey);
+  return data.bundle;
+}
+
+beforeAll(async () => {
+  const init = initialise(resolveConfig({ "data-dir": dataDir }, {}, work));
+  liveKey = init.apiKeys.live;
+  const passphrase = readFileSync(join(dataDir, "keystore.passphrase"), "utf8").trim();
+  store = openStore(join(dataDir, "licensing.db"));
+  store.sqlite.run("CREATE TABLE server_writes (at INTEGER)");
+  app = createApp(buildDeps(store, openKeystore(dataDir, passphrase)), { baseUrl: BASE });
+  productId = json(
+    (await api("POST", "/mgmt/v1/products", { name: "Keys", code: "keys", environment: "live" })).bytes,
+  ).data.public_id;
+  const policy = json(
+    (
+      await api("POST", "/mgmt/v1/policies", {
+        product_id: productId,
+        name: "Hybrid",
+        validation_mode: "hybrid",
+        max_machines: 20,
+        cert_ttl_sec: 7 * 86_400,
+      })
+    ).bytes,
+  ).data;
+  // Offline packages default to the license's expiry: a year, far past the certificates' week.
+  const expiresAt = new Date(Date.now() + 365 * 86_400_000).toISOString();
+  licenseId = json(
+    (
+      await api("POST", "/mgmt/v1/licenses", {
+        product_id: productId,
+        policy_id: policy.public_id,
+        expires_at: expiresAt,
+      })
+    ).bytes,
+  ).data.public_id;
+  config = json((await api("GET", `/mgmt/v1/products/${productId}/integration-config`)).bytes).data.config;
+  rootPublicKey = config.trust_anchor.root_public_key;
+});
+afterAll(() => {
+  store?.close();
+  rmSync(work, { recursive: true, force: true });
+});
+
+describe("changing signing keys while the server writes", () => {
+  test("a rotation takes effect whole: the new key is active and listed, the old one retired, the change audited", async () => {
+    const before = await bundle();
+    const oldKey = activeKey();
+    const run = await whileServerWrites(["rotate", "--product", productId, "--json"]);
+    expect(run.stderr).toBe("");
+    expect(run.code).toBe(0);
+    // The server did commit while the command ran, and was held off while it changed the keys.
+    expect(run.writes.committed).toBeGreaterThan(0);
+    expect(run.writes.refused).toBeGreaterThan(0);
+    const { key_id: newKey, trust_bundle_sequence: sequence } = JSON.parse(run.stdout);
+    expect(activeKey()).toBe(newKey);
+    const after = await bundle();
+    expect(after.sequence).toBe(sequence);
+    expect(after.sequence).toBe(before.sequence + 1);
+    // Both made within one second here: the bundle then orders them by key id.
+    expect(after.signing_keys.map((k) => [k.key_id, k.status]).sort()).toEqual(
+      [
+        [oldKey, "retired"],
+        [newKey, "active"],
+      ].sort(),
+    );
+    expect(auditTypes()).toEqual(["signing_key.rotated"]);
+  });
+
+  test("marking a key compromised takes effect whole: the bundle lists it as compromised and the change is audited", async () => {
+    const old = keyRows().find((k) => k.status === "retired")?.key_id as string;
+    const before = await bundle();
+    const run = await whileServerWrites(["retire", old, "--compromised"]);
+    expect(run.stderr).toBe("");
+    expect(run.code).toBe(0);
+    expect(run.writes.refused).toBeGreaterThan(0);
+    const after = await bundle();
+    expect(after.sequence).toBe(before.sequence + 1);
+    expect(after.signing_keys.find((k) => k.key_id === old)?.status).toBe("compromised");
+    expect(auditTypes()).toEqual(["signing_key.rotated", "signing_key.compromised"]);
+  });
+
+  test("a rotation that fails part-way changes nothing: the same keys, the same bundle, no audit record", async () => {
+    const keys = keyRows();
+    const before = await bundle();
+    const audits = auditTypes();
+    const run = await whileServerWrites(["rotate", "--product", productId], { failUnderLock: true });
+    expect(run.code).toBe(1);
+    expect(run.stderr).toContain("simulated failure inside the change");
+    expect(keyRows()).toEqual(keys);
+    expect(await bundle()).toEqual(before);
+    expect(auditTypes()).toEqual(audits);
+  });
+
+  test("the active key cannot be retired, and nothing changes", async () => {
+    const keys = keyRows();
+    const run = await cli(["retire", activeKey() as string]);
+    expect(run.code).toBe(1);
+    expect(run.stderr).toContain("is the active key; rotate first");
+    expect(keyRows()).toEqual(keys);
+  });
+});
+
+describe("how long a retired key stays in the bundle", () => {
+  const iso = (unix: number) => new Date(unix * 1000).toISOString().replace(".000Z", "Z");
+
+  test("by default it stays listed until the last offline package it signed has expired, not just a certificate lifetime", async () => {
+    const expiresAt = await offlinePackage();
+    const run = await cli(["rotate", "--product", productId, "--json"]);
+    expect(run.code).toBe(0);
+    const { retired } = JSON.parse(run.stdout);
+    expect(retired.not_after).toBeGreaterThanOrEqual(expiresAt);
+    expect(retired.invalidated_offline_packages).toEqual({ count: 0, latest_expires_at: null });
+  });
+
+  test("a shorter --retain-days says how many unexpired offline packages it invalidates and until when they were valid", async () => {
+    const latest = Math.max(await offlinePackage(), await offlinePackage());
+    const signer = activeKey() as string;
+    const run = await cli(["rotate", "--product", productId, "--retain-days", "1", "--json"]);
+    expect(run.code).toBe(0);
+    const { retired } = JSON.parse(run.stdout);
+    expect(retired.key_id).toBe(signer);
+    expect(retired.invalidated_offline_packages).toEqual({ count: 2, latest_expires_at: latest });
+
+    const next = await offlinePackage();
+    const text = await cli(["rotate", "--product", productId, "--retain-days", "0"]);
+    expect(text.code).toBe(0);
+    expect(text.stdout).toContain(
+      `Warning: 1 unexpired offline package signed by ${activeKeyBefore(text.stdout)} is valid until ${iso(next)} at the latest`,
+    );
+  });
+
+  test("retiring a key at once says how many unexpired offline packages it signed", async () => {
+    const expiresAt = await offlinePackage();
+    const signer = activeKey() as string;
+    expect((await cli(["rotate", "--product", productId])).code).toBe(0);
+    const run = await cli(["retire", signer]);
+    expect(run.code).toBe(0);
+    expect(run.stdout).toContain(`Key ${signer} retired`);
+    expect(run.stdout).toContain(
+      `1 unexpired offline package it signed (valid until ${iso(expiresAt)} at the latest)`,
+    );
+    expect((await bundle()).signing_keys.some((k) => k.key_id === signer)).toBe(false);
+  });
+});
+
+/** The retired key named by rotate's text output. */
+const activeKeyBefore = (stdout: string) => /Key (k_\w+) is retired/.exec(stdout)?.[1];
