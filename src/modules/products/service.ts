@@ -70,6 +70,7 @@ export class ProductService {
       description: input.description ?? "",
       status: "active",
       trustBundleSequence: 0,
+      trustBundleMinimumSequence: 0,
       signingStatus: "pending",
       version: 1,
       createdAt: now,

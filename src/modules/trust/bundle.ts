@@ -81,3 +81,16 @@ export function bundleIsStale(
     );
   });
 }
+
+/**
+ * True when `next` lists a key as compromised that `previous` did not: every bundle before `next`
+ * would still trust that key, so none of them is safe to accept any more (the integration config's
+ * minimum moves up to `next`). Rotations and retired keys dropping out do not count: an older
+ * bundle that still lists an uncompromised retired key trusts nothing an attacker holds.
+ */
+export function newlyCompromised(previous: TrustBundleBody | undefined, next: readonly BundleKey[]): boolean {
+  const before = new Set(
+    (previous?.signing_keys ?? []).filter((k) => k.status === "compromised").map((k) => k.key_id),
+  );
+  return next.some((k) => k.status === "compromised" && !before.has(k.key_id));
+}

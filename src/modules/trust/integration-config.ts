@@ -49,7 +49,7 @@ export class IntegrationConfigService {
         signing_mode: "delegated",
         key_id: root.keyId,
         trust_bundle_url: `${this.baseUrl}/runtime/v1/products/${product.id}/trust-bundle`,
-        minimum_trust_bundle_sequence: product.trustBundleSequence,
+        minimum_trust_bundle_sequence: product.trustBundleMinimumSequence,
         root_public_key: product.environment === "live" ? root.publicKey : null,
         development_root_public_key: product.environment === "test" ? root.publicKey : null,
         public_key_unavailable_reason: null,

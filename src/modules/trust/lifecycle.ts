@@ -11,6 +11,7 @@ import { recordAudit } from "../events/service.ts";
 import {
   bundleIsStale,
   listedKeys,
+  newlyCompromised,
   type SignedTrustBundle,
   type SigningKeyRow,
   signBundle,
@@ -224,6 +225,7 @@ export class KeyLifecycle {
     const nowSec = unixSeconds(now);
     const root = this.host.rootKey(product.environment);
     const sequence = product.trustBundleSequence + 1;
+    const keys = listedKeys(this.keysOf(productId), nowSec);
     const { bundle, text, rootSignature } = signBundle(
       {
         product_id: productId,
@@ -231,13 +233,17 @@ export class KeyLifecycle {
         sequence,
         issued_at: nowSec,
         root_key_id: root.keyId,
-        signing_keys: listedKeys(this.keysOf(productId), nowSec),
+        signing_keys: keys,
       },
       root.privateKey,
     );
+    const minimum =
+      product.trustBundleMinimumSequence === 0 || newlyCompromised(this.storedBundle(productId), keys)
+        ? sequence
+        : product.trustBundleMinimumSequence;
     this.deps.db
       .update(products)
-      .set({ trustBundleSequence: sequence })
+      .set({ trustBundleSequence: sequence, trustBundleMinimumSequence: minimum })
       .where(eq(products.id, productId))
       .run();
     this.deps.db
@@ -249,6 +255,16 @@ export class KeyLifecycle {
       })
       .run();
     return { bundle, root_signature: rootSignature };
+  }
+
+  /** The bundle devices hold now, before the one being written replaces it. */
+  private storedBundle(productId: string): TrustBundleBody | undefined {
+    const row = this.deps.db
+      .select({ bundle: trustBundles.bundle })
+      .from(trustBundles)
+      .where(eq(trustBundles.productId, productId))
+      .get();
+    return row ? (JSON.parse(row.bundle) as TrustBundleBody) : undefined;
   }
 
   /** The active key as committed now, never from the memo: for decisions made under the write lock. */

@@ -11,6 +11,13 @@ export const products = sqliteTable(
     description: text("description").notNull().default(""),
     status: text("status", { enum: ["active", "archived"] }).notNull(),
     trustBundleSequence: integer("trust_bundle_sequence").notNull().default(0),
+    /**
+     * The oldest bundle sequence still safe to accept: the first bundle, or the first one that
+     * listed the latest key declared compromised (an older bundle would still trust it). A
+     * rotation does not raise it, so apps built with a newer config keep loading offline packages
+     * that carry the bundle of their issue. The integration config's minimum_trust_bundle_sequence.
+     */
+    trustBundleMinimumSequence: integer("trust_bundle_minimum_sequence").notNull().default(0),
     signingStatus: text("signing_status", { enum: ["pending", "ready"] }).notNull(),
     version: integer("version").notNull().default(1),
     createdAt: timestamp("created_at").notNull(),
