@@ -229,6 +229,6 @@ test("a truncated keystore or a store that is not SQLite is refused at start wit
   const garbage = await runServeToExit(["--data-dir", dir]);
   expect(garbage.exitCode).toBe(1);
   expect(garbage.stderr).toMatch(
-    /^licensing serve: cannot use the store .*licensing\.db: file is not a database\n$/,
+    /^licensing serve: the store .*licensing\.db is not a SQLite database, but a keystore exists; restore the store from a backup\n$/,
   );
 });
