@@ -1,4 +1,5 @@
 import { afterEach, beforeEach, describe, expect, test } from "bun:test";
+import { join } from "node:path";
 import { zipSync } from "fflate";
 import type { ChangeContext } from "../../src/deps.ts";
 import { type PlanDefinition, planByCode } from "../../src/domain/plans.ts";
@@ -7,7 +8,9 @@ import { OfflinePackageService } from "../../src/modules/offline/service.ts";
 import { TrustService } from "../../src/modules/trust/service.ts";
 import { resolveConfig, SdkError, verifyOfflinePackage } from "../../src/sdk/index.ts";
 import { readStoredZip } from "../../src/sdk/zip.ts";
+import { buildDeps, openKeystore } from "../../src/server.ts";
 import { createServices } from "../../src/services.ts";
+import { openStore } from "../../src/store/db.ts";
 import { BASE_URL, createTestContext, type TestContext } from "../support/harness.ts";
 import { integrationConfig, MACHINE, requestPackage, sdkClient } from "../support/offline.ts";
 import { type RuntimeFixture, runtimeFixture } from "../support/runtime.ts";
@@ -285,4 +288,33 @@ test("a plan without offline packages answers 403 PLAN_ENTITLEMENT_REQUIRED nami
   expect(error).toBeInstanceOf(ApiError);
   expect((error as ApiError).code).toBe("PLAN_ENTITLEMENT_REQUIRED");
   expect((error as ApiError).details).toEqual({ entitlement: "offline_packages" });
+});
+
+test("a package is signed by the key active when its write lock is held, even if another process rotated within the same turn", async () => {
+  const services = createServices(t.deps, { baseUrl: BASE_URL });
+  const offline = services.offlinePackages;
+  const request = await sdkClient(t, config).createOfflineRequest({ machineInfo: MACHINE });
+  const ctx: ChangeContext = { actor: { type: "system" }, environment: "live", requestId: null };
+  // The command line's rotation, on its own connection and keystore copy, as `licensing
+  // signing-keys rotate` does while the server runs.
+  const cliStore = openStore(join(t.dir, "licensing.db"));
+  try {
+    const cli = buildDeps(cliStore, openKeystore(t.dir, "test passphrase"));
+    // All in one turn of the event loop: the server has just used its key (a heartbeat), the
+    // rotation commits, then the package is issued.
+    const before = services.trust.signingKey(fx.productId).keyId;
+    const rotation = new TrustService(cli).rotate(fx.productId);
+    expect(rotation.retired?.key_id).toBe(before);
+    const issued = offline.issue(fx.licenseId, { request: request as never }, ctx);
+    const row = t.deps.sqlite
+      .query<{ signing_key_id: string }, [string]>("SELECT signing_key_id FROM offline_packages WHERE id = ?")
+      .get(issued.id);
+    expect(row?.signing_key_id).toBe(rotation.key_id);
+    const carried = readStoredZip(issued.bytes, ENTRIES).get("trust-bundle.json");
+    expect(JSON.parse(new TextDecoder().decode(carried)).bundle.sequence).toBe(
+      rotation.trust_bundle_sequence,
+    );
+  } finally {
+    cliStore.close();
+  }
 });

@@ -197,7 +197,6 @@ export class OfflinePackageService {
     ctx: ChangeContext,
   ): IssuedPackage {
     const { now, expiresAt } = times;
-    const signing = this.trust.signingKey(license.productId);
     const deviceThumbprint = thumbprint(request.signingKey.text);
     const digest = machineInfoDigest(body.request.machine_info);
     const id = this.deps.ids.next("offlinePackage", now.getTime());
@@ -207,6 +206,9 @@ export class OfflinePackageService {
         // since the lookup above; under this write lock its package is the answer.
         const raced = this.earlier(license.id, request);
         if (raced) return this.replay(raced, times.asked, now);
+        // Read under the lock, so the package, its certificate and the key a rotation's retention
+        // counts it under are the same one (the certificate's signer reads the refreshed memo).
+        const signing = this.trust.committedSigningKey(license.productId);
         const activation = this.bindDevice(tx, license, policy, body, request, digest, expiresAt, now);
         const exp = unixSeconds(expiresAt);
         const { certificate } = issueCertificate(

@@ -171,6 +171,16 @@ export class TrustService {
   }
 
   /**
+   * The signing key as committed, not as remembered this turn: for work under a write lock whose
+   * output must agree with the key rows. An offline package signed with a key another process
+   * retired a moment ago would outlive the retention that rotation computed under the same lock.
+   */
+  committedSigningKey(productId: string): { keyId: string; privateKey: KeyObject; notBefore: number } {
+    this.activeKeys.rows.delete(productId);
+    return this.signingKey(productId);
+  }
+
+  /**
    * The online key of this product for the current period, with its delegation. Derived from the
    * keystore's online-key secret, so nothing is written when it rotates and every process agrees.
    */
