@@ -13,6 +13,7 @@ import { createServices } from "../../src/services.ts";
 import { openStore } from "../../src/store/db.ts";
 import { BASE_URL, createTestContext, type TestContext } from "../support/harness.ts";
 import { integrationConfig, MACHINE, requestPackage, sdkClient } from "../support/offline.ts";
+import { queryPlan, sqlPreparedDuring } from "../support/query-plan.ts";
 import { type RuntimeFixture, runtimeFixture } from "../support/runtime.ts";
 
 /** The SDK's end-to-end check of an offline package: everything it must refuse, and what it keeps. */
@@ -317,4 +318,14 @@ test("a package is signed by the key active when its write lock is held, even if
   } finally {
     cliStore.close();
   }
+});
+
+test("a rotation finds the retiring key's unexpired packages by index, not by reading every package", async () => {
+  const trust = new TrustService(t.deps);
+  const { sql } = await sqlPreparedDuring(t.deps.sqlite, () => trust.rotate(fx.productId));
+  const lookup = sql.find((text) => /FROM offline_packages WHERE signing_key_id/.test(text));
+  expect(lookup).toBeDefined();
+  expect(queryPlan(t.deps.sqlite, (lookup as string).replaceAll("?", "'k'"))).toContain(
+    "SEARCH offline_packages USING COVERING INDEX offline_packages_signing_key (signing_key_id=? AND expires_at>?)",
+  );
 });

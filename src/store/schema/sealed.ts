@@ -45,7 +45,11 @@ export const offlinePackages = sqliteTable(
     activationId: text("activation_id")
       .notNull()
       .references(() => activations.id),
-    /** hex SHA-256 of JCS(request): what "an identical device request" means. */
+    /**
+     * hex SHA-256 of the string the request's device proof signs: what "an identical device
+     * request" means, whatever spelling of the proof came with it. Rows issued before that rule
+     * hold SHA-256 of JCS(request), proof included (request.ts `formerIdentity`).
+     */
     requestSha256: text("request_sha256").notNull(),
     /** The `expires_at` the vendor asked for; null when the default applied. */
     requestedExpiresAt: timestamp("requested_expires_at"),
@@ -59,5 +63,8 @@ export const offlinePackages = sqliteTable(
   (t) => [
     uniqueIndex("offline_packages_request").on(t.licenseId, t.requestSha256),
     index("offline_packages_activation").on(t.activationId),
+    // A rotation's default retention reads the retiring key's unexpired packages while it holds
+    // the write lock (trust/retention.ts): a seek, not a scan of every package and its body.
+    index("offline_packages_signing_key").on(t.signingKeyId, t.expiresAt),
   ],
 );

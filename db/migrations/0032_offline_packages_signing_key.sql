@@ -1,0 +1,1 @@
+CREATE INDEX `offline_packages_signing_key` ON `offline_packages` (`signing_key_id`,`expires_at`);
