@@ -1,7 +1,7 @@
 import { afterEach, beforeEach, describe, expect, test } from "bun:test";
-import { main } from "../../src/main.ts";
 import { machineInfoDigest } from "../../src/modules/activations/machine.ts";
 import { createTestContext, type TestContext } from "../support/harness.ts";
+import { runInProcess } from "../support/in-process-cli.ts";
 import {
   activatedDevice,
   heartbeatPath,
@@ -27,26 +27,7 @@ const inOneHour = () => new Date(t.clock.now().getTime() + HOUR * 1000);
 const DIGEST = machineInfoDigest({ os: "linux", arch: "x64" });
 
 /** Runs the command line in this process against the test's data dir, capturing what it prints. */
-async function cli(args: string[]) {
-  let stdout = "";
-  let stderr = "";
-  const out = process.stdout.write.bind(process.stdout);
-  const err = process.stderr.write.bind(process.stderr);
-  process.stdout.write = ((chunk: string) => {
-    stdout += chunk;
-    return true;
-  }) as typeof process.stdout.write;
-  process.stderr.write = ((chunk: string) => {
-    stderr += chunk;
-    return true;
-  }) as typeof process.stderr.write;
-  try {
-    return { code: await main([...args, "--data-dir", t.dir], {}, t.dir), stdout, stderr };
-  } finally {
-    process.stdout.write = out;
-    process.stderr.write = err;
-  }
-}
+const cli = (args: string[]) => runInProcess([...args, "--data-dir", t.dir], t.dir);
 
 function expectPlanEnded(response: { status: number; body: { error: Record<string, unknown> } }) {
   expect(response.status).toBe(402);

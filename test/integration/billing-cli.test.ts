@@ -6,9 +6,9 @@ import { join } from "node:path";
 import { createApp } from "../../src/app.ts";
 import { initialise } from "../../src/cli/init.ts";
 import { resolveConfig } from "../../src/config.ts";
-import { main } from "../../src/main.ts";
 import { buildDeps, openKeystore } from "../../src/server.ts";
 import { openStore, type Store } from "../../src/store/db.ts";
+import { runInProcess } from "../support/in-process-cli.ts";
 
 /**
  * `licensing billing …` through the real command-line entry point on a real data dir, checked
@@ -41,26 +41,7 @@ async function api(method: string, path: string, key = keys.test, body?: unknown
 }
 
 /** Runs the command line in this process and captures what it prints. */
-async function cli(args: string[]) {
-  let stdout = "";
-  let stderr = "";
-  const out = process.stdout.write.bind(process.stdout);
-  const err = process.stderr.write.bind(process.stderr);
-  process.stdout.write = ((chunk: string) => {
-    stdout += chunk;
-    return true;
-  }) as typeof process.stdout.write;
-  process.stderr.write = ((chunk: string) => {
-    stderr += chunk;
-    return true;
-  }) as typeof process.stderr.write;
-  try {
-    return { code: await main([...args, "--data-dir", dataDir], {}, work), stdout, stderr };
-  } finally {
-    process.stdout.write = out;
-    process.stderr.write = err;
-  }
-}
+const cli = (args: string[]) => runInProcess([...args, "--data-dir", dataDir], work);
 
 function secretFile(name: string, content: string, mode = 0o600): string {
   const path = join(work, name);

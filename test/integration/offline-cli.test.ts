@@ -5,10 +5,10 @@ import { join } from "node:path";
 import { createApp } from "../../src/app.ts";
 import { initialise } from "../../src/cli/init.ts";
 import { resolveConfig } from "../../src/config.ts";
-import { main } from "../../src/main.ts";
 import { LicensingClient, MemoryStorage } from "../../src/sdk/index.ts";
 import { buildDeps, openKeystore } from "../../src/server.ts";
 import { openStore, type Store } from "../../src/store/db.ts";
+import { runInProcess } from "../support/in-process-cli.ts";
 import { MACHINE } from "../support/offline.ts";
 
 /**
@@ -58,26 +58,7 @@ async function rawApi(path: string, request: Uint8Array) {
 }
 
 /** Runs the command line in this process and captures what it prints. */
-async function cli(args: string[]) {
-  let stdout = "";
-  let stderr = "";
-  const out = process.stdout.write.bind(process.stdout);
-  const err = process.stderr.write.bind(process.stderr);
-  process.stdout.write = ((chunk: string) => {
-    stdout += chunk;
-    return true;
-  }) as typeof process.stdout.write;
-  process.stderr.write = ((chunk: string) => {
-    stderr += chunk;
-    return true;
-  }) as typeof process.stderr.write;
-  try {
-    return { code: await main(args, {}, work), stdout, stderr };
-  } finally {
-    process.stdout.write = out;
-    process.stderr.write = err;
-  }
-}
+const cli = (args: string[]) => runInProcess(args, work);
 
 const device = () =>
   new LicensingClient({

@@ -7,11 +7,11 @@ import { createApp } from "../../src/app.ts";
 import { initialise } from "../../src/cli/init.ts";
 import { resolveConfig } from "../../src/config.ts";
 import { systemClock } from "../../src/domain/clock.ts";
-import { main } from "../../src/main.ts";
 import { LicensingClient, MemoryStorage } from "../../src/sdk/index.ts";
 import { buildDeps, openKeystore } from "../../src/server.ts";
 import { openStore, type Store } from "../../src/store/db.ts";
 import { expectValidBundle, type TrustBundleBody } from "../support/envelope.ts";
+import { runInProcess } from "../support/in-process-cli.ts";
 import { MACHINE } from "../support/offline.ts";
 
 /**
@@ -47,30 +47,13 @@ async function api(method: string, path: string, body?: unknown) {
 }
 const json = (bytes: Uint8Array) => JSON.parse(new TextDecoder().decode(bytes));
 
-/** Runs the command line in this process and captures what it prints. */
+/** Runs `licensing signing-keys` in this process and captures what it prints. */
 async function cli(args: string[]) {
-  let stdout = "";
-  let stderr = "";
-  const out = process.stdout.write.bind(process.stdout);
-  const err = process.stderr.write.bind(process.stderr);
-  process.stdout.write = ((chunk: string) => {
-    stdout += chunk;
-    return true;
-  }) as typeof process.stdout.write;
-  process.stderr.write = ((chunk: string) => {
-    stderr += chunk;
-    return true;
-  }) as typeof process.stderr.write;
-  try {
-    const code = await main(["signing-keys", ...args, "--data-dir", dataDir], {}, work);
-    // The server in this process reads the store's data_version once per turn of its event loop
-    // (trust/service.ts); a real server's next request is a new turn, so give it one.
-    await new Promise((resolve) => setImmediate(resolve));
-    return { code, stdout, stderr };
-  } finally {
-    process.stdout.write = out;
-    process.stderr.write = err;
-  }
+  const result = await runInProcess(["signing-keys", ...args, "--data-dir", dataDir], work);
+  // The server in this process reads the store's data_version once per turn of its event loop
+  // (trust/service.ts); a real server's next request is a new turn, so give it one.
+  await new Promise((resolve) => setImmediate(resolve));
+  return result;
 }
 
 /**

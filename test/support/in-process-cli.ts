@@ -1,0 +1,30 @@
+import { main } from "../../src/main.ts";
+
+/**
+ * Runs the command line in this process (`main`, as the executable does) and captures what it
+ * prints: for tests that need the command and an in-process server on one store, or a command's
+ * output without spawning a process.
+ */
+export async function runInProcess(
+  args: string[],
+  cwd: string,
+): Promise<{ code: number; stdout: string; stderr: string }> {
+  let stdout = "";
+  let stderr = "";
+  const out = process.stdout.write.bind(process.stdout);
+  const err = process.stderr.write.bind(process.stderr);
+  process.stdout.write = ((chunk: string) => {
+    stdout += chunk;
+    return true;
+  }) as typeof process.stdout.write;
+  process.stderr.write = ((chunk: string) => {
+    stderr += chunk;
+    return true;
+  }) as typeof process.stderr.write;
+  try {
+    return { code: await main(args, {}, cwd), stdout, stderr };
+  } finally {
+    process.stdout.write = out;
+    process.stderr.write = err;
+  }
+}
