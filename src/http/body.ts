@@ -223,15 +223,17 @@ export const tooLarge = (limit: number) =>
   });
 
 /**
- * The routes (method and path pattern) that take a body by their method but have no body schema:
- * actions such as DELETE or `.../unlock`. Unknown fields are refused, not dropped (DESIGN §2), and
- * on these routes every field is unknown, so a caller who sends `{"reason": "..."}` is told it
- * was not kept instead of believing it was.
+ * The management routes (method and path pattern) that take a body by their method but have no
+ * body schema: actions such as DELETE or `.../unlock`. Unknown fields are refused, not dropped
+ * (DESIGN §2), and on these routes every field is unknown, so a caller who sends
+ * `{"reason": "..."}` is told it was not kept instead of believing it was. Runtime routes are left
+ * out: the protocol lets a device send any JSON body to a body-less route (its raw bytes are what
+ * its proof hashes, docs/protocol.md), and clients we do not control rely on that.
  */
 export function bodylessRoutes(routes: readonly { method: string; path: string; hooks: unknown }[]) {
   const bodyless = new Set<string>();
   for (const route of routes) {
-    if (BODYLESS.has(route.method)) continue;
+    if (BODYLESS.has(route.method) || !route.path.startsWith("/mgmt/")) continue;
     if ((route.hooks as { body?: unknown } | undefined)?.body === undefined)
       bodyless.add(`${route.method} ${route.path}`);
   }

@@ -1,5 +1,6 @@
 import { afterEach, beforeEach, describe, expect, test } from "bun:test";
 import { createTestContext, type TestContext } from "../support/harness.ts";
+import { activatedDevice, proofCall, runtimeFixture } from "../support/runtime.ts";
 
 /**
  * Routes that take no body (deletes, two-factor unlock, a delivery's replay) refuse fields as
@@ -55,4 +56,13 @@ test("a caller without the route's scope hears 403 before its body is judged", a
   const readOnly = t.keyFor("live", ["customers:read"], "read-only");
   const response = await t.call("DELETE", path, { key: readOnly, body: { reason: "x" } });
   expect(response.status).toBe(403);
+});
+
+test("a device's deactivation takes any JSON body its proof signs, as the protocol lets it (runtime routes are not held to this)", async () => {
+  const fx = await runtimeFixture(t);
+  const { device, activationId } = await activatedDevice(t, fx);
+  const path = `/runtime/v1/activations/${activationId}`;
+  const response = await proofCall(t, device, "DELETE", path, activationId, { reason: "uninstall" });
+  expect(response.status).toBe(200);
+  expect(response.body.data).toBe("deactivated");
 });
