@@ -27,7 +27,10 @@ import {
  * refusal is the route's error, code included.
  */
 function bodyFrom(requestBytes: Uint8Array, expiresAt: string | undefined): OfflineCertificateBody {
-  if (requestBytes.byteLength > DEFAULT_BODY_LIMIT) throw tooLarge(DEFAULT_BODY_LIMIT);
+  // The route measures the whole body, `{"request":…}` around the file (and the expiry, if any).
+  const envelope =
+    `{"request":}`.length + (expiresAt === undefined ? 0 : `,"expires_at":""`.length + expiresAt.length);
+  if (requestBytes.byteLength + envelope > DEFAULT_BODY_LIMIT) throw tooLarge(DEFAULT_BODY_LIMIT);
   const request = parseJsonBytes(requestBytes, "request");
   return checkBody(OfflineCertificateCreate, {
     request,

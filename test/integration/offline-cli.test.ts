@@ -5,6 +5,7 @@ import { join } from "node:path";
 import { createApp } from "../../src/app.ts";
 import { initialise } from "../../src/cli/init.ts";
 import { resolveConfig } from "../../src/config.ts";
+import { DEFAULT_BODY_LIMIT } from "../../src/http/body.ts";
 import { LicensingClient, MemoryStorage } from "../../src/sdk/index.ts";
 import { buildDeps, openKeystore } from "../../src/server.ts";
 import { openStore, type Store } from "../../src/store/db.ts";
@@ -264,6 +265,37 @@ describe("licensing offline issue", () => {
     }
     expect(packages()).toBe(before);
   });
+});
+
+test("the size limit is the route's: a file the route would refuse once wrapped in its body is refused, one byte less is read", async () => {
+  const wrapper = '{"request":}'.length;
+  const issue = (name: string) =>
+    cli([
+      "offline",
+      "issue",
+      "--data-dir",
+      dataDir,
+      "--license",
+      ids.licenseId,
+      "--request",
+      name,
+      "--out",
+      `${name}.zip`,
+    ]);
+  // Whitespace, then an empty object: well-formed JSON whose size alone decides the first refusal.
+  const padded = (size: number) => utf8(`${" ".repeat(size - 2)}{}`);
+  const over = padded(DEFAULT_BODY_LIMIT - wrapper + 1);
+  expect((await rawApi(`/mgmt/v1/licenses/${ids.licenseId}/offline-certificates`, over)).code).toBe(
+    "PAYLOAD_TOO_LARGE",
+  );
+  writeFileSync(join(work, "over.json"), over);
+  expect((await issue("over.json")).stderr).toContain("PAYLOAD_TOO_LARGE:");
+  const within = padded(DEFAULT_BODY_LIMIT - wrapper);
+  expect((await rawApi(`/mgmt/v1/licenses/${ids.licenseId}/offline-certificates`, within)).code).toBe(
+    "VALIDATION_FAILED",
+  );
+  writeFileSync(join(work, "within.json"), within);
+  expect((await issue("within.json")).stderr).toContain("VALIDATION_FAILED:");
 });
 
 describe("licensing seal", () => {
