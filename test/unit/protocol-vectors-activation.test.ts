@@ -19,8 +19,7 @@ import {
   issueCertificate,
 } from "../../src/modules/activations/certificate.ts";
 import { machineInfoCheck, machineInfoDigest } from "../../src/modules/activations/machine.ts";
-import { ActivationCreate, Heartbeat } from "../../src/modules/activations/model.ts";
-import { idempotentPartOf } from "../../src/modules/activations/service.ts";
+import { ActivationCreate, Heartbeat, idempotentPartOf } from "../../src/modules/activations/model.ts";
 import type { TrustService } from "../../src/modules/trust/service.ts";
 import { openStore } from "../../src/store/db.ts";
 import { migrate } from "../../src/store/migrate.ts";

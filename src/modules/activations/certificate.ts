@@ -18,6 +18,21 @@ export interface CertificateSubject {
   machineInfoDigest: string;
 }
 
+/** What a certificate says of an activation: its device, its machine and its license's terms. */
+export function certificateSubject(
+  license: LicenseRow,
+  policy: CertificateSubject["policy"],
+  activation: { id: string; deviceThumbprint: string; machineInfoDigest: string },
+): CertificateSubject {
+  return {
+    license,
+    policy,
+    activationId: activation.id,
+    deviceThumbprint: activation.deviceThumbprint,
+    machineInfoDigest: activation.machineInfoDigest,
+  };
+}
+
 /**
  * The license certificate of DESIGN §5: a JWS (EdDSA) by the product's active signing key,
  * bound to the device key by `cnf.jkt`. It never outlives the license.

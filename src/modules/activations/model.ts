@@ -145,3 +145,17 @@ export const activationModels = {
 
 export type ActivationCreateBody = typeof ActivationCreate.static;
 export type HeartbeatBody = typeof Heartbeat.static;
+
+/** What idempotency compares: a retry carries a fresh nonce, proof and clock reading, and is otherwise the same. */
+export function idempotentPartOf(body: ActivationCreateBody) {
+  const {
+    nonce: _nonce,
+    device_proof: _proof,
+    client_time: _time,
+    request_id: _request,
+    // Single use: a retry after a lost answer carries a fresh one.
+    named_user_token: _token,
+    ...rest
+  } = body;
+  return rest;
+}

@@ -15,10 +15,10 @@ import { bindNamedUserActivation, redeemNamedUserToken } from "../email-verifica
 import type { LicenseRow, LicenseService } from "../licenses/service.ts";
 import type { TrustService } from "../trust/service.ts";
 import { enqueueActivationEvent } from "../webhooks/enqueue.ts";
-import { issueCertificate } from "./certificate.ts";
+import { certificateSubject, issueCertificate } from "./certificate.ts";
 import type { PolicyWithId, RuntimeCall, RuntimeGate, SignedResult, Target } from "./gate.ts";
 import { machineInfoCheck, machineInfoDigest } from "./machine.ts";
-import type { ActivationCreateBody, HeartbeatBody } from "./model.ts";
+import { type ActivationCreateBody, type HeartbeatBody, idempotentPartOf } from "./model.ts";
 import { MachineSlots } from "./slots.ts";
 
 export type ActivationRow = typeof activations.$inferSelect;
@@ -175,8 +175,8 @@ export class ActivationService {
       // No savepoint of its own: both callers run this inside the idempotency record's (the key is
       // required), which a refusal below (the slots are full) rolls back, the cull included.
       const decided = ((tx: Db) => {
-        const existing = this.activeActivation(license.id, deviceThumbprint);
-        if (existing && !this.slots.culled(existing, license, policy, now)) {
+        const existing = this.activationHoldingSlot(license, policy, deviceThumbprint, now, tx);
+        if (existing) {
           // Activating again is a check-in with the full machine_info: it refreshes the slot
           // and the baseline, and takes no second slot.
           const refreshed = {
@@ -191,7 +191,7 @@ export class ActivationService {
           const issued = issueCertificate(
             this.trust,
             this.issuer,
-            this.subject(license, policy, { ...existing, machineInfoDigest: digest }),
+            certificateSubject(license, policy, { ...existing, machineInfoDigest: digest }),
             now,
           );
           tx.update(activations)
@@ -199,10 +199,6 @@ export class ActivationService {
             .where(eq(activations.id, existing.id))
             .run();
           return { row: { ...existing, ...refreshed }, issued };
-        }
-        if (existing) {
-          // Silent past its grace while others filled the license: it competes as a new device.
-          this.end(existing.id, "culled", now, tx);
         }
         this.slots.requireFree(license, policy, now);
         const row: ActivationRow = {
@@ -229,7 +225,12 @@ export class ActivationService {
           offlineUntil: null,
         };
         // Signed before the row is written, so the row carries its expiry: one write, not two.
-        const issued = issueCertificate(this.trust, this.issuer, this.subject(license, policy, row), now);
+        const issued = issueCertificate(
+          this.trust,
+          this.issuer,
+          certificateSubject(license, policy, row),
+          now,
+        );
         row.certificateExpiresAt = issued.expiresAt;
         this.insertActivation(row);
         enqueueActivationEvent(this.deps, "activation.created", row.id);
@@ -267,7 +268,7 @@ export class ActivationService {
       const issued = issueCertificate(
         this.trust,
         this.issuer,
-        this.subject(license, policy, { ...activation, machineInfoDigest: machine.digest }),
+        certificateSubject(license, policy, { ...activation, machineInfoDigest: machine.digest }),
         now,
       );
       if (Object.keys(machine.changes).length === 0) {
@@ -334,6 +335,25 @@ export class ActivationService {
   }
 
   /**
+   * The device's active activation if it still holds its slot, for a device binding itself again
+   * (online activation, an offline package). One silent past its grace while others filled the
+   * license has lost it (protocol §13): it is ended as culled and competes as a new device, which
+   * on a full license is MACHINE_LIMIT_REACHED, whose rollback takes the cull back with it.
+   */
+  activationHoldingSlot(
+    license: LicenseRow,
+    policy: PolicyWithId,
+    deviceThumbprint: string,
+    now: Date,
+    tx: Pick<Db, "update">,
+  ): ActivationRow | undefined {
+    const existing = this.activeOnLicense(license.id, deviceThumbprint);
+    if (!existing || !this.slots.culled(existing, license, policy, now)) return existing;
+    this.end(existing.id, "culled", now, tx);
+    return undefined;
+  }
+
+  /**
    * A stale device whose slot the fresh ones have filled is culled: deactivated with its leases
    * released, and told so with a signed 410. Heartbeats and lease calls both go through this, so
    * a displaced device cannot keep using seats either.
@@ -378,32 +398,4 @@ export class ActivationService {
     if (writer === this.deps.db) this.deps.db.transaction(run);
     else run(writer);
   }
-
-  private subject(
-    license: LicenseRow,
-    policy: PolicyWithId,
-    activation: Pick<ActivationRow, "id" | "deviceThumbprint" | "machineInfoDigest">,
-  ) {
-    return {
-      license,
-      policy,
-      activationId: activation.id,
-      deviceThumbprint: activation.deviceThumbprint,
-      machineInfoDigest: activation.machineInfoDigest,
-    };
-  }
-}
-
-/** What idempotency compares: a retry carries a fresh nonce, proof and clock reading, and is otherwise the same. */
-export function idempotentPartOf(body: ActivationCreateBody) {
-  const {
-    nonce: _nonce,
-    device_proof: _proof,
-    client_time: _time,
-    request_id: _request,
-    // Single use: a retry after a lost answer carries a fresh one.
-    named_user_token: _token,
-    ...rest
-  } = body;
-  return rest;
 }

@@ -296,14 +296,10 @@ export class OfflinePackageService {
     now: Date,
   ): ActivationRow {
     const deviceThumbprint = thumbprint(request.signingKey.text);
-    const existing = this.activationService.activeActivation(license.id, deviceThumbprint);
-    // A device silent past its grace while others filled the license has lost its slot (§13).
-    // Reusing its activation would hand it a package, and offline_until would then shield it from
-    // culling: a slot beyond max_machines. So it competes as a new device, as online activation
-    // has it; the refusal below rolls the cull back with the rest of this transaction.
-    if (existing && this.activationService.slots.culled(existing, license, policy, now)) {
-      this.activationService.end(existing.id, "culled", now, tx);
-    } else if (existing) {
+    // A displaced device competes as a new device, as online activation has it: reusing its
+    // activation would hand it a package, and offline_until would then shield it from culling.
+    const existing = this.activationService.activationHoldingSlot(license, policy, deviceThumbprint, now, tx);
+    if (existing) {
       if (existing.deviceKemKey !== request.kemKey.text) {
         throw new ApiError(
           "DEVICE_KEY_MISMATCH",
