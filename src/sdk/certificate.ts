@@ -54,6 +54,12 @@ export interface VerifiedCertificate {
   jws: string;
   header: CertificateHeader;
   claims: CertificateClaims;
+  /**
+   * When its signing key is `retired` in the bundle it was checked with: that key's `not_after`.
+   * A retired key's certificates are valid only while `now < not_after` (protocol §4), whatever
+   * their own `exp` says.
+   */
+  signerRetiredUntil?: number;
 }
 
 function fail(code: SdkErrorCode, message: string, details?: Record<string, unknown>): never {
@@ -163,5 +169,10 @@ export function verifyCertificate(jws: string, opts: VerifyCertificateOptions): 
   if (opts.notBeforeCheckAt !== undefined && c.nbf > opts.notBeforeCheckAt + (opts.nbfLeewaySec ?? 0)) {
     fail("CERTIFICATE_NOT_YET_VALID", "certificate is not valid yet", { nbf: c.nbf });
   }
-  return { jws, header: decoded.header, claims: c };
+  return {
+    jws,
+    header: decoded.header,
+    claims: c,
+    ...(key.status === "retired" && key.not_after !== null ? { signerRetiredUntil: key.not_after } : {}),
+  };
 }

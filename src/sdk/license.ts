@@ -116,6 +116,9 @@ export function evaluateLicense(input: LicenseInputs): LicenseInfo {
   if (statusReason) return { ...info, state: "invalid", reason: statusReason };
   if (input.lastHeartbeat?.license_status === "suspended")
     return { ...info, state: "invalid", reason: "suspended" };
+  // Signed by a key retired since, whose place in the bundle has run out (protocol §4).
+  if (cert.signerRetiredUntil !== undefined && nowSec >= cert.signerRetiredUntil)
+    return { ...info, state: "invalid", reason: "certificate_invalid" };
   if (nowSec < c.exp) return { ...info, state: "valid", reason: "ok" };
   const licenseOver = c.license.expires_at !== null && nowSec >= c.license.expires_at;
   if (grace > 0 && nowSec < c.exp + grace && !licenseOver)

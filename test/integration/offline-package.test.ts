@@ -223,6 +223,23 @@ describe("what the SDK does with a verified package", () => {
     expect(await fresh.licenseState()).toBe("valid");
   });
 
+  test("a package whose key was retired with a shorter retention stops at that key's not_after, on a device holding the newer bundle", async () => {
+    const { app, bytes } = await issued();
+    const { expiresAt } = await app.loadOfflinePackage(bytes, { machineInfo: MACHINE });
+    const { retired } = new TrustService(t.deps).rotate(fx.productId, { retainSec: 86_400 });
+    const notAfter = retired?.not_after as number;
+    expect(expiresAt).toBeGreaterThan(notAfter);
+    // A hybrid device online for a moment once its bundle is an hour old: it fetches the newer one.
+    t.clock.advance(3_601);
+    expect((await app.trustBundle()).sequence).toBe(fx.bundle.sequence + 1);
+    expect(await app.licenseState()).toBe("valid");
+    t.clock.advance(86_400 - 3_601 - 60);
+    expect(await app.licenseState()).toBe("valid");
+    t.clock.advance(61);
+    const info = await app.licenseInfo();
+    expect([info.state, info.reason]).toEqual(["invalid", "certificate_invalid"]);
+  });
+
   describe("an app whose config asks for a newer bundle than the package's", () => {
     /** The config as downloaded after the product's bundle moved on past the package's. */
     const demanding = (minimum: number) => ({
