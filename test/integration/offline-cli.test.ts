@@ -61,6 +61,22 @@ async function rawApi(path: string, request: Uint8Array) {
 /** Runs the command line in this process and captures what it prints. */
 const cli = (args: string[]) => runInProcess(args, work);
 
+/** `licensing offline issue` for this store: a request file in the work dir, the package's file name, more flags. */
+const issue = (request: string, out: string, ...more: string[]) =>
+  cli([
+    "offline",
+    "issue",
+    "--data-dir",
+    dataDir,
+    ...more,
+    "--license",
+    ids.licenseId,
+    "--request",
+    request,
+    "--out",
+    out,
+  ]);
+
 const device = () =>
   new LicensingClient({
     config,
@@ -108,20 +124,7 @@ describe("licensing offline issue", () => {
       join(work, "request.json"),
       JSON.stringify(await viaCli.createOfflineRequest({ machineInfo: MACHINE })),
     );
-    const run = await cli([
-      "offline",
-      "issue",
-      "--data-dir",
-      dataDir,
-      "--base-url",
-      BASE,
-      "--license",
-      ids.licenseId,
-      "--request",
-      "request.json",
-      "--out",
-      "package.zip",
-    ]);
+    const run = await issue("request.json", "package.zip", "--base-url", BASE);
     expect(run.stderr).toBe("");
     expect(run.code).toBe(0);
     expect(run.stdout).toMatch(/^Offline package olp_\w+ for license lic_\w+ written to /);
@@ -146,19 +149,7 @@ describe("licensing offline issue", () => {
   });
 
   test("an identical request gives the same bytes again; --json says so", async () => {
-    const again = await cli([
-      "offline",
-      "issue",
-      "--data-dir",
-      dataDir,
-      "--license",
-      ids.licenseId,
-      "--request",
-      "request.json",
-      "--out",
-      "again.zip",
-      "--json",
-    ]);
+    const again = await issue("request.json", "again.zip", "--json");
     expect(again.code).toBe(0);
     expect(JSON.parse(again.stdout)).toMatchObject({ license_id: ids.licenseId, replayed: true });
     expect(readFileSync(join(work, "again.zip")).equals(readFileSync(join(work, "package.zip")))).toBe(true);
@@ -166,18 +157,7 @@ describe("licensing offline issue", () => {
 
   test("the service's refusals come back as one line and exit 1; a missing flag is a usage error", async () => {
     writeFileSync(join(work, "bad.json"), JSON.stringify({ format: "service-offline-request-v1" }));
-    const bad = await cli([
-      "offline",
-      "issue",
-      "--data-dir",
-      dataDir,
-      "--license",
-      ids.licenseId,
-      "--request",
-      "bad.json",
-      "--out",
-      "x.zip",
-    ]);
+    const bad = await issue("bad.json", "x.zip");
     expect([bad.code, bad.stderr]).toEqual([1, expect.stringContaining("VALIDATION_FAILED")]);
     expect(bad.stderr).toContain("request.product_id");
     const unknown = await cli([
@@ -196,18 +176,7 @@ describe("licensing offline issue", () => {
     const other = device();
     const request = await other.createOfflineRequest({ machineInfo: MACHINE });
     writeFileSync(join(work, "tampered.json"), JSON.stringify({ ...request, nonce: `${request.nonce}x` }));
-    const tampered = await cli([
-      "offline",
-      "issue",
-      "--data-dir",
-      dataDir,
-      "--license",
-      ids.licenseId,
-      "--request",
-      "tampered.json",
-      "--out",
-      "x.zip",
-    ]);
+    const tampered = await issue("tampered.json", "x.zip");
     expect([tampered.code, tampered.stderr]).toEqual([1, expect.stringContaining("VALIDATION_FAILED")]);
     expect(tampered.stderr).toContain("request.device_proof");
     expect(existsSync(join(work, "x.zip"))).toBe(false);
@@ -246,18 +215,7 @@ describe("licensing offline issue", () => {
       const viaApi = await rawApi(`/mgmt/v1/licenses/${ids.licenseId}/offline-certificates`, bytes);
       expect([name, viaApi.code, viaApi.fields]).toEqual([name, code, field ? [field] : []]);
       writeFileSync(join(work, `${name}.json`), bytes);
-      const run = await cli([
-        "offline",
-        "issue",
-        "--data-dir",
-        dataDir,
-        "--license",
-        ids.licenseId,
-        "--request",
-        `${name}.json`,
-        "--out",
-        `${name}.zip`,
-      ]);
+      const run = await issue(`${name}.json`, `${name}.zip`);
       expect([name, run.code, run.stdout]).toEqual([name, 1, ""]);
       expect(run.stderr).toContain(`${code}:`);
       if (field) expect(run.stderr).toContain(field);
@@ -269,19 +227,6 @@ describe("licensing offline issue", () => {
 
 test("the size limit is the route's: a file the route would refuse once wrapped in its body is refused, one byte less is read", async () => {
   const wrapper = '{"request":}'.length;
-  const issue = (name: string) =>
-    cli([
-      "offline",
-      "issue",
-      "--data-dir",
-      dataDir,
-      "--license",
-      ids.licenseId,
-      "--request",
-      name,
-      "--out",
-      `${name}.zip`,
-    ]);
   // Whitespace, then an empty object: well-formed JSON whose size alone decides the first refusal.
   const padded = (size: number) => utf8(`${" ".repeat(size - 2)}{}`);
   const over = padded(DEFAULT_BODY_LIMIT - wrapper + 1);
@@ -289,13 +234,13 @@ test("the size limit is the route's: a file the route would refuse once wrapped 
     "PAYLOAD_TOO_LARGE",
   );
   writeFileSync(join(work, "over.json"), over);
-  expect((await issue("over.json")).stderr).toContain("PAYLOAD_TOO_LARGE:");
+  expect((await issue("over.json", "over.zip")).stderr).toContain("PAYLOAD_TOO_LARGE:");
   const within = padded(DEFAULT_BODY_LIMIT - wrapper);
   expect((await rawApi(`/mgmt/v1/licenses/${ids.licenseId}/offline-certificates`, within)).code).toBe(
     "VALIDATION_FAILED",
   );
   writeFileSync(join(work, "within.json"), within);
-  expect((await issue("within.json")).stderr).toContain("VALIDATION_FAILED:");
+  expect((await issue("within.json", "within.zip")).stderr).toContain("VALIDATION_FAILED:");
 });
 
 describe("licensing seal", () => {
