@@ -90,9 +90,25 @@ function json(bytes: Uint8Array, what: string): Json {
   return value;
 }
 
+/** The members of a service-offline-package-v1 manifest, exactly (protocol §18 step 3). */
+const MANIFEST_MEMBERS = [
+  "assignment_id",
+  "device_kem_key_thumbprint",
+  "device_signing_key_thumbprint",
+  "expires_at",
+  "files",
+  "format",
+  "issued_at",
+  "license_id",
+  "product_id",
+] as const;
+
 function checkManifest(m: Json): OfflineManifest {
   const files = m.files;
+  const members = Object.keys(m);
   const ok =
+    members.length === MANIFEST_MEMBERS.length &&
+    MANIFEST_MEMBERS.every((name) => Object.hasOwn(m, name)) &&
     m.format === OFFLINE_PACKAGE_FORMAT &&
     isString(m.product_id) &&
     isString(m.license_id) &&

@@ -150,6 +150,37 @@ describe("offline package", () => {
     expect(verified.manifest).toEqual(v.manifest);
     expect(verified.certificate.jws).toBe(v.license_jwt);
   });
+
+  test("the SDK refuses a correctly signed manifest with a member the format does not have, or without one it has", () => {
+    const config = resolveConfig({
+      service_config_version: 1,
+      environment: "live",
+      api_url: v.license_jwt_claims.iss,
+      product: { id: v.manifest.product_id },
+      trust_anchor: { key_id: keyIdOf(v.root_public_key), root_public_key: v.root_public_key },
+    });
+    const { format: _format, files: _files, ...fields } = v.manifest;
+    const signedWith = (manifest: Record<string, unknown>) =>
+      buildOfflinePackage(
+        { manifest: manifest as never, licenseJwt: v.license_jwt, trustBundle: bundle },
+        signingKey,
+      ).bytes;
+    const device = {
+      signingPublicKey: request.device_signing_public_key,
+      kemPublicKey: request.device_kem_public_key,
+    };
+    expect(() => verifyOfflinePackage(signedWith(fields), { config, device })).not.toThrow();
+    const { assignment_id: _assignment, ...withoutOne } = fields;
+    for (const manifest of [{ ...fields, extra_member: "not in the format" }, withoutOne]) {
+      let code: string | undefined;
+      try {
+        verifyOfflinePackage(signedWith(manifest), { config, device });
+      } catch (error) {
+        code = (error as { code?: string }).code;
+      }
+      expect(code).toBe("PACKAGE_INVALID");
+    }
+  });
 });
 
 describe("sealed file", () => {
