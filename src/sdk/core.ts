@@ -159,8 +159,9 @@ export class ClientCore {
       this.now,
       async (assertion, receivedAtMs) => {
         await this.state.raiseTimeHighWater(assertion.server_time);
-        // Verified time is the truth: a local clock that ran ahead and was corrected is forgiven.
-        await this.state.setLocalHighWater(unixSeconds(receivedAtMs), { reset: true });
+        // Verified time is the truth: a local clock that ran ahead and was corrected is forgiven
+        // (the mark restarts at the server's time, not at this clock's reading of it).
+        await this.state.setLocalHighWater(assertion.server_time, { reset: true });
         this.clockOffsetSec = assertion.server_time - unixSeconds(receivedAtMs);
       },
     );

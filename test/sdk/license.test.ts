@@ -81,6 +81,18 @@ describe("license state from the cached certificate", () => {
     expect(await restarted.licenseState()).toBe("clock_tampered");
   });
 
+  test("a device clock that ran an hour fast and is corrected right after a server contact is forgiven", async () => {
+    const h = await activated();
+    h.server.serverTime = T0 + 1000;
+    h.clock.ms = (T0 + 1000 + 3600) * 1000;
+    await h.client.serverTime();
+    h.clock.ms = (T0 + 1060) * 1000;
+    expect(await h.client.licenseInfo()).toMatchObject({ state: "valid", reason: "ok" });
+    // Winding it back past the verified time is still caught.
+    h.clock.ms = (T0 + 1000 - 301) * 1000;
+    expect(await h.client.licenseState()).toBe("clock_tampered");
+  });
+
   test("an unverified server time never raises the high-water mark", async () => {
     const h = await activated();
     h.server.sign = (req) => (req.path === "/runtime/v1/time" ? { nonce: "x".repeat(22) } : {});
