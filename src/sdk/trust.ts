@@ -18,6 +18,8 @@ import { type TrustBundle, verifyTrustBundle } from "./verify.ts";
 
 export class TrustManager {
   private memo: { bundle: TrustBundle; fetchedAtMs: number } | undefined;
+  /** Bundles are persisted one at a time (see `persist`). */
+  private persisting: Promise<unknown> = Promise.resolve();
 
   constructor(
     private readonly config: ResolvedConfig,
@@ -67,12 +69,29 @@ export class TrustManager {
    * caller; kept only when it is not older than the one held.
    */
   async adopt(signed: unknown, bundle: TrustBundle): Promise<void> {
-    if (bundle.sequence < (await this.state.bundleSequence())) return;
-    const fetchedAtMs = this.now();
-    await this.state.raiseBundleSequence(bundle.sequence);
-    const stored: StoredBundle = { signed, fetched_at_ms: fetchedAtMs };
-    await this.state.setJson("bundle", stored);
-    this.memo = { bundle, fetchedAtMs };
+    await this.persist(signed, bundle);
+  }
+
+  /**
+   * Stores a verified bundle unless a newer one was stored meanwhile, and returns the bundle now
+   * held. One at a time: two refreshes in flight (the heartbeat loop and a lease call) could
+   * otherwise each read the highest sequence before the other wrote it, and the slower one would
+   * leave the older bundle stored, below a sequence it had already accepted (protocol §4).
+   */
+  private persist(signed: unknown, bundle: TrustBundle): Promise<TrustBundle> {
+    const run = this.persisting.then(async () => {
+      const highest = await this.state.bundleSequence();
+      if (bundle.sequence < highest) return this.memo?.bundle ?? (await this.cached()) ?? bundle;
+      const fetchedAtMs = this.now();
+      // The sequence first: a crash between the two writes leaves a floor, never a rollback.
+      await this.state.raiseBundleSequence(bundle.sequence);
+      const stored: StoredBundle = { signed, fetched_at_ms: fetchedAtMs };
+      await this.state.setJson("bundle", stored);
+      this.memo = { bundle, fetchedAtMs };
+      return bundle;
+    });
+    this.persisting = run.catch(() => undefined);
+    return run;
   }
 
   /** Fetches, verifies and persists the bundle; throws on any failure. */
@@ -93,11 +112,6 @@ export class TrustManager {
       config: this.config,
       highestSequence: await this.state.bundleSequence(),
     });
-    const fetchedAtMs = this.now();
-    await this.state.raiseBundleSequence(verified.bundle.sequence);
-    const stored: StoredBundle = { signed, fetched_at_ms: fetchedAtMs };
-    await this.state.setJson("bundle", stored);
-    this.memo = { bundle: verified.bundle, fetchedAtMs };
-    return verified.bundle;
+    return this.persist(signed, verified.bundle);
   }
 }

@@ -1,5 +1,11 @@
 import { describe, expect, test } from "bun:test";
-import { b64uDecode, b64uEncode, LicensingClient, type MemoryStorage } from "../../src/sdk/index.ts";
+import {
+  b64uDecode,
+  b64uEncode,
+  type FetchLike,
+  LicensingClient,
+  MemoryStorage,
+} from "../../src/sdk/index.ts";
 import { edKey, type Json, T0 } from "./support/authority.ts";
 import { rejectsSdk } from "./support/expect.ts";
 import { FakeServer, type SeenRequest } from "./support/fake-server.ts";
@@ -172,6 +178,49 @@ describe("trust bundle handling in the client", () => {
     const e = await rejectsSdk(restarted.heartbeat());
     expect(e.code).toBe("BUNDLE_SEQUENCE_ROLLBACK");
     expect(e.details).toMatchObject({ sequence: 6, minimum: 7 });
+  });
+
+  test("two refreshes in flight, the newer bundle answered first, leave the newer one stored and held", async () => {
+    const server = new FakeServer();
+    let fetched = 0;
+    server.bundleData = () =>
+      server.authority.signedBundle({ overrides: { sequence: ++fetched === 1 ? 3 : 4 } });
+    const slowStorage = new (class extends MemoryStorage {
+      override async set(key: string, value: string) {
+        await new Promise((resolve) => setTimeout(resolve, 20));
+        return super.set(key, value);
+      }
+    })();
+    // The first request (sequence 3) is answered after the second (sequence 4).
+    let bundleRequests = 0;
+    const fetch: FetchLike = async (url, init) => {
+      const first = url.includes("trust-bundle") && ++bundleRequests === 1;
+      const answer = await server.fetch(url, init);
+      if (first) await new Promise((resolve) => setTimeout(resolve, 10));
+      return answer;
+    };
+    const client = () =>
+      new LicensingClient({
+        config: server.authority.config(),
+        fetch,
+        storage: slowStorage,
+        now: () => T0 * 1000,
+      });
+    const first = client();
+    await Promise.all([
+      first.trustBundle(),
+      new Promise((resolve) => setTimeout(resolve, 1)).then(() => first.trustBundle()),
+    ]);
+    expect((await first.trustBundle()).sequence).toBe(4);
+    const offline = new LicensingClient({
+      config: server.authority.config(),
+      fetch: async () => {
+        throw new TypeError("offline");
+      },
+      storage: slowStorage,
+      now: () => T0 * 1000,
+    });
+    expect((await offline.trustBundle()).sequence).toBe(4);
   });
 
   test("a cached bundle is reused while fresh and refetched once it is older than the maximum age", async () => {
