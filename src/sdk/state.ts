@@ -111,8 +111,22 @@ export class ClientState {
     return (await this.getInt("bundle_sequence")) ?? 0;
   }
 
-  async raiseBundleSequence(sequence: number): Promise<void> {
-    if (sequence > (await this.bundleSequence())) await this.set("bundle_sequence", String(sequence));
+  raiseBundleSequence(sequence: number): Promise<void> {
+    return this.oneAtATime(async () => {
+      if (sequence > (await this.bundleSequence())) await this.set("bundle_sequence", String(sequence));
+    });
+  }
+
+  /**
+   * The marks below only ever move one way; each change reads, compares and writes, and two calls
+   * in flight (the heartbeat loop and an explicit call) must not interleave those steps, or the
+   * slower one writes a lower value last.
+   */
+  private marks: Promise<unknown> = Promise.resolve();
+  private oneAtATime(change: () => Promise<void>): Promise<void> {
+    const run = this.marks.then(change);
+    this.marks = run.catch(() => undefined);
+    return run;
   }
 
   /** Highest verified server_time seen (unix seconds), if any. */
@@ -120,9 +134,12 @@ export class ClientState {
     return this.getInt("time_high_water");
   }
 
-  async raiseTimeHighWater(serverTime: number): Promise<void> {
-    const current = await this.timeHighWater();
-    if (current === undefined || serverTime > current) await this.set("time_high_water", String(serverTime));
+  raiseTimeHighWater(serverTime: number): Promise<void> {
+    return this.oneAtATime(async () => {
+      const current = await this.timeHighWater();
+      if (current === undefined || serverTime > current)
+        await this.set("time_high_water", String(serverTime));
+    });
   }
 
   /**
@@ -134,10 +151,12 @@ export class ClientState {
   }
 
   /** Raises the local high-water, or (`reset`) sets it to a verified server time, the truth. */
-  async setLocalHighWater(seconds: number, options: { reset: boolean } = { reset: false }): Promise<void> {
-    const current = await this.localHighWater();
-    if (options.reset || current === undefined || seconds > current)
-      await this.set("local_high_water", String(seconds));
+  setLocalHighWater(seconds: number, options: { reset: boolean } = { reset: false }): Promise<void> {
+    return this.oneAtATime(async () => {
+      const current = await this.localHighWater();
+      if (options.reset || current === undefined || seconds > current)
+        await this.set("local_high_water", String(seconds));
+    });
   }
 
   /** Forgets the activation and everything tied to it; keeps keys, bundle and time high-water. */

@@ -8,6 +8,7 @@ import {
   resolveConfig,
   type WebStorageLike,
 } from "../../src/sdk/index.ts";
+import { ClientState } from "../../src/sdk/state.ts";
 import { Authority, edKey, type Json } from "./support/authority.ts";
 import { catchSdk } from "./support/expect.ts";
 import { FakeServer } from "./support/fake-server.ts";
@@ -135,6 +136,20 @@ describe("storage", () => {
     expect(a.signing.publicKey).toBe(b.signing.publicKey);
     const again = new LicensingClient({ config: server.authority.config(), fetch: server.fetch, storage });
     expect((await again.deviceKeys()).signing.publicKey).toBe(a.signing.publicKey);
+  });
+
+  test("two raises of a one-way mark in flight on slow storage leave the higher value, whatever finishes last", async () => {
+    const slow = new (class extends MemoryStorage {
+      override async set(key: string, value: string) {
+        await new Promise((resolve) => setTimeout(resolve, 5));
+        return super.set(key, value);
+      }
+    })();
+    const state = new ClientState(slow, "p.");
+    await Promise.all([state.raiseTimeHighWater(5_000), state.raiseTimeHighWater(3_000)]);
+    expect(await state.timeHighWater()).toBe(5_000);
+    await Promise.all([state.raiseBundleSequence(9), state.raiseBundleSequence(7)]);
+    expect(await state.bundleSequence()).toBe(9);
   });
 });
 
