@@ -98,10 +98,13 @@ export function httpConventions(deps: ConventionDeps) {
       }
       for (const [name, value] of Object.entries(apiError.headers)) set.headers[name] = value;
       set.headers["content-type"] = "application/json";
-      const body: object = errorBody(apiError, requestId, deps.baseUrl);
+      const body = errorBody(apiError, requestId, deps.baseUrl);
+      // The denial names whom it is for inside the signed error object (protocol §16).
+      const subject = apiError.signedFor?.subject;
+      if (subject) body.error.details = { ...body.error.details, ...subject };
       const signed =
         apiError.signedFor && deps.signDenial
-          ? deps.signDenial(apiError.signedFor, requestId, apiError.status, (body as ErrorEnvelope).error)
+          ? deps.signDenial(apiError.signedFor, requestId, apiError.status, body.error)
           : {};
       return new Response(JSON.stringify({ ...body, ...signed }), { status: apiError.status });
     });

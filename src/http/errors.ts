@@ -144,6 +144,13 @@ export type ErrorDetails = Record<string, unknown>;
 export interface SignedFor {
   productId: string;
   nonce: string;
+  /**
+   * Who a signed denial is for (protocol §16), written into its signed `error.details`: the
+   * activation a device-proof call was made for, or the device key of an activation request.
+   * The nonce alone does not bind a denial to its device: another device can send the same
+   * nonce on its own activation and have its own denial signed for it.
+   */
+  subject?: { activation_id: string } | { device_thumbprint: string };
 }
 
 /** Field path -> messages, as carried by VALIDATION_FAILED in `details.errors`. */

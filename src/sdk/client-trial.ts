@@ -6,6 +6,7 @@
 import { OfflineCapableClient } from "./client-offline.ts";
 import { type ActivationResult, checkMachineInfo, invalidResponse, machineInfoDigest } from "./core.ts";
 import { usageError } from "./errors.ts";
+import { thumbprint } from "./keys.ts";
 import { newIdempotencyKey, newNonce, signTrialProof } from "./proof.ts";
 import type { RuntimeResponse } from "./runtime.ts";
 import type { MachineInfo } from "./state.ts";
@@ -133,7 +134,8 @@ export class TrialCapableClient extends OfflineCapableClient {
           nonce,
         };
         body.device_proof = signTrialProof(keys, body);
-        return this.runtime.call({ method: "POST", path, body, nonce, idempotencyKey });
+        const denialSubject = { device_thumbprint: thumbprint(keys.signing.publicKey) };
+        return this.runtime.call({ method: "POST", path, body, nonce, idempotencyKey, denialSubject });
       });
 
       const data = res.data;

@@ -15,7 +15,7 @@ import {
   machineInfoDigest,
 } from "./core.ts";
 import { SdkError, usageError, verificationError } from "./errors.ts";
-import { importDeviceKeys } from "./keys.ts";
+import { importDeviceKeys, thumbprint } from "./keys.ts";
 import { evaluateLicense, type LicenseInfo, type LicenseState } from "./license.ts";
 import { HeartbeatLoop, type HeartbeatLoopCallbacks } from "./loop.ts";
 import { newIdempotencyKey, newNonce, signActivationProof } from "./proof.ts";
@@ -67,6 +67,7 @@ export class LicensingClient extends NamedUserCapableClient {
           body,
           nonce,
           idempotencyKey,
+          denialSubject: { device_thumbprint: thumbprint(keys.signing.publicKey) },
         });
       });
 
@@ -177,10 +178,14 @@ export class LicensingClient extends NamedUserCapableClient {
         const res = await this.dpCall("DELETE", path, undefined, act, keys);
         if (res.data !== "deactivated") throw invalidResponse('deactivation data is not "deactivated"');
       } catch (error) {
-        await this.recordDenial(error, act);
-        if (error instanceof SdkError && error.kind === "license" && error.code === "ACTIVATION_DEACTIVATED")
+        const refused = await this.recordDenial(error, act);
+        if (
+          refused instanceof SdkError &&
+          refused.kind === "license" &&
+          refused.code === "ACTIVATION_DEACTIVATED"
+        )
           return;
-        throw error;
+        throw refused;
       }
       await this.state.clearActivation();
       await this.state.delete("denial");

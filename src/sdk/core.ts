@@ -251,9 +251,20 @@ export class ClientCore {
     );
   }
 
-  /** Records an authentic license-state denial for this activation; returns the error to throw. */
+  /**
+   * Records an authentic license-state denial for this activation; returns the error to throw.
+   * Only a denial whose signed details name this activation counts (protocol §16; Runtime checks
+   * it first, this is the last word before stored state changes).
+   */
   protected async recordDenial(error: unknown, act: StoredActivation): Promise<unknown> {
     if (!(error instanceof SdkError) || error.kind !== "license") return error;
+    if (error.details.activation_id !== act.activation_id) {
+      return verificationError("ACTIVATION_MISMATCH", `signed ${error.code} names another activation`, {
+        server_code: error.code,
+        field: "activation_id",
+        received: error.details.activation_id ?? null,
+      });
+    }
     const denial: StoredDenial = {
       code: error.code,
       activation_id: act.activation_id,

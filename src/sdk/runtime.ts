@@ -30,7 +30,15 @@ export interface RuntimeRequest {
   idempotencyKey?: string;
   /** Present on DP operations: signs the request with the device key. */
   deviceProof?: { keys: DeviceKeys; activationId: string; timestamp: number };
+  /**
+   * Whom a signed denial must name in its signed `error.details` (protocol §16): by default, on
+   * DP operations, `{ activation_id }` of the proof. The nonce alone does not bind a denial to
+   * this device: another activation of the product can have the same nonce signed on its own.
+   */
+  denialSubject?: DenialSubject;
 }
+
+export type DenialSubject = { activation_id: string } | { device_thumbprint: string };
 
 export interface RuntimeResponse {
   status: number;
@@ -85,14 +93,27 @@ export class Runtime {
       const verified = await this.verify(res, req.nonce, "data");
       return { status: res.status, data: verified.envelope.payload, ...verified.rest };
     }
-    throw await this.errorFor(res, req.nonce);
+    const subject =
+      req.denialSubject ?? (req.deviceProof ? { activation_id: req.deviceProof.activationId } : undefined);
+    throw await this.errorFor(res, req.nonce, subject);
   }
 
-  private async errorFor(res: HttpResult, nonce: string): Promise<SdkError> {
+  private async errorFor(res: HttpResult, nonce: string, subject?: DenialSubject): Promise<SdkError> {
     const envelope = readErrorEnvelope(res.body);
     if (envelope && hasSignatureFields(res.body)) {
       const { envelope: verified } = await this.verify(res, nonce, "error");
       const signedError = readErrorEnvelope({ error: verified.payload }) ?? envelope;
+      for (const [field, expected] of Object.entries(subject ?? {})) {
+        // Authentic, but possibly another device's denial answered with our nonce: act on none.
+        if (signedError.details[field] !== expected) {
+          throw new SdkError("ACTIVATION_MISMATCH", `signed ${signedError.code} names another ${field}`, {
+            kind: "verification",
+            status: res.status,
+            requestId: signedError.request_id,
+            details: { server_code: signedError.code, field, received: signedError.details[field] ?? null },
+          });
+        }
+      }
       const kind = isLicenseDenialCode(signedError.code) ? "license" : "server";
       return new SdkError(signedError.code, signedError.message || signedError.code, {
         kind,

@@ -139,6 +139,18 @@ describe("activation", () => {
     expect(e.status).toBe(403);
   });
 
+  test("an authentic LICENSE_REVOKED answer to an activation that names another device key is refused", async () => {
+    const h = harness();
+    h.server.handlers.push((req) =>
+      req.path === "/runtime/v1/activations"
+        ? h.server.denial(req, 403, "LICENSE_REVOKED", { device_thumbprint: "0".repeat(64) })
+        : undefined,
+    );
+    const e = await rejectsSdk(h.client.activate({ licenseKey: "LK", machineInfo: MACHINE }));
+    expect(e).toMatchObject({ code: "ACTIVATION_MISMATCH", kind: "verification", authentic: false });
+    expect(e.details).toMatchObject({ server_code: "LICENSE_REVOKED", field: "device_thumbprint" });
+  });
+
   test("an activation refused for clock skew is retried once after learning the signed server time", async () => {
     const h = harness();
     h.clock.ms -= 3600_000;

@@ -329,6 +329,38 @@ describe("license-state denials and unsigned errors", () => {
     expect((await h.client.licenseInfo()).reason).toBe("deactivated");
   });
 
+  for (const [status, code] of [
+    [403, "LICENSE_REVOKED"],
+    [403, "LICENSE_SUSPENDED"],
+    [410, "ACTIVATION_DEACTIVATED"],
+    [403, "NAMED_USER_ASSIGNMENT_UNAVAILABLE"],
+  ] as const) {
+    test(`an authentic ${code} naming another activation is refused and changes nothing`, async () => {
+      const h = await activated();
+      const own = await h.client.activationId();
+      h.server.handlers.push((req) =>
+        isHeartbeat(req)
+          ? h.server.denial(req, status, code, { activation_id: "act_someone_else" })
+          : undefined,
+      );
+      const e = await rejectsSdk(h.client.heartbeat());
+      expect(e).toMatchObject({ code: "ACTIVATION_MISMATCH", kind: "verification", authentic: false });
+      expect(e.details).toMatchObject({ server_code: code, received: "act_someone_else" });
+      expect(await h.client.activationId()).toBe(own);
+      expect(await h.client.licenseInfo()).toMatchObject({ state: "valid" });
+    });
+  }
+
+  test("an authentic denial that names no activation is refused and changes nothing", async () => {
+    const h = await activated();
+    h.server.handlers.push((req) =>
+      isHeartbeat(req) ? h.server.denial(req, 410, "ACTIVATION_DEACTIVATED", {}) : undefined,
+    );
+    expect((await rejectsSdk(h.client.heartbeat())).code).toBe("ACTIVATION_MISMATCH");
+    expect(await h.client.activationId()).toBeDefined();
+    expect(await h.client.licenseState()).toBe("valid");
+  });
+
   test("a later verified heartbeat clears an earlier suspension", async () => {
     const h = await activated();
     h.server.handlers = [

@@ -116,6 +116,20 @@ describe("heartbeat loop", () => {
     });
   }
 
+  test("an authentic LICENSE_REVOKED naming another activation does not stop the loop", async () => {
+    const h = await loopHarness();
+    h.server.handlers = [
+      (req) =>
+        isHeartbeat(req)
+          ? h.server.denial(req, 403, "LICENSE_REVOKED", { activation_id: "act_someone_else" })
+          : undefined,
+    ];
+    await h.timer.runNext();
+    expect(h.stops).toEqual([]);
+    expect(h.events).toEqual(["error ACTIVATION_MISMATCH 500"]);
+    expect(h.client.heartbeatLoopRunning).toBe(true);
+  });
+
   test("an unsigned LICENSE_REVOKED does not stop the loop", async () => {
     const h = await loopHarness();
     h.server.handlers = [(req) => (isHeartbeat(req) ? FakeServer.error(403, "LICENSE_REVOKED") : undefined)];

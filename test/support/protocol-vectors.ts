@@ -181,7 +181,13 @@ export const parsed = (text: string) => {
 /** What the documented client does (docs/protocol.md §6), step by step; the first failed step. */
 export function firstFailedStep(
   body: ResponseVector["envelope"],
-  expected: { status: number; nonce: string; productId: string },
+  expected: {
+    status: number;
+    nonce: string;
+    productId: string;
+    /** Whom a denial must name in its signed details (§6, §16): `{ activation_id }` or `{ device_thumbprint }`. */
+    subject?: Record<string, string>;
+  },
   trust: { bundle: TrustBundleVector["data"]; rootPublicKey: string; minimumSequence: number },
 ): string | null {
   const root = parsed(trust.rootPublicKey);
@@ -234,5 +240,10 @@ export function firstFailedStep(
     return "request binding";
   const signedBody = "error" in body ? body.error : body.data;
   if (assertion.body_sha256 !== sha256Hex(canonicalize(signedBody))) return "body hash";
+  if ("error" in body) {
+    const details = (body.error?.details ?? {}) as Record<string, unknown>;
+    for (const [field, value] of Object.entries(expected.subject ?? {}))
+      if (details[field] !== value) return "denial subject";
+  }
   return null;
 }

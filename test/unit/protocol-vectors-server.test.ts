@@ -95,7 +95,11 @@ describe("a running server against this document", () => {
       expect(denial.status).toBe(410);
       const denialNonce = denial.body.response_assertion.nonce;
       expect(
-        firstFailedStep(denial.body, { status: 410, nonce: denialNonce, ...expected }, trust),
+        firstFailedStep(
+          denial.body,
+          { status: 410, nonce: denialNonce, ...expected, subject: { activation_id: activationId } },
+          trust,
+        ),
       ).toBeNull();
     } finally {
       t.close();

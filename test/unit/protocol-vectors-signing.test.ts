@@ -231,6 +231,27 @@ describe("trust bundle, delegation and signed envelope", () => {
     expect(error.doc_url).toBe(`https://licensing.example.com/docs/errors#${code}`);
   });
 
+  test("the signed denial names, inside its signed error object, the activation it answers", () => {
+    const bundle = vector<TrustBundleVector>("trust-bundle");
+    const { envelope } = vector<ResponseVector>("response-denial");
+    const activationId = vector<{ activation_id: string }>("device-proof-ed25519").activation_id;
+    expect(envelope.error?.details).toEqual({ activation_id: activationId });
+    const expected = {
+      status: envelope.response_assertion.status,
+      nonce: envelope.response_assertion.nonce,
+      productId: bundle.data.bundle.product_id,
+    };
+    const trust = { bundle: bundle.data, rootPublicKey: bundle.root_public_key, minimumSequence: 3 };
+    const subject = { activation_id: activationId };
+    expect(firstFailedStep(envelope, { ...expected, subject }, trust)).toBeNull();
+    // Another activation's denial for the same nonce verifies up to its body, and is not ours.
+    const other = { activation_id: "act_01JZ8X5A7C9E1G3H5J7K9M1N3Q" };
+    expect(firstFailedStep(envelope, { ...expected, subject: other }, trust)).toBe("denial subject");
+    const moved = structuredClone(envelope);
+    (moved.error as { details: unknown }).details = other;
+    expect(firstFailedStep(moved, { ...expected, subject: other }, trust)).toBe("body hash");
+  });
+
   test("the documented signed denials are exactly the server's", () => {
     const section = /## 16\. Signed denials([\s\S]*?)\n## /.exec(DOC)?.[1] ?? "";
     const documented = [...section.matchAll(/^\| `([A-Z_]+)` \| (\d{3}) \|/gm)].map(

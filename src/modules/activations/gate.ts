@@ -118,7 +118,11 @@ export class RuntimeGate {
       license,
       policy: this.policyOf(license),
       now,
-      signedFor: { productId: activation.productId, nonce: proof.nonce },
+      signedFor: {
+        productId: activation.productId,
+        nonce: proof.nonce,
+        subject: { activation_id: activation.id },
+      } satisfies SignedFor,
     };
   }
 
@@ -129,7 +133,7 @@ export class RuntimeGate {
     activation: ActivationRow | null,
     deviceThumbprint: string,
     now: Date,
-    signedFor: { productId: string; nonce: string },
+    signedFor: SignedFor,
   ): void {
     const code = this.denial(op, license, activation, deviceThumbprint, now);
     if (!code) return;

@@ -5,7 +5,7 @@ import type { Deps } from "../../deps.ts";
 import { unixSeconds } from "../../domain/clock.ts";
 import { licenseStatus } from "../../domain/license-state.ts";
 import { type DeviceProofHeaders, verifyBodyProof } from "../../http/device-proof.ts";
-import { ApiError } from "../../http/errors.ts";
+import { ApiError, type SignedFor } from "../../http/errors.ts";
 import type { IdempotencyStore, Outcome } from "../../http/idempotency.ts";
 import type { Db } from "../../store/db.ts";
 import { preparedInsert } from "../../store/prepared-insert.ts";
@@ -112,9 +112,14 @@ export class ActivationService {
     const license = this.licenses.findByKey(body.license_key);
     if (!license)
       throw new ApiError("LICENSE_KEY_INVALID", "No license with that key exists for this product.");
-    const signedFor = { productId: body.product_id, nonce: body.nonce };
+    const deviceThumbprint = thumbprint(deviceKey.text);
+    const signedFor: SignedFor = {
+      productId: body.product_id,
+      nonce: body.nonce,
+      subject: { device_thumbprint: deviceThumbprint },
+    };
     const now = this.deps.clock.now();
-    this.gate.deny("activate", license, null, thumbprint(deviceKey.text), now, signedFor);
+    this.gate.deny("activate", license, null, deviceThumbprint, now, signedFor);
     const { activation_id: activationId } = outcome.value as { activation_id: string };
     const stored = this.deps.db.select().from(activations).where(eq(activations.id, activationId)).get();
     if (stored?.status !== "active") {
@@ -150,7 +155,11 @@ export class ActivationService {
       const deviceThumbprint = thumbprint(deviceKey.text);
       // Inside the idempotency transaction: a refused activation forgets the nonce with it.
       this.gate.rememberActivationNonce(deviceThumbprint, body.nonce, now);
-      const signedFor = { productId: product.id, nonce: body.nonce };
+      const signedFor: SignedFor = {
+        productId: product.id,
+        nonce: body.nonce,
+        subject: { device_thumbprint: deviceThumbprint },
+      };
       this.gate.deny("activate", license, null, deviceThumbprint, now, signedFor);
       if (policy.validation_mode === "offline" || policy.perpetual_mode === "unmanaged") {
         throw new ApiError(
@@ -363,7 +372,7 @@ export class ActivationService {
     license: LicenseRow,
     policy: PolicyWithId,
     now: Date,
-    signedFor: { productId: string; nonce: string },
+    signedFor: SignedFor,
   ): void {
     if (!this.slots.culled(activation, license, policy, now)) return;
     this.end(activation.id, "culled", now);

@@ -14,7 +14,7 @@ import {
 } from "../../domain/verification-code.ts";
 import { verifyBodyProof } from "../../http/device-proof.ts";
 import { emailField } from "../../http/email-field.ts";
-import { ApiError } from "../../http/errors.ts";
+import { ApiError, type SignedFor } from "../../http/errors.ts";
 import type { IdempotencyStore, Outcome } from "../../http/idempotency.ts";
 import type { MailOutbox } from "../../mail/outbox.ts";
 import {
@@ -377,7 +377,7 @@ export class TrialVerificationService {
     const stored = outcome.value as { license_id: string; activation_id: string };
     const license = this.deps.db.select().from(licenses).where(eq(licenses.id, stored.license_id)).get();
     if (!license) throw expired();
-    const signedFor = { productId, nonce };
+    const signedFor: SignedFor = { productId, nonce, subject: { device_thumbprint: deviceThumbprint } };
     this.gate.deny("activate", license, null, deviceThumbprint, this.deps.clock.now(), signedFor);
     const activation = this.deps.db
       .select({ status: activations.status })

@@ -115,17 +115,32 @@ export class FakeServer {
     };
   }
 
-  /** A signed license-state denial. */
-  denial(req: SeenRequest, status: number, code: string): FakeResponse {
+  /**
+   * A signed license-state denial naming whom it is for as the server does (protocol §16): the
+   * proof's activation, or the device key of an activation request; `details` replaces that.
+   */
+  denial(
+    req: SeenRequest,
+    status: number,
+    code: string,
+    details: Json = FakeServer.subjectOf(req),
+  ): FakeResponse {
     const error = {
       code,
       message: code,
       request_id: "req_denial",
       retryable: false,
       doc_url: "x",
-      details: {},
+      details,
     };
     return this.signed(req, error, status, this.nonceOf(req), "error");
+  }
+
+  static subjectOf(req: SeenRequest): Json {
+    const activationId = req.headers["x-service-activation"];
+    if (activationId !== undefined) return { activation_id: activationId };
+    const key = req.json?.device_signing_public_key;
+    return typeof key === "string" ? { device_thumbprint: nodeSha256Hex(key) } : {};
   }
 
   nonceOf(req: SeenRequest): string {
