@@ -137,6 +137,11 @@ export class LicensingClient extends NamedUserCapableClient {
           sub: cert.claims.sub,
         });
       }
+      // A lease call or a sealed-file key request (which do not wait for this one) may have ended
+      // this activation while the heartbeat was in flight: its signed 410 is the newer word, since
+      // the server answered this heartbeat before the activation ended.
+      if ((await this.storedActivation())?.activation_id !== act.activation_id)
+        throw usageError("NOT_ACTIVATED", "this device's activation ended while the heartbeat was in flight");
       await this.state.set("certificate", cert.jws);
       if (full) {
         await this.state.setJson("activation", {
@@ -152,7 +157,9 @@ export class LicensingClient extends NamedUserCapableClient {
         received_at_ms: this.now(),
       };
       await this.state.setJson("last_heartbeat", heartbeat);
-      await this.state.delete("denial");
+      // Only a denial older than this answer is overtaken by it.
+      const denial = await this.state.getJson<StoredDenial>("denial");
+      if (!denial || !(denial.server_time > res.assertion.server_time)) await this.state.delete("denial");
       return {
         activationId: act.activation_id,
         licenseStatus: data.license_status,

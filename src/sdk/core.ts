@@ -265,6 +265,9 @@ export class ClientCore {
         received: error.details.activation_id ?? null,
       });
     }
+    // An answer about an activation this client no longer holds (it deactivated and activated
+    // again while the call was in flight) changes nothing stored.
+    if ((await this.storedActivation())?.activation_id !== act.activation_id) return error;
     const denial: StoredDenial = {
       code: error.code,
       activation_id: act.activation_id,
