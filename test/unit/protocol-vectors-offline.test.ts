@@ -63,6 +63,16 @@ describe("offline request", () => {
 });
 
 describe("offline package", () => {
+  /** The app config of the vector's product, as a vendor would ship it. */
+  const vectorConfig = () =>
+    resolveConfig({
+      service_config_version: 1,
+      environment: "live",
+      api_url: v.license_jwt_claims.iss,
+      product: { id: v.manifest.product_id },
+      trust_anchor: { key_id: keyIdOf(v.root_public_key), root_public_key: v.root_public_key },
+    });
+
   const v = vector("offline-package");
   const request = vector("offline-request").request;
   const bundle = vector("trust-bundle").data;
@@ -133,13 +143,7 @@ describe("offline package", () => {
     );
     const { payload } = await compactVerify(v.license_jwt, jwk);
     expect(JSON.parse(new TextDecoder().decode(payload))).toEqual(v.license_jwt_claims);
-    const config = resolveConfig({
-      service_config_version: 1,
-      environment: "live",
-      api_url: v.license_jwt_claims.iss,
-      product: { id: v.manifest.product_id },
-      trust_anchor: { key_id: keyIdOf(v.root_public_key), root_public_key: v.root_public_key },
-    });
+    const config = vectorConfig();
     const verified = verifyOfflinePackage(b64u.decode(v.package_b64u), {
       config,
       device: {
@@ -152,13 +156,7 @@ describe("offline package", () => {
   });
 
   test("the SDK refuses a correctly signed manifest with a member the format does not have, or without one it has", () => {
-    const config = resolveConfig({
-      service_config_version: 1,
-      environment: "live",
-      api_url: v.license_jwt_claims.iss,
-      product: { id: v.manifest.product_id },
-      trust_anchor: { key_id: keyIdOf(v.root_public_key), root_public_key: v.root_public_key },
-    });
+    const config = vectorConfig();
     const { format: _format, files: _files, ...fields } = v.manifest;
     const signedWith = (manifest: Record<string, unknown>) =>
       buildOfflinePackage(
