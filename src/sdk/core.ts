@@ -253,18 +253,11 @@ export class ClientCore {
 
   /**
    * Records an authentic license-state denial for this activation; returns the error to throw.
-   * Only a denial whose signed details name this activation counts (protocol §16; Runtime checks
-   * it first, this is the last word before stored state changes).
+   * Every caller's call carried this activation's device proof, so Runtime has already refused a
+   * denial whose signed details name another activation (protocol §16).
    */
   protected async recordDenial(error: unknown, act: StoredActivation): Promise<unknown> {
     if (!(error instanceof SdkError) || error.kind !== "license") return error;
-    if (error.details.activation_id !== act.activation_id) {
-      return verificationError("ACTIVATION_MISMATCH", `signed ${error.code} names another activation`, {
-        server_code: error.code,
-        field: "activation_id",
-        received: error.details.activation_id ?? null,
-      });
-    }
     // An answer about an activation this client no longer holds (it deactivated and activated
     // again while the call was in flight) changes nothing stored.
     if ((await this.storedActivation())?.activation_id !== act.activation_id) return error;
