@@ -6,7 +6,7 @@ import {
   enableTotp,
   type NamedUserFixture,
   namedUserFixture,
-  startVerification,
+  startedWithMailedCode,
 } from "../support/named-users.ts";
 import { activate } from "../support/runtime.ts";
 import { deliverMail, startSmtpServer, type TestSmtpServer } from "../support/smtp.ts";
@@ -31,14 +31,7 @@ afterEach(async () => {
   t.close();
 });
 
-/** Start, read the code from the delivered mail; past the 120 s the send limits keep between codes to an address. */
-async function started(email = f.email, who = device) {
-  t.clock.advance(121);
-  const response = await startVerification(t, who, f, email);
-  expect(response.status).toBe(202);
-  const code = await smtp.waitForCode(email);
-  return { id: response.body.data.verification_id as string, code, response };
-}
+const started = (email = f.email, who = device) => startedWithMailedCode(t, smtp, f, email, who);
 
 const userEtag = async () =>
   (await t.call("GET", `/mgmt/v1/license-users/${f.userId}`)).headers.get("etag") as string;

@@ -1,8 +1,10 @@
+import { expect } from "bun:test";
 import { Secret, TOTP } from "otpauth";
 import { licenseAssignments, licenseUsers } from "../../src/store/schema/index.ts";
 import { freshNonce, type TestDevice } from "./device.ts";
 import type { CallResult, TestContext } from "./harness.ts";
 import { type RuntimeFixture, runtimeFixture } from "./runtime.ts";
+import type { TestSmtpServer } from "./smtp.ts";
 
 export interface NamedUserFixture extends RuntimeFixture {
   userId: string;
@@ -56,6 +58,24 @@ export async function otherLicense(
     licenseId: license.body.data.public_id,
     licenseKey: license.body.data.key,
   };
+}
+
+/**
+ * A verification start whose code is read from the delivered mail, past the 120 s the send limits
+ * keep between codes to an address (so tests can start one after another).
+ */
+export async function startedWithMailedCode(
+  t: TestContext,
+  smtp: Pick<TestSmtpServer, "waitForCode">,
+  fixture: Pick<RuntimeFixture, "productId" | "licenseKey">,
+  email: string,
+  device: TestDevice,
+) {
+  t.clock.advance(121);
+  const response = await startVerification(t, device, fixture, email);
+  expect(response.status).toBe(202);
+  const code = await smtp.waitForCode(email);
+  return { id: response.body.data.verification_id as string, code, response };
 }
 
 export function startVerification(
