@@ -199,24 +199,38 @@ export class LicensingClient extends NamedUserCapableClient {
     });
   }
 
-  private async leaseCall(method: "POST" | "DELETE", path: string, body: Record<string, unknown>) {
+  /**
+   * A lease call signed by the stored activation. Its answer is bound to the request only by the
+   * nonce, so the data must name that activation: another activation's lease, taken with an
+   * intercepted nonce, would otherwise read as a seat this device holds (protocol §14).
+   */
+  private async leaseCall(
+    method: "POST" | "DELETE",
+    path: string,
+    body: Record<string, unknown>,
+  ): Promise<{ res: RuntimeResponse; data: Record<string, unknown> }> {
     const act = await this.requireActivation();
     const keys = await this.deviceKeys();
+    let res: RuntimeResponse;
     try {
-      return await this.dpCall(method, path, body, act, keys);
+      res = await this.dpCall(method, path, body, act, keys);
     } catch (error) {
       throw await this.recordDenial(error, act);
     }
+    const data = res.data;
+    if (!isRecord(data)) throw invalidResponse("lease data malformed");
+    if (data.activation_id !== act.activation_id) {
+      throw verificationError("ACTIVATION_MISMATCH", "lease answer names another activation");
+    }
+    return { res, data };
   }
 
-  private readLease(res: RuntimeResponse, instanceId: string, leaseId?: string): Lease {
-    const d = res.data;
-    if (
-      !isRecord(d) ||
-      !isNonEmptyString(d.lease_id) ||
-      !isInt(d.expires_at) ||
-      !isNonNegativeInt(d.heartbeat_in)
-    ) {
+  private readLease(
+    { res, data: d }: { res: RuntimeResponse; data: Record<string, unknown> },
+    instanceId: string,
+    leaseId?: string,
+  ): Lease {
+    if (!isNonEmptyString(d.lease_id) || !isInt(d.expires_at) || !isNonNegativeInt(d.heartbeat_in)) {
       throw invalidResponse("lease data malformed");
     }
     if (d.instance_id !== instanceId || (leaseId !== undefined && d.lease_id !== leaseId)) {
@@ -235,11 +249,11 @@ export class LicensingClient extends NamedUserCapableClient {
   async acquireLease(instanceId: string): Promise<Lease> {
     if (!isNonEmptyString(instanceId)) throw usageError("INVALID_ARGUMENT", "instanceId is required");
     const act = await this.requireActivation();
-    const res = await this.leaseCall("POST", "/runtime/v1/leases", {
+    const answer = await this.leaseCall("POST", "/runtime/v1/leases", {
       activation_id: act.activation_id,
       instance_id: instanceId,
     });
-    return this.readLease(res, instanceId);
+    return this.readLease(answer, instanceId);
   }
 
   /** POST /runtime/v1/leases/{lease_id}/heartbeat. */
@@ -248,8 +262,8 @@ export class LicensingClient extends NamedUserCapableClient {
       throw usageError("INVALID_ARGUMENT", "leaseId and instanceId are required");
     }
     const path = `/runtime/v1/leases/${encodeURIComponent(leaseId)}/heartbeat`;
-    const res = await this.leaseCall("POST", path, { instance_id: instanceId });
-    return this.readLease(res, instanceId, leaseId);
+    const answer = await this.leaseCall("POST", path, { instance_id: instanceId });
+    return this.readLease(answer, instanceId, leaseId);
   }
 
   /** DELETE /runtime/v1/leases/{lease_id}. */
@@ -257,11 +271,10 @@ export class LicensingClient extends NamedUserCapableClient {
     if (!isNonEmptyString(leaseId) || !isNonEmptyString(instanceId)) {
       throw usageError("INVALID_ARGUMENT", "leaseId and instanceId are required");
     }
-    const res = await this.leaseCall("DELETE", `/runtime/v1/leases/${encodeURIComponent(leaseId)}`, {
+    const { data: d } = await this.leaseCall("DELETE", `/runtime/v1/leases/${encodeURIComponent(leaseId)}`, {
       instance_id: instanceId,
     });
-    const d = res.data;
-    if (!isRecord(d) || d.status !== "released") throw invalidResponse("release data malformed");
+    if (d.status !== "released") throw invalidResponse("release data malformed");
     if (d.lease_id !== leaseId)
       throw verificationError("LEASE_MISMATCH", "release answer names another lease");
     return { leaseId, status: "released" };

@@ -46,7 +46,11 @@ describe("happy path", () => {
       bundle: fx.bundle,
     });
     const lease = taken.body.data;
-    expect(lease).toMatchObject({ instance_id: "instance-a", heartbeat_in: 120 });
+    expect(lease).toMatchObject({
+      activation_id: d.activationId,
+      instance_id: "instance-a",
+      heartbeat_in: 120,
+    });
     // The test clock runs with real time, so a second may tick between the server's reading
     // and the signed server_time: the TTL is 600 s from the moment of the call, give or take it.
     const ttl = lease.expires_at - taken.body.response_assertion.server_time;
@@ -55,12 +59,17 @@ describe("happy path", () => {
     t.clock.advance(100);
     const kept = await keep(d, lease.lease_id, "instance-a");
     expect(kept.status).toBe(200);
+    expect(kept.body.data).toMatchObject({ lease_id: lease.lease_id, activation_id: d.activationId });
     const extended = kept.body.data.expires_at - lease.expires_at;
     expect(extended).toBeGreaterThanOrEqual(100);
     expect(extended).toBeLessThanOrEqual(101);
     const released = await release(d, lease.lease_id, "instance-a");
     expect(released.status).toBe(200);
-    expect(released.body.data).toEqual({ lease_id: lease.lease_id, status: "released" });
+    expect(released.body.data).toEqual({
+      lease_id: lease.lease_id,
+      activation_id: d.activationId,
+      status: "released",
+    });
     const twice = await release(d, lease.lease_id, "instance-a");
     expect(twice.status).toBe(422);
     expect(twice.body.error).toMatchObject({ code: "INVALID_TRANSITION", details: { from: "released" } });

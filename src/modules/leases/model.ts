@@ -15,8 +15,13 @@ export const LeaseCreate = Type.Object(
 );
 export const LeaseInstance = Type.Object({ instance_id: InstanceId }, { additionalProperties: false });
 
+const ActivationId = Type.String({
+  description: "The activation holding the lease: a client checks it is its own (protocol §14).",
+});
+
 const lease = {
   lease_id: Type.String(),
+  activation_id: ActivationId,
   instance_id: Type.String(),
   expires_at: Type.Integer({ description: "Unix seconds." }),
   heartbeat_in: Type.Integer({ description: "Seconds until the next lease heartbeat." }),
@@ -26,7 +31,11 @@ export const leaseModels = {
   "lease.create": LeaseCreate,
   "lease.instance": LeaseInstance,
   "lease.result": signed(lease),
-  "lease.released": signed({ lease_id: Type.String(), status: StringEnum(["released"] as const) }),
+  "lease.released": signed({
+    lease_id: Type.String(),
+    activation_id: ActivationId,
+    status: StringEnum(["released"] as const),
+  }),
 };
 
 export type LeaseCreateBody = typeof LeaseCreate.static;

@@ -12,6 +12,7 @@ export type LeaseRow = typeof leases.$inferSelect;
 
 interface LeaseData {
   lease_id: string;
+  activation_id: string;
   instance_id: string;
   expires_at: number;
   heartbeat_in: number;
@@ -154,7 +155,7 @@ export class LeaseService {
     instanceId: string,
     proof: DeviceProofHeaders,
     call: RuntimeCall,
-  ): Promise<SignedResult<{ lease_id: string; status: "released" }>> {
+  ): Promise<SignedResult<{ lease_id: string; activation_id: string; status: "released" }>> {
     const target = {};
     return this.gate.observe("lease_release", target, call, () => {
       const { lease, now, signedFor } = this.leaseFor(leaseId, proof, call, target);
@@ -171,7 +172,10 @@ export class LeaseService {
         .set({ status: "released", releasedAt: now })
         .where(eq(leases.id, lease.id))
         .run();
-      return { data: { lease_id: lease.id, status: "released" as const }, ...signedFor };
+      return {
+        data: { lease_id: lease.id, activation_id: lease.activationId, status: "released" as const },
+        ...signedFor,
+      };
     });
   }
 
@@ -210,9 +214,18 @@ export class LeaseService {
   }
 }
 
-function present(lease: Pick<LeaseRow, "id" | "instanceId" | "expiresAt">, heartbeatIn: number): LeaseData {
+/**
+ * The lease names its activation inside the signed data: the answer is bound to its request only by
+ * the nonce, so without it another activation's lease, taken with an intercepted nonce, would read
+ * as a seat held by this device (protocol §14).
+ */
+function present(
+  lease: Pick<LeaseRow, "id" | "activationId" | "instanceId" | "expiresAt">,
+  heartbeatIn: number,
+): LeaseData {
   return {
     lease_id: lease.id,
+    activation_id: lease.activationId,
     instance_id: lease.instanceId,
     expires_at: unixSeconds(lease.expiresAt),
     heartbeat_in: heartbeatIn,
