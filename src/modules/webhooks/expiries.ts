@@ -63,6 +63,16 @@ function setMark(sqlite: Database, name: string, value: number): void {
     .run(name, value);
 }
 
+/**
+ * Every lease expiry at or before this moment has been announced, or never will be (the first
+ * scan starts at its own "now"); null: no scan has run, so none before the first one will be. A
+ * scan under way moves it only when done. The lease purge (leases/retention.ts) deletes no lease
+ * that expired after it, so a scan never misses a lease the purge took.
+ */
+export function leaseExpiriesSettledThrough(sqlite: Database): number | null {
+  return mark(sqlite, "lease.expired");
+}
+
 /** Rows of the leases table read per call: 2-3.6 ms each at a million rows (docs/performance.md). */
 const LEASE_SCAN_CHUNK = 20_000;
 
