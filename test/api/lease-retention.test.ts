@@ -25,6 +25,14 @@ afterEach(() => t.close());
 const DAY = 86_400;
 const RETENTION = LEASE_RETENTION_DAYS * DAY;
 const TTL = 600;
+/**
+ * The start of a month at least an hour ahead of `now`: the tests move the clock to just before it,
+ * which a run starting in a month's last minutes could not do with the very next month start.
+ */
+const monthStartAnHourAway = (now: Date): number => {
+  const later = new Date(now.getTime() + 3_600_000);
+  return Date.UTC(later.getUTCFullYear(), later.getUTCMonth() + 1, 1);
+};
 
 const leaseIds = () =>
   t.deps.sqlite
@@ -169,7 +177,7 @@ describe("the usage report", () => {
 
   test("a past month's active_leases is the same before and after its leases are deleted, and so is the current month's", async () => {
     const now = t.clock.now();
-    const monthStart = Date.UTC(now.getUTCFullYear(), now.getUTCMonth() + 1, 1);
+    const monthStart = monthStartAnHourAway(now);
     const s = await seats();
     // Five minutes before the month starts: one lease held across the start, one released before.
     t.clock.advance((monthStart - now.getTime()) / 1000 - 300);
@@ -197,7 +205,7 @@ describe("the usage report", () => {
 
   test("no lease counted at a month start is deleted before that month start is counted", async () => {
     const now = t.clock.now();
-    const monthStart = Date.UTC(now.getUTCFullYear(), now.getUTCMonth() + 1, 1);
+    const monthStart = monthStartAnHourAway(now);
     const s = await seats();
     t.clock.advance((monthStart - now.getTime()) / 1000 - 60);
     const lease = await s.take("across");
