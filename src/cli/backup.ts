@@ -45,8 +45,9 @@ export interface BackupResult {
 }
 
 /**
- * Store first, keystore second: the keystore only gains entries, and each key enters it before
- * the store mentions it, so a keystore copied after the snapshot has every key the snapshot needs.
+ * Store first, keystore second: each key enters the keystore before the store mentions it, and
+ * only keys the store already calls compromised ever leave it, so a keystore copied after the
+ * snapshot has every key the snapshot needs (checkStore says so when a compromise fell between).
  * Everything is written to a sibling `.partial-*` folder and renamed into place last, so a backup
  * that was interrupted never looks complete.
  */
