@@ -84,7 +84,9 @@ function collect(error: ValidationError, request?: Request): FieldErrors {
     const message = missing
       ? "is required"
       : issue.message === "Unexpected property"
-        ? "is not a known field"
+        ? error.type === "query"
+          ? "is not a known query parameter"
+          : "is not a known field"
         : rule
           ? rule
           : nullable
