@@ -184,7 +184,7 @@ const PROCESS_ACTOR_SOURCES: ActorSources = {
  * systemd units), although the uid has a passwd entry; so the name comes from $USER, else the
  * uid's passwd entry, else `uid:<n>`, which still tells operators apart.
  */
-export function cliActor(sources: ActorSources = PROCESS_ACTOR_SOURCES): Actor {
+export function cliActor(sources: ActorSources = PROCESS_ACTOR_SOURCES): Extract<Actor, { type: "cli" }> {
   const named = sources.env.USER || sources.env.LOGNAME || sources.env.USERNAME;
   if (named) return { type: "cli", id: named };
   if (sources.uid === null) return { type: "cli", id: "unknown" };
