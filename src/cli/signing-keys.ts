@@ -80,8 +80,8 @@ export const signingKeysListCommand: Command = {
           rows.map((r) => [
             r.key_id,
             r.status,
-            String(r.not_before),
-            r.not_after === null ? "-" : String(r.not_after),
+            iso(r.not_before),
+            r.not_after === null ? "-" : iso(r.not_after),
           ]),
         ),
       );

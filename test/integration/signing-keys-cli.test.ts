@@ -303,6 +303,21 @@ describe("how long a retired key stays in the bundle", () => {
     );
   });
 
+  test("list prints the key times as ISO dates, and --json keeps them as Unix seconds", async () => {
+    const listed = JSON.parse((await cli(["list", "--product", productId, "--json"])).stdout) as {
+      key_id: string;
+      not_before: number;
+      not_after: number | null;
+    }[];
+    const retired = listed.find((k) => k.not_after !== null);
+    expect(typeof retired?.not_before).toBe("number");
+    const table = (await cli(["list", "--product", productId])).stdout;
+    const row = table.split("\n").find((line) => line.startsWith(retired?.key_id ?? "-"));
+    expect(row).toContain(iso(retired?.not_before ?? 0));
+    expect(row).toContain(iso(retired?.not_after ?? 0));
+    expect(table).not.toMatch(/\s\d{10}\s/);
+  });
+
   test("retiring a key at once says how many unexpired offline packages it signed", async () => {
     const expiresAt = await offlinePackage();
     const signer = activeKey() as string;
