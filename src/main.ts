@@ -103,7 +103,11 @@ async function run(command: Command, argv: readonly string[], env: Env, cwd: str
     return await command.run(line, { argv, env, cwd });
   } catch (error) {
     if (error instanceof UsageError) {
-      process.stderr.write(`${prefix} ${error.message}\n\n${helpText(command)}`);
+      // The mistake, then where the options are: the whole help (serve's is ~40 lines) would
+      // scroll the one line that matters out of sight.
+      process.stderr.write(
+        `${prefix} ${error.message}\nRun "licensing ${command.name} --help" for its options.\n`,
+      );
       return 2;
     }
     if (error instanceof CliError) {
