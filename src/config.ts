@@ -76,7 +76,8 @@ export const CONFIG_OPTIONS = {
     kind: "string",
     valueName: "URL",
     env: "LICENSING_BASE_URL",
-    description: "public URL clients use; default http://<host>:<port>",
+    description:
+      "public URL clients use; default http://<host>:<port>, required when the host is 0.0.0.0 or ::",
   },
   passphraseFile: {
     name: "passphrase-file",
@@ -184,11 +185,17 @@ export function parseCommandLine(
 ): CommandLine {
   const parsed = parseArgs(argv, [...configKeys.map((key) => CONFIG_OPTIONS[key]), ...ownOptions]);
   if (parsed.help) return { ...parsed, config: resolveConfig({}, {}, cwd) };
-  return { ...parsed, config: resolveConfig(parsed.flags, env, cwd) };
+  // Only a command that puts the base URL somewhere (serve, offline issue, billing) needs a
+  // usable one; `keys list` in a container whose environment says LICENSING_HOST=0.0.0.0 must
+  // still run.
+  return { ...parsed, config: resolveConfig(parsed.flags, env, cwd, configKeys.includes("baseUrl")) };
 }
 
-/** Flags (keyed by flag name) over environment over defaults. */
-export function resolveConfig(flags: FlagValues, env: Env, cwd: string): Config {
+/**
+ * Flags (keyed by flag name) over environment over defaults. With `usesBaseUrl`, a base URL that
+ * would be derived from a wildcard listen address is a usage error (see defaultBaseUrl).
+ */
+export function resolveConfig(flags: FlagValues, env: Env, cwd: string, usesBaseUrl = true): Config {
   const text = (key: ConfigKey): { value: string; source: string } | null => {
     const option = CONFIG_OPTIONS[key];
     const flag = flags[option.name];
@@ -233,7 +240,7 @@ export function resolveConfig(flags: FlagValues, env: Env, cwd: string): Config 
     host: hostSetting ? validateHost(hostSetting.value, hostSetting.source) : host,
     baseUrl: baseUrl
       ? parseBaseUrl(baseUrl.value, baseUrl.source)
-      : `http://${hostForUrl(host)}:${portNumber}`,
+      : defaultBaseUrl(host, hostSetting?.source ?? "", portNumber, usesBaseUrl),
     passphraseFile: passphraseFile ? absolute(passphraseFile.value, cwd) : null,
     passphrase: passphrase === undefined || passphrase === "" ? null : passphrase,
     smtpUrl: smtpUrl ? parseSmtpUrl(smtpUrl.value, smtpUrl.source) : null,
@@ -281,6 +288,26 @@ function validateHost(host: string, source: string): string {
     throw new UsageError(`${source} must be a hostname or IP address, not "${host}"`);
   }
   return host;
+}
+
+/**
+ * http://<host>:<port>, unless the host is a wildcard (0.0.0.0, ::, or a spelling of them): that
+ * is an address to listen on, not one to reach. The base URL goes into every integration config
+ * (`api_url`, the trust-bundle URL) that vendors build into shipped apps and into certificates'
+ * `iss`, so a wrong one outlives the server's start; refusing costs one flag, a warning in a log
+ * would not stop it shipping.
+ */
+function defaultBaseUrl(host: string, hostSource: string, port: number, usesBaseUrl: boolean): string {
+  const url = `http://${hostForUrl(host)}:${port}`;
+  const hostname = new URL(url).hostname;
+  if (usesBaseUrl && (hostname === "0.0.0.0" || hostname === "[::]")) {
+    throw new UsageError(
+      `${hostSource} ${host} listens on every interface, so it cannot be the base URL clients use: ` +
+        `set --base-url (or ${CONFIG_OPTIONS.baseUrl.env}) to the service's public URL, ` +
+        "e.g. https://licensing.example.com",
+    );
+  }
+  return url;
 }
 
 /** IPv6 literals need brackets inside a URL. */

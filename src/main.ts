@@ -7,6 +7,7 @@ import { keysCommands } from "./cli/keys.ts";
 import { offlineCommands } from "./cli/offline.ts";
 import { planCommands } from "./cli/plan.ts";
 import { sealCommand } from "./cli/seal.ts";
+import { sealingKeysCommands } from "./cli/sealing-keys.ts";
 import { serveCommand } from "./cli/serve.ts";
 import { CliError, type Command, helpText, parse } from "./cli/shared.ts";
 import { signingKeysCommands } from "./cli/signing-keys.ts";
@@ -20,6 +21,7 @@ const COMMANDS: readonly Command[] = [
   ...keysCommands,
   ...planCommands,
   ...signingKeysCommands,
+  ...sealingKeysCommands,
   sealCommand,
   ...offlineCommands,
   ...backupCommands,
@@ -29,6 +31,7 @@ const GROUPS: Record<string, string> = {
   keys: "Create, list and revoke management API keys.",
   plan: "Show or change the workspace plan.",
   "signing-keys": "List, rotate and retire a product's signing keys.",
+  "sealing-keys": "List, rotate and retire a product's sealed-file sealing keys.",
   offline: "Issue offline packages from the data directory, without a server (air-gapped).",
   billing: "Connect a billing provider (Stripe) and map its prices to licenses.",
 };
@@ -100,7 +103,11 @@ async function run(command: Command, argv: readonly string[], env: Env, cwd: str
     return await command.run(line, { argv, env, cwd });
   } catch (error) {
     if (error instanceof UsageError) {
-      process.stderr.write(`${prefix} ${error.message}\n\n${helpText(command)}`);
+      // The mistake, then where the options are: the whole help (serve's is ~40 lines) would
+      // scroll the one line that matters out of sight.
+      process.stderr.write(
+        `${prefix} ${error.message}\nRun "licensing ${command.name} --help" for its options.\n`,
+      );
       return 2;
     }
     if (error instanceof CliError) {

@@ -45,8 +45,9 @@ export interface BackupResult {
 }
 
 /**
- * Store first, keystore second: the keystore only gains entries, and each key enters it before
- * the store mentions it, so a keystore copied after the snapshot has every key the snapshot needs.
+ * Store first, keystore second: each key enters the keystore before the store mentions it, and
+ * only keys the store already calls compromised ever leave it, so a keystore copied after the
+ * snapshot has every key the snapshot needs (checkStore says so when a compromise fell between).
  * Everything is written to a sibling `.partial-*` folder and renamed into place last, so a backup
  * that was interrupted never looks complete.
  */
@@ -296,11 +297,28 @@ export const restoreCommand: Command = {
       out(
         `Restored into ${result.dataDir} (schema ${result.schema.at(-1) ?? "none"}` +
           `${result.applied.length > 0 ? `, migrated: ${result.applied.join(", ")}` : ""}). ` +
-          `Start it with: licensing serve --data-dir ${result.dataDir}`,
+          `Start it with: ${serveHint(result, line.config)}`,
       );
     }
     return 0;
   },
 };
+
+/**
+ * The serve command that starts the restored data dir. A passphrase left out of the backup is not
+ * in the data dir either, so serve needs the same source restore used, or it fails to start.
+ */
+export function serveHint(result: RestoreResult, config: Config): string {
+  const command = `licensing serve --data-dir ${shellWord(result.dataDir)}`;
+  if (result.passphraseFile !== null) return command;
+  if (config.passphraseFile !== null)
+    return `${command} --passphrase-file ${shellWord(config.passphraseFile)}`;
+  // Never the passphrase itself on a command line (shell history, ps).
+  return `${command} (with LICENSING_KEYSTORE_PASSPHRASE set, as for this restore)`;
+}
+
+/** A path as one shell word, so the hint can be pasted as printed. */
+const shellWord = (word: string): string =>
+  /^[\w@%+=:,./-]+$/.test(word) ? word : `'${word.replaceAll("'", "'\\''")}'`;
 
 export const backupCommands = [backupCommand, restoreCommand];

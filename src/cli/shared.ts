@@ -1,6 +1,5 @@
 import { randomBytes } from "node:crypto";
 import { existsSync, readFileSync, statSync, writeFileSync } from "node:fs";
-import { userInfo } from "node:os";
 import {
   CONFIG_OPTIONS,
   type CommandLine,
@@ -158,13 +157,42 @@ export function helpText(command: Command): string {
   return `${command.summary}\n\nUsage:\n  ${command.usage}\n\nOptions:\n${formatOptions(options)}\n`;
 }
 
-/** Who acted, for the audit trail of command-line changes: the operating-system user. */
-export function cliActor(): Actor {
-  let user = "unknown";
-  try {
-    user = userInfo().username;
-  } catch {
-    // No passwd entry (some containers): the audit still records that the command line acted.
+/** Where cliActor looks; injectable so tests do not depend on the machine's user. */
+export interface ActorSources {
+  env: Env;
+  /** The process's uid; null where there is none (Windows). */
+  uid: number | null;
+  /** The text of /etc/passwd, or null when it cannot be read. */
+  passwd: () => string | null;
+}
+
+const PROCESS_ACTOR_SOURCES: ActorSources = {
+  env: process.env,
+  uid: typeof process.getuid === "function" ? process.getuid() : null,
+  passwd: () => {
+    try {
+      return readFileSync("/etc/passwd", "utf8");
+    } catch {
+      return null;
+    }
+  },
+};
+
+/**
+ * Who acted, for the audit trail of command-line changes: the operating-system user. Bun's
+ * os.userInfo() takes the name from $USER and says "unknown" without it (containers, cron,
+ * systemd units), although the uid has a passwd entry; so the name comes from $USER, else the
+ * uid's passwd entry, else `uid:<n>`, which still tells operators apart.
+ */
+export function cliActor(sources: ActorSources = PROCESS_ACTOR_SOURCES): Extract<Actor, { type: "cli" }> {
+  const named = sources.env.USER || sources.env.LOGNAME || sources.env.USERNAME;
+  if (named) return { type: "cli", id: named };
+  if (sources.uid === null) return { type: "cli", id: "unknown" };
+  const uid = String(sources.uid);
+  for (const line of (sources.passwd() ?? "").split("\n")) {
+    // name:password:uid:gid:gecos:home:shell
+    const [name, , entryUid] = line.split(":");
+    if (name && entryUid === uid && !name.startsWith("#")) return { type: "cli", id: name };
   }
-  return { type: "cli", id: user };
+  return { type: "cli", id: `uid:${uid}` };
 }

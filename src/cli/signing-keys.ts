@@ -1,6 +1,7 @@
 import { eq } from "drizzle-orm";
 import type { CommandLine } from "../config.ts";
 import { unixSeconds } from "../domain/clock.ts";
+import type { InvalidatedPackages } from "../modules/trust/retention.ts";
 import { SigningKeyError, TrustService } from "../modules/trust/service.ts";
 import { buildDeps, openKeystore } from "../server.ts";
 import { products } from "../store/schema/index.ts";
@@ -79,8 +80,8 @@ export const signingKeysListCommand: Command = {
           rows.map((r) => [
             r.key_id,
             r.status,
-            String(r.not_before),
-            r.not_after === null ? "-" : String(r.not_after),
+            iso(r.not_before),
+            r.not_after === null ? "-" : iso(r.not_after),
           ]),
         ),
       );
@@ -129,6 +130,9 @@ export const signingKeysRotateCommand: Command = {
         lines.push(
           `Key ${retired.key_id} is retired and stays in the trust bundle until ${iso(retired.not_after)}.`,
         );
+        // Say what set the date, so an operator can tell what keeps a key listed for years.
+        if (retainSec === undefined)
+          lines.push(retentionReason(retired.unexpired_offline_packages, retired.not_after));
         const lost = retired.invalidated_offline_packages;
         if (lost.count > 0)
           lines.push(
@@ -177,6 +181,18 @@ function keyChange<T>(change: () => T): T {
     if (error instanceof SigningKeyError) throw new CliError(error.message);
     throw error;
   }
+}
+
+/** Why the default retention ends when it does: the last package it signed, or a certificate lifetime. */
+function retentionReason(pinning: InvalidatedPackages, notAfter: number): string {
+  const revoked = "(packages of revoked licenses do not count)";
+  if (pinning.count > 0 && pinning.latest_expires_at === notAfter)
+    return `That is when the last of the ${packages(pinning.count)} it signed expires ${revoked}.`;
+  const packagesToo =
+    pinning.count > 0
+      ? `; the ${packages(pinning.count)} it signed expire by ${iso(pinning.latest_expires_at ?? notAfter)}`
+      : `; it signed no unexpired offline package ${revoked}`;
+  return `That covers the longest certificate the product's policies sign${packagesToo}.`;
 }
 
 const iso = (unix: number) => new Date(unix * 1000).toISOString().replace(".000Z", "Z");

@@ -242,6 +242,38 @@ export class Keystore {
     );
   }
 
+  /**
+   * Removes entries for good and rewrites the file atomically, under the same lock as `add`, from
+   * the file as it is now. Only for keys the store has already given up (a compromised sealing
+   * key): the caller commits that first, so a crash in between leaves a key that is still held
+   * but never used, never a store row that needs a key the keystore lost. Answers the ids that
+   * were there; absent ones are not an error, so a repeated removal completes an interrupted one.
+   */
+  remove(ids: readonly string[]): string[] {
+    return withLock(
+      `${this.path}.lock`,
+      () => {
+        this.refresh();
+        const removed = ids.filter((id) => this.secrets.has(id));
+        if (removed.length === 0) return removed;
+        const previous = this.sealed;
+        this.sealed = previous.filter((entry) => !removed.includes(entry.id));
+        try {
+          this.persist();
+        } catch (error) {
+          this.sealed = previous;
+          throw error;
+        }
+        for (const id of removed) {
+          this.secrets.get(id)?.fill(0);
+          this.secrets.delete(id);
+        }
+        return removed;
+      },
+      () => new KeystoreError("malformed", `the keystore is locked by another process (${this.path}.lock)`),
+    );
+  }
+
   private stage(metadata: EntryMetadata, secret: Uint8Array): void {
     if (this.secrets.has(metadata.id))
       throw new KeystoreError("malformed", `keystore entry ${metadata.id} exists`);

@@ -1,6 +1,6 @@
 import { addFieldError, type FieldErrors, newFieldErrors } from "../http/errors.ts";
 import { checkEntitlementMap } from "./entitlements.ts";
-import type { PlanDefinition } from "./plans.ts";
+import { PLANS, type PlanDefinition } from "./plans.ts";
 
 /** The allowed values of every policy enum. Documented in docs/api.md; clients may rely on them. */
 export const LICENSE_TYPES = ["perpetual", "subscription", "trial"] as const;
@@ -91,6 +91,32 @@ export const revocationExposureSec = (p: PolicySettings): number =>
 /** The most machines, floating seats or named users one license can have (policy or license override). */
 export const MAX_LICENSE_COUNT = 1_000_000;
 
+const loosest = (pick: (plan: PlanDefinition) => number, direction: "min" | "max"): number =>
+  Math[direction](...Object.values(PLANS).map(pick));
+
+/**
+ * The range each numeric setting has on every plan: fixed bounds, and where a plan sets one (its
+ * policy_constraints), the loosest plan's. The request schemas (and so /openapi.json) state these;
+ * policyViolations then holds a policy to its workspace plan's own, possibly narrower, bounds.
+ */
+export const POLICY_NUMBER_BOUNDS = {
+  max_machines: { min: 1, max: MAX_LICENSE_COUNT },
+  max_concurrent: { min: 1, max: MAX_LICENSE_COUNT },
+  license_unit_limit: { min: 1, max: MAX_LICENSE_COUNT },
+  cert_ttl_sec: { min: 300, max: loosest((p) => p.policy_constraints.cert_ttl_max_sec, "max") },
+  heartbeat_sec: { min: loosest((p) => p.policy_constraints.activation_sync_min_sec, "min"), max: 30 * DAY },
+  lease_ttl_sec: {
+    min: loosest((p) => p.policy_constraints.floating_lease_ttl_min_sec, "min"),
+    max: 7 * DAY,
+  },
+  lease_heartbeat_sec: {
+    min: loosest((p) => p.policy_constraints.floating_sync_min_sec, "min"),
+    max: 7 * DAY,
+  },
+  network_grace_sec: { min: 0, max: 90 * DAY },
+  trial_days: { min: 0, max: 365 },
+} as const satisfies Partial<Record<keyof PolicySettings, { min: number; max: number }>>;
+
 /** Every rule a policy's numbers must keep, against the plan's constraints. Empty when valid. */
 export function policyViolations(p: PolicySettings, plan: PlanDefinition): FieldErrors {
   const c = plan.policy_constraints;
@@ -101,33 +127,34 @@ export function policyViolations(p: PolicySettings, plan: PlanDefinition): Field
     if (value < min || value > max) add(field, `must be between ${min} and ${max}${why}`);
   };
 
-  range("max_machines", p.max_machines, 1, MAX_LICENSE_COUNT);
-  range("max_concurrent", p.max_concurrent, 1, MAX_LICENSE_COUNT);
-  range("license_unit_limit", p.license_unit_limit, 1, MAX_LICENSE_COUNT);
-  range("cert_ttl_sec", p.cert_ttl_sec, 300, c.cert_ttl_max_sec, " (plan cert_ttl_max_sec)");
+  const b = POLICY_NUMBER_BOUNDS;
+  range("max_machines", p.max_machines, b.max_machines.min, b.max_machines.max);
+  range("max_concurrent", p.max_concurrent, b.max_concurrent.min, b.max_concurrent.max);
+  range("license_unit_limit", p.license_unit_limit, b.license_unit_limit.min, b.license_unit_limit.max);
+  range("cert_ttl_sec", p.cert_ttl_sec, b.cert_ttl_sec.min, c.cert_ttl_max_sec, " (plan cert_ttl_max_sec)");
   range(
     "heartbeat_sec",
     p.heartbeat_sec,
     c.activation_sync_min_sec,
-    30 * DAY,
+    b.heartbeat_sec.max,
     " (plan activation_sync_min_sec)",
   );
   range(
     "lease_ttl_sec",
     p.lease_ttl_sec,
     c.floating_lease_ttl_min_sec,
-    7 * DAY,
+    b.lease_ttl_sec.max,
     " (plan floating_lease_ttl_min_sec)",
   );
   range(
     "lease_heartbeat_sec",
     p.lease_heartbeat_sec,
     c.floating_sync_min_sec,
-    7 * DAY,
+    b.lease_heartbeat_sec.max,
     " (plan floating_sync_min_sec)",
   );
-  range("network_grace_sec", p.network_grace_sec, 0, 90 * DAY);
-  range("trial_days", p.trial_days, p.license_type === "trial" ? 1 : 0, 365);
+  range("network_grace_sec", p.network_grace_sec, b.network_grace_sec.min, b.network_grace_sec.max);
+  range("trial_days", p.trial_days, p.license_type === "trial" ? 1 : b.trial_days.min, b.trial_days.max);
 
   if (p.heartbeat_sec > p.cert_ttl_sec)
     add("heartbeat_sec", "must not exceed cert_ttl_sec, or certificates lapse between heartbeats");

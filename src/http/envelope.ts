@@ -78,9 +78,15 @@ function collect(error: ValidationError, request?: Request): FieldErrors {
     const choices = literalChoices(schema);
     const nullable = nullableMemberError(issue);
     const rule = ruleOf(schema);
-    const message =
-      issue.message === "Unexpected property"
-        ? "is not a known field"
+    // TypeBox reports a missing member twice ("Property 'x' is missing", then "Expected property
+    // 'x' to be string but found: undefined"); JSON has no undefined, so either means absent.
+    const missing = "value" in issue && issue.value === undefined && issue.message !== "Unexpected property";
+    const message = missing
+      ? "is required"
+      : issue.message === "Unexpected property"
+        ? error.type === "query"
+          ? "is not a known query parameter"
+          : "is not a known field"
         : rule
           ? rule
           : nullable

@@ -17,6 +17,8 @@ interface Histogram {
 
 export const UNMATCHED = "unmatched";
 
+const STANDARD_METHODS = new Set(["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]);
+
 export class Metrics {
   private readonly requests = new Map<string, number>();
   private readonly durations = new Map<string, Histogram>();
@@ -43,7 +45,9 @@ export class Metrics {
   /** One finished request; called with the final response, whatever produced it. */
   observe(method: string, path: string, response: Response, seconds: number): void {
     const route = this.matchRoute(method, path);
-    const known = route === UNMATCHED ? "OTHER" : method;
+    // The method label stays a small closed set: any standard method, matched or not, keeps its
+    // name (a GET of a path no route has is still a GET); only made-up methods become OTHER.
+    const known = route !== UNMATCHED || STANDARD_METHODS.has(method) ? method : "OTHER";
     bump(this.requests, labels({ method: known, route, status: String(response.status) }));
     const key = labels({ method: known, route });
     let histogram = this.durations.get(key);
@@ -160,8 +164,10 @@ function labels(values: Record<string, string>): string {
 }
 
 /**
- * The route template a method and path belong to. Static routes win over parameters, as in the
- * router, so `/docs/errors` is not taken for `/docs/:x`.
+ * The route template a method and path belong to, as the router serves them: static routes win
+ * over parameters, so `/docs/errors` is not taken for `/docs/:x`; one trailing slash is ignored
+ * (the router serves `/docs/` as `/docs`); HEAD is answered by the GET route; an OPTIONS preflight
+ * (answered by the CORS layer for any route) counts under the path's route whatever its method.
  */
 export function routeMatcher(routes: readonly { method: string; path: string }[]) {
   const compiled = routes
@@ -177,6 +183,11 @@ export function routeMatcher(routes: readonly { method: string; path: string }[]
       ),
     }))
     .sort((a, b) => a.params - b.params);
-  return (method: string, path: string): string =>
-    compiled.find((route) => route.method === method && route.pattern.test(path))?.template ?? UNMATCHED;
+  return (method: string, path: string): string => {
+    const served = path.length > 1 && path.endsWith("/") ? path.slice(0, -1) : path;
+    const wanted = method === "HEAD" ? "GET" : method;
+    const fits = (route: (typeof compiled)[number]) =>
+      (wanted === "OPTIONS" || route.method === wanted) && route.pattern.test(served);
+    return compiled.find(fits)?.template ?? UNMATCHED;
+  };
 }

@@ -46,10 +46,14 @@ export function snapshotStore(livePath: string, outPath: string): void {
   fsyncFile(outPath);
 }
 
-/** Tables whose rows name a private key in the keystore, and the keystore id prefix of each. */
-const KEYSTORE_ENTRIES: Record<string, string> = {
-  signing_keys: "product-signing:",
-  sealing_keys: "product-sealing:",
+/**
+ * Tables whose rows name a private key in the keystore, the keystore id prefix of each, and which
+ * rows need it: a compromised sealing key's private half is removed on purpose (and only after
+ * the store says compromised), so the store no longer needs it.
+ */
+const KEYSTORE_ENTRIES: Record<string, { prefix: string; needed: string }> = {
+  signing_keys: { prefix: "product-signing:", needed: "1" },
+  sealing_keys: { prefix: "product-sealing:", needed: "status <> 'compromised'" },
 };
 
 export interface StoreReport {
@@ -59,9 +63,11 @@ export interface StoreReport {
 
 /**
  * A store is usable with a keystore when SQLite finds no corruption, and every product signing or
- * sealing key it lists has its private half in the keystore. The keystore only ever gains entries, and a key
- * goes into the keystore before its row goes into the store, so a keystore copied after the store
- * snapshot always passes; one copied before can miss keys made in between.
+ * sealing key it lists has its private half in the keystore (except compromised sealing keys). A
+ * key goes into the keystore before its row goes into the store, and the only entries ever
+ * removed are those of sealing keys the store already calls compromised, so a keystore copied
+ * after the store snapshot passes; one copied before can miss keys made in between, and one
+ * copied just after a compromise that the snapshot predates lacks that key (run the backup again).
  */
 export function checkStore(sqlite: Database, keystore: Keystore | null): StoreReport {
   const integrity = sqlite.query<{ integrity_check: string }, []>("PRAGMA integrity_check").all();
@@ -90,10 +96,10 @@ export function checkStore(sqlite: Database, keystore: Keystore | null): StoreRe
     if (!keystore.has("data-key")) throw new Error("the keystore has no data key");
     const missing = Object.entries(KEYSTORE_ENTRIES)
       .filter(([table]) => tables.includes(table))
-      .flatMap(([table, prefix]) =>
+      .flatMap(([table, { prefix, needed }]) =>
         sqlite
-          // The table name comes from the constant map above, never from input.
-          .query<{ key_id: string }, []>(`SELECT key_id FROM "${table}" ORDER BY key_id`)
+          // The table name and condition come from the constant map above, never from input.
+          .query<{ key_id: string }, []>(`SELECT key_id FROM "${table}" WHERE ${needed} ORDER BY key_id`)
           .all()
           .map((row) => `${prefix}${row.key_id}`),
       )

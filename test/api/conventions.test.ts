@@ -129,6 +129,18 @@ describe("the error envelope", () => {
     expect((await create({ email: null, external_ref: null })).status).toBe(201);
   });
 
+  test("a missing member or header is named once, as required, not in the validator's words", async () => {
+    const noProduct = await t.call("POST", "/mgmt/v1/policies", { body: { name: "x" }, headers: t.idem() });
+    expect(noProduct.status).toBe(422);
+    expect(noProduct.body.error.details.errors).toEqual({ product_id: ["is required"] });
+    // A member with a rule of its own is still "required" when it is absent, not told the rule.
+    const noName = await t.call("POST", "/mgmt/v1/products", { body: { code: "desk" }, headers: t.idem() });
+    expect(noName.body.error.details.errors).toEqual({ name: ["is required"] });
+    const noKey = await t.call("POST", "/mgmt/v1/products", { body: productBody() });
+    expect(noKey.status).toBe(400);
+    expect(noKey.body.error.details.errors).toEqual({ "idempotency-key": ["is required"] });
+  });
+
   test("a member named twice in one object answers 400 and creates nothing, however it is spelt or nested", async () => {
     for (const raw of [
       '{"name":"A","code":"dup-a","environment":"live","code":"dup-b"}',

@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { resolveConfig } from "../../src/config.ts";
 import { silentLogger } from "../../src/http/logger.ts";
+import { Metrics, routeMatcher } from "../../src/http/metrics.ts";
 import { type RunningServer, startServer } from "../../src/server.ts";
 import { freshNonce } from "../support/device.ts";
 import { createTestContext, type TestContext } from "../support/harness.ts";
@@ -81,7 +82,7 @@ describe("GET /metrics", () => {
     const missing = "/mgmt/v1/products/prod_01M81Z00000000000000000000";
     const notFound = 'licensing_http_requests_total{method="GET",route="/mgmt/v1/products/:id",status="404"}';
     const listed = 'licensing_http_requests_total{method="GET",route="/mgmt/v1/products",status="200"}';
-    const unmatched = 'licensing_http_requests_total{method="OTHER",route="unmatched",status="404"}';
+    const unmatched = 'licensing_http_requests_total{method="GET",route="unmatched",status="404"}';
     await http("GET", missing);
     await http("GET", missing);
     await http("GET", "/mgmt/v1/products");
@@ -92,6 +93,28 @@ describe("GET /metrics", () => {
     expect(sample(after, unmatched) - sample(before, unmatched)).toBe(1);
     expect(after).not.toContain("prod_01M81Z");
     expect(after).not.toContain("secret-looking-path");
+  });
+
+  test("a served path counts under its route and real method: trailing slash, HEAD, preflight", async () => {
+    const before = await scrape();
+    const series = (method: string, route: string, status: number) =>
+      `licensing_http_requests_total{method="${method}",route="${route}",status="${status}"}`;
+    const docs = series("GET", "/docs", 200);
+    const errors = series("GET", "/docs/errors", 200);
+    const head = series("HEAD", "/healthz", 200);
+    expect((await http("GET", "/docs/", { key: null })).status).toBe(200);
+    expect((await http("GET", "/docs/errors/", { key: null })).status).toBe(200);
+    expect((await http("HEAD", "/healthz", { key: null })).status).toBe(200);
+    const preflight = await http("OPTIONS", "/runtime/v1/time", {
+      key: null,
+      headers: { origin: "https://app.example.com", "access-control-request-method": "POST" },
+    });
+    const options = series("OPTIONS", "/runtime/v1/time", preflight.status);
+    const after = await scrape();
+    expect(sample(after, docs) - sample(before, docs)).toBe(1);
+    expect(sample(after, errors) - sample(before, errors)).toBe(1);
+    expect(sample(after, head) - sample(before, head)).toBe(1);
+    expect(sample(after, options) - sample(before, options)).toBe(1);
   });
 
   test("the latency histogram is cumulative and its count matches the requests", async () => {
@@ -158,6 +181,18 @@ describe("GET /metrics", () => {
     expect(sample(text, "licensing_store_size_bytes")).toBeGreaterThan(0);
     expect(sample(text, "licensing_store_size_bytes") % pageSize).toBe(0);
   });
+});
+
+test("a made-up method is labelled OTHER, so the method label set stays closed", () => {
+  // Bun's server hands such a request over as a GET, so this is checked on the registry itself.
+  const metrics = new Metrics({ version: "0" }, routeMatcher([{ method: "GET", path: "/healthz" }]));
+  const response = new Response(null, { status: 404 });
+  metrics.observe("BREW", "/healthz", response, 0.001);
+  metrics.observe("GET", "/no/such/route", response, 0.001);
+  const text = metrics.render();
+  expect(text).toContain('licensing_http_requests_total{method="OTHER",route="unmatched",status="404"} 1');
+  expect(text).toContain('licensing_http_requests_total{method="GET",route="unmatched",status="404"} 1');
+  expect(text).not.toContain("BREW");
 });
 
 test("without a metrics token the route does not exist", async () => {

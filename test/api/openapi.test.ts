@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { Validator } from "@seriousme/openapi-schema-validator";
+import { POLICY_NUMBER_BOUNDS } from "../../src/domain/policy-rules.ts";
 import { SCOPES } from "../../src/domain/scopes.ts";
 import { createTestContext, type TestContext } from "../support/harness.ts";
 
@@ -172,6 +173,32 @@ describe("the OpenAPI document", () => {
     }
     expect(seen.size).toBeGreaterThan(50);
     expect(unbounded).toEqual([]);
+  });
+
+  test("the policy bodies state the numeric bounds the service enforces on every plan", () => {
+    const schemaOf = (method: string, path: string): Json => {
+      const schema = doc.paths[path]?.[method]?.requestBody?.content?.["application/json"]?.schema as Json;
+      const ref = schema?.$ref as string | undefined;
+      return ref ? doc.components.schemas[ref.replace("#/components/schemas/", "")] : schema;
+    };
+    for (const [method, path] of [
+      ["post", "/mgmt/v1/policies"],
+      ["patch", "/mgmt/v1/policies/{id}"],
+    ] as const) {
+      const properties = schemaOf(method, path).properties as Record<string, Json>;
+      for (const [field, bounds] of Object.entries(POLICY_NUMBER_BOUNDS)) {
+        const property = properties[field] as Json & { anyOf?: Json[] };
+        // A nullable count is anyOf [integer, null].
+        const integer = property.anyOf?.find((branch) => branch.type === "integer") ?? property;
+        expect({ where: `${method} ${path} ${field}`, min: integer.minimum, max: integer.maximum }).toEqual({
+          where: `${method} ${path} ${field}`,
+          ...bounds,
+        });
+      }
+    }
+    // The values docs/api.md states.
+    expect(POLICY_NUMBER_BOUNDS.max_machines).toEqual({ min: 1, max: 1_000_000 });
+    expect(POLICY_NUMBER_BOUNDS.cert_ttl_sec.min).toBe(300);
   });
 
   test("every request body is required except rotate-secret's, whose absence means the defaults", () => {

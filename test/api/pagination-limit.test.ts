@@ -75,6 +75,12 @@ describe("limit", () => {
     expect((await t.call("GET", `/mgmt/v1/licenses?product_id=${product}`)).status).toBe(200);
   });
 
+  test("an unknown query parameter answers 422 naming it as a query parameter, not as a body field", async () => {
+    const response = await t.call("GET", "/mgmt/v1/licenses?colour=red");
+    expect(response.status).toBe(422);
+    expect(response.body.error.details.errors).toEqual({ colour: ["is not a known query parameter"] });
+  });
+
   test("plain digits still page: leading zeros are allowed, and 0 or 201 stay 422 out of range", async () => {
     expect((await get("limit=05")).body.data).toHaveLength(5);
     expect((await get("limit=200")).body.data).toHaveLength(12);

@@ -107,6 +107,9 @@ describe("errors", () => {
   });
 
   test("numbers outside the plan's constraints answer 422 keyed by field", async () => {
+    // A plan narrower than the loosest one: its bounds lie inside the request schema's, which the
+    // service then checks all together (the schema's own bounds are refused first, see below).
+    t.workspace.setPlan("free");
     const c = t.workspace.plan().policy_constraints;
     const response = await create({
       product_id: productId,
@@ -120,6 +123,22 @@ describe("errors", () => {
     expect(Object.keys(response.body.error.details.errors)).toEqual(
       expect.arrayContaining(["heartbeat_sec", "cert_ttl_sec", "lease_heartbeat_sec"]),
     );
+  });
+
+  test("numbers outside the bounds every plan keeps answer 422 keyed by field", async () => {
+    const response = await create({
+      product_id: productId,
+      name: "Bad",
+      max_machines: 0,
+      cert_ttl_sec: 299,
+      network_grace_sec: 90 * 86_400 + 1,
+    });
+    expect(response.status).toBe(422);
+    expect(Object.keys(response.body.error.details.errors).sort()).toEqual([
+      "cert_ttl_sec",
+      "max_machines",
+      "network_grace_sec",
+    ]);
   });
 
   test("a smaller plan's constraints apply once the plan changes", async () => {

@@ -112,8 +112,16 @@ describe("errors", () => {
     expect(response.body.error.code).toBe("ENVIRONMENT_MISMATCH");
   });
 
+  test("without an environment a product takes its key's", async () => {
+    const live = await create({ name: "Desk App", code: "desk" });
+    const test = await create({ name: "Desk App", code: "desk" }, t.keys.test);
+    expect([live.status, test.status]).toEqual([201, 201]);
+    expect(live.body.data.environment).toBe("live");
+    expect(test.body.data.environment).toBe("test");
+  });
+
   test("missing required fields and bad values answer 422 with every field listed", async () => {
-    const response = await create({ name: "", code: "Bad Code!" });
+    const response = await create({ name: "", code: "Bad Code!", environment: "staging" });
     expect(response.status).toBe(422);
     expect(Object.keys(response.body.error.details.errors).sort()).toEqual(["code", "environment", "name"]);
   });

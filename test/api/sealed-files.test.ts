@@ -37,7 +37,12 @@ describe("status and enabling", () => {
   test("a new product has sealed files disabled and no key", async () => {
     const response = await t.call("GET", path());
     expect(response.status).toBe(200);
-    expect(response.body.data).toEqual({ product_id: productId, status: "disabled", current_key: null });
+    expect(response.body.data).toEqual({
+      product_id: productId,
+      status: "disabled",
+      current_key: null,
+      keys: [],
+    });
   });
 
   test("enabling creates a P-256 key whose one-line sealing key the sealing tool accepts", async () => {
@@ -53,6 +58,8 @@ describe("status and enabling", () => {
     expect(key.sealing_key).not.toContain("\n");
     expect(parseSealingKeyLine(key.sealing_key).productId).toBe(productId);
     expect(t.deps.keystore.has(`product-sealing:${key.key_id}`)).toBe(true);
+    // The one key is also listed, as the current, active one.
+    expect(response.body.data.keys).toEqual([{ ...key, status: "active", current: true, retired_at: null }]);
     expect((await t.call("GET", path())).body.data).toEqual(response.body.data);
   });
 

@@ -1,8 +1,8 @@
 import { afterAll, beforeAll, expect, test } from "bun:test";
 import { existsSync } from "node:fs";
-import { join } from "node:path";
 import type { Server } from "bun";
 import { type Browser, chromium, type Page } from "playwright-core";
+import { bundleBrowserSdk } from "../../build/sdk-browser.ts";
 import {
   api,
   BUILD_TIMEOUT_MS,
@@ -12,7 +12,6 @@ import {
   runCli,
   type ServerProcess,
   startServe,
-  tempDir,
 } from "./binary.ts";
 
 /**
@@ -35,15 +34,8 @@ beforeAll(async () => {
       `Chromium not found at ${CHROMIUM}: install Debian's package (apt-get install -y chromium), as .ci/run does, or set LICENSING_TEST_CHROMIUM`,
     );
   }
-  const bundled = await Bun.build({
-    entrypoints: [join(import.meta.dir, "../../src/sdk/index.ts")],
-    target: "browser",
-    format: "esm",
-    outdir: tempDir("licensing-sdk-bundle-"),
-  });
-  const output = bundled.outputs[0];
-  if (!bundled.success || !output) throw new Error(`the SDK did not bundle: ${bundled.logs.join("\n")}`);
-  sdkBundle = await output.text();
+  // The bundle `npm run build:sdk` ships: the page proves its Web Crypto stand-in for Node's works.
+  sdkBundle = await (await bundleBrowserSdk()).text();
 
   const { dataDir } = await initialisedDataDir();
   const created = await runCli([

@@ -194,21 +194,35 @@ describe("keys and plan commands", () => {
 
 describe("usage errors", () => {
   test.each([
-    [["serve", "--bogus"], "unknown option --bogus"],
-    [["init", "--data-dir"], "--data-dir needs a value"],
-    [["serve", "--port", "70000"], "port number from 1 to 65535"],
     [["frobnicate"], 'unknown command "frobnicate"'],
     [["keys"], "a subcommand is needed"],
     [["keys", "rotate"], 'unknown subcommand "rotate"'],
-    [["keys", "create", "--scopes", "all"], "--env is required"],
     [[], "Usage:"],
-  ])("%p exits 2 with usage on stderr", async (args, message) => {
+  ])("%p exits 2 with the list of commands on stderr", async (args, message) => {
     const result = await runCli(args);
     expect(result.exitCode).toBe(2);
     expect(result.stderr).toContain(message);
     expect(result.stderr).toContain("Usage:");
     expect(result.stdout).toBe("");
   });
+
+  test.each([
+    [["serve", "--bogus"], "unknown option --bogus", "serve"],
+    [["init", "--data-dir"], "--data-dir needs a value", "init"],
+    [["serve", "--port", "70000"], "port number from 1 to 65535", "serve"],
+    [["keys", "create", "--scopes", "all"], "--env is required", "keys create"],
+  ])(
+    "%p exits 2 with the error and a pointer to the command's --help on stderr",
+    async (args, message, name) => {
+      const result = await runCli(args);
+      expect(result.exitCode).toBe(2);
+      const [error, hint, rest] = result.stderr.split("\n");
+      expect(error).toContain(message);
+      expect(hint).toBe(`Run "licensing ${name} --help" for its options.`);
+      expect(rest).toBe("");
+      expect(result.stdout).toBe("");
+    },
+  );
 
   test("a bad value in an environment variable is a usage error naming the variable", async () => {
     const result = await runCli(["serve"], { env: { LICENSING_PORT: "eighty" } });

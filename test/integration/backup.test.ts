@@ -11,13 +11,15 @@ import {
 } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { restoreBackup, takeBackup } from "../../src/cli/backup.ts";
-import { CliError } from "../../src/cli/shared.ts";
-import { resolveConfig } from "../../src/config.ts";
+import { restoreBackup, serveHint, takeBackup } from "../../src/cli/backup.ts";
+import { serveCommand } from "../../src/cli/serve.ts";
+import { CliError, resolvePassphrase } from "../../src/cli/shared.ts";
+import { parseCommandLine, resolveConfig } from "../../src/config.ts";
 import { Keystore } from "../../src/crypto/keystore.ts";
 import { SecretBox } from "../../src/crypto/secret-box.ts";
 import { describeFile } from "../../src/store/backup.ts";
 import { createTestContext, type TestContext } from "../support/harness.ts";
+import { runInProcess } from "../support/in-process-cli.ts";
 
 /**
  * `licensing backup` and `licensing restore` in-process, over a real store and keystore. The
@@ -168,6 +170,37 @@ describe("restore", () => {
     const result = restoreBackup(configFor(target, {}), out);
     expect(result.passphraseFile).toBe(join(target, "keystore.passphrase"));
     expect(readFileSync(join(target, "keystore.passphrase"), "utf8")).toBe(`${PASSPHRASE}\n`);
+  });
+
+  test("prints a serve command that finds the passphrase when the backup held none", async () => {
+    const out = join(scratch, "backup");
+    takeBackup(configFor(t.dir), out, { includePassphrase: false });
+    writeFileSync(join(scratch, "pass"), `${PASSPHRASE}\n`, { mode: 0o600 });
+    const restore = await runInProcess(
+      ["restore", "backup", "--data-dir", "r1", "--passphrase-file", "pass"],
+      scratch,
+    );
+    expect(restore.code).toBe(0);
+    const hint = restore.stdout.split("Start it with: ")[1]?.trim() ?? "";
+    expect(hint).toBe(
+      `licensing serve --data-dir ${join(scratch, "r1")} --passphrase-file ${join(scratch, "pass")}`,
+    );
+    // The printed command, run from anywhere, opens the keystore: serve would start.
+    const serve = parseCommandLine(hint.split(" ").slice(2), {}, "/", serveCommand.configKeys);
+    expect(resolvePassphrase(serve.config, { generate: false }).passphrase).toBe(PASSPHRASE);
+  });
+
+  test("names the passphrase variable when restore took the passphrase from it, and only the data dir when restored", () => {
+    const out = join(scratch, "backup");
+    takeBackup(configFor(t.dir), out, { includePassphrase: true });
+    const fromEnv = configFor(join(scratch, "a"));
+    expect(serveHint(restoreBackup(fromEnv, out), fromEnv)).toBe(
+      `licensing serve --data-dir ${join(scratch, "a")} (with LICENSING_KEYSTORE_PASSPHRASE set, as for this restore)`,
+    );
+    const restored = configFor(join(scratch, "b c"), {});
+    expect(serveHint(restoreBackup(restored, out), restored)).toBe(
+      `licensing serve --data-dir '${join(scratch, "b c")}'`,
+    );
   });
 
   test("refuses a non-empty target and leaves it as it was", () => {

@@ -340,9 +340,13 @@ test("a package is signed by the key active when its write lock is held, even if
 test("a rotation finds the retiring key's unexpired packages by index, not by reading every package", async () => {
   const trust = new TrustService(t.deps);
   const { sql } = await sqlPreparedDuring(t.deps.sqlite, () => trust.rotate(fx.productId));
-  const lookup = sql.find((text) => /FROM offline_packages WHERE signing_key_id/.test(text));
+  const lookup = sql.find((text) => /FROM offline_packages p JOIN licenses l/.test(text));
   expect(lookup).toBeDefined();
-  expect(queryPlan(t.deps.sqlite, (lookup as string).replaceAll("?", "'k'"))).toContain(
-    "SEARCH offline_packages USING COVERING INDEX offline_packages_signing_key (signing_key_id=? AND expires_at>?)",
+  // Only the key's unexpired packages are read, each with its license (revoked ones do not count).
+  const plan = queryPlan(t.deps.sqlite, (lookup as string).replaceAll("?", "'k'"));
+  expect(plan).toContain(
+    "SEARCH p USING INDEX offline_packages_signing_key (signing_key_id=? AND expires_at>?)",
   );
+  expect(plan).toMatch(/SEARCH l USING (INDEX sqlite_autoindex_licenses_1|INTEGER PRIMARY KEY) \(/);
+  expect(plan).not.toContain("SCAN");
 });

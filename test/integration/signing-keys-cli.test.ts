@@ -102,13 +102,13 @@ const auditTypes = () =>
     .all(productId)
     .map((row) => row.type);
 /** An offline package for a new device, signed by the active key; answers its expiry in Unix seconds. */
-async function offlinePackage(): Promise<number> {
+async function offlinePackage(license = licenseId): Promise<number> {
   const device = new LicensingClient({
     config,
     storage: new MemoryStorage(),
     fetch: ((url: string, init?: RequestInit) => app.handle(new Request(url, init))) as never,
   });
-  const response = await api("POST", `/mgmt/v1/licenses/${licenseId}/offline-certificates`, {
+  const response = await api("POST", `/mgmt/v1/licenses/${license}/offline-certificates`, {
     request: await device.createOfflineRequest({ machineInfo: MACHINE }),
   });
   expect(response.status).toBe(200);
@@ -120,6 +120,19 @@ async function bundle(): Promise<TrustBundleBody> {
   const data = (await response.json()).data;
   expectValidBundle(data, rootPublicKey);
   return data.bundle;
+}
+
+let policyId: string;
+/** A license of the product that expires in `days`; answers its id. */
+async function newLicense(days: number): Promise<string> {
+  const expiresAt = new Date(Date.now() + days * 86_400_000).toISOString();
+  const created = await api("POST", "/mgmt/v1/licenses", {
+    product_id: productId,
+    policy_id: policyId,
+    expires_at: expiresAt,
+  });
+  expect(created.status).toBe(201);
+  return json(created.bytes).data.public_id;
 }
 
 beforeAll(async () => {
@@ -143,6 +156,7 @@ beforeAll(async () => {
       })
     ).bytes,
   ).data;
+  policyId = policy.public_id;
   // Offline packages default to the license's expiry: a year, far past the certificates' week.
   const expiresAt = new Date(Date.now() + 365 * 86_400_000).toISOString();
   licenseId = json(
@@ -233,6 +247,45 @@ describe("how long a retired key stays in the bundle", () => {
     expect(retired.invalidated_offline_packages).toEqual({ count: 0, latest_expires_at: null });
   });
 
+  test("rotate says how many unexpired offline packages keep the retired key listed, and until when", async () => {
+    const expiresAt = Math.max(await offlinePackage(), await offlinePackage());
+    const signer = activeKey() as string;
+    const run = await cli(["rotate", "--product", productId]);
+    expect(run.code).toBe(0);
+    expect(run.stdout).toContain(
+      `Key ${signer} is retired and stays in the trust bundle until ${iso(expiresAt)}.\n` +
+        "That is when the last of the 2 unexpired offline packages it signed expires (packages of revoked licenses do not count).",
+    );
+    // A key that signed none stays for the longest certificate, and says so.
+    const again = await cli(["rotate", "--product", productId, "--json"]);
+    const { retired } = JSON.parse(again.stdout);
+    expect(retired.unexpired_offline_packages).toEqual({ count: 0, latest_expires_at: null });
+  });
+
+  test("a revoked license's offline package does not keep the retired key listed; a suspended one's does", async () => {
+    expect((await cli(["rotate", "--product", productId])).code).toBe(0);
+    const revoked = await newLicense(3 * 365);
+    const revokedExpiry = await offlinePackage(revoked);
+    expect((await api("DELETE", `/mgmt/v1/licenses/${revoked}`)).status).toBe(204);
+    const before = Math.floor(Date.now() / 1000);
+    const run = await cli(["rotate", "--product", productId, "--json"]);
+    const { retired } = JSON.parse(run.stdout);
+    // The longest certificate (the policy's week), not the revoked license's three years.
+    expect(retired.not_after).toBeLessThan(before + 8 * 86_400);
+    expect(retired.not_after).toBeLessThan(revokedExpiry);
+    expect(retired.unexpired_offline_packages).toEqual({ count: 0, latest_expires_at: null });
+    expect(retired.invalidated_offline_packages).toEqual({ count: 0, latest_expires_at: null });
+
+    // A suspension can be lifted, and the package must then verify again.
+    const suspended = await newLicense(2 * 365);
+    const suspendedExpiry = await offlinePackage(suspended);
+    const suspend = await api("PATCH", `/mgmt/v1/licenses/${suspended}`, { status_action: "suspended" });
+    expect(suspend.status).toBe(200);
+    const next = JSON.parse((await cli(["rotate", "--product", productId, "--json"])).stdout).retired;
+    expect(next.not_after).toBe(suspendedExpiry);
+    expect(next.unexpired_offline_packages).toEqual({ count: 1, latest_expires_at: suspendedExpiry });
+  });
+
   test("a shorter --retain-days says how many unexpired offline packages it invalidates and until when they were valid", async () => {
     const latest = Math.max(await offlinePackage(), await offlinePackage());
     const signer = activeKey() as string;
@@ -248,6 +301,21 @@ describe("how long a retired key stays in the bundle", () => {
     expect(text.stdout).toContain(
       `Warning: 1 unexpired offline package signed by ${activeKeyBefore(text.stdout)} is valid until ${iso(next)} at the latest`,
     );
+  });
+
+  test("list prints the key times as ISO dates, and --json keeps them as Unix seconds", async () => {
+    const listed = JSON.parse((await cli(["list", "--product", productId, "--json"])).stdout) as {
+      key_id: string;
+      not_before: number;
+      not_after: number | null;
+    }[];
+    const retired = listed.find((k) => k.not_after !== null);
+    expect(typeof retired?.not_before).toBe("number");
+    const table = (await cli(["list", "--product", productId])).stdout;
+    const row = table.split("\n").find((line) => line.startsWith(retired?.key_id ?? "-"));
+    expect(row).toContain(iso(retired?.not_before ?? 0));
+    expect(row).toContain(iso(retired?.not_after ?? 0));
+    expect(table).not.toMatch(/\s\d{10}\s/);
   });
 
   test("retiring a key at once says how many unexpired offline packages it signed", async () => {

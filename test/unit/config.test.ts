@@ -33,7 +33,31 @@ describe("configuration defaults", () => {
   });
 
   test("the default base URL follows the host and port", () => {
-    expect(serve(["--host", "0.0.0.0", "--port", "9000"]).baseUrl).toBe("http://0.0.0.0:9000");
+    expect(serve(["--host", "10.0.0.5", "--port", "9000"]).baseUrl).toBe("http://10.0.0.5:9000");
+  });
+
+  test("a wildcard host without a base URL is a usage error telling the operator to set one", () => {
+    for (const host of ["0.0.0.0", "::", "0:0:0:0:0:0:0:0"]) {
+      expect(() => serve(["--host", host])).toThrow(
+        new UsageError(
+          `--host ${host} listens on every interface, so it cannot be the base URL clients use: ` +
+            "set --base-url (or LICENSING_BASE_URL) to the service's public URL, e.g. https://licensing.example.com",
+        ),
+      );
+    }
+    expect(() => serve([], { LICENSING_HOST: "0.0.0.0" })).toThrow(/^LICENSING_HOST 0\.0\.0\.0 listens/);
+  });
+
+  test("a wildcard host with a base URL listens on every interface and keeps the base URL given", () => {
+    const config = serve(["--host", "0.0.0.0", "--base-url", "https://licensing.example.com"]);
+    expect(config.host).toBe("0.0.0.0");
+    expect(config.baseUrl).toBe("https://licensing.example.com");
+    expect(serve(["--host", "::"], { LICENSING_BASE_URL: "https://l.example.com" }).host).toBe("::");
+  });
+
+  test("a command that puts no base URL anywhere runs with a wildcard host in the environment", () => {
+    const line = parseCommandLine([], { LICENSING_HOST: "0.0.0.0" }, CWD, ["dataDir", "passphraseFile"]);
+    expect(line.config.host).toBe("0.0.0.0");
   });
 
   test("an IPv6 host is bracketed in the default base URL", () => {
@@ -188,7 +212,7 @@ describe("validation", () => {
     expect(() => serve([], { LICENSING_HOST: "1::2::3" })).toThrow(
       /^LICENSING_HOST must be a hostname or IP address/,
     );
-    expect(serve(["--host", "::"]).baseUrl).toBe("http://[::]:8080");
+    expect(serve(["--host", "::2"]).baseUrl).toBe("http://[::2]:8080");
   });
 
   test("an SMTP user or password with a bad percent-escape is a usage error that does not echo it", () => {

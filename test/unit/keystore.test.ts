@@ -283,3 +283,54 @@ describe("two processes on one keystore", () => {
     expect(reasonOf(() => server.refresh())).toBe("tampered");
   });
 });
+
+describe("removing entries (a compromised sealing key)", () => {
+  const sealing = (id: string) => ({
+    metadata: {
+      id,
+      kind: "sealing_key" as const,
+      environment: "live" as const,
+      alg: "p256",
+      created_at: "2026-01-01T00:00:00.000Z",
+    },
+    secret: new Uint8Array([4, 5, 6]),
+  });
+
+  test("a removed entry is gone from the file and the open keystore; the others open as before", () => {
+    const store = Keystore.create(path, PASSPHRASE, FAST);
+    store.add([sealing("product-sealing:a"), sealing("product-sealing:b")]);
+    expect(store.remove(["product-sealing:a"])).toEqual(["product-sealing:a"]);
+    expect(store.has("product-sealing:a")).toBe(false);
+    const reopened = Keystore.open(path, PASSPHRASE);
+    expect(reopened.entries().map((e) => e.id)).toEqual([
+      "data-key",
+      "root-live",
+      "root-test",
+      "product-sealing:b",
+    ]);
+    expect([...reopened.secret("product-sealing:b")]).toEqual([4, 5, 6]);
+    expect(readFileSync(path, "utf8")).not.toContain("product-sealing:a");
+    expect(readdirSync(dir)).toEqual(["keystore.json"]);
+  });
+
+  test("removing what is not there changes nothing, so repeating an interrupted removal is safe", () => {
+    const store = Keystore.create(path, PASSPHRASE, FAST);
+    const before = readFileSync(path, "utf8");
+    expect(store.remove(["product-sealing:missing"])).toEqual([]);
+    expect(readFileSync(path, "utf8")).toBe(before);
+  });
+
+  test("another process's stale copy that adds afterwards does not bring a removed entry back", () => {
+    const server = Keystore.create(path, PASSPHRASE, FAST);
+    server.add([sealing("product-sealing:leaked")]);
+    const cli = Keystore.open(path, PASSPHRASE);
+    cli.remove(["product-sealing:leaked"]);
+    // The server still holds it in memory until it re-reads the file; its next add starts from the file.
+    expect(server.has("product-sealing:leaked")).toBe(true);
+    server.add([sealing("product-sealing:new")]);
+    expect(server.has("product-sealing:leaked")).toBe(false);
+    const reopened = Keystore.open(path, PASSPHRASE);
+    expect(reopened.has("product-sealing:leaked")).toBe(false);
+    expect(reopened.has("product-sealing:new")).toBe(true);
+  });
+});

@@ -7,6 +7,7 @@ import {
   IDENTITY_MODES,
   LICENSE_TYPES,
   PERPETUAL_MODES,
+  POLICY_NUMBER_BOUNDS,
   RENEWAL_AUTHORITIES,
   VALIDATION_MODES,
 } from "../../domain/policy-rules.ts";
@@ -14,9 +15,19 @@ import { pageParams } from "../../http/pagination.ts";
 import { DateTime, dataOf, IdField, JsonObject, listOf, NameField, Nullable } from "../../http/schemas.ts";
 import { StringEnum } from "../../http/schemas-enum.ts";
 
-const Seconds = (description: string) =>
-  Type.Integer({ minimum: 0, maximum: 10 * 365 * 86_400, description });
-const Count = (description: string) => Type.Integer({ minimum: 0, maximum: 10_000_000, description });
+type Bounded = keyof typeof POLICY_NUMBER_BOUNDS;
+
+/**
+ * A numeric setting with the bounds it has on every plan (policy-rules.ts), so /openapi.json
+ * states the rules the service enforces; a bound a plan narrows is named in the description.
+ */
+const Bounded = (field: Bounded, description: string, planBound?: string) => {
+  const { min, max } = POLICY_NUMBER_BOUNDS[field];
+  const plan = planBound
+    ? ` ${planBound}: the bounds here hold on every plan; the workspace plan may narrow them (422 keyed by the field).`
+    : "";
+  return Type.Integer({ minimum: min, maximum: max, description: `${description}${plan}` });
+};
 
 /** Every settable policy field; all optional here, `product_id` and `name` required on create. */
 const settings = {
@@ -47,17 +58,48 @@ const settings = {
   renewal_authority: Type.Optional(StringEnum(RENEWAL_AUTHORITIES)),
   billing_cycle: Type.Optional(StringEnum(BILLING_CYCLES)),
   heartbeat_required: Type.Optional(Type.Boolean()),
-  max_machines: Type.Optional(Count("Machine slots per license (default 1).")),
-  max_concurrent: Type.Optional(Nullable(Count("Floating seats per license; null for no floating limit."))),
-  license_unit_limit: Type.Optional(Nullable(Count("Named users per license; null for no limit."))),
-  cert_ttl_sec: Type.Optional(Seconds("Lifetime of a license certificate.")),
-  heartbeat_sec: Type.Optional(Seconds("Heartbeat interval.")),
-  lease_ttl_sec: Type.Optional(Seconds("A lease expires this long after its last heartbeat.")),
-  lease_heartbeat_sec: Type.Optional(Seconds("Lease heartbeat interval.")),
-  network_grace_sec: Type.Optional(
-    Seconds("How long a fail-open device keeps working offline after its certificate lapses."),
+  max_machines: Type.Optional(Bounded("max_machines", "Machine slots per license (default 1).")),
+  max_concurrent: Type.Optional(
+    Nullable(Bounded("max_concurrent", "Floating seats per license; null for no floating limit.")),
   ),
-  trial_days: Type.Optional(Type.Integer({ minimum: 0, maximum: 365 })),
+  license_unit_limit: Type.Optional(
+    Nullable(Bounded("license_unit_limit", "Named users per license; null for no limit.")),
+  ),
+  cert_ttl_sec: Type.Optional(
+    Bounded(
+      "cert_ttl_sec",
+      "Lifetime of a license certificate; with network_grace_sec when failing open, at most the plan's revocation_exposure_max_sec.",
+      "At most the plan's cert_ttl_max_sec",
+    ),
+  ),
+  heartbeat_sec: Type.Optional(
+    Bounded(
+      "heartbeat_sec",
+      "Heartbeat interval; at most cert_ttl_sec.",
+      "At least the plan's activation_sync_min_sec",
+    ),
+  ),
+  lease_ttl_sec: Type.Optional(
+    Bounded(
+      "lease_ttl_sec",
+      "A lease expires this long after its last heartbeat.",
+      "At least the plan's floating_lease_ttl_min_sec",
+    ),
+  ),
+  lease_heartbeat_sec: Type.Optional(
+    Bounded(
+      "lease_heartbeat_sec",
+      "Lease heartbeat interval; shorter than lease_ttl_sec.",
+      "At least the plan's floating_sync_min_sec",
+    ),
+  ),
+  network_grace_sec: Type.Optional(
+    Bounded(
+      "network_grace_sec",
+      "How long a fail-open device keeps working offline after its certificate lapses.",
+    ),
+  ),
+  trial_days: Type.Optional(Bounded("trial_days", "Trial length in days; at least 1 for a trial policy.")),
   entitlements: Type.Optional(
     JsonObject(
       "Entitlement name -> true/false, or a JSON value for limits whose numbers are integers within ±(2^53−1).",

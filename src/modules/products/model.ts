@@ -10,7 +10,15 @@ const Code = Type.String({
 const Description = Type.String({ maxLength: 2000 });
 
 export const ProductCreate = Type.Object(
-  { name: Name, code: Code, description: Type.Optional(Description), environment: Environment },
+  {
+    name: Name,
+    code: Code,
+    description: Type.Optional(Description),
+    environment: Type.Optional({
+      ...Environment,
+      description: "The API key's environment when left out; another one is 403 ENVIRONMENT_MISMATCH.",
+    }),
+  },
   { additionalProperties: false },
 );
 

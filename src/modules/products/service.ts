@@ -60,11 +60,13 @@ export class ProductService {
   }
 
   create(input: ProductCreateBody, ctx: ChangeContext): ProductRow {
-    if (input.environment !== ctx.environment) throw environmentMismatch(ctx.environment);
+    // The key decides the environment; the field may only confirm it.
+    const environment = input.environment ?? ctx.environment;
+    if (environment !== ctx.environment) throw environmentMismatch(ctx.environment);
     const now = this.deps.clock.now();
     const row: ProductRow = {
       id: this.deps.ids.next("product", now.getTime()),
-      environment: input.environment,
+      environment,
       name: input.name,
       code: input.code,
       description: input.description ?? "",
@@ -78,7 +80,7 @@ export class ProductService {
       archivedAt: null,
     };
     this.deps.db.transaction((tx) => {
-      this.assertCodeFree(input.code, input.environment, null);
+      this.assertCodeFree(input.code, environment, null);
       tx.insert(products).values(row).run();
       recordAudit(tx, this.deps, ctx, {
         type: "product.created",

@@ -17,7 +17,8 @@ export const sealedFilesController = ({ sealedFiles }: Services) =>
         scope: "products:read",
         response: { 200: "sealed-files.response" },
         detail: {
-          summary: "Sealed-file status and the current public sealing key (409 for an archived product)",
+          summary:
+            "Sealed-file status, the current public sealing key, and every key with its status (409 for an archived product)",
           responses: { 409: errorEnvelopeResponse("PRODUCT_ARCHIVED.") },
         },
       },

@@ -81,9 +81,13 @@ export class SealedFileKeyService {
     const key = this.sealed.keyRow(header.key_id);
     if (!key || key.productId !== activation.productId)
       throw invalid("unknown_key", "The file was sealed with a key this product does not have.");
-    if (key.status === "retired") throw invalid("retired_key", "The file's sealing key was retired.");
-    if (key.status === "compromised")
+    // Any active key releases, the current one and those it replaced; the row is read on every
+    // call, so a key retired from the command line is refused from its next request on.
+    if (key.status !== "active") {
+      this.sealed.forget(key);
+      if (key.status === "retired") throw invalid("retired_key", "The file's sealing key was retired.");
       throw invalid("compromised_key", "The file's sealing key is compromised.");
+    }
 
     const core = sealedCore(header);
     let dek: Uint8Array;

@@ -1,9 +1,10 @@
 import { Type } from "@sinclair/typebox";
-import { DateTime, dataOf, IdField, Nullable } from "../../http/schemas.ts";
+import { DateTime, dataOf, IdField } from "../../http/schemas.ts";
 import { StringEnum } from "../../http/schemas-enum.ts";
 import { signed } from "../activations/model.ts";
 
 export const SEALED_FILE_STATUSES = ["enabled", "disabled", "not_entitled", "unavailable"] as const;
+export const SEALING_KEY_STATUSES = ["active", "retired", "compromised"] as const;
 
 export const SealedFileStatus = Type.Object({
   product_id: Type.String(),
@@ -11,16 +12,42 @@ export const SealedFileStatus = Type.Object({
     SEALED_FILE_STATUSES,
     "enabled: a key exists and devices get file keys; disabled: no key yet; not_entitled: the plan lacks sealed_files (an existing key stays, devices get no file keys); unavailable: this environment does not offer sealed files.",
   ),
-  current_key: Nullable(
+  current_key: Type.Union(
+    [
+      Type.Object({
+        key_id: Type.String(),
+        public_key: Type.String({ description: "p256:<b64u 65-byte uncompressed point>" }),
+        sealing_key: Type.String({
+          description:
+            "One public line for `licensing seal --sealing-key`: service-sealing-key-v1:<product_id>:<key_id>:<b64u point>.",
+        }),
+        created_at: DateTime(),
+      }),
+      Type.Null(),
+    ],
+    {
+      description:
+        "The key new files are sealed to (`licensing sealing-keys rotate` replaces it); null until sealed files are enabled.",
+    },
+  ),
+  keys: Type.Array(
     Type.Object({
       key_id: Type.String(),
+      status: StringEnum(
+        SEALING_KEY_STATUSES,
+        "active: releases the data keys of files sealed to it; retired: no longer does (`retired_key`); compromised: never again, and its private half is gone from the keystore (`compromised_key`).",
+      ),
+      current: Type.Boolean({ description: "Whether this is `current_key`." }),
       public_key: Type.String({ description: "p256:<b64u 65-byte uncompressed point>" }),
       sealing_key: Type.String({
-        description:
-          "One public line for `licensing seal --sealing-key`: service-sealing-key-v1:<product_id>:<key_id>:<b64u point>.",
+        description: "The key's public line. Seal new files to `current_key.sealing_key` only.",
       }),
       created_at: DateTime(),
+      retired_at: Type.Union([DateTime(), Type.Null()], {
+        description: "When it stopped releasing data keys.",
+      }),
     }),
+    { description: "Every sealing key the product has had, newest first." },
   ),
 });
 

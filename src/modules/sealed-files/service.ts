@@ -1,9 +1,5 @@
-import { generateKeyPairSync } from "node:crypto";
-import { and, eq } from "drizzle-orm";
-import { b64u } from "../../crypto/encoding.ts";
+import { eq } from "drizzle-orm";
 import { p256ScalarOf } from "../../crypto/hpke.ts";
-import { keyIdOf, publicKeyText } from "../../crypto/keys.ts";
-import { sealingKeyLine } from "../../crypto/sealed-file.ts";
 import type { ChangeContext, Deps } from "../../deps.ts";
 import { hasFeature, type PlanDefinition } from "../../domain/plans.ts";
 import { ENVIRONMENTS, type Environment } from "../../domain/scopes.ts";
@@ -11,10 +7,18 @@ import { ApiError } from "../../http/errors.ts";
 import { sealingKeys } from "../../store/schema/index.ts";
 import { recordAudit } from "../events/service.ts";
 import type { ProductService } from "../products/service.ts";
+import {
+  createSealingKey,
+  currentSealingKey,
+  insertCurrentKey,
+  type NewSealingKey,
+  presentSealingKey,
+  type SealingKeyRow,
+  sealingKeysOf,
+  sealingKeystoreId,
+} from "./lifecycle.ts";
 
-export type SealingKeyRow = typeof sealingKeys.$inferSelect;
-
-const keystoreId = (keyId: string) => `product-sealing:${keyId}`;
+export type { SealingKeyRow } from "./lifecycle.ts";
 
 export const keyUnavailable = () =>
   new ApiError(
@@ -36,11 +40,14 @@ export const sealedFilesUnavailable = (environment: Environment) =>
 
 /**
  * Sealed files of a product (spec §3.1, §3.2): the status, the one-way enabling that creates the
- * product's P-256 sealing key, and the key's private half for key release. The private half
- * lives only in the keystore; the store keeps the public half and its status.
+ * product's first P-256 sealing key, and the keys' private halves for key release. The private
+ * halves live only in the keystore; the store keeps the public halves and their status. Rotating
+ * and retiring keys is the command line's (lifecycle.ts).
  */
 export class SealedFileService {
   private readonly scalars = new Map<string, Uint8Array>();
+  /** Keys whose private half this process dropped after they stopped releasing (see `forget`). */
+  private readonly forgotten = new Set<string>();
 
   constructor(
     private readonly deps: Deps,
@@ -69,24 +76,10 @@ export class SealedFileService {
     const product = this.products.getActive(productId, ctx.environment);
     if (!this.offered(product.environment)) throw sealedFilesUnavailable(product.environment);
     if (!hasFeature(this.plan(), "sealed_files")) throw planLacksSealedFiles();
-    if (!this.activeKey(product.id)) {
-      const { privateKey, publicKey } = generateKeyPairSync("ec", { namedCurve: "P-256" });
-      const text = publicKeyText(publicKey);
-      const keyId = keyIdOf(text);
-      const now = this.deps.clock.now();
+    if (!currentSealingKey(this.deps.db, product.id)) {
+      let fresh: NewSealingKey;
       try {
-        this.deps.keystore.add([
-          {
-            metadata: {
-              id: keystoreId(keyId),
-              kind: "sealing_key",
-              environment: product.environment,
-              alg: "p256",
-              created_at: now.toISOString(),
-            },
-            secret: new Uint8Array(privateKey.export({ format: "der", type: "pkcs8" })),
-          },
-        ]);
+        fresh = createSealingKey(this.deps, product.environment);
       } catch {
         // Locked by another process past the wait, or the file could not be written.
         throw keyUnavailable();
@@ -95,22 +88,12 @@ export class SealedFileService {
         (tx) => {
           // Two first enablings at once: the one that commits first wins, the other's keystore
           // entry stays unused.
-          if (this.activeKey(product.id)) return;
-          tx.insert(sealingKeys)
-            .values({
-              keyId,
-              productId: product.id,
-              environment: product.environment,
-              publicKey: text,
-              status: "active",
-              createdAt: now,
-              retiredAt: null,
-            })
-            .run();
+          if (currentSealingKey(tx, product.id)) return;
+          insertCurrentKey(tx, product.id, product.environment, fresh);
           recordAudit(tx, this.deps, ctx, {
             type: "product.sealed_files_enabled",
             target: { type: "product", id: product.id },
-            data: { key_id: keyId },
+            data: { key_id: fresh.keyId },
           });
         },
         { behavior: "immediate" },
@@ -129,8 +112,8 @@ export class SealedFileService {
     if (scalar) return scalar;
     try {
       // Another process on the same data dir may have created it after this one read the file.
-      if (!this.deps.keystore.has(keystoreId(keyId))) this.deps.keystore.refresh();
-      scalar = p256ScalarOf(this.deps.keystore.secret(keystoreId(keyId)));
+      if (!this.deps.keystore.has(sealingKeystoreId(keyId))) this.deps.keystore.refresh();
+      scalar = p256ScalarOf(this.deps.keystore.secret(sealingKeystoreId(keyId)));
     } catch {
       throw keyUnavailable();
     }
@@ -138,38 +121,52 @@ export class SealedFileService {
     return scalar;
   }
 
-  private activeKey(productId: string): SealingKeyRow | undefined {
-    return this.deps.db
-      .select()
-      .from(sealingKeys)
-      .where(and(eq(sealingKeys.productId, productId), eq(sealingKeys.status, "active")))
-      .get();
+  /**
+   * A key that no longer releases (retired or compromised from the command line, in another
+   * process): drop the scalar this process keeps, and for a compromised key re-read the keystore
+   * once, so the private half the command removed from the file leaves this process's memory too.
+   * Once per key: a device sending such headers again costs no file read.
+   */
+  forget(key: SealingKeyRow): void {
+    const scalar = this.scalars.get(key.keyId);
+    if (scalar) {
+      scalar.fill(0);
+      this.scalars.delete(key.keyId);
+    }
+    if (key.status !== "compromised" || this.forgotten.has(key.keyId)) return;
+    this.forgotten.add(key.keyId);
+    try {
+      if (this.deps.keystore.has(sealingKeystoreId(key.keyId))) this.deps.keystore.refresh();
+    } catch {
+      // Hygiene only: the key's status already refuses every release.
+    }
   }
 
   private present(productId: string, environment: Environment) {
-    const key = this.activeKey(productId);
+    const keys = sealingKeysOf(this.deps.db, productId);
+    const current = keys.some((key) => key.isCurrent);
     const status = !this.offered(environment)
       ? "unavailable"
       : !hasFeature(this.plan(), "sealed_files")
         ? "not_entitled"
-        : key
+        : current
           ? "enabled"
           : "disabled";
+    const shown = keys.map(presentSealingKey);
+    const currentKey = shown.find((key) => key.current);
     return {
       product_id: productId,
       status: status as "enabled" | "disabled" | "not_entitled" | "unavailable",
-      current_key: key
+      // The fields this route has always had for the current key; `keys` adds the others.
+      current_key: currentKey
         ? {
-            key_id: key.keyId,
-            public_key: key.publicKey,
-            sealing_key: sealingKeyLine(
-              productId,
-              key.keyId,
-              b64u.decode(key.publicKey.slice("p256:".length)),
-            ),
-            created_at: key.createdAt.toISOString(),
+            key_id: currentKey.key_id,
+            public_key: currentKey.public_key,
+            sealing_key: currentKey.sealing_key,
+            created_at: currentKey.created_at,
           }
         : null,
+      keys: shown,
     };
   }
 }

@@ -17,7 +17,7 @@ import {
   signBundle,
   type TrustBundleBody,
 } from "./bundle.ts";
-import { defaultRetentionSec, type InvalidatedPackages, packagesOutliving } from "./retention.ts";
+import { defaultRetention, type InvalidatedPackages, packagesOutliving } from "./retention.ts";
 
 /** What `rotate` did; snake_case because the command line prints it as JSON. */
 export interface Rotation {
@@ -27,6 +27,11 @@ export interface Rotation {
   retired: {
     key_id: string;
     not_after: number;
+    /**
+     * Unexpired packages it signed (of licenses not revoked): what keeps it listed past the
+     * longest certificate lifetime under the default retention.
+     */
+    unexpired_offline_packages: InvalidatedPackages;
     /** Packages it signed that outlive `not_after`: non-zero only with a shorter retention asked for. */
     invalidated_offline_packages: InvalidatedPackages;
   } | null;
@@ -119,14 +124,14 @@ export class KeyLifecycle {
       const previous = this.activeKeyNow(productId);
       let retired: Rotation["retired"] = null;
       if (previous) {
-        const retainSec =
-          options.retainSec ?? defaultRetentionSec(this.deps.sqlite, productId, previous.keyId, nowSec);
-        const notAfter = nowSec + retainSec;
+        const retention = defaultRetention(this.deps.sqlite, productId, previous.keyId, nowSec);
+        const notAfter = nowSec + (options.retainSec ?? retention.retainSec);
         // Retired before the new key is added: at most one key per product is ever active.
         this.setStatus(previous.keyId, "retired", notAfter, fresh.now);
         retired = {
           key_id: previous.keyId,
           not_after: notAfter,
+          unexpired_offline_packages: retention.packages,
           invalidated_offline_packages: packagesOutliving(this.deps.sqlite, previous.keyId, notAfter),
         };
       }

@@ -1,4 +1,5 @@
-import { blob, index, sqliteTable, text, uniqueIndex } from "drizzle-orm/sqlite-core";
+import { sql } from "drizzle-orm";
+import { blob, index, integer, sqliteTable, text, uniqueIndex } from "drizzle-orm/sqlite-core";
 import { products } from "./catalog.ts";
 import { timestamp } from "./columns.ts";
 import { licenses } from "./licenses.ts";
@@ -7,7 +8,10 @@ import { activations } from "./runtime.ts";
 /**
  * Public halves and lifecycle of product sealing keys (P-256, DESIGN §5 "Sealed file"); the
  * private halves live in the keystore under `product-sealing:<key_id>`. A product has sealed files
- * enabled once it has an active key; nothing turns them off (spec §3.2).
+ * enabled once it has an active key; nothing turns them off (spec §3.2). Every `active` key
+ * releases data keys; exactly one of them is the product's current key, the one new files are
+ * sealed to (`licensing sealing-keys rotate` makes a new one current, the older ones keep
+ * releasing until `retire`).
  */
 export const sealingKeys = sqliteTable(
   "sealing_keys",
@@ -19,12 +23,24 @@ export const sealingKeys = sqliteTable(
     environment: text("environment", { enum: ["live", "test"] }).notNull(),
     /** `p256:<b64u 65-byte point>`. */
     publicKey: text("public_key").notNull(),
-    /** `retired`: kept for deletion, no longer releases keys; `compromised`: never again. */
+    /**
+     * `active`: releases data keys; `retired`: no longer does, its private half stays in the
+     * keystore; `compromised`: never again, and its private half is removed from the keystore.
+     */
     status: text("status", { enum: ["active", "retired", "compromised"] }).notNull(),
+    /**
+     * The product's current key: the one the status route shows and new files are sealed to.
+     * Only an active key is current; the partial unique index keeps it to one per product, so two
+     * rotations racing cannot leave a product with two current keys.
+     */
+    isCurrent: integer("is_current", { mode: "boolean" }).notNull().default(false),
     createdAt: timestamp("created_at").notNull(),
     retiredAt: timestamp("retired_at"),
   },
-  (t) => [index("sealing_keys_product").on(t.productId)],
+  (t) => [
+    index("sealing_keys_product").on(t.productId),
+    uniqueIndex("sealing_keys_one_current").on(t.productId).where(sql`is_current = 1`),
+  ],
 );
 
 /**
