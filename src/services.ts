@@ -16,6 +16,7 @@ import { CustomerService } from "./modules/customers/service.ts";
 import { DeviceBlockService } from "./modules/device-blocks/service.ts";
 import { EmailVerificationService } from "./modules/email-verifications/service.ts";
 import { AuditService } from "./modules/events/service.ts";
+import { LeaseRetention } from "./modules/leases/retention.ts";
 import { LeaseService } from "./modules/leases/service.ts";
 import { LicenseService } from "./modules/licenses/service.ts";
 import { PasskeyService } from "./modules/named-users/passkeys.ts";
@@ -121,6 +122,7 @@ export function createServices(deps: Deps, options: ServiceOptions) {
     activationAdmin: new ActivationManagementService(deps, licenses, activations),
     runtimeGate,
     leases: new LeaseService(deps, runtimeGate, activations),
+    leaseRetention: new LeaseRetention(deps),
     offlinePackages: new OfflinePackageService(
       deps,
       trust,

@@ -71,6 +71,14 @@ export class IdGenerator {
   }
 }
 
+/**
+ * The smallest id of this prefix made at `ms`: ids are time-ordered, so `id <` it means "made
+ * before `ms`", which lets a retention purge bound its walk along the id index.
+ */
+export function idBefore(prefix: string, ms: number): string {
+  return `${prefix}_${encodeTime(ms)}${"0".repeat(RANDOM_CHARS)}`;
+}
+
 function encodeTime(ms: number): string {
   let out = "";
   let rest = ms;

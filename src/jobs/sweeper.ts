@@ -8,7 +8,7 @@ export const SWEEP_INTERVAL_MS = 10 * 60 * 1000;
  * records, runtime events past their 7 days, old device nonces, products whose signing keys are
  * still pending, retired keys whose retention ended, and email verifications (with their passkey
  * approvals and named-user tokens) older than two days. Each step is independent; one failing
- * does not stop the others.
+ * does not stop the others. Finished leases go in their own pass (`sweepLeases`).
  */
 export function sweepOnce(services: Services, logger: Logger): Record<string, number> {
   const steps: Record<string, () => number> = {
@@ -43,11 +43,41 @@ export function sweepOnce(services: Services, logger: Logger): Record<string, nu
 export const NONCE_PURGE_INTERVAL_MS = 250;
 export const NONCE_PURGE_BATCH = 2_000;
 
+/**
+ * One pass of the lease retention (modules/leases/retention.ts): finished leases past their
+ * retention, a short batch per turn of the event loop, so a backlog of millions (a first start
+ * after an upgrade) never holds up the requests queued behind it. Not a step of `sweepOnce`,
+ * which runs each step whole on one turn. Returns how many leases went.
+ */
+export async function sweepLeases(
+  services: Services,
+  logger: Logger,
+  stopped: () => boolean = () => false,
+): Promise<number> {
+  try {
+    const purged = await services.leaseRetention.pass({ stopped });
+    if (purged > 0) logger.log("info", "lease purge", { leases: purged });
+    return purged;
+  } catch (error) {
+    logger.log("error", "lease purge failed", { error: (error as Error).message });
+    return 0;
+  }
+}
+
 /** Runs the sweep now and then every interval; returns the stop function. */
 export function startSweeper(services: Services, logger: Logger, intervalMs = SWEEP_INTERVAL_MS): () => void {
+  let stopped = false;
+  let purgingLeases = false;
   const run = () => {
     const done = sweepOnce(services, logger);
     if (Object.values(done).some((n) => n > 0)) logger.log("info", "sweep", done);
+    // One lease pass at a time: a pass still going after an interval has the backlog in hand.
+    if (!purgingLeases) {
+      purgingLeases = true;
+      void sweepLeases(services, logger, () => stopped).finally(() => {
+        purgingLeases = false;
+      });
+    }
   };
   run();
   const timer = setInterval(run, intervalMs);
@@ -62,6 +92,7 @@ export function startSweeper(services: Services, logger: Logger, intervalMs = SW
   const nonceTimer = setInterval(purgeNonces, NONCE_PURGE_INTERVAL_MS);
   nonceTimer.unref?.();
   return () => {
+    stopped = true;
     clearInterval(timer);
     clearInterval(nonceTimer);
   };

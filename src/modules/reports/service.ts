@@ -4,6 +4,7 @@ import { addMonths } from "../../domain/license-state.ts";
 import type { Environment } from "../../domain/scopes.ts";
 import { ApiError } from "../../http/errors.ts";
 import { licenses } from "../../store/schema/index.ts";
+import { leasesHeldAt } from "../leases/retention.ts";
 
 export interface ReportPeriod {
   label: string;
@@ -65,20 +66,9 @@ export class UsageReportService {
         at.getTime(),
       ),
       active_licenses: this.activeLicensesAt(environment, at),
-      // Seats held at that moment: leases not released by then and not yet expired. Leases are
-      // kept, so most of a license's are long expired: naming both statuses lets SQLite seek each
-      // license's leases by expiry in its (license_id, status, expires_at) index and skip them,
-      // instead of reading every lease the license ever had (98 ms instead of 180-215 at a million
-      // leases, 5% of them live; docs/performance.md).
-      active_leases: count(
-        `SELECT count(*) AS n FROM leases l JOIN licenses c ON c.id = l.license_id WHERE c.environment = ?1
-         AND l.status IN ('active', 'released') AND l.expires_at > ?4
-         AND l.created_at <= ?2 AND (l.released_at IS NULL OR l.released_at > ?3)`,
-        environment,
-        at.getTime(),
-        at.getTime(),
-        at.getTime(),
-      ),
+      // Seats held at that moment. A past month's is read from the count stored before its
+      // leases could be deleted (leases/retention.ts), so the purge never changes it.
+      active_leases: leasesHeldAt(this.deps.sqlite, environment, at),
     };
   }
 

@@ -17,9 +17,9 @@ import { type EnqueueDeps, enqueueEvent, hasSubscriber } from "./enqueue.ts";
  *
  * Licenses are found through their `expires_at` index. Leases have none on purpose: every lease
  * heartbeat moves `expires_at`, and a third index moving with it cost a lease renewal 31-61 µs
- * more (+22-45%, docs/performance.md), paid whether or not anyone subscribes. Leases are never deleted
- * (the usage report counts past seats), so the lease scan reads the whole table, and at a million
- * rows that took 60-80 ms on the request thread. It therefore walks the table by rowid in chunks
+ * more (+22-45%, docs/performance.md), paid whether or not anyone subscribes. So the lease scan
+ * reads the whole table (finished leases stay 7 days, leases/retention.ts), and at a million rows
+ * that took 60-80 ms on the request thread. It therefore walks the table by rowid in chunks
  * of `leaseScanChunk` rows, one chunk per call: the dispatcher calls again on the next turn of the
  * event loop while `more` is true, so no call holds the thread for more than a few milliseconds.
  * The scan's window end and its position are stored with each chunk's events, in the same
@@ -61,6 +61,16 @@ function setMark(sqlite: Database, name: string, value: number): void {
       "INSERT INTO webhook_marks (name, value) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET value = excluded.value",
     )
     .run(name, value);
+}
+
+/**
+ * Every lease expiry at or before this moment has been announced, or never will be (the first
+ * scan starts at its own "now"); null: no scan has run, so none before the first one will be. A
+ * scan under way moves it only when done. The lease purge (leases/retention.ts) deletes no lease
+ * that expired after it, so a scan never misses a lease the purge took.
+ */
+export function leaseExpiriesSettledThrough(sqlite: Database): number | null {
+  return mark(sqlite, "lease.expired");
 }
 
 /** Rows of the leases table read per call: 2-3.6 ms each at a million rows (docs/performance.md). */
@@ -135,9 +145,10 @@ function announceLicenses(deps: EnqueueDeps, now: number): number {
 /**
  * One chunk of the lease scan: starts a scan of (mark, now] when none is under way (and someone
  * subscribes), reads the next `chunk` rowids, and on the last chunk moves the mark to the scan's
- * window end. Leases created after the scan began are past its last rowid; they expire after the
- * window (every plan's lease TTL is at least 30 s) and belong to the next scan. Leases are never
- * deleted, so rowids only grow.
+ * window end. Leases created after the scan began expire after the window (every plan's lease
+ * TTL is at least 30 s) and belong to the next scan, whatever their rowid (usually past its last
+ * one; a rowid the lease purge freed at the end of the table may be reused). The purge deletes no
+ * lease that expired after the mark, so no row of the window goes while the scan reads it.
  */
 function announceLeaseChunk(
   deps: EnqueueDeps,

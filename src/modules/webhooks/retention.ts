@@ -1,21 +1,10 @@
 import type { Deps } from "../../deps.ts";
-import { CROCKFORD_ALPHABET } from "../../domain/base32.ts";
+import { idBefore } from "../../domain/ids.ts";
 
 /** Finished deliveries (with their attempts) stay readable in the delivery log this long. */
 export const DELIVERY_RETENTION_DAYS = 30;
 /** Deliveries (and orphaned events) deleted per transaction: a few milliseconds of the thread each. */
 const PURGE_CHUNK = 1_000;
-
-/** The smallest id of this prefix made at `ms`: ids are time-ordered, so `id <` it means "made before". */
-function idBefore(prefix: string, ms: number): string {
-  let time = "";
-  let rest = ms;
-  for (let i = 0; i < 10; i++) {
-    time = CROCKFORD_ALPHABET[rest % 32] + time;
-    rest = Math.floor(rest / 32);
-  }
-  return `${prefix}_${time}${"0".repeat(16)}`;
-}
 
 /**
  * Deletes one chunk of what the retention lets go: finished deliveries (succeeded, failed,

@@ -1,4 +1,5 @@
-import { integer, sqliteTable, text } from "drizzle-orm/sqlite-core";
+import { integer, primaryKey, sqliteTable, text } from "drizzle-orm/sqlite-core";
+import { timestamp } from "./columns.ts";
 import { licenses } from "./licenses.ts";
 
 /**
@@ -13,3 +14,21 @@ export const leaseCounts = sqliteTable("lease_counts", {
     .references(() => licenses.id),
   active: integer("active").notNull().default(0),
 });
+
+/**
+ * Seats held at each month start (UTC) per environment: the usage report's `active_leases` for a
+ * past month. Finished leases are deleted after their retention (src/modules/leases/retention.ts),
+ * so a past month's count cannot be read from the leases table for ever; it is counted once, after
+ * the month ended and before any lease it counts may be deleted, and the report reads it from here.
+ * The count at a past moment no longer changes (a new lease starts later, a release or renewal
+ * happens later), so the stored number is the one the table gave.
+ */
+export const leaseMonthCounts = sqliteTable(
+  "lease_month_counts",
+  {
+    environment: text("environment", { enum: ["live", "test"] }).notNull(),
+    at: timestamp("at").notNull(),
+    active: integer("active").notNull(),
+  },
+  (t) => [primaryKey({ columns: [t.environment, t.at] })],
+);
