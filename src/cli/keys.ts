@@ -4,7 +4,15 @@ import { IdGenerator } from "../domain/ids.ts";
 import { ENVIRONMENTS, type Environment, isScope, SCOPES, type Scope } from "../domain/scopes.ts";
 import { ApiKeyService } from "../modules/api-keys/service.ts";
 import { type OptionSpec, UsageError } from "./args.ts";
-import { CliError, type Command, cliActor, JSON_OPTION, openExistingStore, out } from "./shared.ts";
+import {
+  CliError,
+  type Command,
+  cliActor,
+  JSON_OPTION,
+  noPositionals,
+  openExistingStore,
+  out,
+} from "./shared.ts";
 
 const MAX_NAME = 100;
 
@@ -21,11 +29,6 @@ function withApiKeys<T>(line: CommandLine, work: (service: ApiKeyService) => T):
   } finally {
     store.close();
   }
-}
-
-function noPositionals(line: CommandLine, expected = 0): void {
-  if (line.positionals.length > expected)
-    throw new UsageError(`unexpected argument ${line.positionals[expected]}`);
 }
 
 export function parseScopes(value: string): Scope[] {

@@ -5,7 +5,6 @@ import {
   SealingKeyLifecycle,
   type SealingKeyView,
 } from "../modules/sealed-files/lifecycle.ts";
-import { buildDeps, openKeystore } from "../server.ts";
 import { UsageError } from "./args.ts";
 import { table } from "./keys.ts";
 import {
@@ -13,18 +12,14 @@ import {
   type Command,
   cliActor,
   JSON_OPTION,
-  openExistingStore,
+  KEYSTORE_CONFIG_KEYS,
+  noPositionals,
   out,
-  resolvePassphrase,
+  PRODUCT_OPTION,
+  productFlag,
+  withKeystoreDeps,
 } from "./shared.ts";
 
-const PRODUCT_OPTION = {
-  name: "product",
-  kind: "string",
-  valueName: "ID",
-  description: "the product (prod_…)",
-} as const;
-const CONFIG_KEYS = ["dataDir", "passphraseFile"] as const;
 /** DESIGN §5 key ids: `k_` + 20 hex characters of the public key's thumbprint. */
 const KEY_ID = /^k_[0-9a-f]{20}$/;
 
@@ -34,32 +29,15 @@ const KEY_ID = /^k_[0-9a-f]{20}$/;
  * status request, so it acts on a change at once, without a restart.
  */
 function withLifecycle<T>(line: CommandLine, work: (lifecycle: SealingKeyLifecycle) => T): T {
-  const { passphrase } = resolvePassphrase(line.config, { generate: false });
-  const keystore = openKeystore(line.config.dataDir, passphrase);
-  const { store } = openExistingStore(line.config.dataDir);
-  try {
-    const lifecycle = new SealingKeyLifecycle(buildDeps(store, keystore));
+  return withKeystoreDeps(line, (deps) => {
     try {
-      return work(lifecycle);
+      return work(new SealingKeyLifecycle(deps));
     } catch (error) {
       // The state of the keys refused the change; the operator gets one line, not a stack.
       if (error instanceof SealingKeyError) throw new CliError(error.message);
       throw error;
     }
-  } finally {
-    store.close();
-  }
-}
-
-function productFlag(line: CommandLine): string {
-  const product = line.flags.product;
-  if (typeof product !== "string" || product === "") throw new UsageError("--product is required");
-  return product;
-}
-
-function noPositionals(line: CommandLine): void {
-  const [extra] = line.positionals;
-  if (extra !== undefined) throw new UsageError(`unexpected argument ${extra}`);
+  });
 }
 
 interface ListedKey extends SealingKeyView {
@@ -72,7 +50,7 @@ export const sealingKeysListCommand: Command = {
   summary:
     "List a product's sealed-file sealing keys, newest first: status, which one is current, and each public sealing_key line.",
   usage: "licensing sealing-keys list --product ID [--json] [--data-dir DIR]",
-  configKeys: CONFIG_KEYS,
+  configKeys: KEYSTORE_CONFIG_KEYS,
   options: [PRODUCT_OPTION, JSON_OPTION],
   run(line) {
     const productId = productFlag(line);
@@ -116,7 +94,7 @@ export const sealingKeysRotateCommand: Command = {
   summary:
     "Give a product a new current sealing key, which new files are sealed to. The older keys stay active: files sealed to them keep opening until you retire them.",
   usage: "licensing sealing-keys rotate --product ID [--json] [--data-dir DIR]",
-  configKeys: CONFIG_KEYS,
+  configKeys: KEYSTORE_CONFIG_KEYS,
   options: [PRODUCT_OPTION, JSON_OPTION],
   run(line) {
     const productId = productFlag(line);
@@ -142,7 +120,7 @@ export const sealingKeysRetireCommand: Command = {
   summary:
     "Stop a sealing key releasing data keys: files sealed to it are refused (retired_key). With --compromised they are refused as compromised_key and the key's private half is removed from the keystore. The current key cannot be retired: rotate first.",
   usage: "licensing sealing-keys retire --product ID --key KEY_ID [--compromised] [--json] [--data-dir DIR]",
-  configKeys: CONFIG_KEYS,
+  configKeys: KEYSTORE_CONFIG_KEYS,
   options: [
     PRODUCT_OPTION,
     { name: "key", kind: "string", valueName: "KEY_ID", description: "the sealing key (k_…, see list)" },

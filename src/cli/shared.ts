@@ -8,10 +8,12 @@ import {
   type Env,
   parseCommandLine,
 } from "../config.ts";
+import type { Deps } from "../deps.ts";
+import { buildDeps, openKeystore } from "../server.ts";
 import { openStore, type Store, unusableStoreFile } from "../store/db.ts";
 import { migrate } from "../store/migrate.ts";
 import type { Actor } from "../store/schema/index.ts";
-import { formatOptions, type OptionSpec } from "./args.ts";
+import { formatOptions, type OptionSpec, UsageError } from "./args.ts";
 
 /** A failure the operator can act on: printed as one line, no stack trace. */
 export class CliError extends Error {
@@ -128,6 +130,44 @@ function readPassphraseFile(path: string): string {
     err(`warning: ${path} is readable by other users; chmod 600 it`);
   }
   return passphrase;
+}
+
+/** `--product ID`, as the key commands (signing-keys, sealing-keys) take it. */
+export const PRODUCT_OPTION = {
+  name: "product",
+  kind: "string",
+  valueName: "ID",
+  description: "the product (prod_…)",
+} as const;
+
+/** The settings a command that opens the keystore reads. */
+export const KEYSTORE_CONFIG_KEYS = ["dataDir", "passphraseFile"] as const;
+
+export function productFlag(line: CommandLine): string {
+  const product = line.flags.product;
+  if (typeof product !== "string" || product === "") throw new UsageError("--product is required");
+  return product;
+}
+
+export function noPositionals(line: CommandLine, expected = 0): void {
+  if (line.positionals.length > expected)
+    throw new UsageError(`unexpected argument ${line.positionals[expected]}`);
+}
+
+/**
+ * Runs `work` with the store and the unlocked keystore of the data directory, for commands that
+ * change keys (they need the passphrase); the store is closed afterwards. A running server on the
+ * same directory picks the change up.
+ */
+export function withKeystoreDeps<T>(line: CommandLine, work: (deps: Deps) => T): T {
+  const { passphrase } = resolvePassphrase(line.config, { generate: false });
+  const keystore = openKeystore(line.config.dataDir, passphrase);
+  const { store } = openExistingStore(line.config.dataDir);
+  try {
+    return work(buildDeps(store, keystore));
+  } finally {
+    store.close();
+  }
 }
 
 /** Opens an existing store and brings its schema up to date (forward-only, a no-op when current). */

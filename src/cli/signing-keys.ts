@@ -1,9 +1,9 @@
 import { eq } from "drizzle-orm";
 import type { CommandLine } from "../config.ts";
+import type { Deps } from "../deps.ts";
 import { unixSeconds } from "../domain/clock.ts";
 import type { InvalidatedPackages } from "../modules/trust/retention.ts";
 import { SigningKeyError, TrustService } from "../modules/trust/service.ts";
-import { buildDeps, openKeystore } from "../server.ts";
 import { products } from "../store/schema/index.ts";
 import { UsageError } from "./args.ts";
 import { table } from "./keys.ts";
@@ -12,42 +12,19 @@ import {
   type Command,
   cliActor,
   JSON_OPTION,
-  openExistingStore,
+  KEYSTORE_CONFIG_KEYS,
   out,
-  resolvePassphrase,
+  PRODUCT_OPTION,
+  productFlag,
+  withKeystoreDeps,
 } from "./shared.ts";
 
-const PRODUCT_OPTION = {
-  name: "product",
-  kind: "string",
-  valueName: "ID",
-  description: "the product (prod_…)",
-} as const;
-const CONFIG_KEYS = ["dataDir", "passphraseFile"] as const;
-
-/** Signing keys live in the keystore, so these commands need the passphrase; a running server picks the change up. */
-function withTrust<T>(
-  line: CommandLine,
-  work: (trust: TrustService, deps: ReturnType<typeof buildDeps>) => T,
-): T {
-  const { passphrase } = resolvePassphrase(line.config, { generate: false });
-  const keystore = openKeystore(line.config.dataDir, passphrase);
-  const { store } = openExistingStore(line.config.dataDir);
-  try {
-    const deps = buildDeps(store, keystore);
-    return work(new TrustService(deps), deps);
-  } finally {
-    store.close();
-  }
+/** Signing keys live in the keystore; a running server picks a change up. */
+function withTrust<T>(line: CommandLine, work: (trust: TrustService, deps: Deps) => T): T {
+  return withKeystoreDeps(line, (deps) => work(new TrustService(deps), deps));
 }
 
-function productFlag(line: CommandLine): string {
-  const product = line.flags.product;
-  if (typeof product !== "string" || product === "") throw new UsageError("--product is required");
-  return product;
-}
-
-function productEnvironment(deps: ReturnType<typeof buildDeps>, productId: string) {
+function productEnvironment(deps: Deps, productId: string) {
   const product = deps.db.select().from(products).where(eq(products.id, productId)).get();
   if (!product) throw new CliError(`no product ${productId}`);
   return product.environment;
@@ -57,7 +34,7 @@ export const signingKeysListCommand: Command = {
   name: "signing-keys list",
   summary: "List a product's signing keys and their status in its trust bundle.",
   usage: "licensing signing-keys list --product ID [--json] [--data-dir DIR]",
-  configKeys: CONFIG_KEYS,
+  configKeys: KEYSTORE_CONFIG_KEYS,
   options: [PRODUCT_OPTION, JSON_OPTION],
   run(line) {
     const productId = productFlag(line);
@@ -95,7 +72,7 @@ export const signingKeysRotateCommand: Command = {
   summary:
     "Give a product a new signing key. The old one is retired and stays in the trust bundle for --retain-days (default: until every certificate and offline package it signed has expired).",
   usage: "licensing signing-keys rotate --product ID [--retain-days N] [--json] [--data-dir DIR]",
-  configKeys: CONFIG_KEYS,
+  configKeys: KEYSTORE_CONFIG_KEYS,
   options: [
     PRODUCT_OPTION,
     {
@@ -150,7 +127,7 @@ export const signingKeysRetireCommand: Command = {
   summary:
     "Retire a signing key now, or mark it --compromised: devices then refuse everything it signed. The product needs another active key first (rotate).",
   usage: "licensing signing-keys retire KEY_ID [--compromised] [--data-dir DIR]",
-  configKeys: CONFIG_KEYS,
+  configKeys: KEYSTORE_CONFIG_KEYS,
   options: [{ name: "compromised", kind: "boolean", description: "the key leaked: list it as compromised" }],
   run(line) {
     const [keyId, extra] = line.positionals;
