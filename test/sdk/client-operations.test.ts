@@ -201,11 +201,12 @@ describe("floating leases", () => {
 
   test("a lease answer for another instance or another lease is refused", async () => {
     const h = await activated();
+    const activation_id = await h.client.activationId();
     h.server.handlers.push((req) =>
       req.path === "/runtime/v1/leases"
         ? h.server.signed(
             req,
-            { lease_id: "lse_1", instance_id: "inst-2", expires_at: T0, heartbeat_in: 60 },
+            { lease_id: "lse_1", activation_id, instance_id: "inst-2", expires_at: T0, heartbeat_in: 60 },
             201,
             req.headers["x-service-nonce"]!,
           )
@@ -217,13 +218,32 @@ describe("floating leases", () => {
         req.path.endsWith("/heartbeat") && req.path.includes("leases")
           ? h.server.signed(
               req,
-              { lease_id: "lse_9", instance_id: "inst-1", expires_at: T0, heartbeat_in: 60 },
+              { lease_id: "lse_9", activation_id, instance_id: "inst-1", expires_at: T0, heartbeat_in: 60 },
               200,
               req.headers["x-service-nonce"]!,
             )
           : undefined,
     ];
     expect((await rejectsSdk(h.client.heartbeatLease("lse_1", "inst-1"))).code).toBe("LEASE_MISMATCH");
+  });
+
+  test("a lease answer that names another activation, or none, is refused and its seat not taken", async () => {
+    const h = await activated();
+    for (const activation_id of ["act_someone_else", undefined]) {
+      h.server.handlers = [
+        (req) =>
+          req.path === "/runtime/v1/leases"
+            ? h.server.signed(
+                req,
+                { lease_id: "lse_1", activation_id, instance_id: "inst-1", expires_at: T0, heartbeat_in: 60 },
+                201,
+                req.headers["x-service-nonce"]!,
+              )
+            : undefined,
+      ];
+      const refused = await rejectsSdk(h.client.acquireLease("inst-1"));
+      expect(refused).toMatchObject({ code: "ACTIVATION_MISMATCH", kind: "verification" });
+    }
   });
 });
 

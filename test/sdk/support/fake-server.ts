@@ -260,6 +260,7 @@ export class FakeServer {
     if (req.method === "POST" && req.path === "/runtime/v1/leases") {
       const data = {
         lease_id: `lse_${++this.counter}`,
+        activation_id: activationId,
         instance_id: body.instance_id,
         expires_at: this.serverTime + 300,
         heartbeat_in: 60,
@@ -270,6 +271,7 @@ export class FakeServer {
     if (req.method === "POST" && hb) {
       const data = {
         lease_id: hb[1],
+        activation_id: activationId,
         instance_id: body.instance_id,
         expires_at: this.serverTime + 300,
         heartbeat_in: 60,
@@ -278,7 +280,12 @@ export class FakeServer {
     }
     const del = req.path.match(/^\/runtime\/v1\/leases\/([^/]+)$/);
     if (req.method === "DELETE" && del)
-      return this.signed(req, { lease_id: del[1], status: "released" }, 200, nonce);
+      return this.signed(
+        req,
+        { lease_id: del[1], activation_id: activationId, status: "released" },
+        200,
+        nonce,
+      );
     return FakeServer.error(404, "NOT_FOUND");
   }
 }
