@@ -6,7 +6,8 @@ export const SWEEP_INTERVAL_MS = 10 * 60 * 1000;
 /**
  * Housekeeping that keeps the store small and the key material current: expired idempotency
  * records, runtime events past their 7 days, old device nonces, products whose signing keys are
- * still pending, retired keys whose retention ended, and email verifications (with their passkey
+ * still pending, retired keys whose retention ended, compromised sealing keys' private halves
+ * that an interrupted command left in the keystore, and email verifications (with their passkey
  * approvals and named-user tokens) older than two days. Each step is independent; one failing
  * does not stop the others. Finished leases go in their own pass (`sweepLeases`).
  */
@@ -17,6 +18,7 @@ export function sweepOnce(services: Services, logger: Logger): Record<string, nu
     device_nonces: () => services.runtimeGate.purgeNonces(),
     pending_products: () => services.trust.provisionPending(),
     retired_keys: () => services.trust.pruneExpiredKeys(),
+    compromised_sealing_keys: () => services.sealedFiles.completeCompromises(),
     // Unauthenticated starts write these; two days covers the 24-hour send limits and code budget.
     email_verifications: () => services.emailVerifications.purge(),
     usage_meter: () => {

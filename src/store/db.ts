@@ -97,3 +97,21 @@ function withStatementCache(sqlite: Database): Database {
     },
   });
 }
+
+const SYNCHRONOUS = ["OFF", "NORMAL", "FULL", "EXTRA"] as const;
+
+/**
+ * Runs `work` with every commit synced to disk (`synchronous = FULL`: in WAL mode a commit then
+ * fsyncs the log), then restores the connection's setting. For the rare commit that something
+ * irreversible follows, such as deleting a private key: under the store's `synchronous = NORMAL`
+ * a power loss may roll the last commits back.
+ */
+export function withSyncedCommits<T>(sqlite: Database, work: () => T): T {
+  const previous = sqlite.query<{ synchronous: number }, []>("PRAGMA synchronous").get()?.synchronous ?? 1;
+  sqlite.exec("PRAGMA synchronous = FULL");
+  try {
+    return work();
+  } finally {
+    sqlite.exec(`PRAGMA synchronous = ${SYNCHRONOUS[previous] ?? "NORMAL"}`);
+  }
+}

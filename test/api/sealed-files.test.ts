@@ -2,7 +2,11 @@ import { afterEach, beforeEach, describe, expect, test } from "bun:test";
 import { closeSync, openSync, unlinkSync } from "node:fs";
 import { createApp } from "../../src/app.ts";
 import { keyIdOf } from "../../src/crypto/keys.ts";
+import { Keystore } from "../../src/crypto/keystore.ts";
 import { parseSealingKeyLine } from "../../src/crypto/sealed-file.ts";
+import { silentLogger } from "../../src/http/logger.ts";
+import { sweepOnce } from "../../src/jobs/sweeper.ts";
+import { createServices } from "../../src/services.ts";
 import { BASE_URL, createTestContext, type TestContext } from "../support/harness.ts";
 
 /** GET/POST /mgmt/v1/products/{id}/sealed-files: status, one-way enabling, and its refusals. */
@@ -147,4 +151,27 @@ describe("what stops enabling", () => {
     expect(enabledEvents()).toBe(0);
     expect((await t.call("POST", path())).body.data.status).toBe("enabled");
   }, 20_000);
+});
+
+describe("compromised keys", () => {
+  test("the sweep removes a compromised key's private half that an interrupted command left in the keystore, and only that", async () => {
+    const enabled = (await t.call("POST", path())).body.data.current_key.key_id as string;
+    const other = await product();
+    const kept = (await t.call("POST", path(other))).body.data.current_key.key_id as string;
+    // What a command killed between its committed compromise and the keystore removal leaves.
+    t.deps.sqlite.run("UPDATE sealing_keys SET status = 'compromised', is_current = 0 WHERE key_id = ?", [
+      enabled,
+    ]);
+    expect(t.deps.keystore.has(`product-sealing:${enabled}`)).toBe(true);
+    const done = sweepOnce(createServices(t.deps, { baseUrl: BASE_URL }), silentLogger);
+    expect(done.compromised_sealing_keys).toBe(1);
+    expect(t.deps.keystore.has(`product-sealing:${enabled}`)).toBe(false);
+    expect(Keystore.open(t.deps.keystore.path, "test passphrase").has(`product-sealing:${enabled}`)).toBe(
+      false,
+    );
+    expect(t.deps.keystore.has(`product-sealing:${kept}`)).toBe(true);
+    expect(
+      sweepOnce(createServices(t.deps, { baseUrl: BASE_URL }), silentLogger).compromised_sealing_keys,
+    ).toBe(0);
+  });
 });

@@ -333,4 +333,17 @@ describe("removing entries (a compromised sealing key)", () => {
     expect(reopened.has("product-sealing:leaked")).toBe(false);
     expect(reopened.has("product-sealing:new")).toBe(true);
   });
+
+  test("a removal from a stale copy keeps what another process added since that copy was read", () => {
+    const cli = Keystore.create(path, PASSPHRASE, FAST);
+    cli.add([sealing("product-sealing:leaked")]);
+    // The server adds a key (a product's signing key, another product's sealing key) after the
+    // command read the file; the command's removal must write the file as it is now, not its copy.
+    const server = Keystore.open(path, PASSPHRASE);
+    server.add([sealing("product-sealing:added-meanwhile")]);
+    expect(cli.remove(["product-sealing:leaked"])).toEqual(["product-sealing:leaked"]);
+    const reopened = Keystore.open(path, PASSPHRASE);
+    expect(reopened.has("product-sealing:added-meanwhile")).toBe(true);
+    expect(reopened.has("product-sealing:leaked")).toBe(false);
+  });
 });

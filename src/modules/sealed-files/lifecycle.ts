@@ -5,6 +5,7 @@ import { keyIdOf, publicKeyText } from "../../crypto/keys.ts";
 import { sealingKeyLine } from "../../crypto/sealed-file.ts";
 import type { Deps } from "../../deps.ts";
 import type { Environment } from "../../domain/scopes.ts";
+import { withSyncedCommits } from "../../store/db.ts";
 import type { Actor } from "../../store/schema/audit.ts";
 import { products, sealingKeys } from "../../store/schema/index.ts";
 import { recordAudit } from "../events/service.ts";
@@ -192,6 +193,20 @@ export class SealingKeyLifecycle {
   ): SealingRetirement {
     const environment = this.productEnvironment(productId);
     const status = options.compromised ? "compromised" : "retired";
+    // The keystore removal that follows a compromise cannot be undone, so the commit before it
+    // must survive a power loss: WAL with synchronous=NORMAL (the store's setting) may roll the
+    // last commits back, which would leave an active key without its private half.
+    const retire = () => this.retireNow(productId, keyId, environment, status, options);
+    return options.compromised ? withSyncedCommits(this.deps.sqlite, retire) : retire();
+  }
+
+  private retireNow(
+    productId: string,
+    keyId: string,
+    environment: Environment,
+    status: "retired" | "compromised",
+    options: { actor: Actor },
+  ): SealingRetirement {
     const change = this.deps.db.transaction(
       (tx) => {
         const row = tx.select().from(sealingKeys).where(eq(sealingKeys.keyId, keyId)).get();

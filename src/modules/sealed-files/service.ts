@@ -134,12 +134,32 @@ export class SealedFileService {
       this.scalars.delete(key.keyId);
     }
     if (key.status !== "compromised" || this.forgotten.has(key.keyId)) return;
-    this.forgotten.add(key.keyId);
     try {
-      if (this.deps.keystore.has(sealingKeystoreId(key.keyId))) this.deps.keystore.refresh();
+      const id = sealingKeystoreId(key.keyId);
+      if (this.deps.keystore.has(id)) this.deps.keystore.refresh();
+      // Done only once the file no longer holds it: a request between the command's commit and
+      // its removal must not stop the next one from dropping the key.
+      if (!this.deps.keystore.has(id)) this.forgotten.add(key.keyId);
     } catch {
       // Hygiene only: the key's status already refuses every release.
     }
+  }
+
+  /**
+   * Finishes compromises whose keystore removal did not happen (the command was killed, or the
+   * keystore was locked, between its commit and the removal): the store already refuses these
+   * keys, so their private halves go from the keystore, and from backups taken afterwards. A sweep
+   * step; answers how many were removed.
+   */
+  completeCompromises(): number {
+    const held = this.deps.db
+      .select({ keyId: sealingKeys.keyId })
+      .from(sealingKeys)
+      .where(eq(sealingKeys.status, "compromised"))
+      .all()
+      .map((row) => sealingKeystoreId(row.keyId))
+      .filter((id) => this.deps.keystore.has(id));
+    return held.length === 0 ? 0 : this.deps.keystore.remove(held).length;
   }
 
   private present(productId: string, environment: Environment) {
