@@ -6,6 +6,7 @@ import { activateDevices, createFixture } from "./lib/fixture.ts";
 import { threadCpu } from "./lib/procstat.ts";
 import { heartbeatRequest, pickFrom, writeRequestFile } from "./lib/requests.ts";
 import { ensureBinary, ensureWrk, initToolStore, startServer, toolServerEnv } from "./lib/server.ts";
+import { sendAll } from "./lib/unmeasured.ts";
 import { runWrk } from "./lib/wrk.ts";
 
 /**
@@ -19,10 +20,16 @@ import { runWrk } from "./lib/wrk.ts";
  * before/after comparisons while editing; the binary is what `npm run bench` measures).
  * THREADS_CONNECTIONS (32) requests in flight: 1 shows what a heartbeat costs alone (its own
  * commit and turns of the event loop), as in the open-model run.
+ * THREADS_DEVICES (2000) devices activated before the run; THREADS_WARM_UP=1 sends one heartbeat
+ * from each first, as `npm run bench` does before its heartbeat route: with both (10000 and 1)
+ * this server is in the state the bench measures its heartbeat in, but for the bench's other
+ * preliminaries (100 licenses, 48 API keys, a 3 s calibration run).
  */
 const seconds = Number(process.argv[2] ?? 15);
 const fromSources = process.env.THREADS_SOURCES === "1";
 const connections = Number(process.env.THREADS_CONNECTIONS ?? 32);
+const deviceCount = Number(process.env.THREADS_DEVICES ?? 2000);
+const warmUp = process.env.THREADS_WARM_UP === "1";
 const log = (line: string) => console.log(line);
 if (!fromSources) ensureBinary(log);
 ensureWrk(log);
@@ -39,7 +46,14 @@ const server = await startServer({
 });
 try {
   const fixture = await createFixture(server.url, liveKey, 1);
-  const devices = await activateDevices(server.url, fixture, 2000, 16);
+  const devices = await activateDevices(server.url, fixture, deviceCount, 16);
+  if (warmUp) {
+    const warm = await sendAll(
+      server.url,
+      devices.map((device) => heartbeatRequest(device)),
+    );
+    console.log(`warm-up: one heartbeat from each of ${devices.length} devices ${JSON.stringify(warm)}`);
+  }
   const pick = () => pickFrom(devices);
   const file = join(work, "requests.txt");
   writeRequestFile(
