@@ -49,7 +49,8 @@ export const NONCE_PURGE_BATCH = 2_000;
  * One pass of the lease retention (modules/leases/retention.ts): finished leases past their
  * retention, a short batch per turn of the event loop, so a backlog of millions (a first start
  * after an upgrade) never holds up the requests queued behind it. Not a step of `sweepOnce`,
- * which runs each step whole on one turn. Returns how many leases went.
+ * which runs each step whole on one turn; its first step waits for a turn of the loop too, so
+ * starting the sweeper reads no lease before the server listens. Returns how many leases went.
  */
 export async function sweepLeases(
   services: Services,
@@ -57,8 +58,15 @@ export async function sweepLeases(
   stopped: () => boolean = () => false,
 ): Promise<number> {
   try {
-    const purged = await services.leaseRetention.pass({ stopped });
+    const { purged, heldBackBy } = await services.leaseRetention.pass({ stopped });
     if (purged > 0) logger.log("info", "lease purge", { leases: purged });
+    // Once per pass: the lease.expired scan has not finished in a retention's time (its chunks
+    // fail, or it never runs), so finished leases pile up behind its mark.
+    if (heldBackBy) {
+      logger.log("warn", "lease purge held back by the lease.expired mark", {
+        mark: heldBackBy.toISOString(),
+      });
+    }
     return purged;
   } catch (error) {
     logger.log("error", "lease purge failed", { error: (error as Error).message });

@@ -219,6 +219,14 @@ export class LicensingClient extends NamedUserCapableClient {
     }
     const data = res.data;
     if (!isRecord(data)) throw invalidResponse("lease data malformed");
+    // Servers before lease answers named their activation send none: refused as well (the answer
+    // cannot be told from another activation's), but said for what it is, a server to upgrade.
+    if (!("activation_id" in data)) {
+      throw invalidResponse(
+        "lease answer has no activation_id: the server is older than this SDK and must be upgraded before apps use this SDK",
+        { field: "activation_id", server_upgrade_required: true },
+      );
+    }
     if (data.activation_id !== act.activation_id) {
       throw verificationError("ACTIVATION_MISMATCH", "lease answer names another activation");
     }

@@ -5,6 +5,7 @@ import { LEASE_RETENTION_DAYS, LeaseRetention } from "../../src/modules/leases/r
 import { announceExpiries } from "../../src/modules/webhooks/expiries.ts";
 import { WebhookService } from "../../src/modules/webhooks/service.ts";
 import { createServices } from "../../src/services.ts";
+import { expectSignedEnvelope } from "../support/envelope.ts";
 import { BASE_URL, createTestContext, type TestContext } from "../support/harness.ts";
 import { queryPlan, sqlPreparedDuring } from "../support/query-plan.ts";
 import { activatedDevice, proofCall, runtimeFixture } from "../support/runtime.ts";
@@ -32,6 +33,12 @@ const TTL = 600;
 const monthStartAnHourAway = (now: Date): number => {
   const later = new Date(now.getTime() + 3_600_000);
   return Date.UTC(later.getUTCFullYear(), later.getUTCMonth() + 1, 1);
+};
+
+/** The start of the month before the one that starts at `monthStart`. */
+const monthBefore = (monthStart: number): number => {
+  const d = new Date(monthStart);
+  return Date.UTC(d.getUTCFullYear(), d.getUTCMonth() - 1, 1);
 };
 
 const leaseIds = () =>
@@ -84,7 +91,9 @@ async function seats(policy: Record<string, unknown> = {}) {
     proofCall(t, d.device, "DELETE", `/runtime/v1/leases/${leaseOf.get(instance)}`, d.activationId, {
       instance_id: instance,
     });
-  return { acquire, take, renew, release };
+  const deactivate = () =>
+    proofCall(t, d.device, "DELETE", `/runtime/v1/activations/${d.activationId}`, d.activationId);
+  return { acquire, take, renew, release, deactivate, fx, activationId: d.activationId };
 }
 
 describe("which leases go", () => {
@@ -142,6 +151,36 @@ describe("which leases go", () => {
     // The device takes a new lease, as after 410 or 422.
     expect((await s.acquire("gone")).status).toBe(201);
   });
+
+  test("after the retention week, renewing a lease of a deactivated device answers 404, and the acquire that follows answers the signed 410 ACTIVATION_DEACTIVATED", async () => {
+    const s = await seats();
+    await s.take("a");
+    expect((await s.deactivate()).status).toBe(200);
+    // Within the week the lease is there, and license and device state come before its own.
+    const within = await s.renew("a");
+    expect(within.status).toBe(410);
+    expect(within.body.error.code).toBe("ACTIVATION_DEACTIVATED");
+    t.clock.advance(RETENTION + TTL + 1);
+    expect(await sweep()).toBe(1);
+    // The lease's existence is checked first (protocol §11): a deleted lease is 404, unsigned.
+    const renewed = await s.renew("a");
+    expect(renewed.status).toBe(404);
+    expect(renewed.body.error.code).toBe("NOT_FOUND");
+    expect(renewed.body.response_signature).toBeUndefined();
+    // The device acquires again, as 404 tells it to, and learns the deactivation, signed.
+    const acquired = await s.acquire("a");
+    expect(acquired.status).toBe(410);
+    expect(acquired.body.error).toMatchObject({
+      code: "ACTIVATION_DEACTIVATED",
+      details: { activation_id: s.activationId },
+    });
+    expectSignedEnvelope(acquired.body, {
+      status: 410,
+      nonce: acquired.body.response_assertion.nonce,
+      productId: s.fx.productId,
+      bundle: s.fx.bundle,
+    });
+  });
 });
 
 describe("seat counting after a purge", () => {
@@ -196,10 +235,9 @@ describe("the usage report", () => {
     expect(await sweep()).toBe(2);
     expect(leaseIds()).toHaveLength(1);
     expect({ past: await report(month), current: await report("current_month") }).toEqual(before);
-    // The month before ended with no lease held (its end is the first counted month start).
-    const earlier = new Date(Date.UTC(now.getUTCFullYear(), now.getUTCMonth() - 1, 1))
-      .toISOString()
-      .slice(0, 7);
+    // The month before the lease's ended with no lease held (its end is the first counted month
+    // start, the start of the month the lease was taken in).
+    const earlier = new Date(monthBefore(monthBefore(monthStart))).toISOString().slice(0, 7);
     expect(await report(earlier)).toBe(0);
   });
 
@@ -221,14 +259,16 @@ describe("the usage report", () => {
         "SELECT at, environment, active FROM lease_month_counts ORDER BY at, environment",
       )
       .all();
-    const first = Date.UTC(now.getUTCFullYear(), now.getUTCMonth(), 1);
+    // The start of the month the lease was taken in (a minute before `monthStart`), not of now's:
+    // in a month's last hour, `monthStart` is the one after next.
+    const first = monthBefore(monthStart);
     expect(stored).toEqual([
       { at: first, environment: "live", active: 0 },
       { at: first, environment: "test", active: 0 },
       { at: monthStart, environment: "live", active: 1 },
       { at: monthStart, environment: "test", active: 0 },
     ]);
-    expect(retention.step()).toEqual({ counted: 0, purged: 1, more: false });
+    expect(retention.step()).toEqual({ counted: 0, scanned: 0, purged: 1, more: false });
   });
 });
 
@@ -267,6 +307,32 @@ describe("lease.expired announcements", () => {
     expect(leaseIds()).toEqual([]);
   });
 
+  test("a pass held back by a lease.expired mark older than the retention logs one warning naming the mark", async () => {
+    const s = await seats();
+    for (let i = 0; i < 5; i++) await s.take(`instance-${i}`);
+    t.clock.advance(1);
+    subscribe();
+    announceExpiries(t.deps);
+    const mark = t.clock.now().toISOString();
+    const lines: { level: string; msg: string; mark?: string }[] = [];
+    const logger = {
+      log: (level: string, msg: string, fields: Record<string, unknown> = {}) =>
+        lines.push({ level, msg, ...fields }),
+    };
+    const services = createServices(t.deps, { baseUrl: BASE_URL });
+    services.leaseRetention = new LeaseRetention(t.deps, { batch: 2 });
+    // Up to date: nothing to say.
+    expect(await sweepLeases(services, logger)).toBe(0);
+    expect(lines.filter((line) => line.level === "warn")).toEqual([]);
+    // The scan does not run for longer than the retention: the pass (three batches, each held back
+    // at the mark) warns once.
+    t.clock.advance(RETENTION + TTL + 1);
+    expect(await sweepLeases(services, logger)).toBe(0);
+    expect(lines.filter((line) => line.level === "warn")).toEqual([
+      { level: "warn", msg: "lease purge held back by the lease.expired mark", mark },
+    ]);
+  });
+
   test("a purge between the chunks of a scan loses none of its expiries", async () => {
     const s = await seats();
     subscribe();
@@ -274,15 +340,19 @@ describe("lease.expired announcements", () => {
     const announcedBefore = [await s.take("old-1"), await s.take("old-2")];
     t.clock.advance(TTL + 1);
     scanToTheEnd();
-    t.clock.advance(RETENTION);
     const lapsing = [await s.take("new-1"), await s.take("new-2"), await s.take("new-3")];
-    t.clock.advance(TTL + 1);
+    // They lapse, and no scan runs for more than the retention (the server was down): when the
+    // next scan starts, the expiries it reads are older than the retention, so only its mark
+    // keeps them from the purge.
+    t.clock.advance(TTL + 1 + RETENTION);
     expect(announceExpiries(t.deps, { leaseScanChunk: 2 }).more).toBe(true);
-    // The leases announced a retention ago go; the ones the scan is reading stay.
+    // The leases announced before go; the ones the scan is reading stay.
     expect(await sweep()).toBe(2);
     expect(leaseIds().sort()).toEqual([...lapsing].sort());
     scanToTheEnd();
     expect(announced().sort()).toEqual([...announcedBefore, ...lapsing].sort());
+    // Announced now, they go too.
+    expect(await sweep()).toBe(3);
   });
 });
 
@@ -298,18 +368,18 @@ describe("batches", () => {
     const retention = new LeaseRetention(t.deps, { batch: 3 });
     const steps = [];
     for (let step = retention.step(); ; step = retention.step()) {
-      if (step.counted === 0) steps.push(step);
+      if (step.scanned === 0) steps.push(step);
       if (!step.more) break;
     }
     // Eight leases in id order, the live one first: read three at a time, deleted all but it.
     expect(steps).toEqual([
-      { counted: 0, purged: 2, more: true },
-      { counted: 0, purged: 3, more: true },
-      { counted: 0, purged: 2, more: false },
+      { counted: 0, scanned: 0, purged: 2, more: true },
+      { counted: 0, scanned: 0, purged: 3, more: true },
+      { counted: 0, scanned: 0, purged: 2, more: false },
     ]);
     expect(leaseIds()).toHaveLength(1);
     // A later pass starts from the front again and finds nothing more to delete.
-    expect(retention.step()).toEqual({ counted: 0, purged: 0, more: false });
+    expect(retention.step()).toEqual({ counted: 0, scanned: 0, purged: 0, more: false });
   });
 
   test("each batch seeks the lease id index where the last one stopped", async () => {

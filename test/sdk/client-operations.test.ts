@@ -227,22 +227,61 @@ describe("floating leases", () => {
     expect((await rejectsSdk(h.client.heartbeatLease("lse_1", "inst-1"))).code).toBe("LEASE_MISMATCH");
   });
 
-  test("a lease answer that names another activation, or none, is refused and its seat not taken", async () => {
+  test("a lease answer that names another activation is refused with ACTIVATION_MISMATCH", async () => {
     const h = await activated();
-    for (const activation_id of ["act_someone_else", undefined]) {
-      h.server.handlers = [
-        (req) =>
-          req.path === "/runtime/v1/leases"
+    h.server.handlers = [
+      (req) =>
+        req.path === "/runtime/v1/leases"
+          ? h.server.signed(
+              req,
+              {
+                lease_id: "lse_1",
+                activation_id: "act_someone_else",
+                instance_id: "inst-1",
+                expires_at: T0,
+                heartbeat_in: 60,
+              },
+              201,
+              req.headers["x-service-nonce"]!,
+            )
+          : undefined,
+    ];
+    const refused = await rejectsSdk(h.client.acquireLease("inst-1"));
+    expect(refused).toMatchObject({ code: "ACTIVATION_MISMATCH", kind: "verification" });
+  });
+
+  test("a lease answer that names no activation (a server older than the SDK) is refused with RESPONSE_INVALID saying the server must be upgraded", async () => {
+    const h = await activated();
+    // The shapes a server sent before lease answers named their activation.
+    h.server.handlers = [
+      (req) =>
+        req.path === "/runtime/v1/leases"
+          ? h.server.signed(
+              req,
+              { lease_id: "lse_1", instance_id: "inst-1", expires_at: T0, heartbeat_in: 60 },
+              201,
+              req.headers["x-service-nonce"]!,
+            )
+          : req.method === "DELETE" && req.path === "/runtime/v1/leases/lse_1"
             ? h.server.signed(
                 req,
-                { lease_id: "lse_1", activation_id, instance_id: "inst-1", expires_at: T0, heartbeat_in: 60 },
-                201,
+                { lease_id: "lse_1", status: "released" },
+                200,
                 req.headers["x-service-nonce"]!,
               )
             : undefined,
-      ];
-      const refused = await rejectsSdk(h.client.acquireLease("inst-1"));
-      expect(refused).toMatchObject({ code: "ACTIVATION_MISMATCH", kind: "verification" });
+    ];
+    for (const call of [
+      () => h.client.acquireLease("inst-1"),
+      () => h.client.releaseLease("lse_1", "inst-1"),
+    ]) {
+      const refused = await rejectsSdk(call());
+      expect(refused).toMatchObject({
+        code: "RESPONSE_INVALID",
+        kind: "verification",
+        details: { field: "activation_id", server_upgrade_required: true },
+      });
+      expect(refused.message).toContain("server is older than this SDK and must be upgraded");
     }
   });
 });

@@ -1,8 +1,7 @@
-import type { Database } from "bun:sqlite";
 import type { Deps } from "../../deps.ts";
 import { idBefore } from "../../domain/ids.ts";
-import type { Environment } from "../../domain/scopes.ts";
 import { leaseExpiriesSettledThrough } from "../webhooks/expiries.ts";
+import { MonthCounts } from "./month-counts.ts";
 
 /**
  * How long a finished lease stays after its expiry and its release, whichever is later. Nothing
@@ -25,51 +24,22 @@ export const LEASE_PURGE_BATCH = 200;
 
 const DAY_MS = 86_400_000;
 
-/** What one step did: `more` says another step has work (call again, after a turn of the loop). */
+/**
+ * What one step did: `counted` month starts whose count it finished, `scanned` leases it read to
+ * count them, `purged` leases it deleted; `more` says another step has work (call again, after a
+ * turn of the loop).
+ */
 export interface LeaseRetentionStep {
   counted: number;
+  scanned: number;
   purged: number;
   more: boolean;
 }
 
-const monthStart = (ms: number): number => {
-  const d = new Date(ms);
-  return Date.UTC(d.getUTCFullYear(), d.getUTCMonth(), 1);
-};
-const nextMonth = (ms: number): number => {
-  const d = new Date(ms);
-  return Date.UTC(d.getUTCFullYear(), d.getUTCMonth() + 1, 1);
-};
-
-/**
- * Seats held at `at` in an environment: leases taken by then, not released by then and not yet
- * expired. Naming both statuses lets SQLite seek each license's leases by expiry in its
- * (license_id, status, expires_at) index and skip long-expired ones (docs/performance.md).
- */
-function countHeldAt(sqlite: Database, environment: Environment, at: number): number {
-  return (
-    sqlite
-      .query<{ n: number }, [Environment, number]>(
-        `SELECT count(*) AS n FROM leases l JOIN licenses c ON c.id = l.license_id WHERE c.environment = ?1
-         AND l.status IN ('active', 'released') AND l.expires_at > ?2
-         AND l.created_at <= ?2 AND (l.released_at IS NULL OR l.released_at > ?2)`,
-      )
-      .get(environment, at)?.n ?? 0
-  );
-}
-
-/**
- * The usage report's `active_leases` at `at`: the stored count when `at` is a month start already
- * counted, else the leases table. A month start not counted yet still has every lease it counts:
- * the purge deletes nothing while a month start that has passed is not counted.
- */
-export function leasesHeldAt(sqlite: Database, environment: Environment, at: Date): number {
-  const stored = sqlite
-    .query<{ active: number }, [Environment, number]>(
-      "SELECT active FROM lease_month_counts WHERE environment = ? AND at = ?",
-    )
-    .get(environment, at.getTime());
-  return stored?.active ?? countHeldAt(sqlite, environment, at.getTime());
+/** What a pass did: leases deleted, and the `lease.expired` mark when it held the cutoff back. */
+export interface LeaseRetentionPass {
+  purged: number;
+  heldBackBy: Date | null;
 }
 
 /**
@@ -78,10 +48,12 @@ export function leasesHeldAt(sqlite: Database, environment: Environment, at: Dat
  * `released_at` if it has one, are both older than the cutoff: now minus the retention, or the
  * `lease.expired` mark if that is earlier, so a lease whose expiry the scan has not reached yet
  * stays and its announcement is never lost, however long the server was down or the scan is
- * behind. Before it deletes anything, a step counts the seats of every month start that has passed
- * into `lease_month_counts` (one month start per step, so a first pass after an upgrade counts a
- * store's whole history a month at a time): no lease a past month's report counts is deleted
- * before that count is stored.
+ * behind. Before it deletes anything, steps count the seats of every month start that has passed
+ * (by an hour, `MONTH_COUNT_DELAY_MS`) into `lease_month_counts`, a chunk of the leases table per
+ * step (month-counts.ts), so a first pass after an upgrade counts a store's whole history a few
+ * milliseconds at a time: no lease a past month's report counts is deleted before that count is
+ * stored. A month start that passed less than an hour ago holds back nothing: every lease held at
+ * it expired after it, within the retention.
  *
  * The walk goes along the id index (ids are time-ordered, so leases made before the cutoff are a
  * prefix of it): each batch is a seek to where the last one ended plus `batch` entries, never a
@@ -92,24 +64,22 @@ export function leasesHeldAt(sqlite: Database, environment: Environment, at: Dat
 export class LeaseRetention {
   /** Where the pass under way stopped: the last lease id its batches read ("" = from the start). */
   private cursor = "";
+  /** The `lease.expired` mark, when it held the last step's cutoff back from now minus the retention. */
+  private heldBackBy: number | null = null;
   private readonly retentionMs: number;
   private readonly batch: number;
+  private readonly months: MonthCounts;
   private readonly statements;
 
   constructor(
     private readonly deps: Pick<Deps, "sqlite" | "clock">,
-    options: { retentionDays?: number; batch?: number } = {},
+    options: { retentionDays?: number; batch?: number; countChunk?: number } = {},
   ) {
     this.retentionMs = (options.retentionDays ?? LEASE_RETENTION_DAYS) * DAY_MS;
     this.batch = options.batch ?? LEASE_PURGE_BATCH;
+    this.months = new MonthCounts(deps.sqlite, options.countChunk);
     const { sqlite } = deps;
     this.statements = {
-      lastCounted: sqlite.prepare<{ at: number | null }, []>("SELECT max(at) AS at FROM lease_month_counts"),
-      // The oldest lease by id (the primary key's index): its creation, to a millisecond.
-      oldest: sqlite.prepare<{ created_at: number }, []>("SELECT created_at FROM leases ORDER BY id LIMIT 1"),
-      store: sqlite.prepare<unknown, [number, number, number]>(
-        "INSERT INTO lease_month_counts (environment, at, active) VALUES ('live', ?1, ?2), ('test', ?1, ?3) ON CONFLICT DO NOTHING",
-      ),
       // Index only (the primary key's): the next `batch` ids made before the cutoff.
       window: sqlite.prepare<{ id: string }, [string, string, number]>(
         "SELECT id FROM leases WHERE id > ? AND id < ? ORDER BY id LIMIT ?",
@@ -121,68 +91,51 @@ export class LeaseRetention {
     };
   }
 
-  /**
-   * The first month start whose seats are not counted yet: the one after the last counted, or,
-   * before any, the start of the month the oldest lease was taken in. Null: no lease was ever
-   * kept, so there is nothing to count or delete.
-   */
-  private firstUncounted(): number | null {
-    const last = this.statements.lastCounted.get()?.at ?? null;
-    if (last !== null) return nextMonth(last);
-    const oldest = this.statements.oldest.get();
-    return oldest ? monthStart(oldest.created_at) : null;
-  }
-
   /** The moment before which a finished lease may go (see the class comment). */
   private cutoff(now: number): number {
     const announced = leaseExpiriesSettledThrough(this.deps.sqlite);
-    return Math.min(now - this.retentionMs, announced ?? Number.POSITIVE_INFINITY);
+    const retained = now - this.retentionMs;
+    this.heldBackBy = announced !== null && announced < retained ? announced : null;
+    return Math.min(retained, announced ?? Number.POSITIVE_INFINITY);
   }
 
   /**
-   * One short unit of work: counts the seats of one month start that has passed, else deletes
+   * One short unit of work: a chunk of the count of a month start that has passed, else deletes
    * what one batch of at most `batch` leases holds that may go.
    */
   step(): LeaseRetentionStep {
-    const { sqlite } = this.deps;
     const now = this.deps.clock.now().getTime();
-    const uncounted = this.firstUncounted();
-    // Strictly past: a lease taken later in this very millisecond would count at this moment.
-    if (uncounted !== null && uncounted < now) {
-      this.statements.store.run(
-        uncounted,
-        countHeldAt(sqlite, "live", uncounted),
-        countHeldAt(sqlite, "test", uncounted),
-      );
-      return { counted: 1, purged: 0, more: true };
-    }
+    const counting = this.months.step(now);
+    if (counting) return { ...counting, purged: 0, more: true };
     const cutoff = this.cutoff(now);
     const ids = this.statements.window.all(this.cursor, idBefore("lse", cutoff), this.batch);
     const last = ids.at(-1)?.id;
     if (last === undefined) {
       this.cursor = "";
-      return { counted: 0, purged: 0, more: false };
+      return { counted: 0, scanned: 0, purged: 0, more: false };
     }
     const purged = this.statements.purge.run(this.cursor, last, cutoff).changes;
     // A short batch reached the cutoff: the pass is done, and the next one starts from the front.
     const more = ids.length === this.batch;
     this.cursor = more ? last : "";
-    return { counted: 0, purged, more };
+    return { counted: 0, scanned: 0, purged, more };
   }
 
   /**
-   * Steps until nothing is left, with a turn of the event loop between steps so requests are not
-   * held up behind a backlog. `stopped` ends the pass between steps (shutdown). Returns how many
-   * leases went.
+   * Steps until nothing is left, with a turn of the event loop before each step so requests are
+   * not held up behind a backlog (nor a server's start behind the first step). `stopped` ends the
+   * pass between steps (shutdown).
    */
-  async pass(options: { stopped?: () => boolean } = {}): Promise<number> {
+  async pass(options: { stopped?: () => boolean } = {}): Promise<LeaseRetentionPass> {
     let purged = 0;
-    while (!options.stopped?.()) {
+    this.heldBackBy = null;
+    for (;;) {
+      await new Promise<void>((resolve) => setImmediate(resolve));
+      if (options.stopped?.()) break;
       const step = this.step();
       purged += step.purged;
       if (!step.more) break;
-      await new Promise<void>((resolve) => setImmediate(resolve));
     }
-    return purged;
+    return { purged, heldBackBy: this.heldBackBy === null ? null : new Date(this.heldBackBy) };
   }
 }

@@ -4,7 +4,7 @@ import { addMonths } from "../../domain/license-state.ts";
 import type { Environment } from "../../domain/scopes.ts";
 import { ApiError } from "../../http/errors.ts";
 import { licenses } from "../../store/schema/index.ts";
-import { leasesHeldAt } from "../leases/retention.ts";
+import { leasesHeldAt } from "../leases/month-counts.ts";
 
 export interface ReportPeriod {
   label: string;

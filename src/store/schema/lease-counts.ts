@@ -32,3 +32,20 @@ export const leaseMonthCounts = sqliteTable(
   },
   (t) => [primaryKey({ columns: [t.environment, t.at] })],
 );
+
+/**
+ * The month start being counted into `lease_month_counts`, while its count is under way: the
+ * count walks the leases table along its id index a chunk per step (src/modules/leases/
+ * month-counts.ts), and this row keeps where it stopped and what it has counted so far, so a
+ * restart resumes the count instead of starting over. At most one row; none when no count is
+ * under way.
+ */
+export const leaseMonthCountProgress = sqliteTable("lease_month_count_progress", {
+  at: timestamp("at").primaryKey(),
+  /** The last lease id read ("" before the first chunk). */
+  afterId: text("after_id").notNull(),
+  /** The last lease id when the count began: the walk ends there. */
+  throughId: text("through_id").notNull(),
+  live: integer("live").notNull(),
+  test: integer("test").notNull(),
+});
