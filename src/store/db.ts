@@ -98,7 +98,13 @@ function withStatementCache(sqlite: Database): Database {
   });
 }
 
-const SYNCHRONOUS = ["OFF", "NORMAL", "FULL", "EXTRA"] as const;
+/** The statement that puts each `PRAGMA synchronous` level back (SQL stays constant text). */
+const SET_SYNCHRONOUS = [
+  "PRAGMA synchronous = OFF",
+  "PRAGMA synchronous = NORMAL",
+  "PRAGMA synchronous = FULL",
+  "PRAGMA synchronous = EXTRA",
+] as const;
 
 /**
  * Runs `work` with every commit synced to disk (`synchronous = FULL`: in WAL mode a commit then
@@ -112,6 +118,6 @@ export function withSyncedCommits<T>(sqlite: Database, work: () => T): T {
   try {
     return work();
   } finally {
-    sqlite.exec(`PRAGMA synchronous = ${SYNCHRONOUS[previous] ?? "NORMAL"}`);
+    sqlite.exec(SET_SYNCHRONOUS[previous] ?? "PRAGMA synchronous = NORMAL");
   }
 }

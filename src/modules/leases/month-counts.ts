@@ -25,12 +25,10 @@ const nextMonth = (ms: number): number => {
   return Date.UTC(d.getUTCFullYear(), d.getUTCMonth() + 1, 1);
 };
 
-/** A lease `l` held at the moment `at` (a parameter): taken by then, not released by then, not yet expired. */
-const heldAt = (at: string) => `l.status IN ('active', 'released') AND l.expires_at > ${at}
-  AND l.created_at <= ${at} AND (l.released_at IS NULL OR l.released_at > ${at})`;
-
 /**
- * Seats held at `at` in an environment, from the whole table. Naming both statuses lets SQLite
+ * Seats held at `at` in an environment, from the whole table. A lease is held at `at` when it was
+ * taken by then, not released by then and not yet expired (the same condition as the chunked
+ * count's `held` below; SQL is constant text, so it is written out in both). Naming both statuses lets SQLite
  * seek each license's leases by expiry in its (license_id, status, expires_at) index and skip
  * long-expired ones (docs/performance.md): cheap for a recent moment, up to a second at a million
  * leases for an old one, which is why the sweeper counts month starts in chunks instead.
@@ -40,7 +38,9 @@ function countHeldAt(sqlite: Database, environment: Environment, at: number): nu
     sqlite
       .query<{ n: number }, [Environment, number]>(
         `SELECT count(*) AS n FROM leases l JOIN licenses c ON c.id = l.license_id
-         WHERE c.environment = ?1 AND ${heldAt("?2")}`,
+         WHERE c.environment = ?1
+           AND l.status IN ('active', 'released') AND l.expires_at > ?2
+           AND l.created_at <= ?2 AND (l.released_at IS NULL OR l.released_at > ?2)`,
       )
       .get(environment, at)?.n ?? 0
   );
@@ -121,7 +121,9 @@ export class MonthCounts {
       held: sqlite.prepare<{ environment: Environment; n: number }, [string, string, number]>(
         `SELECT c.environment AS environment, count(*) AS n
          FROM leases l JOIN licenses c ON c.id = l.license_id
-         WHERE l.id > ?1 AND l.id <= ?2 AND ${heldAt("?3")}
+         WHERE l.id > ?1 AND l.id <= ?2
+           AND l.status IN ('active', 'released') AND l.expires_at > ?3
+           AND l.created_at <= ?3 AND (l.released_at IS NULL OR l.released_at > ?3)
          GROUP BY c.environment`,
       ),
       save: sqlite.prepare<unknown, [number, string, string, number, number]>(
