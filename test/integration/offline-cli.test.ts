@@ -10,6 +10,7 @@ import { LicensingClient, MemoryStorage } from "../../src/sdk/index.ts";
 import { buildDeps, openKeystore } from "../../src/server.ts";
 import { openStore, type Store } from "../../src/store/db.ts";
 import { runInProcess } from "../support/in-process-cli.ts";
+import { managementRequest } from "../support/management-request.ts";
 import { MACHINE } from "../support/offline.ts";
 
 /**
@@ -28,17 +29,7 @@ let ids: { productId: string; licenseId: string; licenseKey: string };
 let config: any;
 
 async function api(method: string, path: string, body?: unknown) {
-  const response = await app.handle(
-    new Request(`${BASE}${path}`, {
-      method,
-      headers: {
-        authorization: `Bearer ${liveKey}`,
-        "content-type": "application/json",
-        "idempotency-key": `cli-test-${Math.random()}-key`,
-      },
-      body: body === undefined ? undefined : JSON.stringify(body),
-    }),
-  );
+  const response = await app.handle(managementRequest(BASE, liveKey, method, path, body));
   return { status: response.status, bytes: new Uint8Array(await response.arrayBuffer()) };
 }
 const json = (bytes: Uint8Array) => JSON.parse(new TextDecoder().decode(bytes));

@@ -14,6 +14,7 @@ import { buildDeps, openKeystore } from "../../src/server.ts";
 import { checkStore } from "../../src/store/backup.ts";
 import { openStore, type Store } from "../../src/store/db.ts";
 import { runInProcess } from "../support/in-process-cli.ts";
+import { managementRequest } from "../support/management-request.ts";
 import { MACHINE } from "../support/offline.ts";
 
 /**
@@ -37,17 +38,7 @@ let licenseKey: string;
 let config: any;
 
 async function api(method: string, path: string, body?: unknown) {
-  const response = await app.handle(
-    new Request(`${BASE}${path}`, {
-      method,
-      headers: {
-        authorization: `Bearer ${liveKey}`,
-        "content-type": "application/json",
-        "idempotency-key": `sealing-keys-test-${Math.random()}`,
-      },
-      body: body === undefined ? undefined : JSON.stringify(body),
-    }),
-  );
+  const response = await app.handle(managementRequest(BASE, liveKey, method, path, body));
   // biome-ignore lint/suspicious/noExplicitAny: JSON from the API.
   return { status: response.status, body: (await response.json()) as any };
 }

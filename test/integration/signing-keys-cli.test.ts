@@ -12,6 +12,7 @@ import { buildDeps, openKeystore } from "../../src/server.ts";
 import { openStore, type Store } from "../../src/store/db.ts";
 import { expectValidBundle, type TrustBundleBody } from "../support/envelope.ts";
 import { runInProcess } from "../support/in-process-cli.ts";
+import { managementRequest } from "../support/management-request.ts";
 import { MACHINE } from "../support/offline.ts";
 
 /**
@@ -32,17 +33,7 @@ let licenseId: string;
 let config: any;
 
 async function api(method: string, path: string, body?: unknown) {
-  const response = await app.handle(
-    new Request(`${BASE}${path}`, {
-      method,
-      headers: {
-        authorization: `Bearer ${liveKey}`,
-        "content-type": "application/json",
-        "idempotency-key": `signing-keys-test-${Math.random()}`,
-      },
-      body: body === undefined ? undefined : JSON.stringify(body),
-    }),
-  );
+  const response = await app.handle(managementRequest(BASE, liveKey, method, path, body));
   return { status: response.status, bytes: new Uint8Array(await response.arrayBuffer()) };
 }
 const json = (bytes: Uint8Array) => JSON.parse(new TextDecoder().decode(bytes));
