@@ -5,7 +5,6 @@ import { ENVIRONMENTS, type Environment } from "../domain/scopes.ts";
 import { ApiError } from "../http/errors.ts";
 import { BillingService, presentOffering, WEBHOOK_PATH } from "../modules/billing/service.ts";
 import { WorkspaceService } from "../modules/workspace/service.ts";
-import { buildDeps, openKeystore } from "../server.ts";
 import { type OptionSpec, UsageError } from "./args.ts";
 import { table } from "./keys.ts";
 import {
@@ -15,33 +14,28 @@ import {
   cliActor,
   err,
   JSON_OPTION,
-  openExistingStore,
   out,
-  resolvePassphrase,
+  withKeystoreDeps,
 } from "./shared.ts";
 
 const CONFIG_KEYS = ["dataDir", "passphraseFile", "baseUrl"] as const;
 
 /** The integration's secrets are sealed with the keystore's data key, so every command opens it. */
 function withBilling<T>(line: CommandLine, work: (billing: BillingService) => T): T {
-  const { passphrase } = resolvePassphrase(line.config, { generate: false });
-  const keystore = openKeystore(line.config.dataDir, passphrase);
-  const { store } = openExistingStore(line.config.dataDir);
-  try {
-    const deps = buildDeps(store, keystore);
-    const workspace = new WorkspaceService(deps);
-    return work(new BillingService(deps, () => workspace.plan(), line.config.baseUrl));
-  } catch (error) {
-    // The service speaks the API's language; an operator gets one line per problem.
-    if (error instanceof ApiError) {
-      const fields = (error.details.errors ?? {}) as Record<string, string[]>;
-      const problems = Object.entries(fields).map(([field, messages]) => `${field} ${messages.join("; ")}`);
-      throw new CliError(problems.length > 0 ? problems.join("; ") : error.message);
+  return withKeystoreDeps(line, (deps) => {
+    try {
+      const workspace = new WorkspaceService(deps);
+      return work(new BillingService(deps, () => workspace.plan(), line.config.baseUrl));
+    } catch (error) {
+      // The service speaks the API's language; an operator gets one line per problem.
+      if (error instanceof ApiError) {
+        const fields = (error.details.errors ?? {}) as Record<string, string[]>;
+        const problems = Object.entries(fields).map(([field, messages]) => `${field} ${messages.join("; ")}`);
+        throw new CliError(problems.length > 0 ? problems.join("; ") : error.message);
+      }
+      throw error;
     }
-    throw error;
-  } finally {
-    store.close();
-  }
+  });
 }
 
 /**

@@ -6,19 +6,10 @@ import { DEFAULT_BODY_LIMIT, parseJsonBytes, tooLarge } from "../http/body.ts";
 import { checkBody } from "../http/envelope.ts";
 import { ApiError } from "../http/errors.ts";
 import { type OfflineCertificateBody, OfflineCertificateCreate } from "../modules/offline/model.ts";
-import { buildDeps, openKeystore } from "../server.ts";
 import { createServices } from "../services.ts";
 import { licenses } from "../store/schema/index.ts";
 import { UsageError } from "./args.ts";
-import {
-  CliError,
-  type Command,
-  cliActor,
-  JSON_OPTION,
-  openExistingStore,
-  out,
-  resolvePassphrase,
-} from "./shared.ts";
+import { CliError, type Command, cliActor, JSON_OPTION, out, withKeystoreDeps } from "./shared.ts";
 
 /**
  * The body the API route would take, from the device's request file, through the route's own
@@ -119,11 +110,7 @@ export const offlineIssueCommand: Command = {
       throw error;
     }
 
-    const { passphrase } = resolvePassphrase(line.config, { generate: false });
-    const keystore = openKeystore(line.config.dataDir, passphrase);
-    const { store } = openExistingStore(line.config.dataDir);
-    try {
-      const deps = buildDeps(store, keystore);
+    return withKeystoreDeps(line, (deps) => {
       const license = deps.db.select().from(licenses).where(eq(licenses.id, licenseId)).get();
       if (!license) throw new CliError(`no license ${licenseId}`);
       const services = createServices(deps, { baseUrl: line.config.baseUrl });
@@ -156,9 +143,7 @@ export const offlineIssueCommand: Command = {
         );
       }
       return 0;
-    } finally {
-      store.close();
-    }
+    });
   },
 };
 
