@@ -1,7 +1,7 @@
 import { eq } from "drizzle-orm";
 import type { CommandLine } from "../config.ts";
 import type { Deps } from "../deps.ts";
-import { unixSeconds } from "../domain/clock.ts";
+import { isoSeconds, unixSeconds } from "../domain/clock.ts";
 import type { InvalidatedPackages } from "../modules/trust/retention.ts";
 import { SigningKeyError, TrustService } from "../modules/trust/service.ts";
 import { products } from "../store/schema/index.ts";
@@ -57,8 +57,8 @@ export const signingKeysListCommand: Command = {
           rows.map((r) => [
             r.key_id,
             r.status,
-            iso(r.not_before),
-            r.not_after === null ? "-" : iso(r.not_after),
+            isoSeconds(r.not_before),
+            r.not_after === null ? "-" : isoSeconds(r.not_after),
           ]),
         ),
       );
@@ -105,7 +105,7 @@ export const signingKeysRotateCommand: Command = {
       const retired = result.retired;
       if (retired) {
         lines.push(
-          `Key ${retired.key_id} is retired and stays in the trust bundle until ${iso(retired.not_after)}.`,
+          `Key ${retired.key_id} is retired and stays in the trust bundle until ${isoSeconds(retired.not_after)}.`,
         );
         // Say what set the date, so an operator can tell what keeps a key listed for years.
         if (retainSec === undefined)
@@ -113,7 +113,7 @@ export const signingKeysRotateCommand: Command = {
         const lost = retired.invalidated_offline_packages;
         if (lost.count > 0)
           lines.push(
-            `Warning: ${packages(lost.count)} signed by ${retired.key_id} ${lost.count === 1 ? "is" : "are"} valid until ${iso(lost.latest_expires_at ?? retired.not_after)} at the latest; devices that fetch a trust bundle without the key refuse ${lost.count === 1 ? "it" : "them"} after ${iso(retired.not_after)}. Leave out --retain-days to keep the key listed until they expire.`,
+            `Warning: ${packages(lost.count)} signed by ${retired.key_id} ${lost.count === 1 ? "is" : "are"} valid until ${isoSeconds(lost.latest_expires_at ?? retired.not_after)} at the latest; devices that fetch a trust bundle without the key refuse ${lost.count === 1 ? "it" : "them"} after ${isoSeconds(retired.not_after)}. Leave out --retain-days to keep the key listed until they expire.`,
           );
       }
       out(lines.join("\n"));
@@ -143,7 +143,7 @@ export const signingKeysRetireCommand: Command = {
     const lost = result.invalidated_offline_packages;
     if (lost.count > 0)
       lines.push(
-        `${packages(lost.count)} it signed (valid until ${iso(lost.latest_expires_at ?? 0)} at the latest) ${lost.count === 1 ? "is" : "are"} refused from now on by devices that fetch the new trust bundle.`,
+        `${packages(lost.count)} it signed (valid until ${isoSeconds(lost.latest_expires_at ?? 0)} at the latest) ${lost.count === 1 ? "is" : "are"} refused from now on by devices that fetch the new trust bundle.`,
       );
     out(lines.join("\n"));
     return 0;
@@ -167,12 +167,11 @@ function retentionReason(pinning: InvalidatedPackages, notAfter: number): string
     return `That is when the last of the ${packages(pinning.count)} it signed expires ${revoked}.`;
   const packagesToo =
     pinning.count > 0
-      ? `; the ${packages(pinning.count)} it signed expire by ${iso(pinning.latest_expires_at ?? notAfter)}`
+      ? `; the ${packages(pinning.count)} it signed expire by ${isoSeconds(pinning.latest_expires_at ?? notAfter)}`
       : `; it signed no unexpired offline package ${revoked}`;
   return `That covers the longest certificate the product's policies sign${packagesToo}.`;
 }
 
-const iso = (unix: number) => new Date(unix * 1000).toISOString().replace(".000Z", "Z");
 const packages = (count: number) => `${count} unexpired offline package${count === 1 ? "" : "s"}`;
 
 export const signingKeysCommands = [

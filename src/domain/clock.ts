@@ -34,3 +34,6 @@ export class AdjustableClock implements Clock {
 
 export const unixSeconds = (date: Date): number => Math.floor(date.getTime() / 1000);
 export const isoString = (date: Date): string => date.toISOString();
+
+/** Unix seconds as ISO 8601 with whole seconds (`2027-01-15T08:00:05Z`): signed time, key dates. */
+export const isoSeconds = (unix: number): string => new Date(unix * 1000).toISOString().replace(".000Z", "Z");

@@ -12,11 +12,11 @@ import {
 } from "../../src/crypto/envelope.ts";
 import { canonicalize } from "../../src/crypto/jcs.ts";
 import { keyIdOf, parsePublicKey, signEd25519, thumbprint, verifySignature } from "../../src/crypto/keys.ts";
+import { isoSeconds } from "../../src/domain/clock.ts";
 import { type RuntimeFacts, runtimeDenial, SIGNED_DENIALS } from "../../src/domain/runtime-guards.ts";
 import { ERROR_CODES, type ErrorCode } from "../../src/http/errors.ts";
 import { signedString } from "../../src/modules/activations/model.ts";
 import { leaseModels } from "../../src/modules/leases/model.ts";
-import { isoSeconds } from "../../src/modules/trust/index.ts";
 import { ONLINE_KEY_PERIOD_SEC } from "../../src/modules/trust/service.ts";
 import {
   type DelegationVector,

@@ -338,11 +338,6 @@ export class ActivationService {
     });
   }
 
-  /** The device's active activation on the license, if it has one (at most one: re-activation reuses it). */
-  activeActivation(licenseId: string, deviceThumbprint: string): ActivationRow | undefined {
-    return this.activeOnLicense(licenseId, deviceThumbprint);
-  }
-
   /**
    * The device's active activation if it still holds its slot, for a device binding itself again
    * (online activation, an offline package). One silent past its grace while others filled the

@@ -1,6 +1,6 @@
 import { Type } from "@sinclair/typebox";
 import { Elysia } from "elysia";
-import { unixSeconds } from "../../domain/clock.ts";
+import { isoSeconds, unixSeconds } from "../../domain/clock.ts";
 import { ApiError } from "../../http/errors.ts";
 import { dataOf, IdField } from "../../http/schemas.ts";
 import type { Services } from "../../services.ts";
@@ -28,7 +28,6 @@ const TrustBundle = Type.Object({
 });
 
 /** ISO 8601 with whole seconds: the string form of a signed `server_time`. */
-export const isoSeconds = (unix: number): string => new Date(unix * 1000).toISOString().replace(".000Z", "Z");
 
 /** The two unauthenticated trust routes: the signed key list of a product, and signed time. */
 export const runtimeTrustController = ({ trust, signer, deps }: Services) => {

@@ -222,10 +222,6 @@ export class TrustService {
     return signer;
   }
 
-  signingKeyRow(keyId: string) {
-    return this.deps.db.select().from(signingKeys).where(eq(signingKeys.keyId, keyId)).get();
-  }
-
   signingKeys(productId: string) {
     return this.deps.db.select().from(signingKeys).where(eq(signingKeys.productId, productId)).all();
   }
