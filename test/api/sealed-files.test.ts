@@ -6,6 +6,7 @@ import { Keystore } from "../../src/crypto/keystore.ts";
 import { parseSealingKeyLine } from "../../src/crypto/sealed-file.ts";
 import { silentLogger } from "../../src/http/logger.ts";
 import { sweepOnce } from "../../src/jobs/sweeper.ts";
+import { SealingKeyError, SealingKeyLifecycle } from "../../src/modules/sealed-files/lifecycle.ts";
 import { createServices } from "../../src/services.ts";
 import { BASE_URL, createTestContext, type TestContext } from "../support/harness.ts";
 
@@ -173,5 +174,40 @@ describe("compromised keys", () => {
     expect(
       sweepOnce(createServices(t.deps, { baseUrl: BASE_URL }), silentLogger).compromised_sealing_keys,
     ).toBe(0);
+  });
+
+  test("a compromise commits with synced writes before the private half goes, and the store's setting comes back", async () => {
+    const first = (await t.call("POST", path())).body.data.current_key.key_id as string;
+    const lifecycle = new SealingKeyLifecycle(t.deps);
+    const actor = { type: "cli" as const, id: "ops" };
+    lifecycle.rotate(productId, actor);
+    const synchronous = () =>
+      t.deps.sqlite.query<{ synchronous: number }, []>("PRAGMA synchronous").get()?.synchronous;
+    const seen: (number | undefined)[] = [];
+    const remove = t.deps.keystore.remove.bind(t.deps.keystore);
+    t.deps.keystore.remove = (ids) => {
+      seen.push(synchronous());
+      return remove(ids);
+    };
+    lifecycle.retire(productId, first, { compromised: true, actor });
+    // 2 = FULL: the compromise's commit reached the disk before the removal ran; 1 = NORMAL again.
+    expect(seen).toEqual([2]);
+    expect(synchronous()).toBe(1);
+    expect(t.deps.keystore.has(`product-sealing:${first}`)).toBe(false);
+  });
+
+  test("a compromised key is never downgraded to retired, and the refusal changes nothing", async () => {
+    const first = (await t.call("POST", path())).body.data.current_key.key_id as string;
+    const lifecycle = new SealingKeyLifecycle(t.deps);
+    const actor = { type: "cli" as const, id: "ops" };
+    lifecycle.rotate(productId, actor);
+    lifecycle.retire(productId, first, { compromised: true, actor });
+    const rows = () =>
+      t.deps.sqlite.query("SELECT key_id, status, retired_at FROM sealing_keys ORDER BY rowid").all();
+    const audits = () => t.deps.sqlite.query("SELECT id FROM audit_events").all().length;
+    const [before, auditsBefore] = [rows(), audits()];
+    expect(() => lifecycle.retire(productId, first, { compromised: false, actor })).toThrow(SealingKeyError);
+    expect(rows()).toEqual(before);
+    expect(audits()).toBe(auditsBefore);
   });
 });

@@ -248,6 +248,20 @@ describe("floating leases", () => {
     ];
     const refused = await rejectsSdk(h.client.acquireLease("inst-1"));
     expect(refused).toMatchObject({ code: "ACTIVATION_MISMATCH", kind: "verification" });
+    // A release answer is held to the same: another activation's "released" is not this lease's.
+    h.server.handlers = [
+      (req) =>
+        req.method === "DELETE" && req.path.startsWith("/runtime/v1/leases/")
+          ? h.server.signed(
+              req,
+              { lease_id: "lse_1", activation_id: "act_someone_else", status: "released" },
+              200,
+              req.headers["x-service-nonce"]!,
+            )
+          : undefined,
+    ];
+    const release = await rejectsSdk(h.client.releaseLease("lse_1", "inst-1"));
+    expect(release).toMatchObject({ code: "ACTIVATION_MISMATCH", kind: "verification" });
   });
 
   test("a lease answer that names no activation (a server older than the SDK) is refused with RESPONSE_INVALID saying the server must be upgraded", async () => {
