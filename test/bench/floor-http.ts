@@ -4,6 +4,9 @@
  * (the size of a real signed response), with nothing else. Run by run.ts under the same CPU
  * pinning and the same wrk setup as the server.
  *
+ * GET /cpu answers this process's CPU time so far (`{"cpu_us": N}`): the bench reads it before
+ * and after each slice, finer than /proc's 10 ms ticks.
+ *
  * Usage: bun test/bench/floor-http.ts PORT [RESPONSE_BYTES]
  */
 const port = Number(process.argv[2]);
@@ -15,7 +18,13 @@ Bun.serve({
   port,
   development: false,
   async fetch(request) {
-    if (request.method === "GET") return Response.json({ data: "ok" });
+    if (request.method === "GET") {
+      if (new URL(request.url).pathname === "/cpu") {
+        const { user, system } = process.cpuUsage();
+        return Response.json({ cpu_us: user + system });
+      }
+      return Response.json({ data: "ok" });
+    }
     const body = (await request.json()) as Record<string, unknown>;
     const nonce = request.headers.get("x-service-nonce") ?? request.headers.get("idempotency-key") ?? "";
     return Response.json(

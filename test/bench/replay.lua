@@ -5,7 +5,9 @@
 -- "name: value" pairs joined by "|" and BODY may be empty. Each line is sent at most once
 -- (thread k of T takes lines k, k+T, k+2T, ...). When a thread runs out it sends GET /healthz and
 -- counts it in "exhausted", so the runner can tell that the file was too small and retry.
--- done() prints one line "BENCH_JSON {...}" with counts per status and latency percentiles.
+-- done() prints one line "BENCH_JSON {...}" with counts per status and latency percentiles, and
+-- "quantiles": the latency at the middle of each 1% of requests up to the 99th percentile and of
+-- each 0.01% above it (199 values), so the runner can merge the distributions of several runs.
 
 local threads = {}
 local created = 0
@@ -75,13 +77,20 @@ function done(summary, latency, requests)
   for code, n in pairs(by_status) do
     parts[#parts + 1] = string.format('"%d":%d', code, n)
   end
+  local quantiles = {}
+  for k = 0, 98 do
+    quantiles[#quantiles + 1] = string.format("%d", latency:percentile(k + 0.5))
+  end
+  for k = 0, 99 do
+    quantiles[#quantiles + 1] = string.format("%d", latency:percentile(99 + (k + 0.5) / 100))
+  end
   local errors = summary.errors
   io.write(string.format(
     'BENCH_JSON {"requests":%d,"duration_us":%d,"bytes":%d,"statuses":{%s},"exhausted":%d,"loaded":%d,"sent":%d,' ..
       '"errors":{"connect":%d,"read":%d,"write":%d,"status":%d,"timeout":%d},' ..
-      '"latency_us":{"mean":%.1f,"max":%d,"p50":%d,"p90":%d,"p99":%d,"p999":%d}}\n',
+      '"latency_us":{"mean":%.1f,"max":%d,"p50":%d,"p90":%d,"p99":%d,"p999":%d},"quantiles":[%s]}\n',
     summary.requests, summary.duration, summary.bytes, table.concat(parts, ","), total_exhausted, total_loaded,
     total_sent, errors.connect, errors.read, errors.write, errors.status, errors.timeout,
     latency.mean, latency.max, latency:percentile(50), latency:percentile(90), latency:percentile(99),
-    latency:percentile(99.9)))
+    latency:percentile(99.9), table.concat(quantiles, ",")))
 end

@@ -2,6 +2,7 @@ import { rmSync } from "node:fs";
 import { join } from "node:path";
 import { crashTest } from "./lib/crash.ts";
 import { activateDevices, BENCH_POLICY, createApiKeys, createFixture, type Fixture } from "./lib/fixture.ts";
+import { FloorMeter } from "./lib/floor.ts";
 import { openLoop, tailLine } from "./lib/open-model.ts";
 import { sample } from "./lib/procstat.ts";
 import { fixed, thousands } from "./lib/report.ts";
@@ -17,14 +18,7 @@ import {
   pickFrom,
   timeRequest,
 } from "./lib/requests.ts";
-import {
-  describeRun,
-  floorOps,
-  httpFloor,
-  type MeasureOptions,
-  measure,
-  type RouteRun,
-} from "./lib/route-run.ts";
+import { describeRun, type MeasureOptions, measure, type RouteRun } from "./lib/route-run.ts";
 import {
   createRunContext,
   foreignLoad,
@@ -43,10 +37,10 @@ import { verificationTiming } from "./verification-timing.ts";
  * this machine measured in the same run. See docs/performance.md for what each number means, and
  * lib/run-context.ts for the environment variables.
  *
- * The parts, in order: the floor's operations; a fresh store with 10k activated devices; each
- * route closed loop (wrk); the floor again (drift) and the HTTP floor; the open model at half the
- * heartbeat's maximum; kill -9 under load; a million more activations; verification timing; the
- * report.
+ * The parts, in order: a fresh store with 10k activated devices; each route closed loop (wrk),
+ * in slices that alternate with the floor's; the open model at half the heartbeat's maximum;
+ * kill -9 under load; a million more activations (and the heartbeat again, with its floor);
+ * verification timing; the report.
  */
 async function main(ctx: RunContext): Promise<void> {
   const { config, log } = ctx;
@@ -60,37 +54,20 @@ async function main(ctx: RunContext): Promise<void> {
   ensureWrk(log);
   log(`binary ${ensureBinary(log)}`);
 
-  // 1. The floor's per-operation costs.
-  log("floor: Ed25519 verify/sign, SQLite read/write on one core ...");
-  const ops = floorOps(ctx);
-  log(
-    `  verify ${fixed(ops.verify_us, 1)} µs, sign ${fixed(ops.sign_us, 1)} µs, indexed read ${fixed(ops.read_us, 1)} µs, write (UPDATE, own transaction) ${fixed(ops.write_us, 1)} µs, append (INSERT) ${fixed(ops.append_us, 1)} µs, page of 50 rows ${fixed(ops.page50_us, 1)} µs`,
-  );
-
-  // 2. A fresh data dir, the server, 10k devices.
+  // 1. A fresh data dir, the server, 10k devices.
   const setup = await setUp(ctx);
   let server = setup.server;
   const { fixture, devices } = setup;
 
-  // 3. Each route, closed loop with wrk.
-  const routes = await closedLoopRoutes(ctx, setup);
-
-  // The floor's loops once more, after the closed-loop routes: a virtual CPU's speed drifts over
-  // minutes, and a drift between the floor and the routes moves every ratio. Reported, not used:
-  // the ratios keep the floor measured first.
-  const opsAfter = floorOps(ctx);
-  log(
-    `floor again after the closed-loop routes: verify ${fixed(opsAfter.verify_us, 1)} µs (first ${fixed(ops.verify_us, 1)}), sign ${fixed(opsAfter.sign_us, 1)} (${fixed(ops.sign_us, 1)}), read ${fixed(opsAfter.read_us, 1)} (${fixed(ops.read_us, 1)}), write ${fixed(opsAfter.write_us, 1)} (${fixed(ops.write_us, 1)})`,
-  );
-
-  // 4. The HTTP + JSON floor, driven exactly like the heartbeat run. Its figure is the floor
-  // server's CPU time per request: wrk on one core may not saturate it, and then 1e6 / req/s
-  // would charge the load generator's limit to HTTP.
-  const http = await httpFloor(ctx, routes.responseBytes.heartbeat, (n) =>
+  // 2. The floor's meter, beside the server on its core: each route's slices alternate with floor
+  // slices, and a route is judged against the floor of the seconds it ran in (lib/floor.ts).
+  const heartbeatBytes = await probe(server, heartbeatRequest(pickFrom(devices)), "heartbeat");
+  const floor = await FloorMeter.start(ctx, heartbeatBytes, (n) =>
     Array.from({ length: n }, () => heartbeatRequest(pickFrom(devices))),
   );
-  routes.runs.push(http);
-  log(describeRun(http));
+
+  // 3. Each route, closed loop with wrk.
+  const routes = await closedLoopRoutes(ctx, setup, floor, heartbeatBytes);
 
   // 5. Latency under load: open model at half the maximum heartbeat rate.
   const rate = Math.max(1, Math.round(routes.heartbeat.wrk.rps / 2));
@@ -122,10 +99,11 @@ async function main(ctx: RunContext): Promise<void> {
   // 7. Scale: the same heartbeat with 1M more activations in the store.
   let scale: ScaleResult | undefined;
   if (config.scale) {
-    ({ server, scale } = await scaleRun(ctx, server, fixture, routes.heartbeat));
+    ({ server, scale } = await scaleRun(ctx, server, floor, fixture, routes.heartbeat));
     routes.runs.push(scale.heartbeat);
   }
   await server.stop("SIGTERM");
+  await floor.stop();
 
   // 7b. Verification timing (issue 4): its own server and store; this runner is the client.
   log("verification timing: sending vs silent verification starts, interleaved ...");
@@ -140,9 +118,7 @@ async function main(ctx: RunContext): Promise<void> {
   printReport({
     ctx,
     commit,
-    ops,
-    opsAfter,
-    http,
+    floor: floor.total,
     responseBytes: routes.responseBytes,
     runs: routes.runs,
     heartbeat: routes.heartbeat,
@@ -212,7 +188,12 @@ interface ClosedLoopRoutes {
   responseBytes: { heartbeat: number; activation: number; list: number };
 }
 
-async function closedLoopRoutes(ctx: RunContext, setup: Setup): Promise<ClosedLoopRoutes> {
+async function closedLoopRoutes(
+  ctx: RunContext,
+  setup: Setup,
+  floor: FloorMeter,
+  heartbeatBytes: number,
+): Promise<ClosedLoopRoutes> {
   const { server, fixture, devices, apiKeys, liveKey } = setup;
   const runs: RouteRun[] = [];
   const route = async (
@@ -220,13 +201,12 @@ async function closedLoopRoutes(ctx: RunContext, setup: Setup): Promise<ClosedLo
     build: (n: number) => BenchRequest[] | Promise<BenchRequest[]>,
     options: MeasureOptions,
   ) => {
-    const done = await measure(ctx, name, server, build, options);
+    const done = await measure(ctx, name, server, floor, build, options);
     runs.push(done);
     ctx.log(describeRun(done));
     return done;
   };
   const heartbeats = (n: number) => Array.from({ length: n }, () => heartbeatRequest(pickFrom(devices)));
-  const heartbeatBytes = await probe(server, heartbeatRequest(pickFrom(devices)), "heartbeat");
   // Steady state at 10k: every device has checked in before (as on a server that has been up an
   // hour), so the server has seen each key once. The 1M run below stays cold on purpose: a million
   // devices checking in once an hour each are a million different keys.
@@ -336,6 +316,7 @@ async function leaseRoutes(
 async function scaleRun(
   ctx: RunContext,
   stopping: BenchServer,
+  floor: FloorMeter,
   fixture: Fixture,
   heartbeat: RouteRun,
 ): Promise<{ server: BenchServer; scale: ScaleResult }> {
@@ -373,6 +354,7 @@ async function scaleRun(
     ctx,
     `heartbeat, ${thousands(rowsAfter)} activations`,
     server,
+    floor,
     (n) => Array.from({ length: n }, () => heartbeatRequest(pickFrom(seededDevices))),
     { estimate: heartbeat.wrk.rps },
   );

@@ -19,6 +19,67 @@ export interface WrkResult {
   /** CPU seconds wrk itself used (user + system). */
   loadgenCpuSec: number;
   latencyMs: { mean: number; p50: number; p90: number; p99: number; p999: number; max: number };
+  /** replay.lua's latency grid, µs (see QUANTILE_WEIGHTS): what mergeWrk merges percentiles from. */
+  quantilesUs: number[];
+}
+
+/**
+ * The share of requests each of replay.lua's 199 quantiles stands for: 99 of 1% (the middle of
+ * each percent up to the 99th), then 100 of 0.01%.
+ */
+const QUANTILE_WEIGHTS = [...Array<number>(99).fill(0.01), ...Array<number>(100).fill(0.0001)];
+
+/**
+ * Several runs as one: counts summed, percentiles from the runs' merged latency distributions
+ * (each run's quantiles weighted by its requests), the mean weighted, the max the largest.
+ */
+export function mergeWrk(runs: WrkResult[]): WrkResult {
+  if (runs.length === 0) throw new Error("mergeWrk: no runs");
+  const sum = (pick: (run: WrkResult) => number) => runs.reduce((total, run) => total + pick(run), 0);
+  const requests = sum((run) => run.requests);
+  const durationSec = sum((run) => run.durationSec);
+  const statuses: Record<string, number> = {};
+  for (const run of runs)
+    for (const [code, n] of Object.entries(run.statuses)) statuses[code] = (statuses[code] ?? 0) + n;
+  const points = runs
+    .flatMap((run) =>
+      run.quantilesUs.map((us, i) => ({ us, weight: run.requests * (QUANTILE_WEIGHTS[i] ?? 0) })),
+    )
+    .sort((a, b) => a.us - b.us);
+  const totalWeight = points.reduce((total, point) => total + point.weight, 0);
+  // Each point stands at the middle of the requests it represents; between two, interpolate.
+  let seen = 0;
+  const positions = points.map((point) => {
+    seen += point.weight;
+    return (seen - point.weight / 2) / totalWeight;
+  });
+  const percentileMs = (p: number) => {
+    const at = positions.findIndex((position) => position >= p / 100);
+    if (at <= 0) return ((at === 0 ? points[0]?.us : points.at(-1)?.us) ?? 0) / 1000;
+    const [low, high] = [points[at - 1], points[at]] as [{ us: number }, { us: number }];
+    const share = (p / 100 - (positions[at - 1] ?? 0)) / ((positions[at] ?? 1) - (positions[at - 1] ?? 0));
+    return (low.us + (high.us - low.us) * share) / 1000;
+  };
+  return {
+    requests,
+    durationSec,
+    rps: requests / durationSec,
+    statuses,
+    non2xx: sum((run) => run.non2xx),
+    socketErrors: sum((run) => run.socketErrors),
+    exhausted: sum((run) => run.exhausted),
+    sent: sum((run) => run.sent),
+    loadgenCpuSec: sum((run) => run.loadgenCpuSec),
+    latencyMs: {
+      mean: sum((run) => run.latencyMs.mean * run.requests) / requests,
+      p50: percentileMs(50),
+      p90: percentileMs(90),
+      p99: percentileMs(99),
+      p999: percentileMs(99.9),
+      max: Math.max(...runs.map((run) => run.latencyMs.max)),
+    },
+    quantilesUs: [],
+  };
 }
 
 interface RawWrk {
@@ -29,6 +90,7 @@ interface RawWrk {
   sent: number;
   errors: { connect: number; read: number; write: number; status: number; timeout: number };
   latency_us: { mean: number; max: number; p50: number; p90: number; p99: number; p999: number };
+  quantiles: number[];
 }
 
 /** Replays FILE against URL with wrk (closed loop: `connections` requests in flight) for `durationSec`. */
@@ -89,5 +151,6 @@ export async function runWrk(options: {
       p999: ms(raw.latency_us.p999),
       max: ms(raw.latency_us.max),
     },
+    quantilesUs: raw.quantiles,
   };
 }

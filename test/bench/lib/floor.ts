@@ -1,0 +1,211 @@
+import { join } from "node:path";
+import type { Subprocess } from "bun";
+import { freePort } from "../../e2e/binary.ts";
+import { type BenchRequest, writeRequestFile } from "./requests.ts";
+import type { RunContext } from "./run-context.ts";
+import { pinned } from "./server.ts";
+import { runWrk } from "./wrk.ts";
+
+/**
+ * The floor: what every request of a route cannot avoid, on the server's core of this machine.
+ *
+ * This machine's speed moves within a second (the same Ed25519 verify loop takes 51 µs in one
+ * 200 ms window and 104 µs a second later: a virtual CPU shares its core), so a floor measured at
+ * another time than a route cannot judge it. The meter therefore stays up for the whole run and
+ * measures the floor in slices that alternate with each route's own slices (route-run.ts): a route
+ * is judged against the floor of the seconds it ran in.
+ */
+
+/** More than wrk on one core gets through a bare Bun.serve here (about 40k/s), per second of slice. */
+const HTTP_FLOOR_RATE = 80_000;
+const MAX_HTTP_SLICE_SEC = 2;
+
+/** µs per operation (floor-ops.ts). */
+export interface FloorOps {
+  verify_us: number;
+  sign_us: number;
+  read_us: number;
+  write_us: number;
+  append_us: number;
+  page50_us: number;
+  /** The writes each route cannot do without, in one transaction (the activation floor counts them). */
+  heartbeat_write_us: number;
+  activation_write_us: number;
+}
+
+type OpTotals = Record<keyof FloorOps, [number, number]>;
+
+/** What the floor's slices measured over some stretch of the run: sums, so stretches add up. */
+export interface FloorTally {
+  ops: OpTotals;
+  /** The bare HTTP server's CPU seconds and the requests it answered in its slices. */
+  httpCpuSec: number;
+  httpRequests: number;
+  httpWallSec: number;
+}
+
+export const emptyTally = (): FloorTally => ({
+  ops: {
+    verify_us: [0, 0],
+    sign_us: [0, 0],
+    read_us: [0, 0],
+    write_us: [0, 0],
+    append_us: [0, 0],
+    page50_us: [0, 0],
+    heartbeat_write_us: [0, 0],
+    activation_write_us: [0, 0],
+  },
+  httpCpuSec: 0,
+  httpRequests: 0,
+  httpWallSec: 0,
+});
+
+export function addTally(into: FloorTally, from: FloorTally): FloorTally {
+  for (const name of Object.keys(into.ops) as (keyof FloorOps)[]) {
+    into.ops[name][0] += from.ops[name][0];
+    into.ops[name][1] += from.ops[name][1];
+  }
+  into.httpCpuSec += from.httpCpuSec;
+  into.httpRequests += from.httpRequests;
+  into.httpWallSec += from.httpWallSec;
+  return into;
+}
+
+/** The floor a tally measured: µs per operation, and the HTTP + JSON floor's CPU µs per request. */
+export function floorOf(tally: FloorTally): { ops: FloorOps; httpUs: number } {
+  const ops = {} as FloorOps;
+  for (const [name, [us, calls]] of Object.entries(tally.ops)) ops[name as keyof FloorOps] = us / calls;
+  return { ops, httpUs: (tally.httpCpuSec * 1e6) / tally.httpRequests };
+}
+
+/**
+ * floor-ops.ts --serve and floor-http.ts, both pinned to the server's core, idle between slices.
+ * `slice()` measures one floor slice: the operations for `opsMs`, then the bare HTTP server under
+ * wrk (driven exactly like the heartbeat route: the same requests, connections and core) for
+ * `httpSec`.
+ */
+export class FloorMeter {
+  readonly total = emptyTally();
+  private buffered = "";
+  private readonly reader: ReadableStreamDefaultReader<Uint8Array>;
+  private readonly decoder = new TextDecoder();
+
+  private constructor(
+    private readonly ctx: RunContext,
+    private readonly ops: Subprocess<"pipe", "pipe", "inherit">,
+    private readonly http: Subprocess<"ignore", "ignore", "inherit">,
+    private readonly httpUrl: string,
+    private readonly httpFile: string,
+    private readonly httpRequests: BenchRequest[],
+  ) {
+    this.reader = ops.stdout.getReader();
+  }
+
+  /**
+   * Starts both; `heartbeats(n)` makes the requests the HTTP floor replays (it verifies nothing,
+   * so a thousand of them repeated serve every slice), `responseBytes` is the size of its answer.
+   */
+  static async start(
+    ctx: RunContext,
+    responseBytes: number,
+    heartbeats: (n: number) => BenchRequest[],
+  ): Promise<FloorMeter> {
+    const ops = Bun.spawn(pinned(ctx.serverCpus, [ctx.bun, join(ctx.benchDir, "floor-ops.ts"), "--serve"]), {
+      stdin: "pipe",
+      stdout: "pipe",
+      stderr: "inherit",
+    });
+    const port = await freePort();
+    const http = Bun.spawn(
+      pinned(ctx.serverCpus, [
+        ctx.bun,
+        join(ctx.benchDir, "floor-http.ts"),
+        String(port),
+        String(responseBytes),
+      ]),
+      { stdin: "ignore", stdout: "ignore", stderr: "inherit" },
+    );
+    const httpUrl = `http://127.0.0.1:${port}`;
+    for (let i = 0; i < 200; i++) {
+      try {
+        if ((await fetch(`${httpUrl}/`)).status === 200) break;
+      } catch {
+        await Bun.sleep(25);
+      }
+    }
+    const meter = new FloorMeter(ctx, ops, http, httpUrl, ctx.requestFile(), heartbeats(1000));
+    meter.writeHttpFile(HTTP_FLOOR_RATE);
+    const ready = await meter.line();
+    if (ready !== "ready") throw new Error(`floor-ops --serve said ${JSON.stringify(ready)}`);
+    return meter;
+  }
+
+  /** One floor slice; returns what it measured and adds it to `total`. */
+  async slice(opsMs: number, httpSec: number): Promise<FloorTally> {
+    const tally = emptyTally();
+    this.ops.stdin.write(`${opsMs}\n`);
+    this.ops.stdin.flush();
+    tally.ops = JSON.parse(await this.line()) as OpTotals;
+
+    for (let attempt = 0; ; attempt++) {
+      const before = await this.httpCpuSec();
+      const run = await runWrk({
+        url: this.httpUrl,
+        file: this.httpFile,
+        durationSec: httpSec,
+        connections: this.ctx.config.connections,
+        cpus: this.ctx.loadCpus,
+      });
+      const cpuSec = (await this.httpCpuSec()) - before;
+      // Out of lines, wrk sends GET /healthz, which would make HTTP look cheaper: again, longer.
+      if (run.exhausted > 0 && attempt < 3) {
+        this.writeHttpFile((run.sent / httpSec) * 2);
+        continue;
+      }
+      tally.httpCpuSec = cpuSec;
+      tally.httpRequests = run.requests;
+      tally.httpWallSec = run.durationSec;
+      break;
+    }
+    addTally(this.total, tally);
+    return tally;
+  }
+
+  async stop(): Promise<void> {
+    this.ops.stdin.end();
+    this.http.kill("SIGTERM");
+    await Promise.all([this.ops.exited, this.http.exited]);
+  }
+
+  /** Enough lines for `rate` requests a second over the longest slice the bench asks for. */
+  private writeHttpFile(rate: number): void {
+    const lines = Math.ceil(rate * MAX_HTTP_SLICE_SEC);
+    writeRequestFile(
+      this.httpFile,
+      Array.from(
+        { length: lines },
+        (_, i) => this.httpRequests[i % this.httpRequests.length] as BenchRequest,
+      ),
+    );
+  }
+
+  /** The bare server's own CPU time (process.cpuUsage, µs resolution: /proc counts 10 ms ticks). */
+  private async httpCpuSec(): Promise<number> {
+    const answer = (await (await fetch(`${this.httpUrl}/cpu`)).json()) as { cpu_us: number };
+    return answer.cpu_us / 1e6;
+  }
+
+  private async line(): Promise<string> {
+    for (;;) {
+      const end = this.buffered.indexOf("\n");
+      if (end >= 0) {
+        const line = this.buffered.slice(0, end);
+        this.buffered = this.buffered.slice(end + 1);
+        return line;
+      }
+      const { value, done } = await this.reader.read();
+      if (done) throw new Error("floor-ops --serve exited");
+      this.buffered += this.decoder.decode(value, { stream: true });
+    }
+  }
+}
