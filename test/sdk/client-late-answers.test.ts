@@ -8,7 +8,7 @@ import { MACHINE } from "./support/setup.ts";
  * Lease calls and sealed-file key requests do not wait for the client's other calls, so their
  * answers can land after the state they were made against has moved on. A late answer about an
  * activation the client no longer holds changes nothing; a heartbeat answered before the
- * activation ended does not bring it back.
+ * activation ended does not bring it back, nor does one answered before a signed denial lift it.
  */
 function clientWithLateAnswers() {
   const server = new FakeServer();
@@ -71,4 +71,33 @@ test("a heartbeat answered before a lease call's signed 410 does not bring the e
   expect(await heartbeat).toBe("NOT_ACTIVATED");
   expect(await client.activationId()).toBeUndefined();
   expect((await client.licenseInfo()).state).toBe("invalid");
+});
+
+test("a heartbeat answered before a lease call's signed LICENSE_REVOKED does not lift that newer denial; one answered after it does", async () => {
+  const { server, client, hold } = clientWithLateAnswers();
+  await client.activate({ licenseKey: "LK", machineInfo: MACHINE });
+  const own = await client.activationId();
+  // The server answers the heartbeat at T0 (held back on its way), then revokes and signs the
+  // lease call's denial a minute later.
+  server.sign = (req) => ({ serverTime: req.path === "/runtime/v1/leases" ? T0 + 60 : T0 });
+  server.handlers.push((req) =>
+    req.path === "/runtime/v1/leases" ? server.denial(req, 403, "LICENSE_REVOKED") : undefined,
+  );
+  const release = hold("/heartbeat");
+  const heartbeat = settled(client.heartbeat());
+  expect(await settled(client.acquireLease("i1"))).toBe("LICENSE_REVOKED");
+  expect(await client.licenseInfo()).toMatchObject({ state: "invalid", reason: "revoked" });
+  release();
+  // The older answer is authentic and is taken (certificate, last heartbeat), but the denial,
+  // signed after it, stands.
+  expect(await heartbeat).toBe("ok");
+  expect(await client.activationId()).toBe(own);
+  expect(await client.licenseInfo()).toMatchObject({ state: "invalid", reason: "revoked" });
+  expect(await client.licenseState()).toBe("invalid");
+
+  // A heartbeat the server answers after the denial is the newer word (the license is usable
+  // again) and lifts it.
+  server.sign = () => ({ serverTime: T0 + 120 });
+  expect((await client.heartbeat()).serverTime).toBe(T0 + 120);
+  expect(await client.licenseInfo()).toMatchObject({ state: "valid", reason: "ok" });
 });

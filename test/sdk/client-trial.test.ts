@@ -1,8 +1,22 @@
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, test } from "bun:test";
-import { LicensingClient, MemoryStorage, SdkError, trialProofMessage } from "../../src/sdk/index.ts";
+import {
+  LicensingClient,
+  MemoryStorage,
+  SdkError,
+  thumbprint,
+  trialProofMessage,
+} from "../../src/sdk/index.ts";
+import { TestDevice } from "../support/device.ts";
 import { createTestContext, type TestContext } from "../support/harness.ts";
 import { deliverMail, startSmtpServer, type TestSmtpServer } from "../support/smtp.ts";
-import { freshEmail, type TrialFixture, trialFixture } from "../support/trials.ts";
+import {
+  confirmTrial as confirmTrialRoute,
+  freshEmail,
+  startTrial as startTrialRoute,
+  type TrialFixture,
+  trialConfirmBody,
+  trialFixture,
+} from "../support/trials.ts";
 
 /**
  * startTrial/confirmTrial of the SDK against the real server in-process, with the code read from
@@ -119,6 +133,84 @@ describe("refusals", () => {
       device.confirmTrial({ verificationId: started.verificationId, code, email, machineInfo }),
     );
     expect(again.code).toBe("ALREADY_ACTIVATED");
+  });
+
+  test("a signed LICENSE_REVOKED naming another device's key, signed for this device's nonce, is refused and changes nothing", async () => {
+    // Another device signed up and its trial license was revoked: a replay of its confirm (same
+    // Idempotency-Key) now gets the server's signed LICENSE_REVOKED naming that device's key.
+    const other = new TestDevice();
+    const otherEmail = freshEmail("other");
+    const otherStart = await startTrialRoute(t, fx.productId, otherEmail, other);
+    const otherId = otherStart.body.data.verification_id as string;
+    const otherCode = await smtp.waitForCode(otherEmail);
+    const otherKey = "trial-confirm-other-device";
+    const otherConfirm = (nonce?: string) =>
+      trialConfirmBody(t, other, {
+        code: otherCode,
+        email: otherEmail,
+        ...(nonce === undefined ? {} : { extra: { nonce } }),
+      });
+    const first = await confirmTrialRoute(t, otherId, otherConfirm(), otherKey);
+    expect(first.status).toBe(201);
+    await t.call("DELETE", `/mgmt/v1/licenses/${first.body.data.license_id}`);
+
+    // Whoever sits between this device and the server answers its confirm with that replay, made
+    // with this device's nonce so that the server signs the denial for it.
+    let relay = true;
+    const relayed: { status: number; error?: Record<string, unknown> }[] = [];
+    const device = new LicensingClient({
+      config,
+      fetch: (async (url: string, init?: RequestInit) => {
+        if (!relay || !url.endsWith("/confirm")) return inProcessFetch(url, init);
+        const { nonce } = JSON.parse(String(init?.body)) as { nonce: string };
+        const response = await t.app.handle(
+          new Request(new URL(`/runtime/v1/trial-verifications/${otherId}/confirm`, url).href, {
+            method: "POST",
+            headers: { "content-type": "application/json", "idempotency-key": otherKey },
+            body: JSON.stringify(otherConfirm(nonce)),
+          }),
+        );
+        const body = (await response.clone().json()) as { error?: Record<string, unknown> };
+        relayed.push({ status: response.status, ...(body.error ? { error: body.error } : {}) });
+        return response;
+      }) as never,
+      now: () => t.clock.now().getTime(),
+      appVersion: "2.0.0",
+    });
+    const email = freshEmail();
+    const started = await device.startTrial({ email });
+    const code = await smtp.waitForCode(email);
+    const error = await sdkError(
+      device.confirmTrial({ verificationId: started.verificationId, code, email, machineInfo }),
+    );
+    // The relayed answer is the server's own signed denial for the other device's key ...
+    expect(relayed).toHaveLength(1);
+    expect(relayed[0]).toMatchObject({
+      status: 403,
+      error: { code: "LICENSE_REVOKED", details: { device_thumbprint: other.thumbprint } },
+    });
+    // ... which verifies (nonce, signature) and is refused only for whom it names.
+    const keys = await device.deviceKeys();
+    expect(thumbprint(keys.signing.publicKey)).not.toBe(other.thumbprint);
+    expect(error).toMatchObject({ code: "ACTIVATION_MISMATCH", kind: "verification", authentic: false });
+    expect(error.details).toMatchObject({
+      server_code: "LICENSE_REVOKED",
+      field: "device_thumbprint",
+      received: other.thumbprint,
+    });
+    expect(await device.activationId()).toBeUndefined();
+    expect(await device.licenseInfo()).toMatchObject({ state: "invalid", reason: "not_activated" });
+
+    // This device's own trial is untouched: its code still confirms it.
+    relay = false;
+    const own = await device.confirmTrial({
+      verificationId: started.verificationId,
+      code,
+      email,
+      machineInfo,
+    });
+    expect(own.certificate.license.type).toBe("trial");
+    expect(await device.licenseState()).toBe("valid");
   });
 
   test("a confirm answer tampered in transit is refused by the signature check", async () => {
