@@ -157,9 +157,11 @@ export class LicensingClient extends NamedUserCapableClient {
         received_at_ms: this.now(),
       };
       await this.state.setJson("last_heartbeat", heartbeat);
-      // Only a denial older than this answer is overtaken by it.
+      // Only a denial older than this answer is overtaken by it. Times are whole seconds: a denial
+      // signed in the same second stands (which came first cannot be told, and a license revoked
+      // in that second must not read valid until the next heartbeat).
       const denial = await this.state.getJson<StoredDenial>("denial");
-      if (!denial || !(denial.server_time > res.assertion.server_time)) await this.state.delete("denial");
+      if (!denial || denial.server_time < res.assertion.server_time) await this.state.delete("denial");
       return {
         activationId: act.activation_id,
         licenseStatus: data.license_status,

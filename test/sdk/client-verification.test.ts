@@ -369,8 +369,21 @@ describe("license-state denials and unsigned errors", () => {
     await rejectsSdk(h.client.heartbeat());
     expect((await h.client.licenseInfo()).reason).toBe("suspended");
     h.server.handlers = [];
+    h.server.sign = () => ({ serverTime: T0 + 1 });
     await h.client.heartbeat();
     expect(await h.client.licenseState()).toBe("valid");
+  });
+
+  test("a heartbeat signed in the same second as a suspension does not lift it: which came first cannot be told", async () => {
+    const h = await activated();
+    h.server.handlers = [
+      (req) => (isHeartbeat(req) ? h.server.denial(req, 403, "LICENSE_SUSPENDED") : undefined),
+    ];
+    await rejectsSdk(h.client.heartbeat());
+    h.server.handlers = [];
+    // Both answers carry T0: the success is taken (certificate, last heartbeat), the denial stands.
+    expect((await h.client.heartbeat()).serverTime).toBe(T0);
+    expect(await h.client.licenseInfo()).toMatchObject({ state: "invalid", reason: "suspended" });
   });
 
   test("an unsigned error is surfaced with the server's whole error envelope", async () => {
