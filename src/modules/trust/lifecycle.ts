@@ -346,7 +346,8 @@ export class KeyLifecycle {
     return this.deps.db.select().from(signingKeys).where(eq(signingKeys.keyId, keyId)).get();
   }
 
-  private keysOf(productId: string): SigningKeyRow[] {
+  /** Every signing key row of the product, whatever its status: the bundle's input. */
+  keysOf(productId: string): SigningKeyRow[] {
     return this.deps.db.select().from(signingKeys).where(eq(signingKeys.productId, productId)).all();
   }
 }

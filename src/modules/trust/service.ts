@@ -223,8 +223,9 @@ export class TrustService {
     return signer;
   }
 
-  signingKeys(productId: string) {
-    return this.deps.db.select().from(signingKeys).where(eq(signingKeys.productId, productId)).all();
+  /** Every signing key row of the product, whatever its status (the command line's list). */
+  signingKeys(productId: string): SigningKeyRow[] {
+    return this.lifecycle.keysOf(productId);
   }
 
   private activeKeyRow(productId: string) {
