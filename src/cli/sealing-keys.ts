@@ -1,4 +1,5 @@
 import type { CommandLine } from "../config.ts";
+import { KEY_ID } from "../crypto/keys.ts";
 import {
   presentSealingKey,
   SealingKeyError,
@@ -19,9 +20,6 @@ import {
   productFlag,
   withKeystoreDeps,
 } from "./shared.ts";
-
-/** DESIGN §5 key ids: `k_` + 20 hex characters of the public key's thumbprint. */
-const KEY_ID = /^k_[0-9a-f]{20}$/;
 
 /**
  * Sealing keys' private halves live in the keystore, so these commands need the passphrase, as

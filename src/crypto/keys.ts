@@ -20,6 +20,8 @@ const P256_PREFIX = "p256:";
 
 export const thumbprint = (publicKeyText: string): string => sha256Hex(publicKeyText);
 export const keyIdOf = (publicKeyText: string): string => `k_${thumbprint(publicKeyText).slice(0, 20)}`;
+/** What `keyIdOf` makes: `k_` + 20 lowercase hex characters (a key id given by a user or a file). */
+export const KEY_ID = /^k_[0-9a-f]{20}$/;
 
 /**
  * Parses a contract key string; null for anything malformed, not on the curve or of small order.

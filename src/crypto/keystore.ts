@@ -44,6 +44,10 @@ export class KeystoreError extends Error {
 
 export type EntryKind = "data_key" | "root_key" | "product_signing_key" | "online_key" | "sealing_key";
 
+/** Entry ids of product signing keys' private halves (kind `product_signing_key`): the prefix + key id. */
+export const PRODUCT_SIGNING_PREFIX = "product-signing:";
+export const productSigningEntryId = (keyId: string): string => `${PRODUCT_SIGNING_PREFIX}${keyId}`;
+
 export interface EntryMetadata {
   id: string;
   kind: EntryKind;

@@ -4,7 +4,7 @@ import { ENTITLEMENT_NAME } from "../domain/entitlements.ts";
 import { b64u, sha256Hex } from "./encoding.ts";
 import { HPKE_ENC_BYTES, hpkeSeal, WRAPPED_KEY_BYTES } from "./hpke.ts";
 import { canonicalize } from "./jcs.ts";
-import { keyIdOf } from "./keys.ts";
+import { KEY_ID, keyIdOf } from "./keys.ts";
 
 /**
  * The sealed-file format of DESIGN §5 (contract): `"SVCSEAL1\n"` + header line + `"\n"` +
@@ -41,7 +41,6 @@ export interface SealedHeader {
 }
 
 const ID_TEXT = /^[A-Za-z0-9_-]{1,64}$/;
-const KEY_ID = /^k_[0-9a-f]{20}$/;
 const REQUIRED = [
   "v",
   "suite",

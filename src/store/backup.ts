@@ -1,7 +1,7 @@
 import { Database } from "bun:sqlite";
 import { createHash } from "node:crypto";
 import { closeSync, fsyncSync, openSync, readFileSync, statSync } from "node:fs";
-import type { Keystore } from "../crypto/keystore.ts";
+import { type Keystore, PRODUCT_SIGNING_PREFIX } from "../crypto/keystore.ts";
 
 /**
  * The store half of `licensing backup` and `licensing restore`: a consistent snapshot of a live
@@ -52,7 +52,7 @@ export function snapshotStore(livePath: string, outPath: string): void {
  * the store says compromised), so the store no longer needs it.
  */
 const KEYSTORE_ENTRIES: Record<string, { prefix: string; needed: string }> = {
-  signing_keys: { prefix: "product-signing:", needed: "1" },
+  signing_keys: { prefix: PRODUCT_SIGNING_PREFIX, needed: "1" },
   sealing_keys: { prefix: "product-sealing:", needed: "status <> 'compromised'" },
 };
 

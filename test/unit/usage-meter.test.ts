@@ -1,7 +1,8 @@
 import { Database } from "bun:sqlite";
 import { beforeEach, describe, expect, test } from "bun:test";
 import { AdjustableClock } from "../../src/domain/clock.ts";
-import { monthOf, nextMonthStart, UsageMeter } from "../../src/modules/plan/usage-meter.ts";
+import { nextMonthStart } from "../../src/domain/months.ts";
+import { monthOf, UsageMeter } from "../../src/modules/plan/usage-meter.ts";
 import { migrate } from "../../src/store/migrate.ts";
 
 let sqlite: Database;

@@ -1,4 +1,5 @@
 import type { Database } from "bun:sqlite";
+import { monthStart, nextMonthStart } from "../../domain/months.ts";
 import type { Environment } from "../../domain/scopes.ts";
 
 /**
@@ -15,15 +16,6 @@ export const LEASE_COUNT_CHUNK = 5_000;
  * leases held at a month start not counted yet are still there (none of them is finished a week).
  */
 export const MONTH_COUNT_DELAY_MS = 3_600_000;
-
-export const monthStart = (ms: number): number => {
-  const d = new Date(ms);
-  return Date.UTC(d.getUTCFullYear(), d.getUTCMonth(), 1);
-};
-const nextMonth = (ms: number): number => {
-  const d = new Date(ms);
-  return Date.UTC(d.getUTCFullYear(), d.getUTCMonth() + 1, 1);
-};
 
 /**
  * Seats held at `at` in an environment, from the whole table. A lease is held at `at` when it was
@@ -144,9 +136,9 @@ export class MonthCounts {
    */
   private firstUncounted(): number | null {
     const last = this.statements.lastCounted.get()?.at ?? null;
-    if (last !== null) return nextMonth(last);
+    if (last !== null) return nextMonthStart(new Date(last)).getTime();
     const oldest = this.statements.oldest.get();
-    return oldest ? monthStart(oldest.created_at) : null;
+    return oldest ? monthStart(new Date(oldest.created_at)).getTime() : null;
   }
 
   /**

@@ -1,6 +1,7 @@
+import { nextMonthStart } from "../../domain/months.ts";
 import type { PlanDefinition } from "../../domain/plans.ts";
 import { ApiError } from "../../http/errors.ts";
-import { nextMonthStart, type UsageMeter } from "./usage-meter.ts";
+import type { UsageMeter } from "./usage-meter.ts";
 
 export const MANAGEMENT_REQUESTS = "management_requests";
 export const RUNTIME_REQUESTS = "runtime_requests";

@@ -1,10 +1,11 @@
 import { and, count, eq, ne } from "drizzle-orm";
 import type { Deps } from "../../deps.ts";
+import { nextMonthStart } from "../../domain/months.ts";
 import { FEATURES, minimumPlanFor, PLANS } from "../../domain/plans.ts";
 import { licenses } from "../../store/schema/index.ts";
 import type { PlanTerms } from "../workspace/service.ts";
 import { MANAGEMENT_REQUESTS, RUNTIME_REQUESTS } from "./quota.ts";
-import { nextMonthStart, type UsageMeter } from "./usage-meter.ts";
+import type { UsageMeter } from "./usage-meter.ts";
 
 /** The plan report: limits from the plan, usage from the store and the request meter. */
 export class PlanReportService {

@@ -1,5 +1,6 @@
 import type { Database } from "bun:sqlite";
 import type { Clock } from "../../domain/clock.ts";
+import { monthLabel, monthStart, nextMonthStart } from "../../domain/months.ts";
 
 /** Writes are batched: at most this many counts, or this long, are held in memory. */
 const FLUSH_EVERY_COUNTS = 100;
@@ -11,14 +12,12 @@ let lastMonth = { from: 0, to: 0, label: "" };
 export function monthOf(date: Date): string {
   const at = date.getTime();
   if (at >= lastMonth.from && at < lastMonth.to) return lastMonth.label;
-  const from = Date.UTC(date.getUTCFullYear(), date.getUTCMonth(), 1);
-  lastMonth = { from, to: nextMonthStart(date).getTime(), label: date.toISOString().slice(0, 7) };
+  lastMonth = {
+    from: monthStart(date).getTime(),
+    to: nextMonthStart(date).getTime(),
+    label: monthLabel(date),
+  };
   return lastMonth.label;
-}
-
-/** The first instant of the next calendar month (UTC): when a monthly allowance resets. */
-export function nextMonthStart(date: Date): Date {
-  return new Date(Date.UTC(date.getUTCFullYear(), date.getUTCMonth() + 1, 1));
 }
 
 /**

@@ -1,6 +1,6 @@
 import { and, count, eq, gt, isNull, lte, or } from "drizzle-orm";
 import type { Deps } from "../../deps.ts";
-import { addMonths } from "../../domain/license-state.ts";
+import { monthLabel, monthStart, nextMonthStart } from "../../domain/months.ts";
 import type { Environment } from "../../domain/scopes.ts";
 import { ApiError } from "../../http/errors.ts";
 import { licenses } from "../../store/schema/index.ts";
@@ -19,14 +19,13 @@ const MONTH = /^(\d{4})-(0[1-9]|1[0-2])$/;
  * Anything else, or a month that has not started, is 400.
  */
 export function resolvePeriod(period: string | undefined, now: Date): ReportPeriod {
-  const monthStart = (d: Date) => new Date(Date.UTC(d.getUTCFullYear(), d.getUTCMonth(), 1));
   const month = (start: Date): ReportPeriod => ({
-    label: start.toISOString().slice(0, 7),
+    label: monthLabel(start),
     start,
-    end: addMonths(start, 1),
+    end: nextMonthStart(start),
   });
   if (period === undefined || period === "current_month") return month(monthStart(now));
-  if (period === "previous_month") return month(addMonths(monthStart(now), -1));
+  if (period === "previous_month") return month(monthStart(now, -1));
   const match = MONTH.exec(period);
   if (!match) {
     throw new ApiError("INVALID_REQUEST", "period must be current_month, previous_month or YYYY-MM.", {

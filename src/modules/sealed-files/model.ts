@@ -1,10 +1,10 @@
 import { Type } from "@sinclair/typebox";
 import { DateTime, dataOf, IdField } from "../../http/schemas.ts";
 import { StringEnum } from "../../http/schemas-enum.ts";
+import { SEALING_KEY_STATUSES } from "../../store/schema/index.ts";
 import { signed } from "../activations/model.ts";
 
 export const SEALED_FILE_STATUSES = ["enabled", "disabled", "not_entitled", "unavailable"] as const;
-export const SEALING_KEY_STATUSES = ["active", "retired", "compromised"] as const;
 
 export const SealedFileStatus = Type.Object({
   product_id: Type.String(),

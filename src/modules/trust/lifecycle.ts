@@ -1,6 +1,7 @@
 import { generateKeyPairSync, type KeyObject } from "node:crypto";
 import { and, eq } from "drizzle-orm";
 import { keyIdOf, publicKeyText } from "../../crypto/keys.ts";
+import { productSigningEntryId } from "../../crypto/keystore.ts";
 import type { Deps } from "../../deps.ts";
 import { unixSeconds } from "../../domain/clock.ts";
 import type { Environment } from "../../domain/scopes.ts";
@@ -290,7 +291,7 @@ export class KeyLifecycle {
     this.deps.keystore.add([
       {
         metadata: {
-          id: `product-signing:${keyId}`,
+          id: productSigningEntryId(keyId),
           kind: "product_signing_key",
           environment,
           alg: "ed25519",
@@ -345,7 +346,8 @@ export class KeyLifecycle {
     return this.deps.db.select().from(signingKeys).where(eq(signingKeys.keyId, keyId)).get();
   }
 
-  private keysOf(productId: string): SigningKeyRow[] {
+  /** Every signing key row of the product, whatever its status: the bundle's input. */
+  keysOf(productId: string): SigningKeyRow[] {
     return this.deps.db.select().from(signingKeys).where(eq(signingKeys.productId, productId)).all();
   }
 }

@@ -3,6 +3,7 @@ import { createPublicKey, hkdfSync, type KeyObject, randomBytes } from "node:cry
 import { and, eq, sql } from "drizzle-orm";
 import { type OnlineSigner, signDelegation } from "../../crypto/envelope.ts";
 import { ed25519FromSeed, keyIdOf, privateKeyFromPkcs8, publicKeyText } from "../../crypto/keys.ts";
+import { productSigningEntryId } from "../../crypto/keystore.ts";
 import type { Deps } from "../../deps.ts";
 import { unixSeconds } from "../../domain/clock.ts";
 import type { Environment } from "../../domain/scopes.ts";
@@ -161,7 +162,7 @@ export class TrustService {
     if (!row) throw signingPending(productId);
     let privateKey = this.signingKeyCache.get(row.keyId);
     if (!privateKey) {
-      const entry = `product-signing:${row.keyId}`;
+      const entry = productSigningEntryId(row.keyId);
       // A key rotated from the command line is in the file, not yet in this process's copy.
       if (!this.deps.keystore.has(entry)) this.deps.keystore.refresh();
       privateKey = privateKeyFromPkcs8(this.deps.keystore.secret(entry));
@@ -222,8 +223,9 @@ export class TrustService {
     return signer;
   }
 
-  signingKeys(productId: string) {
-    return this.deps.db.select().from(signingKeys).where(eq(signingKeys.productId, productId)).all();
+  /** Every signing key row of the product, whatever its status (the command line's list). */
+  signingKeys(productId: string): SigningKeyRow[] {
+    return this.lifecycle.keysOf(productId);
   }
 
   private activeKeyRow(productId: string) {

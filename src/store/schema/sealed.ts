@@ -5,6 +5,9 @@ import { timestamp } from "./columns.ts";
 import { licenses } from "./licenses.ts";
 import { activations } from "./runtime.ts";
 
+/** A sealing key's `status` (below); the API's `keys[].status` lists the same values. */
+export const SEALING_KEY_STATUSES = ["active", "retired", "compromised"] as const;
+
 /**
  * Public halves and lifecycle of product sealing keys (P-256, DESIGN §5 "Sealed file"); the
  * private halves live in the keystore under `product-sealing:<key_id>`. A product has sealed files
@@ -27,7 +30,7 @@ export const sealingKeys = sqliteTable(
      * `active`: releases data keys; `retired`: no longer does, its private half stays in the
      * keystore; `compromised`: never again, and its private half is removed from the keystore.
      */
-    status: text("status", { enum: ["active", "retired", "compromised"] }).notNull(),
+    status: text("status", { enum: SEALING_KEY_STATUSES }).notNull(),
     /**
      * The product's current key: the one the status route shows and new files are sealed to.
      * Only an active key is current; the partial unique index keeps it to one per product, so two
