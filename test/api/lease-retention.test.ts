@@ -1,6 +1,6 @@
 import { afterEach, beforeEach, describe, expect, test } from "bun:test";
 import { silentLogger } from "../../src/http/logger.ts";
-import { sweepLeases } from "../../src/jobs/sweeper.ts";
+import { startSweeper, sweepLeases } from "../../src/jobs/sweeper.ts";
 import { LEASE_RETENTION_DAYS, LeaseRetention } from "../../src/modules/leases/retention.ts";
 import { announceExpiries } from "../../src/modules/webhooks/expiries.ts";
 import { WebhookService } from "../../src/modules/webhooks/service.ts";
@@ -392,5 +392,112 @@ describe("batches", () => {
     expect(queryPlan(t.deps.sqlite, purge as string)).toBe(
       "SEARCH leases USING INDEX sqlite_autoindex_leases_1 (id>? AND id<?)",
     );
+  });
+});
+
+describe("a pass that fails or is stopped", () => {
+  type Line = { level: string; msg: string } & Record<string, unknown>;
+  const recorder = () => {
+    const lines: Line[] = [];
+    return {
+      lines,
+      log: (level: string, msg: string, fields: Record<string, unknown> = {}) =>
+        lines.push({ level, msg, ...fields }),
+    };
+  };
+  const turn = () => new Promise<void>((resolve) => setImmediate(resolve));
+  /** Waits, up to two seconds, for the sweeper's timer to bring `done` about. */
+  const until = async (done: () => boolean) => {
+    for (let waited = 0; waited < 2_000 && !done(); waited += 5) await Bun.sleep(5);
+  };
+  /** Finished leases, all past their retention, in id order. */
+  const finished = async (count: number) => {
+    const s = await seats();
+    for (let i = 0; i < count; i++) await s.take(`instance-${i}`);
+    t.clock.advance(RETENTION + TTL + 1);
+    const ids = leaseIds();
+    expect(ids).toHaveLength(count);
+    return ids;
+  };
+  const withBatches = (batch: number) => {
+    const services = createServices(t.deps, { baseUrl: BASE_URL });
+    services.leaseRetention = new LeaseRetention(t.deps, { batch });
+    return services;
+  };
+  /** A real store failure: SQLite refuses to delete this lease (a trigger that raises). */
+  const failDeleting = (id: string) =>
+    t.deps.sqlite.run(
+      `CREATE TRIGGER refuse_purge BEFORE DELETE ON leases WHEN old.id = '${id}'
+       BEGIN SELECT RAISE(ABORT, 'simulated store failure'); END`,
+    );
+
+  test("a store error in the middle of a pass is logged, the failing batch is left whole, and the next pass deletes the rest", async () => {
+    const ids = await finished(9);
+    const services = withBatches(3);
+    const logger = recorder();
+    // The fifth lease is in the second batch of three.
+    failDeleting(ids[4] as string);
+    expect(await sweepLeases(services, logger)).toBe(0);
+    expect(logger.lines).toEqual([
+      {
+        level: "error",
+        msg: "lease purge failed",
+        error: expect.stringContaining("simulated store failure"),
+      },
+    ]);
+    // The first batch went; the second is all there, the fourth lease (which the same statement
+    // deleted before reaching the fifth) included, and the counter still matches the rows.
+    expect(leaseIds()).toEqual(ids.slice(3));
+    expect(counters()).toEqual({ kept: 6, actual: 6 });
+
+    t.deps.sqlite.run("DROP TRIGGER refuse_purge");
+    expect(await sweepLeases(services, logger)).toBe(6);
+    expect(leaseIds()).toEqual([]);
+    expect(counters()).toEqual({ kept: 0, actual: 0 });
+    expect(logger.lines.at(-1)).toEqual({ level: "info", msg: "lease purge", leases: 6 });
+  });
+
+  test("the sweeper starts the next pass on its next run after a pass that failed", async () => {
+    const ids = await finished(4);
+    const logger = recorder();
+    failDeleting(ids[0] as string);
+    const stop = startSweeper(withBatches(3), logger, 20);
+    try {
+      await until(() => logger.lines.some((l) => l.msg === "lease purge failed"));
+      expect(logger.lines.filter((l) => l.level === "error").map((l) => l.msg)).toContain(
+        "lease purge failed",
+      );
+      expect(leaseIds()).toEqual(ids);
+      t.deps.sqlite.run("DROP TRIGGER refuse_purge");
+      await until(() => leaseIds().length === 0);
+      expect(leaseIds()).toEqual([]);
+    } finally {
+      stop();
+    }
+    expect(logger.lines).toContainEqual({ level: "info", msg: "lease purge", leases: 4 });
+  });
+
+  test("stopping the sweeper during a pass ends it between batches: whole batches went, nothing goes after, and the log says how many", async () => {
+    const ids = await finished(20);
+    const logger = recorder();
+    const stop = startSweeper(withBatches(2), logger);
+    try {
+      // The pass deletes a batch per turn of the event loop: stop it once one has gone, as a
+      // server's shutdown does (it stops the sweeper, then closes the store).
+      for (let n = 0; n < 1_000 && leaseIds().length === ids.length; n++) await turn();
+    } finally {
+      stop();
+    }
+    const left = leaseIds();
+    expect(left.length).toBeLessThan(ids.length);
+    expect(left.length).toBeGreaterThan(0);
+    expect((ids.length - left.length) % 2).toBe(0);
+    expect(left).toEqual(ids.slice(ids.length - left.length));
+    for (let n = 0; n < 100; n++) await turn();
+    expect(leaseIds()).toEqual(left);
+    expect(counters()).toEqual({ kept: left.length, actual: left.length });
+    expect(logger.lines.filter((l) => l.msg.startsWith("lease purge"))).toEqual([
+      { level: "info", msg: "lease purge", leases: ids.length - left.length },
+    ]);
   });
 });

@@ -1,6 +1,6 @@
 import { afterEach, beforeEach, describe, expect, test } from "bun:test";
 import { factories } from "../support/factories.ts";
-import { createTestContext, type TestContext } from "../support/harness.ts";
+import { BASE_URL, type CallResult, createTestContext, type TestContext } from "../support/harness.ts";
 
 let t: TestContext;
 let productId: string;
@@ -259,5 +259,109 @@ describe("errors", () => {
     const response = await create({ product_id: productId, name: "X", max_machines: "5" });
     expect(response.status).toBe(422);
     expect(response.body.error.details.errors.max_machines).toBeDefined();
+  });
+});
+
+describe("the documented bounds, as docs/api.md states them", () => {
+  // Literal numbers on purpose: the OpenAPI test compares the schema with the constants it is
+  // built from, so a wrong constant would pass it. On the default plan (self-hosted, the loosest)
+  // the plan's own bounds are these too.
+  const DAY = 86_400;
+  const BOUNDS: { field: string; accepted: number[]; refused: number[]; with?: Record<string, unknown> }[] = [
+    { field: "max_machines", accepted: [1, 1_000_000], refused: [0, 1_000_001] },
+    { field: "max_concurrent", accepted: [1, 1_000_000], refused: [0, 1_000_001] },
+    { field: "license_unit_limit", accepted: [1, 1_000_000], refused: [0, 1_000_001] },
+    // No heartbeat longer than the certificate, and no grace on top of a year-long certificate
+    // (the plan's revocation exposure is a year): only the bound itself decides.
+    {
+      field: "cert_ttl_sec",
+      accepted: [300, 365 * DAY],
+      refused: [299, 365 * DAY + 1],
+      with: { heartbeat_sec: 60, network_grace_sec: 0 },
+    },
+    {
+      field: "heartbeat_sec",
+      accepted: [60, 30 * DAY],
+      refused: [59, 30 * DAY + 1],
+      with: { cert_ttl_sec: 365 * DAY, network_grace_sec: 0 },
+    },
+    {
+      field: "lease_ttl_sec",
+      accepted: [30, 7 * DAY],
+      refused: [29, 7 * DAY + 1],
+      with: { lease_heartbeat_sec: 10 },
+    },
+    // At most 7 days, and shorter than lease_ttl_sec, itself at most 7 days: 7 days is refused too.
+    {
+      field: "lease_heartbeat_sec",
+      accepted: [10, 7 * DAY - 1],
+      refused: [9, 7 * DAY, 7 * DAY + 1],
+      with: { lease_ttl_sec: 7 * DAY },
+    },
+    { field: "network_grace_sec", accepted: [0, 90 * DAY], refused: [-1, 90 * DAY + 1] },
+    { field: "trial_days", accepted: [0, 365], refused: [-1, 366] },
+    { field: "trial_days", accepted: [1, 365], refused: [0, 366], with: { license_type: "trial" } },
+  ];
+  const policyCount = () =>
+    t.deps.sqlite.query<{ n: number }, []>("SELECT count(*) AS n FROM policies").get()?.n ?? 0;
+
+  /** The error envelope of docs/errors.md, VALIDATION_FAILED, keyed by the one field alone. */
+  const refusal = (response: CallResult) => {
+    const error = response.body?.error ?? {};
+    return {
+      status: response.status,
+      fields: Object.keys(error).sort(),
+      code: error.code,
+      retryable: error.retryable,
+      doc_url: error.doc_url,
+      request_id: error.request_id === response.headers.get("x-request-id"),
+      details: Object.keys(error.details ?? {}),
+      errors: Object.keys(error.details?.errors ?? {}),
+    };
+  };
+
+  test("each number's lowest and highest value are accepted and stored, and one past either is refused with a 422 on that field", async () => {
+    expect(t.workspace.plan().code).toBe("self_hosted");
+    const before = policyCount();
+    let accepted = 0;
+    for (const { field, with: others, ...values } of BOUNDS) {
+      for (const value of values.accepted) {
+        const response = await create({
+          product_id: productId,
+          name: `${field} ${value}`,
+          ...others,
+          [field]: value,
+        });
+        expect({ field, value, status: response.status, stored: response.body.data?.[field] }).toEqual({
+          field,
+          value,
+          status: 201,
+          stored: value,
+        });
+        accepted++;
+      }
+      for (const value of values.refused) {
+        const response = await create({
+          product_id: productId,
+          name: `${field} ${value}`,
+          ...others,
+          [field]: value,
+        });
+        expect({ field, value, ...refusal(response) }).toEqual({
+          field,
+          value,
+          status: 422,
+          fields: ["code", "details", "doc_url", "message", "request_id", "retryable"],
+          code: "VALIDATION_FAILED",
+          retryable: false,
+          doc_url: `${BASE_URL}/docs/errors#VALIDATION_FAILED`,
+          request_id: true,
+          details: ["errors"],
+          errors: [field],
+        });
+      }
+    }
+    // Only the accepted ones were stored.
+    expect(policyCount()).toBe(before + accepted);
   });
 });

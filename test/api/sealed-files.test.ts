@@ -176,6 +176,26 @@ describe("compromised keys", () => {
     ).toBe(0);
   });
 
+  test("the sweep also removes the private half of a key another process added after this one read the keystore", async () => {
+    await t.call("POST", path());
+    // The command line, in its own process with its own copy of the keystore, rotates twice.
+    const cli = new SealingKeyLifecycle({
+      ...t.deps,
+      keystore: Keystore.open(t.deps.keystore.path, "test passphrase"),
+    });
+    const actor = { type: "cli" as const, id: "ops" };
+    const added = cli.rotate(productId, actor).key_id;
+    cli.rotate(productId, actor);
+    expect(t.deps.keystore.has(`product-sealing:${added}`)).toBe(false);
+    // Its compromise of the first is killed between the committed status and the keystore removal.
+    t.deps.sqlite.run("UPDATE sealing_keys SET status = 'compromised' WHERE key_id = ?", [added]);
+    const done = sweepOnce(createServices(t.deps, { baseUrl: BASE_URL }), silentLogger);
+    expect(done.compromised_sealing_keys).toBe(1);
+    expect(Keystore.open(t.deps.keystore.path, "test passphrase").has(`product-sealing:${added}`)).toBe(
+      false,
+    );
+  });
+
   test("a compromise commits with synced writes before the private half goes, and the store's setting comes back", async () => {
     const first = (await t.call("POST", path())).body.data.current_key.key_id as string;
     const lifecycle = new SealingKeyLifecycle(t.deps);

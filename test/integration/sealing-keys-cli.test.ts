@@ -1,5 +1,15 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import {
+  closeSync,
+  existsSync,
+  mkdtempSync,
+  openSync,
+  readFileSync,
+  renameSync,
+  rmSync,
+  unlinkSync,
+  writeFileSync,
+} from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createApp } from "../../src/app.ts";
@@ -9,8 +19,11 @@ import { Keystore } from "../../src/crypto/keystore.ts";
 import { parseSealingKeyLine, sealFile } from "../../src/crypto/sealed-file.ts";
 import type { Deps } from "../../src/deps.ts";
 import { systemClock } from "../../src/domain/clock.ts";
+import { silentLogger } from "../../src/http/logger.ts";
+import { sweepOnce } from "../../src/jobs/sweeper.ts";
 import { LicensingClient, MemoryStorage, SdkError } from "../../src/sdk/index.ts";
 import { buildDeps, openKeystore } from "../../src/server.ts";
+import { createServices } from "../../src/services.ts";
 import { checkStore } from "../../src/store/backup.ts";
 import { openStore, type Store } from "../../src/store/db.ts";
 import { runInProcess } from "../support/in-process-cli.ts";
@@ -375,6 +388,39 @@ describe("refusals change nothing", () => {
     expect((await status(plainProductId)).status).toBe("disabled");
   });
 
+  test("a compromise without the right passphrase is refused before anything changes (exit 1): the key stays active and keeps its private half", async () => {
+    const older = (await status()).current_key;
+    const olderFile = await sealedTo(older.sealing_key);
+    expect((await cli(["rotate", "--product", productId])).code).toBe(0);
+    const keystore = readFileSync(keystorePath, "utf8");
+    const retire = ["retire", "--product", productId, "--key", older.key_id, "--compromised"];
+
+    const wrong = join(work, "wrong.passphrase");
+    writeFileSync(wrong, "not the passphrase\n", { mode: 0o600 });
+    await unchanged(
+      [...retire, "--passphrase-file", wrong],
+      1,
+      "cannot open the keystore: the keystore passphrase is wrong",
+    );
+    const passphraseFile = join(dataDir, "keystore.passphrase");
+    renameSync(passphraseFile, `${passphraseFile}.away`);
+    try {
+      await unchanged(
+        retire,
+        1,
+        `no keystore passphrase: ${passphraseFile} does not exist; give --passphrase-file, ` +
+          "LICENSING_KEYSTORE_PASSPHRASE_FILE or LICENSING_KEYSTORE_PASSPHRASE",
+      );
+      // No passphrase was made up for the keystore in its place.
+      expect(existsSync(passphraseFile)).toBe(false);
+    } finally {
+      renameSync(`${passphraseFile}.away`, passphraseFile);
+    }
+    expect(readFileSync(keystorePath, "utf8")).toBe(keystore);
+    expect(keyRows().find((k) => k.key_id === older.key_id)?.status).toBe("active");
+    expect(await opened(await newDevice(), olderFile.file)).toEqual(olderFile.plain);
+  });
+
   test("a rotation that fails inside its transaction leaves the keys, the current key and the audit log as they were", async () => {
     const rows = keyRows();
     const audits = auditRows().length;
@@ -401,4 +447,69 @@ describe("refusals change nothing", () => {
     expect(auditRows()).toHaveLength(audits);
     expect((await status()).keys.filter((k: { current: boolean }) => k.current)).toHaveLength(1);
   });
+});
+
+describe("a compromise whose keystore removal cannot happen", () => {
+  test("with the keystore locked by another process past the wait, the compromise commits and exits 1 telling to run it again; the key is refused as compromised and keeps its private half until the server's sweep removes it", async () => {
+    // A server process that started before the key below was made: it has never read that key.
+    const running = buildDeps(store, openKeystore(dataDir, passphrase));
+    const rotated = JSON.parse((await cli(["rotate", "--product", productId, "--json"])).stdout);
+    const target: string = rotated.key_id;
+    const file = await sealedTo(rotated.sealing_key);
+    expect((await cli(["rotate", "--product", productId])).code).toBe(0);
+    const others = keyRows().filter((k) => k.key_id !== target);
+    const audits = auditRows().length;
+
+    // Held by a process that does not let go (no pid in it, so not taken over as stale).
+    const lock = `${keystorePath}.lock`;
+    closeSync(openSync(lock, "wx"));
+    let run: Awaited<ReturnType<typeof cli>>;
+    try {
+      run = await cli(["retire", "--product", productId, "--key", target, "--compromised", "--json"]);
+    } finally {
+      unlinkSync(lock);
+    }
+    expect(run).toEqual({
+      code: 1,
+      stdout: "",
+      stderr:
+        `licensing sealing-keys retire: ${target} is compromised and releases no data keys, but its ` +
+        `private half could not be removed from the keystore (the keystore is locked by another ` +
+        `process (${lock})); run the command again\n`,
+    });
+
+    // The store: the compromise committed, audited and announced, before the removal was tried.
+    expect(keyRows().find((k) => k.key_id === target)).toMatchObject({
+      status: "compromised",
+      is_current: 0,
+      retired_at: expect.any(Number),
+    });
+    expect(keyRows().filter((k) => k.key_id !== target)).toEqual(others);
+    expect(
+      auditRows()
+        .slice(audits)
+        .map((row) => [row.type, JSON.parse(row.data)]),
+    ).toEqual([["sealing_key.compromised", { key_id: target, previous_status: "active" }]]);
+    expect(webhookEventTypes().at(-1)).toBe("sealing_key.compromised");
+    // The keystore: the private half is still there, but no device gets a data key from it.
+    expect(keystoreFileHolds(target)).toBe(true);
+    expect(await refusal(await newDevice(), file.file)).toEqual(["SEALED_FILE_INVALID", "compromised_key"]);
+    const listed = JSON.parse((await cli(["list", "--product", productId, "--json"])).stdout);
+    expect(listed.find((k: { key_id: string }) => k.key_id === target)).toMatchObject({
+      status: "compromised",
+      private_key_held: true,
+    });
+
+    // The running server's next sweep finishes the removal.
+    expect(sweepOnce(createServices(running, { baseUrl: BASE }), silentLogger).compromised_sealing_keys).toBe(
+      1,
+    );
+    expect(keystoreFileHolds(target)).toBe(false);
+    expect(running.keystore.has(`product-sealing:${target}`)).toBe(false);
+    const done = await cli(["retire", "--product", productId, "--key", target, "--compromised"]);
+    expect([done.code, done.stderr.trim()]).toEqual([
+      1,
+      `licensing sealing-keys retire: ${target} is already compromised`,
+    ]);
+  }, 30_000);
 });

@@ -1,5 +1,7 @@
-import { expect, test } from "bun:test";
+import { describe, expect, test } from "bun:test";
+import { existsSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { runInProcess } from "../support/in-process-cli.ts";
 
 /** How the command line answers a mistake in how it was invoked: exit 2, on stderr, briefly. */
@@ -29,4 +31,60 @@ test("serve on a wildcard host without a base URL exits 2 before touching the da
   expect(result.stderr).toStartWith("licensing serve: --host 0.0.0.0 listens on every interface");
   expect(result.stderr).toContain("--base-url (or LICENSING_BASE_URL)");
   expect(result.stdout).toBe("");
+});
+
+describe("a wildcard host without a base URL, in the other commands that put the base URL somewhere", () => {
+  // They listen on nothing, so --host is not one of their options: the wildcard reaches them
+  // through LICENSING_HOST, from an environment they share with the server.
+  const COMMANDS: [string, string[]][] = [
+    ["offline issue", ["--license", "lic_x", "--request", "request.json", "--out", "package.zip"]],
+    [
+      "billing configure",
+      ["--provider", "stripe", "--api-key-file", "api-key", "--webhook-secret-file", "webhook-secret"],
+    ],
+    ["billing offering", ["list"]],
+    ["billing disable", []],
+    ["billing status", []],
+  ];
+  const run = (name: string, args: string[], env: Record<string, string>) => {
+    const dir = mkdtempSync(join(tmpdir(), "wildcard-host-"));
+    const dataDir = join(dir, "never-made");
+    return runInProcess([...name.split(" "), ...args, "--data-dir", dataDir], dir, env)
+      .then((result) => ({ ...result, dataDirMade: existsSync(dataDir) }))
+      .finally(() => rmSync(dir, { recursive: true, force: true }));
+  };
+
+  test("offline issue and every billing command exit 2 on LICENSING_HOST 0.0.0.0 or :: before touching the data dir", async () => {
+    for (const [name, args] of COMMANDS) {
+      for (const host of ["0.0.0.0", "::"]) {
+        const result = await run(name, args, { LICENSING_HOST: host });
+        expect({ name, host, ...result }).toEqual({
+          name,
+          host,
+          code: 2,
+          stdout: "",
+          stderr:
+            `licensing ${name}: LICENSING_HOST ${host} listens on every interface, so it cannot be the base URL clients use: ` +
+            "set --base-url (or LICENSING_BASE_URL) to the service's public URL, e.g. https://licensing.example.com\n" +
+            `Run "licensing ${name} --help" for its options.\n`,
+          dataDirMade: false,
+        });
+      }
+    }
+  });
+
+  test("with a base URL, by flag or by variable, the same commands get past the rule to their own work", async () => {
+    for (const [name, args] of COMMANDS) {
+      for (const [extra, env] of [
+        [["--base-url", "https://licensing.example.com"], { LICENSING_HOST: "0.0.0.0" }],
+        [[], { LICENSING_HOST: "::", LICENSING_BASE_URL: "https://licensing.example.com" }],
+      ] as const) {
+        const result = await run(name, [...args, ...extra], env);
+        // They fail further on (no request file, no secrets, no passphrase in an empty dir): exit 1.
+        expect({ name, code: result.code }).toEqual({ name, code: 1 });
+        expect(result.stderr).not.toContain("listens on every interface");
+        expect(result.dataDirMade).toBe(false);
+      }
+    }
+  });
 });

@@ -152,13 +152,16 @@ export class SealedFileService {
    * step; answers how many were removed.
    */
   completeCompromises(): number {
-    const held = this.deps.db
+    const compromised = this.deps.db
       .select({ keyId: sealingKeys.keyId })
       .from(sealingKeys)
       .where(eq(sealingKeys.status, "compromised"))
       .all()
-      .map((row) => sealingKeystoreId(row.keyId))
-      .filter((id) => this.deps.keystore.has(id));
+      .map((row) => sealingKeystoreId(row.keyId));
+    // A key the command line made after this process read the keystore is in the file but not
+    // here: re-read the file (no lock, no scrypt) before judging what it still holds.
+    if (compromised.some((id) => !this.deps.keystore.has(id))) this.deps.keystore.refresh();
+    const held = compromised.filter((id) => this.deps.keystore.has(id));
     return held.length === 0 ? 0 : this.deps.keystore.remove(held).length;
   }
 
