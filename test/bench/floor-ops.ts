@@ -18,14 +18,16 @@ import { join } from "node:path";
  *
  * Usage: bun test/bench/floor-ops.ts [ROWS]: prints one JSON object of microseconds per operation
  * (the median of three runs of each).
- * bun test/bench/floor-ops.ts --serve [ROWS]: what `npm run bench` runs beside the server, for the
- * floor slices it interleaves with each route's (this machine's speed moves within a second, so a
- * floor measured at another time than a route cannot judge it). Prints "ready"; then each line
- * read from stdin, a number of milliseconds, gets one line of JSON back: every operation run in
- * turn for that long, as [microseconds, calls] each.
+ * bun test/bench/floor-ops.ts --serve DIR: what `npm run bench` runs beside the server (its store
+ * in DIR), for the floor slices it interleaves with each route's (this machine's speed moves within
+ * a second, so a floor measured at another time than a route cannot judge it). Prints "ready";
+ * then each line read from stdin, a number of milliseconds, gets one line of JSON back: every
+ * operation run in turns of ROUND_MS_PER_OPERATION for about that long, as [microseconds, calls]
+ * each. After each slice the rows it wrote are deleted (untimed), so every slice writes into
+ * tables of the same size.
  */
 const serve = process.argv[2] === "--serve";
-const ROWS = Number(process.argv[serve ? 3 : 2] ?? 100_000);
+const ROWS = serve ? 100_000 : Number(process.argv[2] ?? 100_000);
 const RUN_MS = 400;
 /**
  * `--serve` runs each operation this long in turn, round after round: long enough that switching
@@ -82,7 +84,7 @@ const signOp = () => {
 };
 
 // SQLite: a table shaped like activations (text primary key, ~400-byte rows), ROWS rows.
-const dir = mkdtempSync(join(tmpdir(), "bench-floor-"));
+const dir = mkdtempSync(join(serve ? (process.argv[3] ?? tmpdir()) : tmpdir(), "bench-floor-"));
 const db = new Database(join(dir, "floor.db"), { create: true, strict: true });
 db.run("PRAGMA journal_mode = WAL");
 db.run("PRAGMA synchronous = NORMAL");
@@ -159,8 +161,8 @@ const insertRecord = db.prepare("INSERT INTO idempotency VALUES (?, ?, ?, ?, ?)"
 const answer = randomBytes(1200).toString("base64url");
 // Every activation's random values are drawn before anything is timed, so the loop below costs
 // the three inserts and nothing else (this floor is the activation target's). Random, not
-// sequential, because real keys land on random leaves of each unique index. `--serve` draws a
-// fresh pool between commands, when the next one might run out.
+// sequential, because real keys land on random leaves of each unique index. `--serve` deletes
+// what each slice wrote and draws from the start of the pool again.
 const ACTIVATION_POOL = 100_000;
 const drawActivation = () => {
   const bytes = randomBytes(32 + 65 + 32 + 18 + 16);
@@ -172,7 +174,7 @@ const drawActivation = () => {
     nonce: bytes.subarray(147, 163).toString("base64url"),
   };
 };
-let pool = Array.from({ length: ACTIVATION_POOL }, drawActivation);
+const pool = Array.from({ length: ACTIVATION_POOL }, drawActivation);
 let drawn = 0;
 let activations = 0;
 const activationWrites = db.transaction(() => {
@@ -212,6 +214,16 @@ const operations: Record<string, (i: number) => void> = {
 };
 
 if (serve) {
+  // What a slice writes is deleted after it: the tables stay as the floor describes them.
+  const baseline = (table: string) =>
+    (db.query(`SELECT coalesce(max(rowid), 0) AS top FROM ${table}`).get() as { top: number }).top;
+  const tables = ["nonces", "activations", "idempotency"].map((table) => ({
+    table,
+    deleteAbove: db.prepare(`DELETE FROM ${table} WHERE rowid > ?`),
+    top: baseline(table),
+  }));
+  const drawnBefore = drawn;
+  const names = Object.keys(operations);
   for (const op of Object.values(operations)) timed(op, 50);
   console.log("ready");
   for await (const line of console) {
@@ -219,12 +231,9 @@ if (serve) {
     if (!(ms > 0)) break;
     // Round after round of each operation, so that each one samples the machine's speed across
     // the whole slice (it moves within a second), not one stretch of it.
-    const slice = Object.fromEntries(Object.keys(operations).map((name) => [name, [0, 0]])) as Record<
-      string,
-      [number, number]
-    >;
-    const started = performance.now();
-    while (performance.now() - started < ms) {
+    const rounds = Math.max(1, Math.round(ms / (ROUND_MS_PER_OPERATION * names.length)));
+    const slice = Object.fromEntries(names.map((name) => [name, [0, 0]])) as Record<string, [number, number]>;
+    for (let round = 0; round < rounds; round++) {
       for (const [name, op] of Object.entries(operations)) {
         const [us, calls] = timed(op, ROUND_MS_PER_OPERATION);
         const total = slice[name] as [number, number];
@@ -232,12 +241,12 @@ if (serve) {
         total[1] += calls;
       }
     }
+    db.transaction(() => {
+      for (const { deleteAbove, top } of tables) deleteAbove.run(top);
+    })();
+    // The deleted activations' values can be drawn again.
+    drawn = drawnBefore;
     console.log(JSON.stringify(slice));
-    // A fresh pool once half is spent: no slice of a few seconds writes 50,000 activations.
-    if (drawn > ACTIVATION_POOL / 2) {
-      pool = Array.from({ length: ACTIVATION_POOL }, drawActivation);
-      drawn = 0;
-    }
   }
 } else {
   const result: Record<string, number> = {};

@@ -1,10 +1,11 @@
 -- Replays pre-signed requests with wrk, so the load generator does no crypto.
 --
--- Usage: wrk -t T -c C -d D -s replay.lua URL -- FILE T
+-- Usage: wrk -t T -c C -d D -s replay.lua URL -- FILE T [cycle]
 -- FILE has one request per line: METHOD <TAB> PATH <TAB> HEADERS <TAB> BODY, where HEADERS is
 -- "name: value" pairs joined by "|" and BODY may be empty. Each line is sent at most once
 -- (thread k of T takes lines k, k+T, k+2T, ...). When a thread runs out it sends GET /healthz and
--- counts it in "exhausted", so the runner can tell that the file was too small and retry.
+-- counts it in "exhausted", so the runner can tell that the file was too small and retry. With
+-- "cycle" it starts the file over instead (for a server that checks nothing, the HTTP floor).
 -- done() prints one line "BENCH_JSON {...}" with counts per status and latency percentiles, and
 -- "quantiles": the latency at the middle of each 1% of requests up to the 99th percentile and of
 -- each 0.01% above it (199 values), so the runner can merge the distributions of several runs.
@@ -21,6 +22,7 @@ end
 function init(args)
   local file = args[1]
   local nthreads = tonumber(args[2]) or 1
+  cycle = args[3] == "cycle"
   fallback = wrk.format("GET", "/healthz")
   requests = {}
   local line_number = 0
@@ -47,6 +49,9 @@ end
 
 function request()
   index = index + 1
+  if cycle and index > loaded then
+    index = 1
+  end
   local r = requests[index]
   if r == nil then
     exhausted = exhausted + 1

@@ -18,7 +18,13 @@ import {
   pickFrom,
   timeRequest,
 } from "./lib/requests.ts";
-import { describeRun, type MeasureOptions, measure, type RouteRun } from "./lib/route-run.ts";
+import {
+  describeRun,
+  type MeasureOptions,
+  measure,
+  measureInterleaved,
+  type RouteRun,
+} from "./lib/route-run.ts";
 import {
   createRunContext,
   foreignLoad,
@@ -29,7 +35,14 @@ import {
 import { printReport, type ScaleResult } from "./lib/run-report.ts";
 import { seedActivations } from "./lib/seeding.ts";
 import { type BenchServer, ensureBinary, ensureWrk, pinned, runCli, storeBytes } from "./lib/server.ts";
-import { activeLeases, countActivations, probe, type StoredLease, sendAll } from "./lib/unmeasured.ts";
+import {
+  activeLeases,
+  countActivations,
+  probe,
+  type StoredLease,
+  sendAll,
+  snapshotStore,
+} from "./lib/unmeasured.ts";
 import { verificationTiming } from "./verification-timing.ts";
 
 /**
@@ -58,6 +71,10 @@ async function main(ctx: RunContext): Promise<void> {
   const setup = await setUp(ctx);
   let server = setup.server;
   const { fixture, devices } = setup;
+  // The store as the heartbeat route sees it (10k devices, each checked in once), kept for the
+  // scale part, which sets it against the same store with a million more activations.
+  const storeBefore = join(ctx.work, "data-10k");
+  if (config.scale) snapshotStore(ctx.dataDir, storeBefore);
 
   // 2. The floor's meter, beside the server on its core: each route's slices alternate with floor
   // slices, and a route is judged against the floor of the seconds it ran in (lib/floor.ts).
@@ -99,8 +116,8 @@ async function main(ctx: RunContext): Promise<void> {
   // 7. Scale: the same heartbeat with 1M more activations in the store.
   let scale: ScaleResult | undefined;
   if (config.scale) {
-    ({ server, scale } = await scaleRun(ctx, server, floor, fixture, routes.heartbeat));
-    routes.runs.push(scale.heartbeat);
+    ({ server, scale } = await scaleRun(ctx, server, floor, fixture, devices, routes.heartbeat, storeBefore));
+    routes.runs.push(scale.heartbeatBefore, scale.heartbeat);
   }
   await server.stop("SIGTERM");
   await floor.stop();
@@ -312,21 +329,29 @@ async function leaseRoutes(
   await route("lease release", releaseBatch, { estimate: leaseHeartbeat.wrk.rps, calibrate: false });
 }
 
-/** Stops the server, seeds a million activations into its store, restarts it, runs the heartbeat. */
+/**
+ * Stops the server, seeds a million activations into its store, and starts a server on it and one
+ * on the copy of the store taken before the routes ran (10k devices): the heartbeat over each is
+ * measured in alternating slices, so the two are compared over the same seconds of the machine
+ * (its speed moves within a second).
+ */
 async function scaleRun(
   ctx: RunContext,
   stopping: BenchServer,
   floor: FloorMeter,
   fixture: Fixture,
+  devices: BenchDevice[],
   heartbeat: RouteRun,
+  smallDir: string,
 ): Promise<{ server: BenchServer; scale: ScaleResult }> {
   const { config, log, dataDir } = ctx;
-  const rowsBefore = countActivations(dataDir);
+  const rowsBefore = countActivations(smallDir);
+  const rowsThere = countActivations(dataDir);
   const stopCode = await stopping.stop("SIGTERM");
   if (stopCode !== 0) log(`  warning: the server exited ${stopCode} on SIGTERM`);
   const bytesBefore = storeBytes(dataDir);
   log(
-    `scale: seeding ${thousands(config.scaleRows)} activations into the stopped store (${thousands(rowsBefore)} there) ...`,
+    `scale: seeding ${thousands(config.scaleRows)} activations into the stopped store (${thousands(rowsThere)} there after the routes; its copy from before them, ${thousands(rowsBefore)}, is the other side) ...`,
   );
   const seedStart = performance.now();
   const { stats: seed, devices: seededDevices } = seedActivations({
@@ -349,15 +374,26 @@ async function scaleRun(
   log(
     `  start-up with ${thousands(rowsAfter)} activations: ${fixed(server.startupMs)} ms, idle RSS ${fixed(idle.rssMiB)} MiB`,
   );
+  const small = await ctx.start(smallDir);
   await probe(server, heartbeatRequest(pickFrom(seededDevices)), "heartbeat at scale");
-  const big = await measure(
-    ctx,
-    `heartbeat, ${thousands(rowsAfter)} activations`,
-    server,
-    floor,
-    (n) => Array.from({ length: n }, () => heartbeatRequest(pickFrom(seededDevices))),
-    { estimate: heartbeat.wrk.rps },
-  );
+  await probe(small, heartbeatRequest(pickFrom(devices)), "heartbeat before scale");
+  // Both servers are fresh: neither has seen a device's key yet, nor compiled the route.
+  const [before, big] = (await measureInterleaved(ctx, floor, [
+    {
+      name: `heartbeat, ${thousands(rowsBefore)} activations (beside the 1M run)`,
+      target: small,
+      build: (n) => Array.from({ length: n }, () => heartbeatRequest(pickFrom(devices))),
+      options: { estimate: heartbeat.wrk.rps },
+    },
+    {
+      name: `heartbeat, ${thousands(rowsAfter)} activations`,
+      target: server,
+      build: (n) => Array.from({ length: n }, () => heartbeatRequest(pickFrom(seededDevices))),
+      options: { estimate: heartbeat.wrk.rps },
+    },
+  ])) as [RouteRun, RouteRun];
+  await small.stop("SIGTERM");
+  log(describeRun(before));
   log(describeRun(big));
   return {
     server,
@@ -370,6 +406,7 @@ async function scaleRun(
       storeMiB: bytesAfter / 2 ** 20,
       startupMs: server.startupMs,
       idleRssMiB: idle.rssMiB,
+      heartbeatBefore: before,
       heartbeat: big,
     },
   };
@@ -383,6 +420,8 @@ try {
 } finally {
   for (const server of ctx.started)
     if (server.proc.exitCode === null && server.proc.signalCode === null) server.proc.kill("SIGKILL");
+  for (const child of ctx.children)
+    if (child.exitCode === null && child.signalCode === null) child.kill("SIGKILL");
   if (ctx.config.keep) console.log(`kept ${ctx.work}`);
   else rmSync(ctx.work, { recursive: true, force: true });
 }

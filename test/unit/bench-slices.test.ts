@@ -1,6 +1,6 @@
 import { describe, expect, test } from "bun:test";
 import { addTally, emptyTally, floorOf } from "../bench/lib/floor.ts";
-import { mergeWrk, type WrkResult } from "../bench/lib/wrk.ts";
+import { mergeWrk, parseWrk, type WrkResult } from "../bench/lib/wrk.ts";
 
 /** replay.lua's grid (99 points of 1%, then 100 of 0.01%) for a latency given by its quantile function. */
 function grid(latencyUsAt: (p: number) => number): number[] {
@@ -89,19 +89,73 @@ describe("a route run in slices is reported as one run", () => {
   });
 });
 
+/** replay.lua's output line for a run whose latency is uniform from 0 to 100 ms. */
+function benchJson(quantiles: number[], p50Us = 50_000, p99Us = 99_000): string {
+  return `BENCH_JSON ${JSON.stringify({
+    requests: 5000,
+    duration_us: 2_000_000,
+    bytes: 1,
+    statuses: { "200": 4990, "401": 10 },
+    exhausted: 0,
+    loaded: 9000,
+    sent: 5032,
+    errors: { connect: 0, read: 1, write: 0, status: 10, timeout: 2 },
+    latency_us: { mean: 50_000, max: 100_000, p50: p50Us, p90: 90_000, p99: p99Us, p999: 99_900 },
+    quantiles,
+  })}`;
+}
+
+describe("a wrk run as replay.lua reports it", () => {
+  test("its counts, rate and errors are read as wrk counted them", () => {
+    const run = parseWrk(benchJson(grid((p) => p * 1000)), 0.7);
+    expect(run).toMatchObject({
+      requests: 5000,
+      durationSec: 2,
+      rps: 2500,
+      non2xx: 10,
+      socketErrors: 3,
+      sent: 5032,
+    });
+    expect(run.latencyMs.p99).toBe(99);
+    expect(run.loadgenCpuSec).toBe(0.7);
+  });
+
+  test("a latency grid of another length than replay.lua's is refused, not merged with wrong weights", () => {
+    expect(() => parseWrk(benchJson(grid((p) => p * 1000).slice(1)), 0)).toThrow("198 latency quantiles");
+  });
+
+  test("a grid that does not give back wrk's own median is refused (two definitions of one grid)", () => {
+    // The grid in milliseconds where wrk counts microseconds.
+    expect(() => parseWrk(benchJson(grid((p) => p)), 0)).toThrow("latency grid gives p50");
+  });
+});
+
 describe("the floor of a route's slices", () => {
+  /** A tally in which every operation took 10 µs a call, with `verify` as given. */
+  function tally(verify: [number, number], httpCpuSec: number, httpRequests: number) {
+    const measured = emptyTally();
+    for (const name of Object.keys(measured.ops) as (keyof typeof measured.ops)[])
+      measured.ops[name] = [1000, 100];
+    measured.ops.verify_us = verify;
+    measured.httpCpuSec = httpCpuSec;
+    measured.httpRequests = httpRequests;
+    return measured;
+  }
+
   test("is the total time over the total calls of every slice, so a longer slice weighs more", () => {
-    const first = emptyTally();
-    first.ops.verify_us = [50_000, 1000]; // 50 µs a call
-    first.httpCpuSec = 0.5;
-    first.httpRequests = 40_000;
-    const second = emptyTally();
-    second.ops.verify_us = [300_000, 3000]; // 100 µs a call
-    second.httpCpuSec = 1;
-    second.httpRequests = 40_000;
+    const first = tally([50_000, 1000], 0.5, 40_000); // verify 50 µs a call
+    const second = tally([300_000, 3000], 1, 40_000); // verify 100 µs a call
     const { ops, httpUs } = floorOf(addTally(addTally(emptyTally(), first), second));
     expect(ops.verify_us).toBeCloseTo(350_000 / 4000, 9);
+    expect(ops.sign_us).toBeCloseTo(10, 9);
     expect(httpUs).toBeCloseTo((1.5 * 1e6) / 80_000, 9);
+  });
+
+  test("an operation or the HTTP floor never measured is an error, not a floor of NaN", () => {
+    const noSign = tally([50_000, 1000], 0.5, 40_000);
+    noSign.ops.sign_us = [0, 0];
+    expect(() => floorOf(noSign)).toThrow("measured no sign");
+    expect(() => floorOf(tally([50_000, 1000], 0, 0))).toThrow("measured no HTTP request");
   });
 
   test("adding a tally leaves the one added unchanged", () => {

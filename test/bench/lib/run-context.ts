@@ -1,6 +1,7 @@
 import { mkdirSync, mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import type { Subprocess } from "bun";
 import { freePort } from "../../e2e/binary.ts";
 import { type MachineInfo, machineBusySeconds, machineInfo } from "./procstat.ts";
 import { fixed } from "./report.ts";
@@ -51,10 +52,15 @@ export interface RunContext {
   log: (line: string) => void;
   /** Seconds since the context was made (the run's start). */
   elapsedSec: () => number;
-  /** Starts the server on `dataDir`, pinned; it is killed when the run ends, whatever happens. */
-  start: () => Promise<BenchServer>;
+  /**
+   * Starts the server on `dataDir` (or on another data dir: the scale run's copy of the 10k store),
+   * pinned; it is killed when the run ends, whatever happens.
+   */
+  start: (dataDir?: string) => Promise<BenchServer>;
   /** Servers this run started, so a failure part-way never leaves one running. */
   started: Set<BenchServer>;
+  /** Other processes to kill when the run ends (the floor's), for the same reason. */
+  children: Set<Subprocess>;
   /** A new request file's path in the work dir. */
   requestFile: () => string;
 }
@@ -108,9 +114,10 @@ export function createRunContext(env: Record<string, string | undefined>): RunCo
     log: (line) => console.log(`[${elapsedSec().toFixed(0).padStart(4)}s] ${line}`),
     elapsedSec,
     started,
-    start: async () => {
+    children: new Set(),
+    start: async (dir = dataDir) => {
       const server = await startServer({
-        dataDir,
+        dataDir: dir,
         port: await freePort(),
         cpus: serverCpus,
         logDir: join(work, "logs"),

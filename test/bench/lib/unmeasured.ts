@@ -1,4 +1,5 @@
 import { Database } from "bun:sqlite";
+import { cpSync, mkdirSync, readdirSync } from "node:fs";
 import { join } from "node:path";
 import type { BenchRequest } from "./requests.ts";
 import type { BenchServer } from "./server.ts";
@@ -33,6 +34,22 @@ export function countActivations(dataDir: string): number {
   const db = new Database(join(dataDir, "licensing.db"), { readonly: true });
   try {
     return db.query<{ n: number }, []>("SELECT count(*) AS n FROM activations").get()?.n ?? 0;
+  } finally {
+    db.close();
+  }
+}
+
+/**
+ * A consistent copy of a live data dir: the store through `VACUUM INTO` (the server may be
+ * writing), every other file (keystore, passphrase) as it is.
+ */
+export function snapshotStore(dataDir: string, into: string): void {
+  mkdirSync(into, { recursive: true, mode: 0o700 });
+  for (const name of readdirSync(dataDir))
+    if (!name.startsWith("licensing.db")) cpSync(join(dataDir, name), join(into, name), { recursive: true });
+  const db = new Database(join(dataDir, "licensing.db"), { readonly: true });
+  try {
+    db.run("VACUUM INTO ?", [join(into, "licensing.db")]);
   } finally {
     db.close();
   }

@@ -35,6 +35,8 @@ const QUANTILE_WEIGHTS = [...Array<number>(99).fill(0.01), ...Array<number>(100)
  */
 export function mergeWrk(runs: WrkResult[]): WrkResult {
   if (runs.length === 0) throw new Error("mergeWrk: no runs");
+  if (runs.some((run) => run.quantilesUs.length !== QUANTILE_WEIGHTS.length))
+    throw new Error(`mergeWrk: a run without replay.lua's ${QUANTILE_WEIGHTS.length} latency quantiles`);
   const sum = (pick: (run: WrkResult) => number) => runs.reduce((total, run) => total + pick(run), 0);
   const requests = sum((run) => run.requests);
   const durationSec = sum((run) => run.durationSec);
@@ -47,6 +49,7 @@ export function mergeWrk(runs: WrkResult[]): WrkResult {
     )
     .sort((a, b) => a.us - b.us);
   const totalWeight = points.reduce((total, point) => total + point.weight, 0);
+  if (!(totalWeight > 0)) throw new Error("mergeWrk: no request completed in any run");
   // Each point stands at the middle of the requests it represents; between two, interpolate.
   let seen = 0;
   const positions = points.map((point) => {
@@ -101,6 +104,8 @@ export async function runWrk(options: {
   connections: number;
   threads?: number;
   cpus: string | null;
+  /** Replay the file round and round instead of once (replay.lua's "cycle"). */
+  cycle?: boolean;
 }): Promise<WrkResult> {
   const threads = options.threads ?? 1;
   const proc = Bun.spawn(
@@ -117,6 +122,7 @@ export async function runWrk(options: {
       "--",
       options.file,
       String(threads),
+      ...(options.cycle ? ["cycle"] : []),
     ]),
     { stdout: "pipe", stderr: "pipe" },
   );
@@ -127,13 +133,22 @@ export async function runWrk(options: {
   ]);
   const line = stdout.split("\n").find((l) => l.startsWith("BENCH_JSON "));
   if (exitCode !== 0 || !line) throw new Error(`wrk failed (exit ${exitCode}):\n${stdout}\n${stderr}`);
+  return parseWrk(line, Number(proc.resourceUsage()?.cpuTime.total ?? 0) / 1e6);
+}
+
+/**
+ * One `BENCH_JSON` line of replay.lua as a WrkResult. The latency grid must be replay.lua's (199
+ * points), and interpolated alone it must give back wrk's own median and p99: the grid and
+ * QUANTILE_WEIGHTS are written in two languages, and this is where they meet.
+ */
+export function parseWrk(line: string, loadgenCpuSec: number): WrkResult {
   const raw = JSON.parse(line.slice("BENCH_JSON ".length)) as RawWrk;
   const durationSec = raw.duration_us / 1e6;
   const non2xx = Object.entries(raw.statuses)
     .filter(([code]) => !code.startsWith("2"))
     .reduce((sum, [, n]) => sum + n, 0);
   const ms = (us: number) => us / 1000;
-  return {
+  const result: WrkResult = {
     requests: raw.requests,
     durationSec,
     rps: raw.requests / durationSec,
@@ -142,7 +157,7 @@ export async function runWrk(options: {
     socketErrors: raw.errors.connect + raw.errors.read + raw.errors.write + raw.errors.timeout,
     exhausted: raw.exhausted,
     sent: raw.sent,
-    loadgenCpuSec: Number(proc.resourceUsage()?.cpuTime.total ?? 0) / 1e6,
+    loadgenCpuSec,
     latencyMs: {
       mean: ms(raw.latency_us.mean),
       p50: ms(raw.latency_us.p50),
@@ -153,4 +168,17 @@ export async function runWrk(options: {
     },
     quantilesUs: raw.quantiles,
   };
+  if (raw.quantiles.length !== QUANTILE_WEIGHTS.length)
+    throw new Error(
+      `replay.lua printed ${raw.quantiles.length} latency quantiles, not ${QUANTILE_WEIGHTS.length}`,
+    );
+  if (raw.requests > 1000) {
+    const alone = mergeWrk([result]).latencyMs;
+    for (const p of ["p50", "p99"] as const) {
+      const own = result.latencyMs[p];
+      if (Math.abs(alone[p] - own) > Math.max(0.05, own * 0.1))
+        throw new Error(`replay.lua's latency grid gives ${p} ${alone[p]} ms where wrk says ${own} ms`);
+    }
+  }
+  return result;
 }
