@@ -365,7 +365,10 @@ function printScale(r: RunResults, scale: ScaleResult): void {
   );
 }
 
-function acceptanceRows(r: RunResults): AcceptanceRow[] {
+/** The verdict rows of the targets this file judges (the timing routes bring their own). */
+export function acceptanceRows(
+  r: Pick<RunResults, "heartbeat" | "activation" | "open" | "crash" | "scale">,
+): AcceptanceRow[] {
   const { heartbeat, activation, open, crash, scale } = r;
   const floorUs = (run: RouteRun) => floorsOf(run)[floorKey(run)]?.us ?? Number.NaN;
   const heartbeatRatio = ofFloor(heartbeat);
