@@ -48,6 +48,9 @@ export type EntryKind = "data_key" | "root_key" | "product_signing_key" | "onlin
 export const PRODUCT_SIGNING_PREFIX = "product-signing:";
 export const productSigningEntryId = (keyId: string): string => `${PRODUCT_SIGNING_PREFIX}${keyId}`;
 
+/** Entry ids of sealing keys' private halves (kind `sealing_key`): the prefix + key id. */
+export const PRODUCT_SEALING_PREFIX = "product-sealing:";
+
 export interface EntryMetadata {
   id: string;
   kind: EntryKind;

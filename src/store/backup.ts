@@ -1,7 +1,7 @@
 import { Database } from "bun:sqlite";
 import { createHash } from "node:crypto";
 import { closeSync, fsyncSync, openSync, readFileSync, statSync } from "node:fs";
-import { type Keystore, PRODUCT_SIGNING_PREFIX } from "../crypto/keystore.ts";
+import { type Keystore, PRODUCT_SEALING_PREFIX, PRODUCT_SIGNING_PREFIX } from "../crypto/keystore.ts";
 
 /**
  * The store half of `licensing backup` and `licensing restore`: a consistent snapshot of a live
@@ -53,7 +53,7 @@ export function snapshotStore(livePath: string, outPath: string): void {
  */
 const KEYSTORE_ENTRIES: Record<string, { prefix: string; needed: string }> = {
   signing_keys: { prefix: PRODUCT_SIGNING_PREFIX, needed: "1" },
-  sealing_keys: { prefix: "product-sealing:", needed: "status <> 'compromised'" },
+  sealing_keys: { prefix: PRODUCT_SEALING_PREFIX, needed: "status <> 'compromised'" },
 };
 
 export interface StoreReport {

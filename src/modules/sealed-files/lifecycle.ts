@@ -2,6 +2,7 @@ import { generateKeyPairSync } from "node:crypto";
 import { and, desc, eq, sql } from "drizzle-orm";
 import { b64u } from "../../crypto/encoding.ts";
 import { keyIdOf, publicKeyText } from "../../crypto/keys.ts";
+import { PRODUCT_SEALING_PREFIX } from "../../crypto/keystore.ts";
 import { sealingKeyLine } from "../../crypto/sealed-file.ts";
 import type { Deps } from "../../deps.ts";
 import type { Environment } from "../../domain/scopes.ts";
@@ -13,7 +14,7 @@ import { recordAudit } from "../events/service.ts";
 export type SealingKeyRow = typeof sealingKeys.$inferSelect;
 type Reader = Pick<Deps["db"], "select">;
 
-export const sealingKeystoreId = (keyId: string) => `product-sealing:${keyId}`;
+export const sealingKeystoreId = (keyId: string) => `${PRODUCT_SEALING_PREFIX}${keyId}`;
 
 /** A key as the status route and `licensing sealing-keys list` show it; snake_case for JSON. */
 export interface SealingKeyView {
