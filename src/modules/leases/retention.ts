@@ -132,10 +132,26 @@ export class LeaseRetention {
     for (;;) {
       await new Promise<void>((resolve) => setImmediate(resolve));
       if (options.stopped?.()) break;
-      const step = this.step();
+      let step: ReturnType<LeaseRetention["step"]>;
+      try {
+        step = this.step();
+      } catch (error) {
+        throw new LeasePurgeFailed(error, purged);
+      }
       purged += step.purged;
       if (!step.more) break;
     }
     return { purged, heldBackBy: this.heldBackBy === null ? null : new Date(this.heldBackBy) };
+  }
+}
+
+/** A pass that failed part-way: the batches before the failing one were deleted, and say how many. */
+export class LeasePurgeFailed extends Error {
+  constructor(
+    cause: unknown,
+    readonly purged: number,
+  ) {
+    super(cause instanceof Error ? cause.message : String(cause), { cause });
+    this.name = "LeasePurgeFailed";
   }
 }
