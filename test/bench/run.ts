@@ -1,4 +1,4 @@
-import { rmSync } from "node:fs";
+import { cpSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { crashTest } from "./lib/crash.ts";
 import { activateDevices, BENCH_POLICY, createApiKeys, createFixture, type Fixture } from "./lib/fixture.ts";
@@ -71,8 +71,8 @@ async function main(ctx: RunContext): Promise<void> {
   const setup = await setUp(ctx);
   let server = setup.server;
   const { fixture, devices } = setup;
-  // The store as the heartbeat route sees it (10k devices, each checked in once), kept for the
-  // scale part, which sets it against the same store with a million more activations.
+  // The store with its 10k devices, before any route ran, kept for the scale part: it seeds a
+  // million activations into one copy of it and sets the two against each other.
   const storeBefore = join(ctx.work, "data-10k");
   if (config.scale) snapshotStore(ctx.dataDir, storeBefore);
 
@@ -330,10 +330,10 @@ async function leaseRoutes(
 }
 
 /**
- * Stops the server, seeds a million activations into its store, and starts a server on it and one
- * on the copy of the store taken before the routes ran (10k devices): the heartbeat over each is
- * measured in alternating slices, so the two are compared over the same seconds of the machine
- * (its speed moves within a second).
+ * Stops the server, seeds a million activations into a copy of the store taken before the routes
+ * ran (10k devices), and starts a server on that copy and one on the store as taken: the heartbeat
+ * over each is measured in alternating slices, so the two are compared over the same seconds of
+ * the machine (its speed moves within a second).
  */
 async function scaleRun(
   ctx: RunContext,
@@ -344,14 +344,17 @@ async function scaleRun(
   heartbeat: RouteRun,
   smallDir: string,
 ): Promise<{ server: BenchServer; scale: ScaleResult }> {
-  const { config, log, dataDir } = ctx;
-  const rowsBefore = countActivations(smallDir);
-  const rowsThere = countActivations(dataDir);
+  const { config, log } = ctx;
   const stopCode = await stopping.stop("SIGTERM");
   if (stopCode !== 0) log(`  warning: the server exited ${stopCode} on SIGTERM`);
+  // Both sides start from the same store, with the same history: the 1M side is a copy of it
+  // with the activations seeded in (the live store has every route's nonces and leases besides).
+  const dataDir = join(ctx.work, "data-1m");
+  cpSync(smallDir, dataDir, { recursive: true });
+  const rowsBefore = countActivations(smallDir);
   const bytesBefore = storeBytes(dataDir);
   log(
-    `scale: seeding ${thousands(config.scaleRows)} activations into the stopped store (${thousands(rowsThere)} there after the routes; its copy from before them, ${thousands(rowsBefore)}, is the other side) ...`,
+    `scale: seeding ${thousands(config.scaleRows)} activations into a copy of the store as it was before the routes (${thousands(rowsBefore)} there) ...`,
   );
   const seedStart = performance.now();
   const { stats: seed, devices: seededDevices } = seedActivations({
@@ -368,7 +371,7 @@ async function scaleRun(
   log(
     `  seeded ${thousands(seed.rows ?? 0)} rows in ${fixed(seedSec, 1)} s (inserts ${fixed(seed.insert_seconds ?? 0, 1)} s, waiting for keys ${fixed(seed.waiting_for_keys_seconds ?? 0, 1)} s); store ${fixed(bytesAfter / 2 ** 20)} MiB, ${fixed((bytesAfter - bytesBefore) / (seed.rows ?? 1))} bytes per activation`,
   );
-  const server = await ctx.start();
+  const server = await ctx.start(dataDir);
   await Bun.sleep(500);
   const idle = sample(server.pid);
   log(

@@ -112,11 +112,13 @@ export class FloorMeter {
     responseBytes: number,
     heartbeats: (n: number) => BenchRequest[],
   ): Promise<FloorMeter> {
-    const ops = Bun.spawn(pinned(ctx.serverCpus, [ctx.bun, join(ctx.benchDir, "floor-ops.ts"), "--serve"]), {
-      stdin: "pipe",
-      stdout: "pipe",
-      stderr: "inherit",
-    });
+    // Both are killed when the run ends, whatever happens (run.ts), and floor-ops keeps its store
+    // in the run's work dir, removed with it.
+    const ops = Bun.spawn(
+      pinned(ctx.serverCpus, [ctx.bun, join(ctx.benchDir, "floor-ops.ts"), "--serve", ctx.work]),
+      { stdin: "pipe", stdout: "pipe", stderr: "inherit" },
+    );
+    ctx.children.add(ops);
     const port = await freePort();
     const http = Bun.spawn(
       pinned(ctx.serverCpus, [
@@ -127,14 +129,17 @@ export class FloorMeter {
       ]),
       { stdin: "ignore", stdout: "ignore", stderr: "inherit" },
     );
+    ctx.children.add(http);
     const httpUrl = `http://127.0.0.1:${port}`;
-    for (let i = 0; i < 200; i++) {
+    let listening = false;
+    for (let i = 0; i < 200 && !listening; i++) {
       try {
-        if ((await fetch(`${httpUrl}/`)).status === 200) break;
+        listening = (await fetch(`${httpUrl}/`)).status === 200;
       } catch {
         await Bun.sleep(25);
       }
     }
+    if (!listening) throw new Error(`floor-http did not answer on ${httpUrl}`);
     // A thousand requests, replayed round and round (the bare server verifies nothing).
     const httpFile = ctx.requestFile();
     writeRequestFile(httpFile, heartbeats(1000));

@@ -1,3 +1,4 @@
+import { readdirSync, readFileSync } from "node:fs";
 import { addTally, emptyTally, type FloorMeter, type FloorOps, type FloorTally, floorOf } from "./floor.ts";
 import { machineBusySeconds, type ProcSample, sample } from "./procstat.ts";
 import { fixed, thousands } from "./report.ts";
@@ -174,19 +175,33 @@ async function calibrate(
 }
 
 /**
- * Waits until the server has used no CPU for two consecutive polls (its clock ticks are 10 ms),
- * at most half a second.
+ * Waits until the server is idle: under 5% of a core over each of two consecutive 25 ms windows
+ * (its threads' time on a CPU from /proc/<pid>/task/<tid>/schedstat, in nanoseconds: /proc/<pid>/stat
+ * counts 10 ms ticks, too coarse to tell), at most half a second.
  */
 async function settle(pid: number): Promise<void> {
   const deadline = performance.now() + 500;
-  let last = sample(pid).cpuSec;
+  let last = onCpuNs(pid);
   let quiet = 0;
   while (quiet < 2 && performance.now() < deadline) {
-    await Bun.sleep(15);
-    const now = sample(pid).cpuSec;
-    quiet = now === last ? quiet + 1 : 0;
+    await Bun.sleep(25);
+    const now = onCpuNs(pid);
+    quiet = now - last < 0.05 * 25e6 ? quiet + 1 : 0;
     last = now;
   }
+}
+
+/** Nanoseconds all of a process's threads have spent on a CPU. */
+function onCpuNs(pid: number): number {
+  let total = 0;
+  for (const tid of readdirSync(`/proc/${pid}/task`)) {
+    try {
+      total += Number(readFileSync(`/proc/${pid}/task/${tid}/schedstat`, "utf8").split(" ")[0]);
+    } catch {
+      // The thread ended between the listing and the read.
+    }
+  }
+  return total;
 }
 
 /** What one route's slices add up to. */
