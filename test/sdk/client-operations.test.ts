@@ -91,7 +91,7 @@ describe("heartbeat", () => {
         next_heartbeat_in: 60,
         machine_info_digest: req.json!.machine_info_digest,
       };
-      return h.server.signed(req, data, 200, req.headers["x-service-nonce"]!);
+      return h.server.signed(req, data, 200, h.server.nonceOf(req));
     });
     expect((await rejectsSdk(h.client.heartbeat())).code).toBe("ACTIVATION_MISMATCH");
   });
@@ -138,9 +138,7 @@ describe("deactivation", () => {
   test('a deactivation answer other than the signed string "deactivated" is refused', async () => {
     const h = await activated();
     h.server.handlers.push((req) =>
-      req.method === "DELETE"
-        ? h.server.signed(req, "active", 200, req.headers["x-service-nonce"]!)
-        : undefined,
+      req.method === "DELETE" ? h.server.signed(req, "active", 200, h.server.nonceOf(req)) : undefined,
     );
     expect((await rejectsSdk(h.client.deactivate())).code).toBe("RESPONSE_INVALID");
     expect(await h.client.activationId()).toBeDefined();
@@ -208,7 +206,7 @@ describe("floating leases", () => {
             req,
             { lease_id: "lse_1", activation_id, instance_id: "inst-2", expires_at: T0, heartbeat_in: 60 },
             201,
-            req.headers["x-service-nonce"]!,
+            h.server.nonceOf(req),
           )
         : undefined,
     );
@@ -220,7 +218,7 @@ describe("floating leases", () => {
               req,
               { lease_id: "lse_9", activation_id, instance_id: "inst-1", expires_at: T0, heartbeat_in: 60 },
               200,
-              req.headers["x-service-nonce"]!,
+              h.server.nonceOf(req),
             )
           : undefined,
     ];
@@ -242,7 +240,7 @@ describe("floating leases", () => {
                 heartbeat_in: 60,
               },
               201,
-              req.headers["x-service-nonce"]!,
+              h.server.nonceOf(req),
             )
           : undefined,
     ];
@@ -256,7 +254,7 @@ describe("floating leases", () => {
               req,
               { lease_id: "lse_1", activation_id: "act_someone_else", status: "released" },
               200,
-              req.headers["x-service-nonce"]!,
+              h.server.nonceOf(req),
             )
           : undefined,
     ];
@@ -274,15 +272,10 @@ describe("floating leases", () => {
               req,
               { lease_id: "lse_1", instance_id: "inst-1", expires_at: T0, heartbeat_in: 60 },
               201,
-              req.headers["x-service-nonce"]!,
+              h.server.nonceOf(req),
             )
           : req.method === "DELETE" && req.path === "/runtime/v1/leases/lse_1"
-            ? h.server.signed(
-                req,
-                { lease_id: "lse_1", status: "released" },
-                200,
-                req.headers["x-service-nonce"]!,
-              )
+            ? h.server.signed(req, { lease_id: "lse_1", status: "released" }, 200, h.server.nonceOf(req))
             : undefined,
     ];
     for (const call of [
