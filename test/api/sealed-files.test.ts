@@ -1,5 +1,5 @@
 import { afterEach, beforeEach, describe, expect, test } from "bun:test";
-import { closeSync, openSync, unlinkSync } from "node:fs";
+import { closeSync, openSync, readFileSync, unlinkSync, writeFileSync } from "node:fs";
 import { createApp } from "../../src/app.ts";
 import { keyIdOf } from "../../src/crypto/keys.ts";
 import { Keystore } from "../../src/crypto/keystore.ts";
@@ -174,6 +174,27 @@ describe("compromised keys", () => {
     expect(
       sweepOnce(createServices(t.deps, { baseUrl: BASE_URL }), silentLogger).compromised_sealing_keys,
     ).toBe(0);
+  });
+
+  test("once a compromise is finished, later sweeps read no keystore file for it", async () => {
+    const enabled = (await t.call("POST", path())).body.data.current_key.key_id as string;
+    t.deps.sqlite.run("UPDATE sealing_keys SET status = 'compromised', is_current = 0 WHERE key_id = ?", [
+      enabled,
+    ]);
+    // One service set, as a running server has.
+    const services = createServices(t.deps, { baseUrl: BASE_URL });
+    expect(sweepOnce(services, silentLogger).compromised_sealing_keys).toBe(1);
+    // The file is now unreadable: a sweep that re-read it would fail its step.
+    const original = readFileSync(t.deps.keystore.path);
+    writeFileSync(t.deps.keystore.path, "not a keystore");
+    try {
+      const failures: string[] = [];
+      const logger = { log: (level: string, msg: string) => void (level === "error" && failures.push(msg)) };
+      expect(sweepOnce(services, logger).compromised_sealing_keys).toBe(0);
+      expect(failures).toEqual([]);
+    } finally {
+      writeFileSync(t.deps.keystore.path, original);
+    }
   });
 
   test("the sweep also removes the private half of a key another process added after this one read the keystore", async () => {

@@ -48,6 +48,8 @@ export class SealedFileService {
   private readonly scalars = new Map<string, Uint8Array>();
   /** Keys whose private half this process dropped after they stopped releasing (see `forget`). */
   private readonly forgotten = new Set<string>();
+  /** Keystore ids of compromised keys known gone from the keystore file (see `completeCompromises`). */
+  private readonly removedKeys = new Set<string>();
 
   constructor(
     private readonly deps: Deps,
@@ -125,7 +127,9 @@ export class SealedFileService {
    * A key that no longer releases (retired or compromised from the command line, in another
    * process): drop the scalar this process keeps, and for a compromised key re-read the keystore
    * once, so the private half the command removed from the file leaves this process's memory too.
-   * Once per key: a device sending such headers again costs no file read.
+   * Once per key, whatever the file said: a device sending such headers again costs no file read
+   * on the request thread. A removal that had not happened yet is the sweep's to finish
+   * (`completeCompromises`, whose removal also drops the key from this process's memory).
    */
   forget(key: SealingKeyRow): void {
     const scalar = this.scalars.get(key.keyId);
@@ -134,12 +138,9 @@ export class SealedFileService {
       this.scalars.delete(key.keyId);
     }
     if (key.status !== "compromised" || this.forgotten.has(key.keyId)) return;
+    this.forgotten.add(key.keyId);
     try {
-      const id = sealingKeystoreId(key.keyId);
-      if (this.deps.keystore.has(id)) this.deps.keystore.refresh();
-      // Done only once the file no longer holds it: a request between the command's commit and
-      // its removal must not stop the next one from dropping the key.
-      if (!this.deps.keystore.has(id)) this.forgotten.add(key.keyId);
+      if (this.deps.keystore.has(sealingKeystoreId(key.keyId))) this.deps.keystore.refresh();
     } catch {
       // Hygiene only: the key's status already refuses every release.
     }
@@ -159,10 +160,18 @@ export class SealedFileService {
       .all()
       .map((row) => sealingKeystoreId(row.keyId));
     // A key the command line made after this process read the keystore is in the file but not
-    // here: re-read the file (no lock, no scrypt) before judging what it still holds.
-    if (compromised.some((id) => !this.deps.keystore.has(id))) this.deps.keystore.refresh();
+    // here: re-read the file (no lock, no scrypt) before judging what it still holds. Once a
+    // key's removal is done here it is known gone, and later sweeps read no file for it.
+    const unknown = compromised.filter((id) => !this.deps.keystore.has(id) && !this.removedKeys.has(id));
+    if (unknown.length > 0) {
+      this.deps.keystore.refresh();
+      for (const id of unknown) if (!this.deps.keystore.has(id)) this.removedKeys.add(id);
+    }
     const held = compromised.filter((id) => this.deps.keystore.has(id));
-    return held.length === 0 ? 0 : this.deps.keystore.remove(held).length;
+    if (held.length === 0) return 0;
+    const removed = this.deps.keystore.remove(held);
+    for (const id of held) this.removedKeys.add(id);
+    return removed.length;
   }
 
   private present(productId: string, environment: Environment) {
