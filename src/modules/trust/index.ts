@@ -27,8 +27,6 @@ const TrustBundle = Type.Object({
   root_signature: Type.String(),
 });
 
-/** ISO 8601 with whole seconds: the string form of a signed `server_time`. */
-
 /** The two unauthenticated trust routes: the signed key list of a product, and signed time. */
 export const runtimeTrustController = ({ trust, signer, deps }: Services) => {
   // Every signed-time call asks this: prepared once.
