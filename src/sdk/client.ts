@@ -14,6 +14,7 @@ import {
   type Lease,
   machineInfoDigest,
 } from "./core.ts";
+import { overtakenBy, standingDenial } from "./denials.ts";
 import { SdkError, usageError, verificationError } from "./errors.ts";
 import { importDeviceKeys, thumbprint } from "./keys.ts";
 import { evaluateLicense, type LicenseInfo, type LicenseState } from "./license.ts";
@@ -142,6 +143,11 @@ export class LicensingClient extends NamedUserCapableClient {
       // the server answered this heartbeat before the activation ended.
       if ((await this.storedActivation())?.activation_id !== act.activation_id)
         throw usageError("NOT_ACTIVATED", "this device's activation ended while the heartbeat was in flight");
+      // Likewise a signed denial of the same second or later (from a call that did not wait for
+      // this one): this answer is overtaken and nothing of it is kept, or the app would hear
+      // "active" from the heartbeat while licenseState() says revoked.
+      const before = await standingDenial(this.state, act.activation_id, res.assertion.server_time);
+      if (before) throw overtakenBy(before, res.assertion.server_time);
       await this.state.set("certificate", cert.jws);
       if (full) {
         await this.state.setJson("activation", {
@@ -157,11 +163,10 @@ export class LicensingClient extends NamedUserCapableClient {
         received_at_ms: this.now(),
       };
       await this.state.setJson("last_heartbeat", heartbeat);
-      // Only a denial older than this answer is overtaken by it. Times are whole seconds: a denial
-      // signed in the same second stands (which came first cannot be told, and a license revoked
-      // in that second must not read valid until the next heartbeat).
-      const denial = await this.state.getJson<StoredDenial>("denial");
-      if (!denial || denial.server_time < res.assertion.server_time) await this.state.delete("denial");
+      // A denial recorded while this answer was being stored stands too; any other is overtaken.
+      const during = await standingDenial(this.state, act.activation_id, res.assertion.server_time);
+      if (during) throw overtakenBy(during, res.assertion.server_time);
+      await this.state.delete("denial");
       return {
         activationId: act.activation_id,
         licenseStatus: data.license_status,

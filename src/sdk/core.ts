@@ -5,6 +5,7 @@
  */
 import { type CertificateClaims, verifyCertificate } from "./certificate.ts";
 import { type ResolvedConfig, resolveConfig, type ServiceConfig } from "./config.ts";
+import { storeDenial } from "./denials.ts";
 import { sha256Hex, utf8 } from "./encoding.ts";
 import { SdkError, usageError, verificationError } from "./errors.ts";
 import type { FetchLike } from "./http.ts";
@@ -267,8 +268,7 @@ export class ClientCore {
       server_time: Number(error.details.server_time),
       request_id: error.requestId ?? "",
     };
-    await this.state.setJson("denial", denial);
-    if (error.code === "ACTIVATION_DEACTIVATED") await this.state.clearActivation();
+    await storeDenial(this.state, denial);
     return error;
   }
 

@@ -8,7 +8,8 @@ import { MACHINE } from "./support/setup.ts";
  * Lease calls and sealed-file key requests do not wait for the client's other calls, so their
  * answers can land after the state they were made against has moved on. A late answer about an
  * activation the client no longer holds changes nothing; a heartbeat answered before the
- * activation ended does not bring it back, nor does one answered before a signed denial lift it.
+ * activation ended does not bring it back, nor does one answered before a signed denial lift it
+ * (it fails with that denial), and a denial signed before a newer answer changes nothing stored.
  */
 function clientWithLateAnswers() {
   const server = new FakeServer();
@@ -87,10 +88,12 @@ test("a heartbeat answered before a lease call's signed LICENSE_REVOKED does not
   const heartbeat = settled(client.heartbeat());
   expect(await settled(client.acquireLease("i1"))).toBe("LICENSE_REVOKED");
   expect(await client.licenseInfo()).toMatchObject({ state: "invalid", reason: "revoked" });
+  const certificate = (await client.licenseInfo()).claims;
   release();
-  // The older answer is authentic and is taken (certificate, last heartbeat), but the denial,
-  // signed after it, stands.
-  expect(await heartbeat).toBe("ok");
+  // The older answer is authentic, but the denial signed after it is the newer word: the
+  // heartbeat fails with it and keeps nothing (its certificate would be a minute fresher).
+  expect(await heartbeat).toBe("LICENSE_REVOKED");
+  expect((await client.licenseInfo()).claims).toEqual(certificate);
   expect(await client.activationId()).toBe(own);
   expect(await client.licenseInfo()).toMatchObject({ state: "invalid", reason: "revoked" });
   expect(await client.licenseState()).toBe("invalid");
@@ -100,4 +103,86 @@ test("a heartbeat answered before a lease call's signed LICENSE_REVOKED does not
   server.sign = () => ({ serverTime: T0 + 120 });
   expect((await client.heartbeat()).serverTime).toBe(T0 + 120);
   expect(await client.licenseInfo()).toMatchObject({ state: "valid", reason: "ok" });
+});
+
+test("a lease call's signed denial that lands after a newer heartbeat answer changes nothing stored", async () => {
+  const { server, client, hold } = clientWithLateAnswers();
+  await client.activate({ licenseKey: "LK", machineInfo: MACHINE });
+  // The server suspends and signs the lease call's denial at T0 + 60 (held back on its way), then
+  // reinstates the license and answers a heartbeat at T0 + 120.
+  server.sign = (req) => ({ serverTime: req.path === "/runtime/v1/leases" ? T0 + 60 : T0 + 120 });
+  server.handlers.push((req) =>
+    req.path === "/runtime/v1/leases" ? server.denial(req, 403, "LICENSE_SUSPENDED") : undefined,
+  );
+  const release = hold("/runtime/v1/leases");
+  const lease = settled(client.acquireLease("i1"));
+  expect((await client.heartbeat()).serverTime).toBe(T0 + 120);
+  release();
+  // The call itself failed with the server's word, but the license stays as the newer answer left it.
+  expect(await lease).toBe("LICENSE_SUSPENDED");
+  expect(await client.licenseInfo()).toMatchObject({ state: "valid", reason: "ok" });
+
+  // A denial signed in the same second as the heartbeat answer stands (which came first cannot be told).
+  server.sign = () => ({ serverTime: T0 + 120 });
+  expect(await settled(client.acquireLease("i2"))).toBe("LICENSE_SUSPENDED");
+  expect(await client.licenseInfo()).toMatchObject({ state: "invalid", reason: "suspended" });
+});
+
+test("a late denial signed before the stored one does not replace it", async () => {
+  const { server, client, hold } = clientWithLateAnswers();
+  await client.activate({ licenseKey: "LK", machineInfo: MACHINE });
+  // A suspension signed at T0 + 60 is held back; a revocation signed at T0 + 90 lands first.
+  server.sign = (req) => ({ serverTime: req.path === "/runtime/v1/leases" ? T0 + 60 : T0 + 90 });
+  server.handlers.push((req) =>
+    req.path === "/runtime/v1/leases"
+      ? server.denial(req, 403, "LICENSE_SUSPENDED")
+      : req.path.endsWith("/heartbeat")
+        ? server.denial(req, 403, "LICENSE_REVOKED")
+        : undefined,
+  );
+  const release = hold("/runtime/v1/leases");
+  const lease = settled(client.acquireLease("i1"));
+  expect(await settled(client.heartbeat())).toBe("LICENSE_REVOKED");
+  release();
+  expect(await lease).toBe("LICENSE_SUSPENDED");
+  expect(await client.licenseInfo()).toMatchObject({ state: "invalid", reason: "revoked" });
+});
+
+test("a denial recorded while a heartbeat answer is being stored stands, and the heartbeat fails with it", async () => {
+  const server = new FakeServer();
+  const memory = new MemoryStorage();
+  let release: () => void = () => {};
+  let heldSet: Promise<void> | undefined;
+  let holdNextHeartbeat = false;
+  // Storage that stops on the heartbeat's write of its last answer until released.
+  const storage = {
+    get: (key: string) => memory.get(key),
+    delete: (key: string) => memory.delete(key),
+    async set(key: string, value: string) {
+      if (holdNextHeartbeat && key.endsWith(".last_heartbeat")) {
+        holdNextHeartbeat = false;
+        heldSet = new Promise<void>((resolve) => (release = resolve));
+        await heldSet;
+      }
+      await memory.set(key, value);
+    },
+  };
+  const client = new LicensingClient({
+    config: server.authority.config(),
+    fetch: (url, init) => server.fetch(url, init),
+    storage,
+    now: () => T0 * 1000,
+  });
+  await client.activate({ licenseKey: "LK", machineInfo: MACHINE });
+  server.sign = (req) => ({ serverTime: req.path === "/runtime/v1/leases" ? T0 + 60 : T0 });
+  server.handlers.push((req) =>
+    req.path === "/runtime/v1/leases" ? server.denial(req, 403, "LICENSE_REVOKED") : undefined,
+  );
+  holdNextHeartbeat = true;
+  const heartbeat = settled(client.heartbeat());
+  while (heldSet === undefined) await Bun.sleep(1);
+  expect(await settled(client.acquireLease("i1"))).toBe("LICENSE_REVOKED");
+  release();
+  expect(await heartbeat).toBe("LICENSE_REVOKED");
+  expect(await client.licenseInfo()).toMatchObject({ state: "invalid", reason: "revoked" });
 });

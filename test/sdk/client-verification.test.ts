@@ -5,6 +5,7 @@ import {
   type FetchLike,
   LicensingClient,
   MemoryStorage,
+  type SdkError,
 } from "../../src/sdk/index.ts";
 import { edKey, type Json, T0 } from "./support/authority.ts";
 import { rejectsSdk } from "./support/expect.ts";
@@ -381,9 +382,38 @@ describe("license-state denials and unsigned errors", () => {
     ];
     await rejectsSdk(h.client.heartbeat());
     h.server.handlers = [];
-    // Both answers carry T0: the success is taken (certificate, last heartbeat), the denial stands.
-    expect((await h.client.heartbeat()).serverTime).toBe(T0);
+    const before = await snapshot(h.storage);
+    // Both answers carry T0: the success is overtaken by the denial and nothing of it is kept, so
+    // the app does not hear "active" from a heartbeat while the license reads suspended.
+    const e = await rejectsSdk(h.client.heartbeat());
+    expect(e).toMatchObject({ code: "LICENSE_SUSPENDED", kind: "license", authentic: true });
+    expect(e.details).toMatchObject({ server_time: T0, overtaken_server_time: T0 });
+    expect(await snapshot(h.storage)).toEqual(before);
     expect(await h.client.licenseInfo()).toMatchObject({ state: "invalid", reason: "suspended" });
+  });
+
+  test("the heartbeat loop keeps trying while a same-second suspension stands, and a later answer lifts it", async () => {
+    const h = await activated();
+    h.server.handlers = [
+      (req) => (isHeartbeat(req) ? h.server.denial(req, 403, "LICENSE_SUSPENDED") : undefined),
+    ];
+    await rejectsSdk(h.client.heartbeat());
+    h.server.handlers = [];
+    const beats: string[] = [];
+    const errors: string[] = [];
+    await h.client.startHeartbeatLoop({
+      onHeartbeat: (r) => beats.push(r.licenseStatus),
+      onError: (error) => errors.push((error as SdkError).code),
+    });
+    await h.timer.runNext();
+    // The loop heard the standing suspension, not "active", and did not stop for it.
+    expect(beats).toEqual([]);
+    expect(errors).toEqual(["LICENSE_SUSPENDED"]);
+    h.server.sign = () => ({ serverTime: T0 + 1 });
+    await h.timer.runNext();
+    expect(beats).toEqual(["active"]);
+    expect(await h.client.licenseState()).toBe("valid");
+    h.client.stop();
   });
 
   test("an unsigned error is surfaced with the server's whole error envelope", async () => {

@@ -1,0 +1,59 @@
+/**
+ * Which of two signed answers about one activation is the newer word: a stored license-state
+ * denial (LICENSE_REVOKED, ...) or a heartbeat answer. Calls that do not wait for each other
+ * (heartbeats, lease calls, sealed-file key requests) can land in any order, so each answer is
+ * placed by the second the server signed it. Times are whole seconds: of two answers of one second
+ * which came first cannot be told, and a license revoked in that second must not read valid until
+ * the next heartbeat, so a denial stands over an answer of its own second.
+ */
+import { SdkError } from "./errors.ts";
+import type { ClientState, StoredDenial, StoredHeartbeat } from "./state.ts";
+
+/** The stored denial of this activation that an answer signed at `serverTime` does not overtake. */
+export async function standingDenial(
+  state: ClientState,
+  activationId: string,
+  serverTime: number,
+): Promise<StoredDenial | undefined> {
+  const denial = await state.getJson<StoredDenial>("denial");
+  return denial?.activation_id === activationId && denial.server_time >= serverTime ? denial : undefined;
+}
+
+/**
+ * The error for an answer a stored denial stands over: the denial's own code and kind "license"
+ * (it passed the whole verification chain when it arrived), so callers and the heartbeat loop act
+ * on it as on that denial.
+ */
+export function overtakenBy(denial: StoredDenial, serverTime: number): SdkError {
+  return new SdkError(
+    denial.code,
+    `a signed ${denial.code} of the same second or later stands over this answer`,
+    {
+      kind: "license",
+      details: { signed: true, server_time: denial.server_time, overtaken_server_time: serverTime },
+      ...(denial.request_id ? { requestId: denial.request_id } : {}),
+    },
+  );
+}
+
+/**
+ * Stores a denial of the activation the client holds, unless it lands after a newer word (a
+ * heartbeat answer or a denial the server signed in a later second): then it is history, and the
+ * call it answered failed without changing what is stored. An ended activation stays ended,
+ * whatever was signed before.
+ */
+export async function storeDenial(state: ClientState, denial: StoredDenial): Promise<void> {
+  if (denial.code === "ACTIVATION_DEACTIVATED") {
+    await state.setJson("denial", denial);
+    await state.clearActivation();
+    return;
+  }
+  const heartbeat = await state.getJson<StoredHeartbeat>("last_heartbeat");
+  const stored = await state.getJson<StoredDenial>("denial");
+  const storedTime = stored?.activation_id === denial.activation_id ? stored.server_time : undefined;
+  const newest = Math.max(
+    heartbeat?.server_time ?? Number.NEGATIVE_INFINITY,
+    storedTime ?? Number.NEGATIVE_INFINITY,
+  );
+  if (newest <= denial.server_time) await state.setJson("denial", denial);
+}
