@@ -3,6 +3,7 @@ import { createHash, generateKeyPairSync, randomBytes, sign, verify } from "node
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import type { FloorOperation } from "./lib/floor.ts";
 
 /**
  * The per-operation floor on one core (run pinned by run.ts): one Ed25519 verify and one sign
@@ -202,7 +203,7 @@ db.run("PRAGMA wal_checkpoint(TRUNCATE)");
 const activationWriteOp = () => activationWrites.immediate();
 
 /** Every operation, under the name run.ts reads it by (µs per call). */
-const operations: Record<string, (i: number) => void> = {
+const operations: Record<FloorOperation, (i: number) => void> = {
   verify_us: verifyOp,
   sign_us: signOp,
   read_us: readOp,

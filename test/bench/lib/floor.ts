@@ -19,20 +19,27 @@ import { runWrk } from "./wrk.ts";
 /** How long the meter waits for floor-ops to answer a slice before it gives the run up. */
 const REPLY_TIMEOUT_MS = 60_000;
 
-/** µs per operation (floor-ops.ts). */
-export interface FloorOps {
-  verify_us: number;
-  sign_us: number;
-  read_us: number;
-  write_us: number;
-  append_us: number;
-  page50_us: number;
-  /** The writes each route cannot do without, in one transaction (the activation floor counts them). */
-  heartbeat_write_us: number;
-  activation_write_us: number;
-}
+/**
+ * The floor's operations, by the names floor-ops.ts reports them under (µs per call). The last two
+ * are the writes each route cannot do without, in one transaction (the activation floor counts
+ * them).
+ */
+export const FLOOR_OPERATIONS = [
+  "verify_us",
+  "sign_us",
+  "read_us",
+  "write_us",
+  "append_us",
+  "page50_us",
+  "heartbeat_write_us",
+  "activation_write_us",
+] as const;
+export type FloorOperation = (typeof FLOOR_OPERATIONS)[number];
 
-type OpTotals = Record<keyof FloorOps, [number, number]>;
+/** µs per operation. */
+export type FloorOps = Record<FloorOperation, number>;
+
+type OpTotals = Record<FloorOperation, [number, number]>;
 
 /** What the floor's slices measured over some stretch of the run: sums, so stretches add up. */
 export interface FloorTally {
@@ -44,23 +51,14 @@ export interface FloorTally {
 }
 
 export const emptyTally = (): FloorTally => ({
-  ops: {
-    verify_us: [0, 0],
-    sign_us: [0, 0],
-    read_us: [0, 0],
-    write_us: [0, 0],
-    append_us: [0, 0],
-    page50_us: [0, 0],
-    heartbeat_write_us: [0, 0],
-    activation_write_us: [0, 0],
-  },
+  ops: Object.fromEntries(FLOOR_OPERATIONS.map((name) => [name, [0, 0]])) as OpTotals,
   httpCpuSec: 0,
   httpRequests: 0,
   httpWallSec: 0,
 });
 
 export function addTally(into: FloorTally, from: FloorTally): FloorTally {
-  for (const name of Object.keys(into.ops) as (keyof FloorOps)[]) {
+  for (const name of FLOOR_OPERATIONS) {
     into.ops[name][0] += from.ops[name][0];
     into.ops[name][1] += from.ops[name][1];
   }
@@ -73,9 +71,10 @@ export function addTally(into: FloorTally, from: FloorTally): FloorTally {
 /** The floor a tally measured: µs per operation, and the HTTP + JSON floor's CPU µs per request. */
 export function floorOf(tally: FloorTally): { ops: FloorOps; httpUs: number } {
   const ops = {} as FloorOps;
-  for (const [name, [us, calls]] of Object.entries(tally.ops)) {
+  for (const name of FLOOR_OPERATIONS) {
+    const [us, calls] = tally.ops[name];
     if (!(calls > 0)) throw new Error(`the floor slices measured no ${name.replace(/_us$/, "")}`);
-    ops[name as keyof FloorOps] = us / calls;
+    ops[name] = us / calls;
   }
   if (!(tally.httpRequests > 0)) throw new Error("the floor slices measured no HTTP request");
   return { ops, httpUs: (tally.httpCpuSec * 1e6) / tally.httpRequests };
