@@ -114,3 +114,31 @@ test("a silent device whose slot nobody took gets its package on the same activa
   const newcomer = await activate(t, new TestDevice(), fx);
   expect([newcomer.status, newcomer.body.error?.code]).toEqual([409, "MACHINE_LIMIT_REACHED"]);
 });
+
+test("a package's device holds its slot until the second the package names, not a fraction later", async () => {
+  // Half past a second, so an expiry carried at millisecond precision would outlast its manifest.
+  t.clock.freeze();
+  t.clock.advance(((1500 - (t.clock.now().getTime() % 1000)) % 1000) / 1000);
+  const app = sdkClient(t, config);
+  // Three hours: at its end the device is stale by the heartbeat rule, so only the package holds it.
+  const asked = new Date(t.clock.now().getTime() + 3 * 3_600_000);
+  const response = await requestPackage(
+    t,
+    fx.licenseId,
+    await app.createOfflineRequest({ machineInfo: MACHINE }),
+    { expires_at: asked.toISOString() },
+  );
+  expect(response.status).toBe(200);
+  const { expiresAt } = await app.loadOfflinePackage(response.bytes);
+  expect(expiresAt).toBe(Math.floor(asked.getTime() / 1000));
+  const [row] = t.deps.sqlite
+    .query<{ offline_until: number }, []>("SELECT offline_until FROM activations")
+    .all();
+  expect(row?.offline_until).toBe(expiresAt * 1000);
+
+  t.clock.advance(expiresAt - 1 - t.clock.now().getTime() / 1000);
+  const early = await activate(t, new TestDevice(), fx);
+  expect([early.status, early.body.error?.code]).toEqual([409, "MACHINE_LIMIT_REACHED"]);
+  t.clock.advance(1);
+  expect((await activate(t, new TestDevice(), fx)).status).toBe(201);
+});

@@ -103,7 +103,9 @@ export class OfflinePackageService {
 
     const fresh = new FieldErrorCollector();
     checkFreshness(body.request.generated_at, unixSeconds(now), fresh);
-    const expiresAt = this.packageExpiry(license, asked, now, plan, fresh);
+    // Whole seconds, as the manifest and certificate state it: the device's slot (offline_until)
+    // must end when the package says it does, not up to a second later.
+    const expiresAt = new Date(unixSeconds(this.packageExpiry(license, asked, now, plan, fresh)) * 1000);
     fresh.throwIfAny();
     return this.create(license, policy, body, request, { asked, expiresAt, now }, ctx);
   }
