@@ -4,6 +4,7 @@
  * file as a stream once its key has come from the service.
  */
 import { ClientCore, checkMachineInfo, machineInfoDigest } from "./core.ts";
+import { overtakenBy, standingDenial } from "./denials.ts";
 import { b64uDecodeLength } from "./encoding.ts";
 import { SdkError, usageError, verificationError } from "./errors.ts";
 import { hpkeOpen } from "./hpke.ts";
@@ -90,8 +91,7 @@ export class OfflineCapableClient extends ClientCore {
           expires_at: manifest.expires_at,
         });
       const activationId = certificate.claims.activation_id;
-      const current = await this.storedActivation();
-      if (current && current.activation_id !== activationId)
+      if (((await this.storedActivation())?.activation_id ?? activationId) !== activationId)
         throw usageError("ALREADY_ACTIVATED", "this device holds another activation; deactivate it first");
       const machineInfo = await this.machineInfoFor(
         certificate.claims.machine_info_digest,
@@ -106,10 +106,19 @@ export class OfflineCapableClient extends ClientCore {
         machine_info: machineInfo,
         machine_info_digest: certificate.claims.machine_info_digest,
       };
-      await this.state.setJson("activation", activation);
-      await this.state.set("certificate", certificate.jws);
-      await this.state.delete("denial");
-      await this.state.delete("last_heartbeat");
+      await this.state.activationRecords(async () => {
+        const current = await this.storedActivation();
+        if (current && current.activation_id !== activationId)
+          throw usageError("ALREADY_ACTIVATED", "this device holds another activation; deactivate it first");
+        // A package issued before a signed denial this device holds (an old package loaded again
+        // after a revocation) does not lift it: the denial is the newer word.
+        const denial = await standingDenial(this.state, activationId, manifest.issued_at);
+        if (denial) throw overtakenBy(denial, manifest.issued_at);
+        await this.state.setJson("activation", activation);
+        await this.state.set("certificate", certificate.jws);
+        await this.state.delete("denial");
+        await this.state.delete("last_heartbeat");
+      });
       return { activationId, licenseId: manifest.license_id, manifest, expiresAt: manifest.expires_at };
     });
   }

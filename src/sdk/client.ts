@@ -111,7 +111,7 @@ export class LicensingClient extends NamedUserCapableClient {
             full = true;
             continue;
           }
-          throw await this.recordDenial(error, act);
+          throw await this.recordDenial(error, act, { afterLastHeartbeat: true });
         }
       }
       const expectedDigest = full ? machineInfoDigest(machineInfo) : act.machine_info_digest;
@@ -138,35 +138,36 @@ export class LicensingClient extends NamedUserCapableClient {
           sub: cert.claims.sub,
         });
       }
-      // A lease call or a sealed-file key request (which do not wait for this one) may have ended
-      // this activation while the heartbeat was in flight: its signed 410 is the newer word, since
-      // the server answered this heartbeat before the activation ended.
-      if ((await this.storedActivation())?.activation_id !== act.activation_id)
-        throw usageError("NOT_ACTIVATED", "this device's activation ended while the heartbeat was in flight");
-      // Likewise a signed denial of the same second or later (from a call that did not wait for
-      // this one): this answer is overtaken and nothing of it is kept, or the app would hear
-      // "active" from the heartbeat while licenseState() says revoked.
-      const before = await standingDenial(this.state, act.activation_id, res.assertion.server_time);
-      if (before) throw overtakenBy(before, res.assertion.server_time);
-      await this.state.set("certificate", cert.jws);
-      if (full) {
-        await this.state.setJson("activation", {
-          ...act,
-          machine_info: machineInfo,
-          machine_info_digest: expectedDigest,
-        });
-      }
       const heartbeat: StoredHeartbeat = {
         license_status: data.license_status,
         next_heartbeat_in: data.next_heartbeat_in,
         server_time: res.assertion.server_time,
         received_at_ms: this.now(),
       };
-      await this.state.setJson("last_heartbeat", heartbeat);
-      // A denial recorded while this answer was being stored stands too; any other is overtaken.
-      const during = await standingDenial(this.state, act.activation_id, res.assertion.server_time);
-      if (during) throw overtakenBy(during, res.assertion.server_time);
-      await this.state.delete("denial");
+      await this.state.activationRecords(async () => {
+        // A lease call or a sealed-file key request (which do not wait for this one) may have
+        // ended this activation while the heartbeat was in flight: its signed 410 is the newer
+        // word, since the server answered this heartbeat before the activation ended.
+        if ((await this.storedActivation())?.activation_id !== act.activation_id)
+          throw usageError(
+            "NOT_ACTIVATED",
+            "this device's activation ended while the heartbeat was in flight",
+          );
+        // Likewise a signed denial of the same second or later: this answer is overtaken and
+        // nothing of it is kept, or the app would hear "active" while licenseState() says revoked.
+        const denial = await standingDenial(this.state, act.activation_id, res.assertion.server_time);
+        if (denial) throw overtakenBy(denial, res.assertion.server_time);
+        await this.state.set("certificate", cert.jws);
+        if (full) {
+          await this.state.setJson("activation", {
+            ...act,
+            machine_info: machineInfo,
+            machine_info_digest: expectedDigest,
+          });
+        }
+        await this.state.setJson("last_heartbeat", heartbeat);
+        await this.state.delete("denial");
+      });
       return {
         activationId: act.activation_id,
         licenseStatus: data.license_status,
@@ -201,8 +202,10 @@ export class LicensingClient extends NamedUserCapableClient {
           return;
         throw refused;
       }
-      await this.state.clearActivation();
-      await this.state.delete("denial");
+      await this.state.activationRecords(async () => {
+        await this.state.clearActivation();
+        await this.state.delete("denial");
+      });
     });
   }
 

@@ -255,20 +255,30 @@ export class ClientCore {
   /**
    * Records an authentic license-state denial for this activation; returns the error to throw.
    * Every caller's call carried this activation's device proof, so Runtime has already refused a
-   * denial whose signed details name another activation (protocol §16).
+   * denial whose signed details name another activation (protocol §16). `afterLastHeartbeat`:
+   * the call was a heartbeat (they run one at a time, so its answer is newer than the stored one).
    */
-  protected async recordDenial(error: unknown, act: StoredActivation): Promise<unknown> {
+  protected async recordDenial(
+    error: unknown,
+    act: StoredActivation,
+    options = { afterLastHeartbeat: false },
+  ): Promise<unknown> {
     if (!(error instanceof SdkError) || error.kind !== "license") return error;
-    // An answer about an activation this client no longer holds (it deactivated and activated
-    // again while the call was in flight) changes nothing stored.
-    if ((await this.storedActivation())?.activation_id !== act.activation_id) return error;
     const denial: StoredDenial = {
       code: error.code,
       activation_id: act.activation_id,
       server_time: Number(error.details.server_time),
       request_id: error.requestId ?? "",
+      details: error.details,
+      ...(error.status === undefined ? {} : { status: error.status }),
+      ...(error.serverError === undefined ? {} : { server_error: error.serverError }),
     };
-    await storeDenial(this.state, denial);
+    await this.state.activationRecords(async () => {
+      // An answer about an activation this client no longer holds (it deactivated and activated
+      // again while the call was in flight) changes nothing stored.
+      if ((await this.storedActivation())?.activation_id !== act.activation_id) return;
+      await storeDenial(this.state, denial, options);
+    });
     return error;
   }
 
@@ -301,10 +311,12 @@ export class ClientCore {
       machine_info: machineInfo,
       machine_info_digest: digest,
     };
-    await this.state.setJson("activation", activation);
-    await this.state.set("certificate", cert.jws);
-    await this.state.delete("denial");
-    await this.state.delete("last_heartbeat");
+    await this.state.activationRecords(async () => {
+      await this.state.setJson("activation", activation);
+      await this.state.set("certificate", cert.jws);
+      await this.state.delete("denial");
+      await this.state.delete("last_heartbeat");
+    });
     return {
       activationId: activationId,
       licenseId: cert.claims.sub,

@@ -1,10 +1,11 @@
 /**
  * Which of two signed answers about one activation is the newer word: a stored license-state
- * denial (LICENSE_REVOKED, ...) or a heartbeat answer. Calls that do not wait for each other
- * (heartbeats, lease calls, sealed-file key requests) can land in any order, so each answer is
- * placed by the second the server signed it. Times are whole seconds: of two answers of one second
- * which came first cannot be told, and a license revoked in that second must not read valid until
- * the next heartbeat, so a denial stands over an answer of its own second.
+ * denial (LICENSE_REVOKED, ...) or another answer (a heartbeat, an offline package). Calls that do
+ * not wait for each other (heartbeats, lease calls, sealed-file key requests) can land in any
+ * order, so each answer is placed by the second the server signed it. Times are whole seconds: of
+ * two answers of one second which came first cannot be told, and a license revoked in that second
+ * must not read valid until the next heartbeat, so a denial stands over an answer of its own
+ * second. Callers hold `ClientState.activationRecords` around the read and the writes it decides.
  */
 import { SdkError } from "./errors.ts";
 import type { ClientState, StoredDenial, StoredHeartbeat } from "./state.ts";
@@ -20,9 +21,9 @@ export async function standingDenial(
 }
 
 /**
- * The error for an answer a stored denial stands over: the denial's own code and kind "license"
- * (it passed the whole verification chain when it arrived), so callers and the heartbeat loop act
- * on it as on that denial.
+ * The error for an answer a stored denial stands over: the denial as it was received (its code,
+ * kind "license": it passed the whole verification chain then), with `overtaken_server_time` in
+ * its details. The heartbeat loop does not stop for it (the next answer decides; loop.ts).
  */
 export function overtakenBy(denial: StoredDenial, serverTime: number): SdkError {
   return new SdkError(
@@ -30,25 +31,42 @@ export function overtakenBy(denial: StoredDenial, serverTime: number): SdkError 
     `a signed ${denial.code} of the same second or later stands over this answer`,
     {
       kind: "license",
-      details: { signed: true, server_time: denial.server_time, overtaken_server_time: serverTime },
+      details: {
+        ...denial.details,
+        signed: true,
+        server_time: denial.server_time,
+        overtaken_server_time: serverTime,
+      },
+      ...(denial.status === undefined ? {} : { status: denial.status }),
+      ...(denial.server_error === undefined ? {} : { serverError: denial.server_error }),
       ...(denial.request_id ? { requestId: denial.request_id } : {}),
     },
   );
 }
 
+/** True for an error made by `overtakenBy`. */
+export const isOvertaken = (error: SdkError): boolean => error.details.overtaken_server_time !== undefined;
+
 /**
  * Stores a denial of the activation the client holds, unless it lands after a newer word (a
  * heartbeat answer or a denial the server signed in a later second): then it is history, and the
- * call it answered failed without changing what is stored. An ended activation stays ended,
- * whatever was signed before.
+ * call it answered failed without changing what is stored. A heartbeat's own denial is always
+ * newer than the stored heartbeat answer (heartbeats run one at a time), whatever the server's
+ * clock says. An ended activation stays ended, whatever was signed before.
  */
-export async function storeDenial(state: ClientState, denial: StoredDenial): Promise<void> {
+export async function storeDenial(
+  state: ClientState,
+  denial: StoredDenial,
+  options: { afterLastHeartbeat: boolean },
+): Promise<void> {
   if (denial.code === "ACTIVATION_DEACTIVATED") {
     await state.setJson("denial", denial);
     await state.clearActivation();
     return;
   }
-  const heartbeat = await state.getJson<StoredHeartbeat>("last_heartbeat");
+  const heartbeat = options.afterLastHeartbeat
+    ? undefined
+    : await state.getJson<StoredHeartbeat>("last_heartbeat");
   const stored = await state.getJson<StoredDenial>("denial");
   const storedTime = stored?.activation_id === denial.activation_id ? stored.server_time : undefined;
   const newest = Math.max(

@@ -6,9 +6,11 @@
  * - anything else that failed (network error, 5xx, 429/503 without Retry-After, a response that
  *   failed verification, other unsigned errors): exponential back-off with full jitter,
  *   random() * min(maxMs, baseMs * 2^(failures - 1));
- * - it stops for good on an authentic LICENSE_REVOKED, LICENSE_EXPIRED or ACTIVATION_DEACTIVATED,
- *   when the client is not activated, and on stop().
+ * - it stops for good on an authentic LICENSE_REVOKED, LICENSE_EXPIRED, ACTIVATION_DEACTIVATED or
+ *   NAMED_USER_ASSIGNMENT_UNAVAILABLE from the server (not on an answer a stored denial overtook:
+ *   denials.ts), when the client is not activated, and on stop().
  */
+import { isOvertaken } from "./denials.ts";
 import { SdkError } from "./errors.ts";
 
 /** setTimeout/clearTimeout. The callback may return a promise (fake timers can await it). */
@@ -59,7 +61,11 @@ export function delayAfterError(
   backoff: Required<BackoffOptions>,
 ): { stop: LoopStopReason } | { delayMs: number } {
   if (error instanceof SdkError) {
-    if (error.kind === "license" && TERMINAL.has(error.code)) return { stop: error.code as LoopStopReason };
+    // An answer overtaken by a stored denial of its own second or later is not the server's
+    // refusal of this heartbeat (a license renewed in that second would stay stopped): the next
+    // answer decides.
+    if (error.kind === "license" && TERMINAL.has(error.code) && !isOvertaken(error))
+      return { stop: error.code as LoopStopReason };
     if (error.kind === "usage" && error.code === "NOT_ACTIVATED") return { stop: "NOT_ACTIVATED" };
     if ((error.status === 429 || error.status === 503) && error.retryAfterMs !== undefined) {
       return { delayMs: error.retryAfterMs };

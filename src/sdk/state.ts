@@ -2,7 +2,7 @@
  * The client's persisted state, one storage entry per item under a prefix that names the
  * environment and product: `svc.v1.<environment>.<product_id>.<item>`.
  */
-import { SdkError } from "./errors.ts";
+import { SdkError, type ServerErrorBody } from "./errors.ts";
 import type { Storage } from "./storage.ts";
 import { isRecord } from "./util.ts";
 
@@ -26,6 +26,10 @@ export interface StoredDenial {
   activation_id: string;
   server_time: number;
   request_id: string;
+  /** What the denial said, so an answer it overtakes fails as it did (absent in older stored denials). */
+  status?: number;
+  details?: Record<string, unknown>;
+  server_error?: ServerErrorBody;
 }
 
 export interface StoredHeartbeat {
@@ -157,6 +161,20 @@ export class ClientState {
       if (options.reset || current === undefined || seconds > current)
         await this.set("local_high_water", String(seconds));
     });
+  }
+
+  /**
+   * Every change to the activation's records (activation, certificate, last heartbeat, denial)
+   * runs inside this, one at a time. Calls that do not wait for each other (heartbeats, lease
+   * calls, sealed-file key requests) each read what is stored, decide and write; interleaved, a
+   * heartbeat could delete a denial recorded after it decided, or write back an activation a
+   * signed 410 had just ended. Nothing inside may call it again.
+   */
+  private records: Promise<unknown> = Promise.resolve();
+  activationRecords<T>(change: () => Promise<T>): Promise<T> {
+    const run = this.records.then(change);
+    this.records = run.catch(() => undefined);
+    return run;
   }
 
   /** Forgets the activation and everything tied to it; keeps keys, bundle and time high-water. */

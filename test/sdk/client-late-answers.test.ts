@@ -148,24 +148,28 @@ test("a late denial signed before the stored one does not replace it", async () 
   expect(await client.licenseInfo()).toMatchObject({ state: "invalid", reason: "revoked" });
 });
 
-test("a denial recorded while a heartbeat answer is being stored stands, and the heartbeat fails with it", async () => {
+/** A client whose storage stops on the next write of `suffix` until `release()`. */
+function clientWithHeldWrite() {
   const server = new FakeServer();
   const memory = new MemoryStorage();
-  let release: () => void = () => {};
-  let heldSet: Promise<void> | undefined;
-  let holdNextHeartbeat = false;
-  // Storage that stops on the heartbeat's write of its last answer until released.
+  const hold: { suffix?: string; reached?: Promise<void>; release: () => void } = { release: () => {} };
+  let reached: () => void = () => {};
   const storage = {
     get: (key: string) => memory.get(key),
     delete: (key: string) => memory.delete(key),
     async set(key: string, value: string) {
-      if (holdNextHeartbeat && key.endsWith(".last_heartbeat")) {
-        holdNextHeartbeat = false;
-        heldSet = new Promise<void>((resolve) => (release = resolve));
-        await heldSet;
+      if (hold.suffix !== undefined && key.endsWith(hold.suffix)) {
+        hold.suffix = undefined;
+        reached();
+        await new Promise<void>((resolve) => (hold.release = resolve));
       }
       await memory.set(key, value);
     },
+  };
+  const holdNext = (suffix: string) => {
+    hold.suffix = suffix;
+    hold.reached = new Promise<void>((resolve) => (reached = resolve));
+    return hold;
   };
   const client = new LicensingClient({
     config: server.authority.config(),
@@ -173,16 +177,61 @@ test("a denial recorded while a heartbeat answer is being stored stands, and the
     storage,
     now: () => T0 * 1000,
   });
+  return { server, client, memory, holdNext };
+}
+
+test("a signed denial that arrives while a heartbeat answer is being stored waits for it and then stands", async () => {
+  const { server, client, holdNext } = clientWithHeldWrite();
   await client.activate({ licenseKey: "LK", machineInfo: MACHINE });
   server.sign = (req) => ({ serverTime: req.path === "/runtime/v1/leases" ? T0 + 60 : T0 });
   server.handlers.push((req) =>
     req.path === "/runtime/v1/leases" ? server.denial(req, 403, "LICENSE_REVOKED") : undefined,
   );
-  holdNextHeartbeat = true;
+  const hold = holdNext(".certificate");
   const heartbeat = settled(client.heartbeat());
-  while (heldSet === undefined) await Bun.sleep(1);
-  expect(await settled(client.acquireLease("i1"))).toBe("LICENSE_REVOKED");
-  release();
-  expect(await heartbeat).toBe("LICENSE_REVOKED");
+  await hold.reached;
+  // The revocation (signed a minute after the heartbeat's answer) lands while that answer is
+  // being stored; had it been stored then, the heartbeat's clean-up would have deleted it.
+  const lease = settled(client.acquireLease("i1"));
+  await Bun.sleep(5);
+  hold.release();
+  expect(await heartbeat).toBe("ok");
+  expect(await lease).toBe("LICENSE_REVOKED");
+  expect(await client.licenseInfo()).toMatchObject({ state: "invalid", reason: "revoked" });
+});
+
+test("a signed 410 that arrives while a heartbeat answer is being stored ends the activation after it", async () => {
+  const { server, client, memory, holdNext } = clientWithHeldWrite();
+  await client.activate({ licenseKey: "LK", machineInfo: MACHINE });
+  server.handlers.push((req) =>
+    req.path === "/runtime/v1/leases" ? server.denial(req, 410, "ACTIVATION_DEACTIVATED") : undefined,
+  );
+  const hold = holdNext(".certificate");
+  // With new machine info the heartbeat also writes the activation record back.
+  const heartbeat = settled(client.heartbeat({ machineInfo: { ...MACHINE, hostname: "build-8" } }));
+  await hold.reached;
+  const lease = settled(client.acquireLease("i1"));
+  await Bun.sleep(5);
+  hold.release();
+  expect(await heartbeat).toBe("ok");
+  expect(await lease).toBe("ACTIVATION_DEACTIVATED");
+  expect(await client.activationId()).toBeUndefined();
+  // Nothing of the activation is left behind to be taken for a live one.
+  expect(memory.keys().filter((key) => /\.(activation|certificate|last_heartbeat)$/.test(key))).toEqual([]);
+  expect((await client.licenseInfo()).state).toBe("invalid");
+});
+
+test("a heartbeat's own signed denial is kept even when the server's clock put it before the last answer", async () => {
+  const { server, client } = clientWithLateAnswers();
+  await client.activate({ licenseKey: "LK", machineInfo: MACHINE });
+  // The server's clock stepped back between two heartbeats: the later one, a revocation, carries
+  // an earlier second. Heartbeats run one at a time, so it is the newer word all the same.
+  server.sign = () => ({ serverTime: T0 + 12 });
+  await client.heartbeat();
+  server.sign = () => ({ serverTime: T0 + 10 });
+  server.handlers.push((req) =>
+    req.path.endsWith("/heartbeat") ? server.denial(req, 403, "LICENSE_REVOKED") : undefined,
+  );
+  expect(await settled(client.heartbeat())).toBe("LICENSE_REVOKED");
   expect(await client.licenseInfo()).toMatchObject({ state: "invalid", reason: "revoked" });
 });

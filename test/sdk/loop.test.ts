@@ -1,5 +1,6 @@
 import { describe, expect, test } from "bun:test";
 import { delayAfterError, type HeartbeatResult, type LoopStopReason, SdkError } from "../../src/sdk/index.ts";
+import { T0 } from "./support/authority.ts";
 import { FakeServer, type SeenRequest } from "./support/fake-server.ts";
 import { activated } from "./support/setup.ts";
 
@@ -128,6 +129,24 @@ describe("heartbeat loop", () => {
     expect(h.stops).toEqual([]);
     expect(h.events).toEqual(["error ACTIVATION_MISMATCH 500"]);
     expect(h.client.heartbeatLoopRunning).toBe(true);
+  });
+
+  test("a heartbeat overtaken by a stored LICENSE_EXPIRED of its own second backs off instead of stopping; the next answer lifts it", async () => {
+    const h = await loopHarness();
+    // A lease call hears LICENSE_EXPIRED at T0; the license is renewed within that second and the
+    // loop's heartbeat is answered "active", also at T0: which came first cannot be told.
+    h.server.handlers = [
+      (req) => (req.path === "/runtime/v1/leases" ? h.server.denial(req, 403, "LICENSE_EXPIRED") : undefined),
+    ];
+    await h.client.acquireLease("i1").catch(() => undefined);
+    await h.timer.runNext();
+    expect(h.stops).toEqual([]);
+    expect(h.events).toEqual(["error LICENSE_EXPIRED 500"]);
+    expect(await h.client.licenseInfo()).toMatchObject({ state: "invalid", reason: "license_expired" });
+    h.server.sign = () => ({ serverTime: T0 + 1 });
+    await h.timer.runNext();
+    expect(h.events).toEqual(["error LICENSE_EXPIRED 500", "ok 900"]);
+    expect(await h.client.licenseState()).toBe("valid");
   });
 
   test("an unsigned LICENSE_REVOKED does not stop the loop", async () => {

@@ -1,0 +1,86 @@
+import { afterAll, afterEach, beforeEach, expect, test } from "bun:test";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { parseSealingKeyLine, sealFile } from "../../src/crypto/sealed-file.ts";
+import { type LicensingClient, SdkError } from "../../src/sdk/index.ts";
+import { createTestContext, type TestContext } from "../support/harness.ts";
+import { integrationConfig, MACHINE, requestPackage, sdkClient } from "../support/offline.ts";
+import { type RuntimeFixture, runtimeFixture } from "../support/runtime.ts";
+
+/**
+ * An offline package against a signed denial the device already holds: the device learns of a
+ * suspension from a sealed-file key request, and a package issued before it does not lift it
+ * (loading an old package again must not undo what the device was told); one issued after does.
+ */
+const dir = mkdtempSync(join(tmpdir(), "offline-denials-"));
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+let t: TestContext;
+let fx: RuntimeFixture;
+let sealingKey: string;
+
+beforeEach(async () => {
+  t = createTestContext();
+  fx = await runtimeFixture(t, {
+    policy: { validation_mode: "offline", max_machines: 2 },
+    license: { expires_at: new Date(t.clock.now().getTime() + 90 * 86_400_000).toISOString() },
+  });
+  sealingKey = (await t.call("POST", `/mgmt/v1/products/${fx.productId}/sealed-files`)).body.data.current_key
+    .sealing_key;
+});
+afterEach(() => t.close());
+
+async function sealedFile(): Promise<Uint8Array> {
+  const input = join(dir, `in-${Math.random()}`);
+  writeFileSync(input, "a licensed asset");
+  await sealFile(input, `${input}.sealed`, parseSealingKeyLine(sealingKey), {});
+  return new Uint8Array(readFileSync(`${input}.sealed`));
+}
+
+async function packageFor(app: LicensingClient): Promise<Uint8Array> {
+  const response = await requestPackage(
+    t,
+    fx.licenseId,
+    await app.createOfflineRequest({ machineInfo: MACHINE }),
+  );
+  if (response.status !== 200) throw new Error(`package: ${JSON.stringify(response.error)}`);
+  return response.bytes;
+}
+
+async function refusal(promise: Promise<unknown>): Promise<SdkError> {
+  try {
+    await promise;
+  } catch (error) {
+    if (error instanceof SdkError) return error;
+    throw error;
+  }
+  throw new Error("expected a refusal");
+}
+
+const setStatus = (status_action: string) =>
+  t.call("PATCH", `/mgmt/v1/licenses/${fx.licenseId}`, { body: { status_action } });
+
+test("a package issued before a signed suspension the device holds does not lift it; one issued after does", async () => {
+  const app = sdkClient(t, await integrationConfig(t, fx.productId));
+  const old = await packageFor(app);
+  await app.loadOfflinePackage(old);
+  expect(await app.licenseState()).toBe("valid");
+
+  t.clock.advance(60);
+  expect((await setStatus("suspended")).status).toBe(200);
+  const denied = await refusal(app.openSealedFile(await sealedFile()));
+  expect(denied).toMatchObject({ code: "LICENSE_SUSPENDED", kind: "license" });
+  expect(await app.licenseInfo()).toMatchObject({ state: "invalid", reason: "suspended" });
+
+  // The old package is authentic and unexpired, but older than what the device was told.
+  const reloaded = await refusal(app.loadOfflinePackage(old));
+  expect(reloaded).toMatchObject({ code: "LICENSE_SUSPENDED", kind: "license", status: 403 });
+  expect(reloaded.details.overtaken_server_time).toBeNumber();
+  expect(await app.licenseInfo()).toMatchObject({ state: "invalid", reason: "suspended" });
+
+  t.clock.advance(60);
+  expect((await setStatus("active")).status).toBe(200);
+  await app.loadOfflinePackage(await packageFor(app));
+  expect(await app.licenseState()).toBe("valid");
+});
