@@ -340,3 +340,53 @@ describe("subscription events out of order", () => {
     expect(expiryOf(session.id)).toBe((periodEnd + RENEWAL_GRACE_SEC) * 1000);
   });
 });
+
+describe("times outside any date", () => {
+  // One past JavaScript's last date (8.64e15 ms), and the last one itself: neither is a time a
+  // subscription can end at.
+  const BEYOND_DATES = 8_640_000_000_001;
+  const LAST_DATE = 8_640_000_000_000;
+  const recordedReason = (eventId: string) =>
+    t.deps.db.select().from(billingEvents).where(eq(billingEvents.eventId, eventId)).get()?.reason;
+  const expiryOf = (sessionId: string) => licensesOfCheckout(sessionId)[0]?.expiresAt?.getTime();
+
+  test("an invoice whose period ends past every date fails as having no period end and leaves the expiry as it was", async () => {
+    const subscription = next("sub");
+    const session = checkout(offering(ids.subscriptionPolicy), { subscription });
+    await deliver(event("checkout.session.completed", session));
+    const before = expiryOf(session.id);
+    expect(before).toBeNumber();
+    const paid = event("invoice.paid", invoice(subscription, BEYOND_DATES));
+    expect((await deliver(paid)).body.data.result).toBe("failed");
+    expect(recordedReason(paid.id)).toBe("no_period_end");
+    expect(expiryOf(session.id)).toBe(before);
+  });
+
+  test("a checkout after an invoice whose period ends at the last date still makes its license", async () => {
+    const subscription = next("sub");
+    expect((await deliver(event("invoice.paid", invoice(subscription, LAST_DATE)))).body.data.result).toBe(
+      "failed",
+    );
+    const session = checkout(offering(ids.subscriptionPolicy), { subscription });
+    const made = await deliver(event("checkout.session.completed", session));
+    expect([made.status, made.body.data.result]).toEqual([200, "succeeded"]);
+    expect(licensesOfCheckout(session.id)).toHaveLength(1);
+  });
+
+  test("a cancellation dated past every date is no cancellation: the license keeps its expiry", async () => {
+    const subscription = next("sub");
+    const session = checkout(offering(ids.subscriptionPolicy), { subscription });
+    await deliver(event("checkout.session.completed", session));
+    const periodEnd = nowSec() + 40 * 86_400;
+    await deliver(event("invoice.paid", invoice(subscription, periodEnd)));
+    const cancelled = {
+      id: subscription,
+      object: "subscription",
+      status: "active",
+      cancel_at: BEYOND_DATES,
+      items: { object: "list", data: [{ id: "si_1", current_period_end: periodEnd }] },
+    };
+    expect((await deliver(event("customer.subscription.updated", cancelled))).status).toBe(200);
+    expect(expiryOf(session.id)).toBe((periodEnd + RENEWAL_GRACE_SEC) * 1000);
+  });
+});

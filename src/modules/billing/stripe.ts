@@ -75,8 +75,19 @@ export const isObject = (value: unknown): value is Json =>
 export const str = (value: unknown): string | undefined =>
   typeof value === "string" && value !== "" ? value : undefined;
 
-const int = (value: unknown): number | undefined =>
-  typeof value === "number" && Number.isSafeInteger(value) ? value : undefined;
+/**
+ * The latest Unix time read from an event: the end of 9999-12-30, so that a period end plus the
+ * renewal grace is still a date with a four-digit year. Stripe's times are decades from it; a
+ * later one (or one past JavaScript's dates, which became an Invalid Date and was stored as no
+ * expiry at all) is not a time.
+ */
+const LATEST_TIME_SEC = 253_402_214_399;
+
+/** A Unix time in seconds, or undefined. Every number this module reads is one. */
+const unixTime = (value: unknown): number | undefined =>
+  typeof value === "number" && Number.isSafeInteger(value) && value >= 0 && value <= LATEST_TIME_SEC
+    ? value
+    : undefined;
 
 /** An id field that is either the id itself or the expanded object. */
 export const idOf = (value: unknown): string | undefined =>
@@ -101,7 +112,7 @@ export function readEvent(body: unknown): ProviderEvent | undefined {
   const object = isObject(body.data) ? body.data.object : undefined;
   if (!id || !type || typeof body.livemode !== "boolean" || !isObject(object)) return undefined;
   if (id.length > 255 || type.length > 255) return undefined;
-  return { id, type, livemode: body.livemode, created: int(body.created), object };
+  return { id, type, livemode: body.livemode, created: unixTime(body.created), object };
 }
 
 /** The price of a line item, in the shapes of both older and newer (2025-03+) API versions. */
@@ -141,7 +152,7 @@ export function invoiceSubscriptionId(invoice: Json): string | undefined {
 /** The end of the period an invoice pays for: the latest line period end (Unix seconds). */
 export function invoicePeriodEnd(invoice: Json): number | undefined {
   const ends = list(invoice.lines)
-    .map((line) => (isObject(line.period) ? int(line.period.end) : undefined))
+    .map((line) => (isObject(line.period) ? unixTime(line.period.end) : undefined))
     .filter((end): end is number => end !== undefined);
   return ends.length > 0 ? Math.max(...ends) : undefined;
 }
@@ -154,10 +165,10 @@ export function invoicePriceIds(invoice: Json): string[] {
 
 /** Current period end of a subscription: on the object (older API) or on its items (2025-03+). */
 export function subscriptionPeriodEnd(subscription: Json): number | undefined {
-  const own = int(subscription.current_period_end);
+  const own = unixTime(subscription.current_period_end);
   if (own !== undefined) return own;
   const ends = list(subscription.items)
-    .map((item) => int(item.current_period_end))
+    .map((item) => unixTime(item.current_period_end))
     .filter((end): end is number => end !== undefined);
   return ends.length > 0 ? Math.max(...ends) : undefined;
 }
@@ -178,8 +189,8 @@ export const subscriptionTerminal = (subscription: Json): boolean =>
  */
 export function subscriptionEnd(subscription: Json, nowSec: number): number | undefined {
   const status = str(subscription.status);
-  if (status && ENDED_STATUSES.has(status)) return int(subscription.ended_at) ?? nowSec;
-  const cancelAt = int(subscription.cancel_at);
+  if (status && ENDED_STATUSES.has(status)) return unixTime(subscription.ended_at) ?? nowSec;
+  const cancelAt = unixTime(subscription.cancel_at);
   if (cancelAt !== undefined) return cancelAt;
   if (subscription.cancel_at_period_end === true) return subscriptionPeriodEnd(subscription);
   return undefined;
