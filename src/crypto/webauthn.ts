@@ -53,12 +53,16 @@ export function decodeCbor(bytes: Uint8Array, offset = 0, depth = 0): { value: C
     case 2:
       need(length);
       return { value: bytes.slice(pos, pos + length), end: pos + length };
-    case 3:
+    case 3: {
       need(length);
-      return {
-        value: new TextDecoder("utf-8", { fatal: true }).decode(bytes.subarray(pos, pos + length)),
-        end: pos + length,
-      };
+      let text = "";
+      try {
+        text = new TextDecoder("utf-8", { fatal: true }).decode(bytes.subarray(pos, pos + length));
+      } catch {
+        fail("CBOR text is not UTF-8");
+      }
+      return { value: text, end: pos + length };
+    }
     case 4: {
       if (length > 1024) fail("CBOR array too long");
       const items: CborValue[] = [];
@@ -146,13 +150,22 @@ export function coseToJwk(cose: Map<CborValue, CborValue>): StoredCredentialKey 
     x.length === 32 &&
     y.length === 32
   ) {
-    return { alg: -7, jwk: { kty: "EC", crv: "P-256", x: b64u(x), y: b64u(y) } };
+    const key: StoredCredentialKey = { alg: -7, jwk: { kty: "EC", crv: "P-256", x: b64u(x), y: b64u(y) } };
+    // A point off the curve would be stored and then fail every sign-in: refused now instead.
+    if (!keyFromJwk(key)) fail("the P-256 credential public key is not a point on the curve");
+    return key;
   }
   return fail("only Ed25519 (-8) and P-256 (-7) passkeys are accepted");
 }
 
-export const keyFromJwk = (key: StoredCredentialKey): KeyObject =>
-  createPublicKey({ key: key.jwk, format: "jwk" });
+/** The stored key as a KeyObject, or null when it is not a valid key (a point off the curve). */
+export function keyFromJwk(key: StoredCredentialKey): KeyObject | null {
+  try {
+    return createPublicKey({ key: key.jwk, format: "jwk" });
+  } catch {
+    return null;
+  }
+}
 
 export interface RelyingParty {
   id: string;
@@ -217,7 +230,8 @@ export function verifyAssertion(input: {
   const authData = parseAuthenticatorData(input.authenticatorData);
   checkAuthData(authData, input.rp);
   const signed = Buffer.concat([input.authenticatorData, sha256(input.clientDataJson)]);
-  const key = keyFromJwk(input.key);
+  // Passkeys registered before points were checked may hold one off the curve: no signature is its.
+  const key = keyFromJwk(input.key) ?? fail("the stored passkey's public key is not usable");
   let ok = false;
   try {
     ok =

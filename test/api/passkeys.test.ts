@@ -110,6 +110,37 @@ describe("registration", () => {
     expect((await t.call("GET", `/mgmt/v1/license-users/${f.userId}`)).body.data.two_factor.passkeys).toBe(0);
   });
 
+  test("a P-256 key off the curve, or CBOR text that is not UTF-8, is refused with 422 and stores nothing", async () => {
+    const offCurve = new SoftAuthenticator("p256");
+    Object.defineProperty(offCurve, "cose", {
+      value: new Map<unknown, unknown>([
+        [1, 2],
+        [3, -7],
+        [-1, 1],
+        [-2, new Uint8Array(32).fill(1)],
+        [-3, new Uint8Array(32).fill(2)],
+      ]),
+    });
+    const refused = await register(offCurve);
+    expect([refused.status, refused.body.error.code]).toEqual([422, "VALIDATION_FAILED"]);
+
+    const token = await registrationToken();
+    const options = await post("/passkeys/v1/register/options", { token });
+    const { credential_id, client_data_json } = new SoftAuthenticator("p256").create(
+      options.body.data.challenge,
+    );
+    // A map whose one key is two bytes of text that are not UTF-8 (C3 28).
+    const attestation_object = Buffer.from([0xa1, 0x62, 0xc3, 0x28, 0x01]).toString("base64url");
+    const garbled = await post("/passkeys/v1/register", {
+      token,
+      credential_id,
+      client_data_json,
+      attestation_object,
+    });
+    expect([garbled.status, garbled.body.error.code]).toEqual([422, "VALIDATION_FAILED"]);
+    expect((await t.call("GET", `/mgmt/v1/license-users/${f.userId}`)).body.data.two_factor.passkeys).toBe(0);
+  });
+
   test("the pages are served self-contained with a strict Content-Security-Policy", async () => {
     for (const path of ["/passkeys/v1/register", "/passkeys/v1/approve"]) {
       const page = await t.call("GET", path, { key: null });

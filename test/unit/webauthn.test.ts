@@ -1,5 +1,12 @@
 import { expect, test } from "bun:test";
-import { decodeCbor, parseAuthenticatorData, WebAuthnError } from "../../src/crypto/webauthn.ts";
+import { generateKeyPairSync } from "node:crypto";
+import {
+  coseToJwk,
+  decodeCbor,
+  parseAuthenticatorData,
+  verifyAssertion,
+  WebAuthnError,
+} from "../../src/crypto/webauthn.ts";
 import { cbor } from "../support/passkey.ts";
 
 test("CBOR round-trips what authenticators send: ints, negative ints, text, bytes, arrays, maps", () => {
@@ -25,6 +32,57 @@ test("CBOR that is truncated, indefinite, tagged or nested too deeply is refused
   refused([0x1f]); // reserved additional information
   refused(Array(40).fill(0x81)); // arrays nested 40 deep
   refused([0xf7]); // undefined
+  refused([0x62, 0xc3, 0x28]); // text that is not UTF-8
+  refused([0xa1, 0x62, 0xc3, 0x28, 0x01]); // ... as a map key
+});
+
+test("a P-256 COSE key off the curve is refused; one on it is taken", () => {
+  const p256 = (x: Uint8Array, y: Uint8Array) =>
+    new Map<unknown, unknown>([
+      [1, 2],
+      [3, -7],
+      [-1, 1],
+      [-2, x],
+      [-3, y],
+    ]) as Parameters<typeof coseToJwk>[0];
+  expect(() => coseToJwk(p256(new Uint8Array(32).fill(1), new Uint8Array(32).fill(2)))).toThrow(
+    WebAuthnError,
+  );
+  expect(() => coseToJwk(p256(new Uint8Array(32), new Uint8Array(32)))).toThrow(WebAuthnError);
+  const jwk = generateKeyPairSync("ec", { namedCurve: "P-256" }).publicKey.export({ format: "jwk" });
+  const on = p256(Buffer.from(jwk.x as string, "base64url"), Buffer.from(jwk.y as string, "base64url"));
+  expect(coseToJwk(on).jwk).toMatchObject({ kty: "EC", crv: "P-256", x: jwk.x, y: jwk.y });
+});
+
+test("an assertion by a stored key that is not a usable key (stored before points were checked) is refused, not thrown past", () => {
+  const offCurve = {
+    alg: -7 as const,
+    jwk: {
+      kty: "EC",
+      crv: "P-256",
+      x: Buffer.alloc(32, 1).toString("base64url"),
+      y: Buffer.alloc(32, 2).toString("base64url"),
+    },
+  };
+  const rp = { id: "licensing.test", origin: "http://licensing.test" };
+  const clientDataJson = Buffer.from(
+    JSON.stringify({ type: "webauthn.get", challenge: "c", origin: rp.origin }),
+  );
+  const authenticatorData = Buffer.concat([
+    new Bun.CryptoHasher("sha256").update(rp.id).digest(),
+    Buffer.from([0x05, 0, 0, 0, 1]),
+  ]);
+  expect(() =>
+    verifyAssertion({
+      key: offCurve,
+      storedSignCount: 0,
+      clientDataJson,
+      authenticatorData,
+      signature: new Uint8Array(70),
+      challenge: "c",
+      rp,
+    }),
+  ).toThrow("the stored passkey's public key is not usable");
 });
 
 test("authenticator data shorter than its fixed part or with a broken credential is refused", () => {
