@@ -118,6 +118,7 @@ export class OfflineCapableClient extends ClientCore {
         await this.state.set("certificate", certificate.jws);
         await this.state.delete("denial");
         await this.state.delete("last_heartbeat");
+        await this.state.setNewestAnswer(manifest.issued_at);
       });
       return { activationId, licenseId: manifest.license_id, manifest, expiresAt: manifest.expires_at };
     });

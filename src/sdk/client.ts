@@ -111,7 +111,7 @@ export class LicensingClient extends NamedUserCapableClient {
             full = true;
             continue;
           }
-          throw await this.recordDenial(error, act, { afterLastHeartbeat: true });
+          throw await this.recordDenial(error, act, { fromHeartbeat: true });
         }
       }
       const expectedDigest = full ? machineInfoDigest(machineInfo) : act.machine_info_digest;
@@ -166,6 +166,7 @@ export class LicensingClient extends NamedUserCapableClient {
           });
         }
         await this.state.setJson("last_heartbeat", heartbeat);
+        await this.state.setNewestAnswer(res.assertion.server_time);
         await this.state.delete("denial");
       });
       return {

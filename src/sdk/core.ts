@@ -255,13 +255,13 @@ export class ClientCore {
   /**
    * Records an authentic license-state denial for this activation; returns the error to throw.
    * Every caller's call carried this activation's device proof, so Runtime has already refused a
-   * denial whose signed details name another activation (protocol §16). `afterLastHeartbeat`:
-   * the call was a heartbeat (they run one at a time, so its answer is newer than the stored one).
+   * denial whose signed details name another activation (protocol §16). `fromHeartbeat`: the call
+   * was a heartbeat (they run one at a time, so its denial is the newest word; denials.ts).
    */
   protected async recordDenial(
     error: unknown,
     act: StoredActivation,
-    options = { afterLastHeartbeat: false },
+    options = { fromHeartbeat: false },
   ): Promise<unknown> {
     if (!(error instanceof SdkError) || error.kind !== "license") return error;
     const denial: StoredDenial = {
@@ -316,6 +316,7 @@ export class ClientCore {
       await this.state.set("certificate", cert.jws);
       await this.state.delete("denial");
       await this.state.delete("last_heartbeat");
+      await this.state.setNewestAnswer(res.assertion.server_time);
     });
     return {
       activationId: activationId,

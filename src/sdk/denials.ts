@@ -8,7 +8,7 @@
  * second. Callers hold `ClientState.activationRecords` around the read and the writes it decides.
  */
 import { SdkError } from "./errors.ts";
-import type { ClientState, StoredDenial, StoredHeartbeat } from "./state.ts";
+import type { ClientState, StoredDenial } from "./state.ts";
 
 /** The stored denial of this activation that an answer signed at `serverTime` does not overtake. */
 export async function standingDenial(
@@ -48,30 +48,30 @@ export function overtakenBy(denial: StoredDenial, serverTime: number): SdkError 
 export const isOvertaken = (error: SdkError): boolean => error.details.overtaken_server_time !== undefined;
 
 /**
- * Stores a denial of the activation the client holds, unless it lands after a newer word (a
- * heartbeat answer or a denial the server signed in a later second): then it is history, and the
- * call it answered failed without changing what is stored. A heartbeat's own denial is always
- * newer than the stored heartbeat answer (heartbeats run one at a time), whatever the server's
- * clock says. An ended activation stays ended, whatever was signed before.
+ * Stores a denial of the activation the client holds, unless it lands after a newer word (an
+ * answer the stored state came from, a heartbeat, an activation or an offline package, or a denial
+ * the server signed in a later second): then it is history, and the call it answered failed
+ * without changing what is stored. A heartbeat's own denial is always stored: heartbeats run one
+ * at a time, so it is the newest word whatever the server's clock says. An ended activation stays
+ * ended, whatever was signed before.
  */
 export async function storeDenial(
   state: ClientState,
   denial: StoredDenial,
-  options: { afterLastHeartbeat: boolean },
+  options: { fromHeartbeat: boolean },
 ): Promise<void> {
   if (denial.code === "ACTIVATION_DEACTIVATED") {
     await state.setJson("denial", denial);
     await state.clearActivation();
     return;
   }
-  const heartbeat = options.afterLastHeartbeat
-    ? undefined
-    : await state.getJson<StoredHeartbeat>("last_heartbeat");
-  const stored = await state.getJson<StoredDenial>("denial");
-  const storedTime = stored?.activation_id === denial.activation_id ? stored.server_time : undefined;
-  const newest = Math.max(
-    heartbeat?.server_time ?? Number.NEGATIVE_INFINITY,
-    storedTime ?? Number.NEGATIVE_INFINITY,
-  );
-  if (newest <= denial.server_time) await state.setJson("denial", denial);
+  if (!options.fromHeartbeat) {
+    const stored = await state.getJson<StoredDenial>("denial");
+    const newest = Math.max(
+      (await state.newestAnswer()) ?? Number.NEGATIVE_INFINITY,
+      stored?.activation_id === denial.activation_id ? stored.server_time : Number.NEGATIVE_INFINITY,
+    );
+    if (newest > denial.server_time) return;
+  }
+  await state.setJson("denial", denial);
 }

@@ -57,6 +57,7 @@ export const ITEMS = [
   "local_high_water",
   "denial",
   "last_heartbeat",
+  "newest_answer",
   "offline_request",
   "sealed_file_keys",
 ] as const;
@@ -182,5 +183,16 @@ export class ClientState {
     await this.delete("activation");
     await this.delete("certificate");
     await this.delete("last_heartbeat");
+    await this.delete("newest_answer");
+  }
+
+  /** The second the newest signed answer behind the stored activation state was signed. */
+  async newestAnswer(): Promise<number | undefined> {
+    const newest = await this.getInt("newest_answer");
+    return newest ?? (await this.getJson<StoredHeartbeat>("last_heartbeat"))?.server_time;
+  }
+
+  setNewestAnswer(serverTime: number): Promise<void> {
+    return this.set("newest_answer", String(serverTime));
   }
 }

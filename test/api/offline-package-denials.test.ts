@@ -84,3 +84,34 @@ test("a package issued before a signed suspension the device holds does not lift
   await app.loadOfflinePackage(await packageFor(app));
   expect(await app.licenseState()).toBe("valid");
 });
+
+test("a key request's suspension that lands after a newer package was loaded changes nothing stored", async () => {
+  // Key answers are held on their way until released; everything else passes straight through.
+  let release: () => void = () => {};
+  const held = new Promise<void>((resolve) => (release = resolve));
+  let answered: () => void = () => {};
+  const keyAnswered = new Promise<void>((resolve) => (answered = resolve));
+  const inProcess = async (url: string, init?: RequestInit) => {
+    const response = await t.app.handle(new Request(url, init));
+    if (url.includes("/sealed-file-keys")) {
+      answered();
+      await held;
+    }
+    return response;
+  };
+  const app = sdkClient(t, await integrationConfig(t, fx.productId), { fetch: inProcess as typeof fetch });
+  await app.loadOfflinePackage(await packageFor(app));
+
+  t.clock.advance(60);
+  await setStatus("suspended");
+  const key = refusal(app.openSealedFile(await sealedFile()));
+  // The server has answered (suspended, at +60 s); the answer is still on its way. The license is
+  // reinstated and a package issued at +120 s is loaded meanwhile.
+  await keyAnswered;
+  t.clock.advance(60);
+  await setStatus("active");
+  await app.loadOfflinePackage(await packageFor(app));
+  release();
+  expect((await key).code).toBe("LICENSE_SUSPENDED");
+  expect(await app.licenseState()).toBe("valid");
+});

@@ -1,5 +1,6 @@
 import { expect, test } from "bun:test";
 import { LicensingClient, MemoryStorage, type RequestInitLike, type SdkError } from "../../src/sdk/index.ts";
+import type { ClientState } from "../../src/sdk/state.ts";
 import { T0 } from "./support/authority.ts";
 import { FakeServer } from "./support/fake-server.ts";
 import { MACHINE } from "./support/setup.ts";
@@ -177,11 +178,27 @@ function clientWithHeldWrite() {
     storage,
     now: () => T0 * 1000,
   });
-  return { server, client, memory, holdNext };
+  // Resolves once `count` changes of the activation's records have been asked for in all: a call
+  // that has reached the lock (and waits there behind the held one).
+  const records = (client as unknown as { state: ClientState }).state;
+  const lock = records.activationRecords.bind(records);
+  let asked = 0;
+  const waiters: { count: number; resolve: () => void }[] = [];
+  records.activationRecords = <T>(change: () => Promise<T>) => {
+    asked++;
+    for (const waiter of waiters) if (asked >= waiter.count) waiter.resolve();
+    return lock(change);
+  };
+  const recordsAsked = (count: number) =>
+    new Promise<void>((resolve) => {
+      if (asked >= count) resolve();
+      else waiters.push({ count, resolve });
+    });
+  return { server, client, memory, holdNext, recordsAsked };
 }
 
 test("a signed denial that arrives while a heartbeat answer is being stored waits for it and then stands", async () => {
-  const { server, client, holdNext } = clientWithHeldWrite();
+  const { server, client, holdNext, recordsAsked } = clientWithHeldWrite();
   await client.activate({ licenseKey: "LK", machineInfo: MACHINE });
   server.sign = (req) => ({ serverTime: req.path === "/runtime/v1/leases" ? T0 + 60 : T0 });
   server.handlers.push((req) =>
@@ -193,7 +210,10 @@ test("a signed denial that arrives while a heartbeat answer is being stored wait
   // The revocation (signed a minute after the heartbeat's answer) lands while that answer is
   // being stored; had it been stored then, the heartbeat's clean-up would have deleted it.
   const lease = settled(client.acquireLease("i1"));
-  await Bun.sleep(5);
+  // The activation's own write, the heartbeat's (held), then the lease's; and time for the lease
+  // to finish, were it not made to wait for the heartbeat.
+  await recordsAsked(3);
+  await Promise.race([lease, Bun.sleep(20)]);
   hold.release();
   expect(await heartbeat).toBe("ok");
   expect(await lease).toBe("LICENSE_REVOKED");
@@ -201,7 +221,7 @@ test("a signed denial that arrives while a heartbeat answer is being stored wait
 });
 
 test("a signed 410 that arrives while a heartbeat answer is being stored ends the activation after it", async () => {
-  const { server, client, memory, holdNext } = clientWithHeldWrite();
+  const { server, client, memory, holdNext, recordsAsked } = clientWithHeldWrite();
   await client.activate({ licenseKey: "LK", machineInfo: MACHINE });
   server.handlers.push((req) =>
     req.path === "/runtime/v1/leases" ? server.denial(req, 410, "ACTIVATION_DEACTIVATED") : undefined,
@@ -211,7 +231,10 @@ test("a signed 410 that arrives while a heartbeat answer is being stored ends th
   const heartbeat = settled(client.heartbeat({ machineInfo: { ...MACHINE, hostname: "build-8" } }));
   await hold.reached;
   const lease = settled(client.acquireLease("i1"));
-  await Bun.sleep(5);
+  // The activation's own write, the heartbeat's (held), then the lease's; and time for the lease
+  // to finish, were it not made to wait for the heartbeat.
+  await recordsAsked(3);
+  await Promise.race([lease, Bun.sleep(20)]);
   hold.release();
   expect(await heartbeat).toBe("ok");
   expect(await lease).toBe("ACTIVATION_DEACTIVATED");
@@ -232,6 +255,21 @@ test("a heartbeat's own signed denial is kept even when the server's clock put i
   server.handlers.push((req) =>
     req.path.endsWith("/heartbeat") ? server.denial(req, 403, "LICENSE_REVOKED") : undefined,
   );
+  expect(await settled(client.heartbeat())).toBe("LICENSE_REVOKED");
+  expect(await client.licenseInfo()).toMatchObject({ state: "invalid", reason: "revoked" });
+});
+
+test("a heartbeat's own denial replaces the stored one even when the server's clock put it earlier", async () => {
+  const { server, client } = clientWithLateAnswers();
+  await client.activate({ licenseKey: "LK", machineInfo: MACHINE });
+  let next = { code: "LICENSE_SUSPENDED", at: T0 + 12 };
+  server.sign = () => ({ serverTime: next.at });
+  server.handlers.push((req) =>
+    req.path.endsWith("/heartbeat") ? server.denial(req, 403, next.code) : undefined,
+  );
+  expect(await settled(client.heartbeat())).toBe("LICENSE_SUSPENDED");
+  // The server's clock stepped back before the next heartbeat, which hears the revocation.
+  next = { code: "LICENSE_REVOKED", at: T0 + 10 };
   expect(await settled(client.heartbeat())).toBe("LICENSE_REVOKED");
   expect(await client.licenseInfo()).toMatchObject({ state: "invalid", reason: "revoked" });
 });

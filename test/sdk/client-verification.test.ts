@@ -386,8 +386,14 @@ describe("license-state denials and unsigned errors", () => {
     // Both answers carry T0: the success is overtaken by the denial and nothing of it is kept, so
     // the app does not hear "active" from a heartbeat while the license reads suspended.
     const e = await rejectsSdk(h.client.heartbeat());
-    expect(e).toMatchObject({ code: "LICENSE_SUSPENDED", kind: "license", authentic: true });
-    expect(e.details).toMatchObject({ server_time: T0, overtaken_server_time: T0 });
+    // As the denial was received: its status, the server's envelope and its signed details.
+    expect(e).toMatchObject({ code: "LICENSE_SUSPENDED", kind: "license", authentic: true, status: 403 });
+    expect(e.serverError).toMatchObject({ code: "LICENSE_SUSPENDED", request_id: "req_denial" });
+    expect(e.details).toMatchObject({
+      activation_id: await h.client.activationId(),
+      server_time: T0,
+      overtaken_server_time: T0,
+    });
     expect(await snapshot(h.storage)).toEqual(before);
     expect(await h.client.licenseInfo()).toMatchObject({ state: "invalid", reason: "suspended" });
   });

@@ -114,6 +114,7 @@ describe("storage", () => {
         "certificate",
         "device_keys",
         "local_high_water",
+        "newest_answer",
         "time_high_water",
       ].map((k) => prefix + k),
     );
