@@ -316,7 +316,7 @@ export class ClientCore {
       await this.state.set("certificate", cert.jws);
       await this.state.delete("denial");
       await this.state.delete("last_heartbeat");
-      await this.state.setNewestAnswer(res.assertion.server_time);
+      await this.state.setNewestAnswer(res.assertion.server_time, { reset: true });
     });
     return {
       activationId: activationId,

@@ -192,7 +192,9 @@ export class ClientState {
     return newest ?? (await this.getJson<StoredHeartbeat>("last_heartbeat"))?.server_time;
   }
 
-  setNewestAnswer(serverTime: number): Promise<void> {
-    return this.set("newest_answer", String(serverTime));
+  /** Sets it (`reset`: a new activation starts its own history), else only ever raises it. */
+  async setNewestAnswer(serverTime: number, options = { reset: false }): Promise<void> {
+    const newest = options.reset ? undefined : await this.getInt("newest_answer");
+    if (newest === undefined || serverTime > newest) await this.set("newest_answer", String(serverTime));
   }
 }
