@@ -113,12 +113,13 @@ interface Visit {
   value: unknown;
   depth: number;
   parent: Visit | null;
-  key: string;
+  /** The member name, or the index in an array (turned into text only for a problem's path). */
+  key: string | number;
 }
 
 const pathOf = (visit: Visit | null, root: string): string => {
   const keys: string[] = [];
-  for (let at = visit; at?.parent; at = at.parent) keys.push(at.key);
+  for (let at = visit; at?.parent; at = at.parent) keys.push(String(at.key));
   if (root) keys.push(root);
   return keys.reverse().join(".") || "body";
 };
@@ -136,33 +137,68 @@ const pathOf = (visit: Visit | null, root: string): string => {
  */
 function inspect(body: unknown, text: string, root: string): Problem | null {
   // A value that is a member of the body (the request file) starts one level down, as in the body.
-  const stack: Visit[] = [{ value: body, depth: root ? 2 : 1, parent: null, key: "" }];
+  const top: Visit = { value: body, depth: root ? 2 : 1, parent: null, key: "" };
+  const leaf = leafProblem(body);
+  if (leaf) return problemAt(leaf, top, root);
+  // Only objects and arrays are visited; their primitive members are checked where they stand,
+  // so a body of half a million numbers costs a loop, not half a million visits.
+  const stack: Visit[] = typeof body === "object" && body !== null ? [top] : [];
   let members = 0;
   while (stack.length > 0) {
     const visit = stack.pop() as Visit;
-    const node = visit.value;
-    if (typeof node === "number" && !Number.isFinite(node))
-      return { kind: "number", path: pathOf(visit, root) };
-    // A lone surrogate cannot be encoded as UTF-8, so no two parties could agree on its JCS form;
-    // a NUL ends the text early for every C-string consumer (logs, exports, terminals, drivers).
-    if (typeof node === "string" && (!node.isWellFormed() || node.includes("\0")))
-      return { kind: "unicode", path: pathOf(visit, root) };
-    if (typeof node !== "object" || node === null) continue;
+    const node = visit.value as object;
     if (visit.depth > MAX_DEPTH) return { kind: "depth" };
-    if (!Array.isArray(node) && (Object.hasOwn(node, "toString") || Object.hasOwn(node, "valueOf"))) {
+    if (Array.isArray(node)) {
+      for (let i = 0; i < node.length; i++) {
+        const item: unknown = node[i];
+        if (typeof item === "object" && item !== null) {
+          // An empty array holds nothing to check but its depth.
+          if (!Array.isArray(item) || item.length > 0)
+            stack.push({ value: item, depth: visit.depth + 1, parent: visit, key: i });
+          else if (visit.depth + 1 > MAX_DEPTH) return { kind: "depth" };
+          continue;
+        }
+        const problem = leafProblem(item);
+        if (problem) return problemAt(problem, { value: item, depth: 0, parent: visit, key: i }, root);
+      }
+      continue;
+    }
+    if (Object.hasOwn(node, "toString") || Object.hasOwn(node, "valueOf")) {
       Object.defineProperty(node, Symbol.toPrimitive, { value: () => "[object Object]", enumerable: false });
     }
     const record = node as Record<string, unknown>;
     for (const key in record) {
       if (!key.isWellFormed() || key.includes("\0")) return { kind: "unicode", path: pathOf(visit, root) };
-      if (!Array.isArray(node)) members++;
-      stack.push({ value: record[key], depth: visit.depth + 1, parent: visit, key });
+      members++;
+      const value = record[key];
+      if (typeof value === "object" && value !== null) {
+        stack.push({ value, depth: visit.depth + 1, parent: visit, key });
+        continue;
+      }
+      const problem = leafProblem(value);
+      if (problem) return problemAt(problem, { value, depth: 0, parent: visit, key }, root);
     }
   }
   // JSON.parse keeps the last of repeated names, so a body with them reads one way here and may
   // read another way to a proxy or another language's parser (which one did the device sign?).
   return memberSeparators(text) === members ? null : { kind: "duplicate" };
 }
+
+/**
+ * What is wrong with a primitive value, if anything: a number JSON.parse turned into ±Infinity,
+ * a lone surrogate (it cannot be encoded as UTF-8, so no two parties could agree on its JCS form)
+ * or a NUL (it ends the text early for every C-string consumer: logs, exports, terminals, drivers).
+ */
+function leafProblem(value: unknown): "number" | "unicode" | null {
+  if (typeof value === "number") return Number.isFinite(value) ? null : "number";
+  if (typeof value === "string") return value.isWellFormed() && !value.includes("\0") ? null : "unicode";
+  return null;
+}
+
+const problemAt = (kind: "number" | "unicode", visit: Visit, root: string): Problem => ({
+  kind,
+  path: pathOf(visit, root),
+});
 
 /**
  * The colons outside strings of well-formed JSON: exactly one per object member as written, so

@@ -41,3 +41,47 @@ describe("member names repeated within one object (I-JSON, RFC 7493 §2.3)", () 
     expect(await parseJsonBody(post(text))).toEqual(JSON.parse(text));
   });
 });
+
+describe("depth, numbers and text checked at every place in the body", () => {
+  const details = async (text: string) => {
+    try {
+      await parseJsonBody(post(text));
+    } catch (error) {
+      if (error instanceof ApiError)
+        return { code: error.code, details: error.details as Record<string, unknown> };
+      throw error;
+    }
+    return { code: "accepted", details: {} as Record<string, unknown> };
+  };
+  const nested = (levels: number, inner: string) =>
+    `${"[".repeat(levels - 1)}${inner}${"]".repeat(levels - 1)}`;
+
+  test("32 levels are taken and 33 refused, whether the innermost is an empty array, an empty object or a value", async () => {
+    for (const inner of ["[]", "{}", "[1]", '{"a":1}']) {
+      expect((await details(nested(32, inner))).code).toBe("accepted");
+      expect(await details(nested(33, inner))).toEqual({
+        code: "INVALID_REQUEST",
+        details: { max_depth: 32 },
+      });
+    }
+  });
+
+  test("a bad number or text is named by its path, in arrays and objects alike", async () => {
+    const field = async (text: string) =>
+      Object.keys(((await details(text)).details.errors as object | undefined) ?? {});
+    expect(await field('{"a":[1,2,{"b":[0,1e400]}]}')).toEqual(["a.2.b.1"]);
+    expect(await field('{"a":{"b":"x\\u0000y"}}')).toEqual(["a.b"]);
+    expect(await field('[0,"\\ud800"]')).toEqual(["1"]);
+    expect(await field('"\\udc00"')).toEqual(["body"]);
+    expect(await field("1e400")).toEqual(["body"]);
+  });
+
+  test("a long array of numbers, objects or arrays passes when every element is sound", async () => {
+    for (const element of ["0", "{}", "[]", '{"a":"b"}']) {
+      expect((await details(`[${Array(5_000).fill(element).join(",")}]`)).code).toBe("accepted");
+    }
+    expect((await details(`[${Array(5_000).fill("0").join(",")},{"a":1,"a":2}]`)).code).toBe(
+      "INVALID_REQUEST",
+    );
+  });
+});
