@@ -228,6 +228,13 @@ async function readDeclared(request: Request, limit: number): Promise<Uint8Array
   return bytes;
 }
 
+/**
+ * The most pieces a body without Content-Length may come in. Each costs a read of the stream on
+ * the request thread (about 1.3 µs): a 1 MiB body sent one byte per chunk held every other request
+ * up for over a second. Real clients send chunks of kilobytes.
+ */
+export const MAX_BODY_PIECES = 1024;
+
 /** Reads at most `limit` bytes, so a chunked upload without Content-Length cannot fill memory. */
 async function readLimited(request: Request, limit: number): Promise<Uint8Array> {
   if (!request.body) return new Uint8Array(0);
@@ -243,6 +250,14 @@ async function readLimited(request: Request, limit: number): Promise<Uint8Array>
       throw tooLarge(limit);
     }
     chunks.push(value);
+    if (chunks.length > MAX_BODY_PIECES) {
+      await reader.cancel();
+      throw new ApiError(
+        "INVALID_REQUEST",
+        `The body came in more than ${MAX_BODY_PIECES} pieces: send it with Content-Length, or in larger chunks.`,
+        { max_pieces: MAX_BODY_PIECES },
+      );
+    }
   }
   const bytes = new Uint8Array(total);
   let offset = 0;

@@ -3,6 +3,7 @@ import { join } from "node:path";
 import { type Sucrose, sucrose } from "elysia/sucrose";
 import { sha256Hex } from "../../src/crypto/encoding.ts";
 import { canonicalize } from "../../src/crypto/jcs.ts";
+import { MAX_BODY_PIECES } from "../../src/http/body.ts";
 import { BASE_URL, createTestContext, type TestContext } from "../support/harness.ts";
 
 let t: TestContext;
@@ -82,6 +83,37 @@ describe("the error envelope", () => {
       }),
     );
     expect(response.status).toBe(413);
+  });
+
+  test("a body without Content-Length in more pieces than the limit answers 400; one in a few pieces is read", async () => {
+    const send = (pieces: string[]) =>
+      t.app.handle(
+        new Request(`${BASE_URL}/mgmt/v1/products`, {
+          method: "POST",
+          body: new ReadableStream({
+            start(controller) {
+              for (const piece of pieces) controller.enqueue(new TextEncoder().encode(piece));
+              controller.close();
+            },
+          }),
+          headers: {
+            authorization: `Bearer ${t.keys.live}`,
+            "content-type": "application/json",
+            ...t.idem(),
+          },
+        }),
+      );
+    const text = JSON.stringify(productBody());
+    const dribbled = await send([...text.padEnd(MAX_BODY_PIECES + 1, " ")]);
+    expect(dribbled.status).toBe(400);
+    expect((await dribbled.json()).error).toMatchObject({
+      code: "INVALID_REQUEST",
+      details: { max_pieces: MAX_BODY_PIECES },
+    });
+    expect(countProducts()).toBe(0);
+    const thirds = Math.ceil(text.length / 3);
+    const sent = await send([text.slice(0, thirds), text.slice(thirds, 2 * thirds), text.slice(2 * thirds)]);
+    expect(sent.status).toBe(201);
   });
 
   test("a body nested absurdly deep answers 400 instead of exhausting the stack", async () => {
