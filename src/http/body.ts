@@ -11,15 +11,26 @@ export const RUNTIME_BODY_LIMIT = 16 * 1024;
  * events and still cheap to read and verify.
  */
 export const BILLING_WEBHOOK_BODY_LIMIT = 1024 * 1024;
-const BILLING_WEBHOOK_PREFIX = "/billing/v1/stripe/webhook";
+const BILLING_WEBHOOK_PATH = "/billing/v1/stripe/webhook";
+
+/** The exact path (a trailing slash is the same route to the router), nothing under it. */
+export const isBillingWebhookPath = (path: string): boolean =>
+  path === BILLING_WEBHOOK_PATH || path === `${BILLING_WEBHOOK_PATH}/`;
 
 export const bodyLimitFor = (path: string): number => {
   if (path.startsWith("/runtime/")) return RUNTIME_BODY_LIMIT;
-  // Exact path (a trailing slash is the same route to the router), nothing under it.
-  if (path === BILLING_WEBHOOK_PREFIX || path === `${BILLING_WEBHOOK_PREFIX}/`)
-    return BILLING_WEBHOOK_BODY_LIMIT;
+  if (isBillingWebhookPath(path)) return BILLING_WEBHOOK_BODY_LIMIT;
   return DEFAULT_BODY_LIMIT;
 };
+
+/**
+ * How many bodies over the management limit (the webhook's, up to 1 MiB each) may be read at
+ * once. A client that sends a large body's headers and stalls holds its buffer until the idle
+ * timeout; without a bound, a few thousand such connections pinned gigabytes. Past it the answer is
+ * 503 with Retry-After, which the provider retries.
+ */
+export const LARGE_BODY_SLOTS = 32;
+let largeBodiesInFlight = 0;
 
 const BODYLESS = new Set(["GET", "HEAD", "OPTIONS"]);
 
@@ -35,10 +46,25 @@ export async function parseJsonBody(
   if (BODYLESS.has(request.method)) return undefined;
   const declared = request.headers.get("content-length");
   if (declared !== null && Number(declared) > limit) throw tooLarge(limit);
-  // A declared length (checked above) bounds what the server reads, so the body is read whole in
-  // one native call; only a body without one (chunked) is read piece by piece under the limit.
-  // The stream reader costs a promise per chunk: measurable on every heartbeat.
-  const bytes = declared !== null ? await readDeclared(request, limit) : await readLimited(request, limit);
+  const large = limit > DEFAULT_BODY_LIMIT;
+  if (large && largeBodiesInFlight >= LARGE_BODY_SLOTS) {
+    throw new ApiError(
+      "SERVICE_UNAVAILABLE",
+      "Too many large request bodies are being received; try again shortly.",
+      { reason: "large_bodies_in_flight" },
+      { headers: { "retry-after": "1" } },
+    );
+  }
+  if (large) largeBodiesInFlight++;
+  let bytes: Uint8Array;
+  try {
+    // A declared length (checked above) bounds what the server reads, so the body is read whole in
+    // one native call; only a body without one (chunked) is read piece by piece under the limit.
+    // The stream reader costs a promise per chunk: measurable on every heartbeat.
+    bytes = declared !== null ? await readDeclared(request, limit) : await readLimited(request, limit);
+  } finally {
+    if (large) largeBodiesInFlight--;
+  }
   keepRaw(bytes);
   if (bytes.byteLength === 0) return undefined;
   const contentType = request.headers.get("content-type") ?? "";

@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { randomBytes } from "node:crypto";
 import { unixSeconds } from "../../src/domain/clock.ts";
+import { LARGE_BODY_SLOTS } from "../../src/http/body.ts";
 import { BillingService } from "../../src/modules/billing/service.ts";
 import { header, WEBHOOK } from "../support/billing.ts";
 import { BASE_URL, createTestContext, serveTestStore, type TestContext } from "../support/harness.ts";
@@ -131,5 +132,76 @@ describe("POST /billing/v1/stripe/webhook body limit", () => {
     } finally {
       await server.shutdown("test");
     }
+  });
+});
+
+describe("what is refused before the body is read", () => {
+  /** A body that never ends: a route that waited for it would never answer. */
+  const endless = () => {
+    let stop: () => void = () => {};
+    const body = new ReadableStream<Uint8Array>({
+      start(controller) {
+        controller.enqueue(new TextEncoder().encode('{"id":"evt_'));
+        stop = () => controller.error(new Error("the client went away"));
+      },
+    });
+    return { body, stop: () => stop() };
+  };
+  const post = (
+    context: TestContext,
+    body: ReadableStream<Uint8Array>,
+    headers: Record<string, string> = {},
+  ) =>
+    context.app.handle(
+      new Request(`${BASE_URL}${WEBHOOK}`, {
+        method: "POST",
+        body,
+        headers: { "content-type": "application/json", ...headers },
+      }),
+    );
+  const signed = async () => ({
+    "stripe-signature": await header("{}", { secret: SECRET, timestamp: unixSeconds(t.clock.now()) }),
+  });
+
+  test("without a billing integration the webhook answers 404 without waiting for the body", async () => {
+    const bare = createTestContext();
+    try {
+      const { body, stop } = endless();
+      const response = await post(bare, body, await signed());
+      stop();
+      expect(response.status).toBe(404);
+      expect((await response.json()).error.code).toBe("NOT_FOUND");
+    } finally {
+      bare.close();
+    }
+  });
+
+  test("without a well-formed Stripe-Signature header the webhook answers 400 without waiting for the body", async () => {
+    for (const headers of [{}, { "stripe-signature": "t=1" }] as Record<string, string>[]) {
+      const { body, stop } = endless();
+      const response = await post(t, body, headers);
+      stop();
+      expect(response.status).toBe(400);
+      expect((await response.json()).error.code).toBe("BILLING_SIGNATURE_INVALID");
+    }
+  });
+
+  test(`past ${LARGE_BODY_SLOTS} large bodies being received, the next answers 503 with Retry-After, and the slots come back`, async () => {
+    const stalled = Array.from({ length: LARGE_BODY_SLOTS }, () => endless());
+    const headers = await signed();
+    const pending = stalled.map(({ body }) => post(t, body, headers));
+    const { body, stop } = endless();
+    const refused = await post(t, body, headers);
+    stop();
+    expect(refused.status).toBe(503);
+    expect(refused.headers.get("retry-after")).toBe("1");
+    expect((await refused.json()).error).toMatchObject({
+      code: "SERVICE_UNAVAILABLE",
+      details: { reason: "large_bodies_in_flight" },
+    });
+    for (const { stop: hangUp } of stalled) hangUp();
+    await Promise.all(pending);
+    const response = await deliver(sizedEvent(1024, unixSeconds(t.clock.now())));
+    expect(response.status).toBe(200);
   });
 });

@@ -1,6 +1,8 @@
 import { Type } from "@sinclair/typebox";
 import { Elysia } from "elysia";
 import { managementAuth } from "../../http/auth.ts";
+import { isBillingWebhookPath } from "../../http/body.ts";
+import { routedHook } from "../../http/request-path.ts";
 import { requestState } from "../../http/request-state.ts";
 import { errorEnvelopeResponse } from "../../http/schemas.ts";
 import type { Services } from "../../services.ts";
@@ -32,6 +34,13 @@ const ProviderEvent = Type.Record(Type.String({ maxLength: 255 }), Type.Unknown(
  */
 export const billingPublicController = ({ billingWebhooks, billingClaims }: Services) =>
   new Elysia({ prefix: "", detail: { tags: ["Billing"], security: [] } })
+    // Before the body is read (conventions.ts parses it): see BillingWebhookReceiver.admit.
+    .onRequest(
+      routedHook(({ request, path }) => {
+        if (request.method === "POST" && isBillingWebhookPath(path))
+          billingWebhooks.admit(request.headers.get("stripe-signature"));
+      }),
+    )
     .model(billingPublicModels)
     .post(
       WEBHOOK_PATH,

@@ -142,11 +142,21 @@ export class BillingWebhookService {
   }
 
   /** The environment whose secret signed the body; every secret is tried so timing says nothing. */
-  private verify(rawBody: Uint8Array | undefined, header: string | null): Environment {
+  /**
+   * What can be refused before the body is read (up to 1 MiB, from anyone): no integration to
+   * deliver to, or no well-formed Stripe-Signature header. Most installations use no billing; their
+   * webhook route then costs an anonymous caller's body nothing to refuse.
+   */
+  admit(header: string | null) {
     const secrets = this.billing.webhookSecrets();
     if (secrets.length === 0) throw new ApiError("NOT_FOUND", "No billing integration is configured.");
     const parsed = parseSignatureHeader(header);
     if (typeof parsed === "string") throw signatureInvalid(parsed);
+    return { secrets, parsed };
+  }
+
+  private verify(rawBody: Uint8Array | undefined, header: string | null): Environment {
+    const { secrets, parsed } = this.admit(header);
     const body = rawBody ?? new Uint8Array(0);
     let environment: Environment | undefined;
     for (const candidate of secrets) {
