@@ -31,6 +31,12 @@ const UNDOCUMENTED = [
   "GET /metrics",
 ];
 const METRICS_TOKEN = "fuzz-metrics-token-0123456789";
+/**
+ * Routes that answer every request of this store one way before they read any input: the billing
+ * webhook has no integration here, so it is 404 before its body (billing-webhook-body.test.ts
+ * covers what it does with bodies when one exists).
+ */
+const GATED_BEFORE_INPUT = new Set(["POST /billing/v1/stripe/webhook"]);
 
 const t = createTestContext({ metricsToken: METRICS_TOKEN });
 const seeded = seedResources(t);
@@ -219,9 +225,10 @@ describe.each(operations.map((op) => [`${op.method} ${op.path}`, op] as const))(
         throw new Error(`fuzzing ${name} failed; replay with FUZZ_SEED=${SEED}\n${(error as Error).message}`);
       }
       // The fuzzer reached more than one outcome, so it was not stuck at one gate (such as auth).
-      // A route that takes nothing (no path, query or body) may rightly answer one way to all.
+      // A route that takes nothing (no path, query or body) may rightly answer one way to all, and
+      // so may one that refuses everything before it reads its input.
       const takesInput = op.parameters.length > 0 || op.body !== undefined || op.path.includes("{");
-      if (takesInput) expect(seen.get(name)?.size ?? 0).toBeGreaterThan(1);
+      if (takesInput && !GATED_BEFORE_INPUT.has(name)) expect(seen.get(name)?.size ?? 0).toBeGreaterThan(1);
     },
     Math.max(30_000, RUNS * 50),
   );
