@@ -1,5 +1,14 @@
 import { randomBytes } from "node:crypto";
-import { closeSync, fsyncSync, openSync, readFileSync, renameSync, unlinkSync, writeSync } from "node:fs";
+import {
+  closeSync,
+  fsyncSync,
+  openSync,
+  readFileSync,
+  renameSync,
+  statSync,
+  unlinkSync,
+  writeSync,
+} from "node:fs";
 import { resolve } from "node:path";
 import { eq } from "drizzle-orm";
 import { DEFAULT_BODY_LIMIT, parseJsonBytes, tooLarge } from "../http/body.ts";
@@ -29,21 +38,71 @@ function bodyFrom(requestBytes: Uint8Array, expiresAt: string | undefined): Offl
   });
 }
 
-/** temp file, fsync, rename: a package file under its name is always whole. */
-function writeAtomically(path: string, bytes: Uint8Array): void {
-  const temp = `${path}.tmp-${randomBytes(6).toString("hex")}`;
-  const fd = openSync(temp, "wx", 0o644);
-  try {
-    writeSync(fd, bytes);
-    fsyncSync(fd);
-  } finally {
-    closeSync(fd);
+/** The reason without the temp file's name, which the operator never gave. */
+function whyNot(error: unknown): string {
+  const code = (error as NodeJS.ErrnoException).code;
+  if (code === "ENOENT" || code === "ENOTDIR") return "its directory does not exist";
+  if (code === "EACCES" || code === "EPERM" || code === "EROFS") return "its directory is not writable";
+  return (error as Error).message;
+}
+
+/**
+ * The package's file, written as temp file, fsync, rename so a file under its name is always
+ * whole. The temp file is created before the package is issued: issuing takes a machine slot and
+ * is audited, so a destination that cannot be written (no such directory, no permission, a
+ * directory in its place) is refused while nothing has been issued yet.
+ */
+class PackageFile {
+  private readonly temp: string;
+  private readonly fd: number;
+
+  constructor(
+    readonly path: string,
+    shown: string,
+  ) {
+    let isDirectory = false;
+    try {
+      isDirectory = statSync(path).isDirectory();
+    } catch {
+      // Nothing there yet, or not visible: creating the temp file beside it tells which.
+    }
+    // The rename at the end would fail on a directory, after the package was issued.
+    if (isDirectory) throw new CliError(`cannot write ${shown}: it is a directory`);
+    this.temp = `${path}.tmp-${randomBytes(6).toString("hex")}`;
+    try {
+      this.fd = openSync(this.temp, "wx", 0o644);
+    } catch (error) {
+      throw new CliError(`cannot write ${shown}: ${whyNot(error)}`);
+    }
   }
-  try {
-    renameSync(temp, path);
-  } catch (error) {
-    unlinkSync(temp);
-    throw error;
+
+  write(bytes: Uint8Array): void {
+    try {
+      try {
+        writeSync(this.fd, bytes);
+        fsyncSync(this.fd);
+      } finally {
+        closeSync(this.fd);
+      }
+      renameSync(this.temp, this.path);
+    } catch (error) {
+      this.discard();
+      throw error;
+    }
+  }
+
+  /** When nothing is issued: closes and removes the temp file, leaving the destination as it was. */
+  abandon(): void {
+    closeSync(this.fd);
+    this.discard();
+  }
+
+  private discard(): void {
+    try {
+      unlinkSync(this.temp);
+    } catch {
+      // Gone already, or never written: nothing to clean up.
+    }
   }
 }
 
@@ -114,6 +173,8 @@ export const offlineIssueCommand: Command = {
       const license = deps.db.select().from(licenses).where(eq(licenses.id, licenseId)).get();
       if (!license) throw new CliError(`no license ${licenseId}`);
       const services = createServices(deps, { baseUrl: line.config.baseUrl });
+      const file = new PackageFile(resolve(context.cwd, outFile), outFile);
+      const path = file.path;
       let issued: ReturnType<typeof services.offlinePackages.issue>;
       try {
         issued = services.offlinePackages.issue(license.id, body, {
@@ -122,11 +183,23 @@ export const offlineIssueCommand: Command = {
           requestId: null,
         });
       } catch (error) {
+        file.abandon();
         if (error instanceof ApiError) throw new CliError(describe(error));
         throw error;
       }
-      const path = resolve(context.cwd, outFile);
-      writeAtomically(path, issued.bytes);
+      try {
+        file.write(issued.bytes);
+      } catch (error) {
+        // The package is stored and its slot taken by now; the same request gives the same bytes
+        // again (docs/api.md, offline packages), so the operator can repeat the command elsewhere.
+        const same =
+          typeof expiresAt === "string" ? "the same request file and --expires-at" : "the same request file";
+        throw new CliError(
+          `offline package ${issued.id} for license ${license.id} is issued but could not be written to ${path}: ` +
+            `${(error as Error).message}. Run the command again with ${same} (and another --out if needed): ` +
+            "it writes the same package and issues nothing new.",
+        );
+      }
       if (line.flags.json === true) {
         out(
           JSON.stringify({

@@ -12,7 +12,12 @@ import { CliError, type Command, cliActor, JSON_OPTION, openExistingStore, out }
 function withWorkspace<T>(line: CommandLine, work: (workspace: WorkspaceService) => T): T {
   const { store } = openExistingStore(line.config.dataDir);
   try {
-    const workspace = new WorkspaceService({ db: store.db, clock: systemClock, ids: new IdGenerator() });
+    const workspace = new WorkspaceService({
+      db: store.db,
+      sqlite: store.sqlite,
+      clock: systemClock,
+      ids: new IdGenerator(),
+    });
     if (!workspace.exists()) {
       throw new CliError(`the store in ${line.config.dataDir} has no workspace; was init interrupted?`);
     }

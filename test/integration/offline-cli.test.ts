@@ -1,5 +1,13 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import {
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  writeFileSync,
+} from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createApp } from "../../src/app.ts";
@@ -12,6 +20,7 @@ import { openStore, type Store } from "../../src/store/db.ts";
 import { runInProcess } from "../support/in-process-cli.ts";
 import { managementRequest } from "../support/management-request.ts";
 import { MACHINE } from "../support/offline.ts";
+import { storeDigest } from "../support/store-digest.ts";
 
 /**
  * The air-gapped command and the API route, side by side on one data dir: `licensing offline
@@ -172,6 +181,38 @@ describe("licensing offline issue", () => {
     expect(tampered.stderr).toContain("request.device_proof");
     expect(existsSync(join(work, "x.zip"))).toBe(false);
     expect((await cli(["offline", "issue", "--data-dir", dataDir])).code).toBe(2);
+  });
+
+  test("an --out it cannot write (no such directory, a directory in its place) is refused before anything is issued", async () => {
+    const client = device();
+    writeFileSync(
+      join(work, "unwritten.json"),
+      JSON.stringify(
+        await client.createOfflineRequest({ machineInfo: { ...MACHINE, hostname: "unwritten" } }),
+      ),
+    );
+    mkdirSync(join(work, "a-directory.zip"));
+    const before = storeDigest(store.sqlite);
+    const outs = [join("no-such-dir", "package.zip"), "a-directory.zip"];
+    const runs = [];
+    for (const out of outs) runs.push(await issue("unwritten.json", out));
+    expect(runs.map((run) => [run.code, run.stdout])).toEqual([
+      [1, ""],
+      [1, ""],
+    ]);
+    // No package row, no audit event, no activation holding a machine slot.
+    expect(storeDigest(store.sqlite)).toBe(before);
+    expect(runs.map((run) => run.stderr)).toEqual(
+      outs.map((out) => expect.stringContaining(`cannot write ${out}:`)),
+    );
+    expect(existsSync(join(work, "no-such-dir"))).toBe(false);
+    expect(readdirSync(join(work, "a-directory.zip"))).toEqual([]);
+
+    const written = await issue("unwritten.json", "unwritten.zip", "--json");
+    expect(written.code).toBe(0);
+    expect(JSON.parse(written.stdout)).toMatchObject({ replayed: false });
+    // Nor do the refusals before this one leave the temp file the package was to be written to.
+    expect(readdirSync(work).filter((name) => name.includes(".tmp-"))).toEqual([]);
   });
 
   test("a request file the route would refuse as a body (NUL, lone surrogate, repeated member, bad UTF-8) is refused with the route's code and field, and nothing is issued", async () => {

@@ -65,30 +65,33 @@ export class ApiKeyService {
     const apiKey = newSecret(input.environment);
     const now = this.deps.clock.now();
     const id = this.deps.ids.next("apiKey", now.getTime());
-    this.deps.db
-      .insert(apiKeys)
-      .values({
-        id,
-        environment: input.environment,
-        name: input.name,
-        scopes: [...new Set(input.scopes)],
-        tokenHash: sha256Hex(apiKey),
-        tokenHint: `${apiKey.slice(0, 13)}…`,
-        createdAt: now,
-      })
-      .run();
-    if (actor) {
-      recordAudit(
-        this.deps.db,
-        this.deps,
-        { actor, environment: input.environment, requestId: null },
-        {
-          type: "api_key.created",
-          target: { type: "api_key", id },
-          data: { name: input.name, scopes: input.scopes },
-        },
-      );
-    }
+    // One transaction: a key whose creation could not be audited would work without its secret
+    // ever having been shown (the caller fails before printing it).
+    this.deps.db.transaction((tx) => {
+      tx.insert(apiKeys)
+        .values({
+          id,
+          environment: input.environment,
+          name: input.name,
+          scopes: [...new Set(input.scopes)],
+          tokenHash: sha256Hex(apiKey),
+          tokenHint: `${apiKey.slice(0, 13)}…`,
+          createdAt: now,
+        })
+        .run();
+      if (actor) {
+        recordAudit(
+          tx,
+          this.deps,
+          { actor, environment: input.environment, requestId: null },
+          {
+            type: "api_key.created",
+            target: { type: "api_key", id },
+            data: { name: input.name, scopes: input.scopes },
+          },
+        );
+      }
+    });
     return { apiKey, id };
   }
 
@@ -130,22 +133,29 @@ export class ApiKeyService {
 
   /** Returns false when no such key exists; revoking twice keeps the first revocation time. */
   revoke(id: string, actor?: Actor): boolean {
-    const row = this.deps.db.select().from(apiKeys).where(eq(apiKeys.id, id)).get();
-    if (!row) return false;
-    if (row.revokedAt === null) {
-      this.deps.db.update(apiKeys).set({ revokedAt: this.deps.clock.now() }).where(eq(apiKeys.id, id)).run();
-      if (actor) {
-        recordAudit(
-          this.deps.db,
-          this.deps,
-          { actor, environment: row.environment, requestId: null },
-          {
-            type: "api_key.revoked",
-            target: { type: "api_key", id },
-          },
-        );
-      }
-    }
-    return true;
+    // Read, revocation and audit record in one immediate transaction: the revocation stands only
+    // with its record, and a server writing meanwhile cannot slip between the read and the write.
+    return this.deps.db.transaction(
+      (tx) => {
+        const row = tx.select().from(apiKeys).where(eq(apiKeys.id, id)).get();
+        if (!row) return false;
+        if (row.revokedAt === null) {
+          tx.update(apiKeys).set({ revokedAt: this.deps.clock.now() }).where(eq(apiKeys.id, id)).run();
+          if (actor) {
+            recordAudit(
+              tx,
+              this.deps,
+              { actor, environment: row.environment, requestId: null },
+              {
+                type: "api_key.revoked",
+                target: { type: "api_key", id },
+              },
+            );
+          }
+        }
+        return true;
+      },
+      { behavior: "immediate" },
+    );
   }
 }

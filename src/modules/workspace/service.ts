@@ -22,7 +22,8 @@ export const planChanges = { generation: 0 };
 
 /** The single workspace row of an install, and its plan. */
 export class WorkspaceService {
-  constructor(private readonly deps: Pick<Deps, "db" | "clock" | "ids">) {}
+  /** `sqlite` queues the audit events of plan changes for webhooks, in the change's transaction. */
+  constructor(private readonly deps: Pick<Deps, "db" | "sqlite" | "clock" | "ids">) {}
 
   exists(): boolean {
     return this.deps.db.select({ id: workspace.id }).from(workspace).get() !== undefined;
@@ -68,26 +69,29 @@ export class WorkspaceService {
     if (!plan) throw new Error(`unknown plan "${code}"; choose one of ${Object.keys(PLANS).join(", ")}`);
     const endsAt = term.endsAt ?? null;
     const trial = term.trial ?? false;
-    this.deps.db
-      .update(workspace)
-      .set({ planCode: plan.code, planEndsAt: endsAt, planTrial: trial, updatedAt: this.deps.clock.now() })
-      .where(eq(workspace.id, WORKSPACE_ID))
-      .run();
-    planChanges.generation++;
-    if (actor) {
-      for (const environment of ENVIRONMENTS) {
-        recordAudit(
-          this.deps.db,
-          this.deps,
-          { actor, environment, requestId: null },
-          {
-            type: "workspace.plan_changed",
-            target: { type: "workspace", id: WORKSPACE_ID },
-            data: { plan: plan.code, trial, ends_at: endsAt?.toISOString() ?? null },
-          },
-        );
+    // One transaction: a plan change that could not be audited is not made.
+    this.deps.db.transaction((tx) => {
+      tx.update(workspace)
+        .set({ planCode: plan.code, planEndsAt: endsAt, planTrial: trial, updatedAt: this.deps.clock.now() })
+        .where(eq(workspace.id, WORKSPACE_ID))
+        .run();
+      if (actor) {
+        for (const environment of ENVIRONMENTS) {
+          recordAudit(
+            tx,
+            this.deps,
+            { actor, environment, requestId: null },
+            {
+              type: "workspace.plan_changed",
+              target: { type: "workspace", id: WORKSPACE_ID },
+              data: { plan: plan.code, trial, ends_at: endsAt?.toISOString() ?? null },
+            },
+          );
+        }
       }
-    }
+    });
+    // Once committed: a rolled-back change has nothing for a cached copy to see.
+    planChanges.generation++;
     return plan;
   }
 }
