@@ -9,11 +9,25 @@ import { planCommands } from "./cli/plan.ts";
 import { sealCommand } from "./cli/seal.ts";
 import { sealingKeysCommands } from "./cli/sealing-keys.ts";
 import { serveCommand } from "./cli/serve.ts";
-import { CliError, type Command, helpText, parse } from "./cli/shared.ts";
+import { CliError, type Command, helpText, noPositionals, out, parse } from "./cli/shared.ts";
 import { signingKeysCommands } from "./cli/signing-keys.ts";
 import type { Env } from "./config.ts";
 import { KeystoreError } from "./crypto/keystore.ts";
 import { StartupError } from "./server.ts";
+
+/** A command like the others, so `version extra` and `version --bogus` are usage errors and --help works. */
+const versionCommand: Command = {
+  name: "version",
+  summary: "Print the version of this executable.",
+  usage: "licensing version",
+  configKeys: [],
+  options: [],
+  run(line) {
+    noPositionals(line);
+    out(pkg.version);
+    return 0;
+  },
+};
 
 const COMMANDS: readonly Command[] = [
   initCommand,
@@ -26,6 +40,7 @@ const COMMANDS: readonly Command[] = [
   ...offlineCommands,
   ...backupCommands,
   ...billingCommands,
+  versionCommand,
 ];
 const GROUPS: Record<string, string> = {
   keys: "Create, list and revoke management API keys.",
@@ -40,7 +55,6 @@ const TOP_USAGE = `licensing ${pkg.version}: self-hosted software-licensing serv
 
 Usage:
 ${COMMANDS.map((command) => `  ${command.usage}`).join("\n")}
-  licensing version
 
 Run "licensing <command> --help" for a command's options and their environment variables.
 `;
@@ -63,10 +77,7 @@ export async function main(argv: readonly string[], env: Env, cwd: string): Prom
     process.stdout.write(TOP_USAGE);
     return 0;
   }
-  if (first === "version" || first === "--version") {
-    process.stdout.write(`${pkg.version}\n`);
-    return 0;
-  }
+  if (first === "--version") return run(versionCommand, argv.slice(1), env, cwd);
   let command: Command | undefined;
   let rest: readonly string[];
   if (Object.hasOwn(GROUPS, first)) {

@@ -15,7 +15,7 @@ import {
 } from "node:fs";
 import { dirname, isAbsolute, join, normalize } from "node:path";
 import pkg from "../../package.json" with { type: "json" };
-import { type Config, dataPaths } from "../config.ts";
+import { CONFIG_OPTIONS, type Config, dataPaths } from "../config.ts";
 import { Keystore, KeystoreError } from "../crypto/keystore.ts";
 import {
   BACKUP_FORMAT,
@@ -279,10 +279,24 @@ export const restoreCommand: Command = {
     "Restore a backup into a new or empty data directory, after checking it: checksums, the keystore " +
     "with the passphrase, the store's integrity and migrations.",
   usage: "licensing restore IN --data-dir DIR [--passphrase-file FILE] [--json]",
-  configKeys: ["dataDir", "passphraseFile"],
-  options: [JSON_OPTION],
+  // --data-dir is the shared option (its flag and variable feed config.dataDir) with its own
+  // help: for restore it has no default.
+  configKeys: ["passphraseFile"],
+  options: [
+    {
+      ...CONFIG_OPTIONS.dataDir,
+      description: "the new or empty data directory to restore into (required)",
+    },
+    JSON_OPTION,
+  ],
   run(line, context) {
     const inDir = resolvePath(onePositional(line.positionals, "backup directory to restore"), context.cwd);
+    // The default ./data depends on the directory the shell happens to be in: a forgotten flag
+    // would restore there, and `serve` on the real data directory would go on with the old store.
+    if (typeof line.flags["data-dir"] !== "string" && !context.env[CONFIG_OPTIONS.dataDir.env])
+      throw new UsageError(
+        `--data-dir (or ${CONFIG_OPTIONS.dataDir.env}) is required: the new or empty directory to restore into`,
+      );
     const result = restoreBackup(line.config, inDir);
     if (line.flags.json === true) {
       out(

@@ -1,9 +1,17 @@
 import { readFileSync, statSync } from "node:fs";
 import { isAbsolute, join } from "node:path";
+import { Value } from "@sinclair/typebox/value";
 import type { CommandLine } from "../config.ts";
 import { ENVIRONMENTS, type Environment } from "../domain/scopes.ts";
 import { ApiError } from "../http/errors.ts";
-import { BillingService, presentOffering, WEBHOOK_PATH } from "../modules/billing/service.ts";
+import { NameField } from "../http/schemas.ts";
+import {
+  BillingService,
+  baseUrlProblem,
+  PRICE_ID,
+  presentOffering,
+  WEBHOOK_PATH,
+} from "../modules/billing/service.ts";
 import { WorkspaceService } from "../modules/workspace/service.ts";
 import { type OptionSpec, UsageError } from "./args.ts";
 import { table } from "./keys.ts";
@@ -73,6 +81,20 @@ const requiredFlag = (line: CommandLine, name: string): string => {
   return value;
 };
 
+/** A URL flag, checked by the service's own rule before any secret is read or the keystore opened. */
+const urlFlag = (line: CommandLine, name: string): string | undefined => {
+  const value = stringFlag(line, name);
+  const problem = value === undefined ? null : baseUrlProblem(value);
+  if (problem !== null) throw new UsageError(`--${name} ${problem}`);
+  return value;
+};
+
+/**
+ * The API's rule for names (one line, 1-200 characters, no control characters): the offering's
+ * name is shown by the Management API beside the names it took through that rule.
+ */
+const OFFERING_NAME = NameField();
+
 const option = (name: string, valueName: string, description: string): OptionSpec => ({
   name,
   kind: "string",
@@ -113,6 +135,8 @@ export const billingConfigureCommand: Command = {
     const secretFile = requiredFlag(line, "webhook-secret-file");
     if (keyFile === "-" && secretFile === "-")
       throw new UsageError("only one of the two secrets can come from stdin");
+    const claimUrlBase = urlFlag(line, "claim-url-base");
+    const apiBaseUrl = urlFlag(line, "api-base-url");
     const apiKey = readSecret(keyFile, "API key", context);
     const webhookSecret = readSecret(secretFile, "webhook signing secret", context);
     if (apiKey.startsWith("sk_"))
@@ -125,8 +149,8 @@ export const billingConfigureCommand: Command = {
           provider: "stripe",
           apiKey,
           webhookSecret,
-          claimUrlBase: stringFlag(line, "claim-url-base"),
-          apiBaseUrl: stringFlag(line, "api-base-url"),
+          claimUrlBase,
+          apiBaseUrl,
           secureClaims: line.flags["secure-claims"] !== false,
         },
         cliActor(),
@@ -158,9 +182,9 @@ export const billingOfferingCommand: Command = {
   name: "billing offering",
   summary: "Map provider prices to licenses: each price sells one product under one policy.",
   usage:
-    "licensing billing offering add --price price_… --product prod_… --policy pol_… [--name N] [--duration-days N]\n" +
+    "licensing billing offering add --price price_… --product prod_… --policy pol_… [--name N] [--duration-days N] [--json]\n" +
     "  licensing billing offering list [--json]\n" +
-    "  licensing billing offering remove ID|PRICE",
+    "  licensing billing offering remove ID|PRICE [--json]",
   configKeys: CONFIG_KEYS,
   options: [
     option("price", "PRICE", "the provider's price id"),
@@ -174,16 +198,25 @@ export const billingOfferingCommand: Command = {
     const [action, argument, extra] = line.positionals;
     if (action === "add") {
       if (argument !== undefined) throw new UsageError(`unexpected argument ${argument}`);
+      // Every flag is checked before the keystore opens: a mistake in one is a usage error (exit
+      // 2), whatever state the data directory is in.
+      const priceId = requiredFlag(line, "price");
+      if (!PRICE_ID.test(priceId)) throw new UsageError("--price must be a price id, price_…");
+      const productId = requiredFlag(line, "product");
+      const policyId = requiredFlag(line, "policy");
+      const name = stringFlag(line, "name");
+      if (name !== undefined && !Value.Check(OFFERING_NAME, name))
+        throw new UsageError(`--name ${String(OFFERING_NAME["x-rule"])}`);
       const days = stringFlag(line, "duration-days");
-      if (days !== undefined && !/^\d{1,6}$/.test(days))
-        throw new UsageError("--duration-days must be a whole number");
+      if (days !== undefined && (!/^\d{1,6}$/.test(days) || Number(days) < 1))
+        throw new UsageError("--duration-days must be a whole number of days, at least 1");
       const row = withBilling(line, (billing) =>
         billing.addOffering(
           {
-            priceId: requiredFlag(line, "price"),
-            productId: requiredFlag(line, "product"),
-            policyId: requiredFlag(line, "policy"),
-            name: stringFlag(line, "name"),
+            priceId,
+            productId,
+            policyId,
+            name,
             licenseDurationDays: days === undefined ? undefined : Number(days),
           },
           cliActor(),
@@ -223,7 +256,11 @@ export const billingOfferingCommand: Command = {
       if (extra !== undefined) throw new UsageError(`unexpected argument ${extra}`);
       const removed = withBilling(line, (billing) => billing.removeOffering(argument, cliActor()));
       if (!removed) throw new CliError(`no active offering ${argument}`);
-      out(`Offering ${removed.id} removed; licenses it created stay.`);
+      out(
+        line.flags.json === true
+          ? JSON.stringify(presentOffering(removed))
+          : `Offering ${removed.id} removed; licenses it created stay.`,
+      );
       return 0;
     }
     throw new UsageError(action === undefined ? "give add, list or remove" : `unknown action "${action}"`);

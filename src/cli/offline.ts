@@ -11,6 +11,7 @@ import {
 } from "node:fs";
 import { resolve } from "node:path";
 import { eq } from "drizzle-orm";
+import { parseDateTime } from "../domain/datetime.ts";
 import { DEFAULT_BODY_LIMIT, parseJsonBytes, tooLarge } from "../http/body.ts";
 import { checkBody } from "../http/envelope.ts";
 import { ApiError } from "../http/errors.ts";
@@ -154,6 +155,10 @@ export const offlineIssueCommand: Command = {
     if (typeof requestFile !== "string") throw new UsageError("--request is required");
     if (typeof outFile !== "string") throw new UsageError("--out is required");
     const expiresAt = line.flags["expires-at"];
+    // The route's own rule (requestedExpiry), checked here so a bad flag is a usage error, told
+    // apart from a request file the route refuses (exit 1).
+    if (typeof expiresAt === "string" && parseDateTime(expiresAt) === null)
+      throw new UsageError("--expires-at must be an RFC 3339 date-time, e.g. 2030-01-31T00:00:00Z");
     let requestBytes: Uint8Array;
     try {
       // Bytes, not text: a "utf8" read would turn invalid UTF-8 into U+FFFD, which the route refuses.

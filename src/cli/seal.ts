@@ -1,6 +1,7 @@
 import { existsSync, realpathSync } from "node:fs";
 import { resolve } from "node:path";
 import { parseSealingKeyLine, sealFile } from "../crypto/sealed-file.ts";
+import { ENTITLEMENT_NAME } from "../domain/entitlements.ts";
 import { UsageError } from "./args.ts";
 import { CliError, type Command, JSON_OPTION, out } from "./shared.ts";
 
@@ -36,6 +37,9 @@ export const sealCommand: Command = {
     const keyLine = line.flags["sealing-key"];
     if (typeof keyLine !== "string") throw new UsageError("--sealing-key is required");
     const entitlement = line.flags.entitlement;
+    // sealFile refuses it too, but as a failure (exit 1) and only after the files were opened.
+    if (typeof entitlement === "string" && !ENTITLEMENT_NAME.test(entitlement))
+      throw new UsageError("--entitlement must be 1-64 of a-z 0-9 _ . : - starting with a letter or digit");
     let key: ReturnType<typeof parseSealingKeyLine>;
     try {
       key = parseSealingKeyLine(keyLine);

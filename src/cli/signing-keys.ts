@@ -1,5 +1,6 @@
 import { eq } from "drizzle-orm";
 import type { CommandLine } from "../config.ts";
+import { KEY_ID } from "../crypto/keys.ts";
 import type { Deps } from "../deps.ts";
 import { isoSeconds, unixSeconds } from "../domain/clock.ts";
 import type { InvalidatedPackages } from "../modules/trust/retention.ts";
@@ -13,6 +14,7 @@ import {
   cliActor,
   JSON_OPTION,
   KEYSTORE_CONFIG_KEYS,
+  noPositionals,
   out,
   PRODUCT_OPTION,
   productFlag,
@@ -38,6 +40,7 @@ export const signingKeysListCommand: Command = {
   options: [PRODUCT_OPTION, JSON_OPTION],
   run(line) {
     const productId = productFlag(line);
+    noPositionals(line);
     const keys = withTrust(line, (trust, deps) => {
       productEnvironment(deps, productId);
       return trust.signingKeys(productId);
@@ -86,6 +89,9 @@ export const signingKeysRotateCommand: Command = {
   ],
   run(line) {
     const productId = productFlag(line);
+    // `rotate --product P 30` meant --retain-days 30; silently taking the default instead would
+    // keep the old key listed for another length of time than the operator asked for.
+    noPositionals(line);
     const retainFlag = line.flags["retain-days"];
     let retainSec: number | undefined;
     if (typeof retainFlag === "string") {
@@ -133,6 +139,8 @@ export const signingKeysRetireCommand: Command = {
     const [keyId, extra] = line.positionals;
     if (keyId === undefined) throw new UsageError("give the key id (see licensing signing-keys list)");
     if (extra !== undefined) throw new UsageError(`unexpected argument ${extra}`);
+    if (!KEY_ID.test(keyId))
+      throw new UsageError("the key id must be k_ and 20 hex characters (see licensing signing-keys list)");
     const compromised = line.flags.compromised === true;
     const result = withTrust(line, (trust) =>
       keyChange(() => trust.retire(keyId, { compromised, actor: cliActor() })),

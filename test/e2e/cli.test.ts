@@ -2,6 +2,7 @@ import { Database } from "bun:sqlite";
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { existsSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
+import pkg from "../../package.json" with { type: "json" };
 import {
   BUILD_TIMEOUT_MS,
   executable,
@@ -211,6 +212,8 @@ describe("usage errors", () => {
     [["init", "--data-dir"], "--data-dir needs a value", "init"],
     [["serve", "--port", "70000"], "port number from 1 to 65535", "serve"],
     [["keys", "create", "--scopes", "all"], "--env is required", "keys create"],
+    [["version", "extra"], "unexpected argument extra", "version"],
+    [["--version", "extra"], "unexpected argument extra", "version"],
   ])(
     "%p exits 2 with the error and a pointer to the command's --help on stderr",
     async (args, message, name) => {
@@ -237,10 +240,17 @@ describe("usage errors", () => {
     [["keys", "--help"]],
     [["keys", "create", "--help"]],
     [["plan", "set", "--help"]],
+    [["version", "--help"]],
   ])("%p prints help on stdout and exits 0", async (args) => {
     const result = await runCli(args);
     expect(result.exitCode).toBe(0);
     expect(result.stdout).toContain("Usage:");
+  });
+
+  test("version and --version print the version alone", async () => {
+    for (const args of [["version"], ["--version"]]) {
+      expect(await runCli(args)).toEqual({ exitCode: 0, stdout: `${pkg.version}\n`, stderr: "" });
+    }
   });
 
   test("serve --help lists every flag with its environment twin", async () => {

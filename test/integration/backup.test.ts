@@ -203,6 +203,22 @@ describe("restore", () => {
     );
   });
 
+  test("needs the data dir named by --data-dir or LICENSING_DATA_DIR: without either it is a usage error and nothing lands in ./data", async () => {
+    takeBackup(configFor(t.dir), join(scratch, "backup"), { includePassphrase: true });
+    const unnamed = await runInProcess(["restore", "backup"], scratch);
+    expect(unnamed).toEqual({
+      code: 2,
+      stdout: "",
+      stderr:
+        "licensing restore: --data-dir (or LICENSING_DATA_DIR) is required: the new or empty directory to restore into\n" +
+        'Run "licensing restore --help" for its options.\n',
+    });
+    expect(existsSync(join(scratch, "data"))).toBe(false);
+    const named = await runInProcess(["restore", "backup"], scratch, { LICENSING_DATA_DIR: "named" });
+    expect([named.code, named.stderr]).toEqual([0, ""]);
+    expect(existsSync(join(scratch, "named", "licensing.db"))).toBe(true);
+  });
+
   test("refuses a non-empty target and leaves it as it was", () => {
     const out = join(scratch, "backup");
     takeBackup(configFor(t.dir), out, { includePassphrase: false });

@@ -276,6 +276,91 @@ describe("licensing billing offering", () => {
   });
 });
 
+describe("mistakes in the flags of billing commands", () => {
+  const usageError = (command: string, message: string) => ({
+    code: 2,
+    stdout: "",
+    stderr: `licensing ${command}: ${message}\nRun "licensing ${command} --help" for its options.\n`,
+  });
+  const add = (...flags: string[]) =>
+    cli(["billing", "offering", "add", "--product", ids.product, "--policy", ids.policy, ...flags]);
+  const offerings = async () => (await api("GET", "/mgmt/v1/billing-integration")).body.data.offerings.length;
+
+  test("configure refuses a --claim-url-base or --api-base-url that is not an http(s) base URL as a usage error, before reading the secrets", async () => {
+    // Secret files that do not exist: the URL is refused before they are read.
+    for (const [flag, value, problem] of [
+      ["--claim-url-base", "notaurl", "must be an absolute http or https URL"],
+      [
+        "--claim-url-base",
+        "https://shop.example.com/?a=1",
+        "must be an http(s) URL without query, fragment or userinfo",
+      ],
+      [
+        "--api-base-url",
+        "ftp://stripe.example.com",
+        "must be an http(s) URL without query, fragment or userinfo",
+      ],
+    ] as const) {
+      const run = await cli([
+        "billing",
+        "configure",
+        "--provider",
+        "stripe",
+        "--api-key-file",
+        join(work, "no-such-key"),
+        "--webhook-secret-file",
+        join(work, "no-such-secret"),
+        flag,
+        value,
+      ]);
+      expect({ value, ...run }).toEqual({ value, ...usageError("billing configure", `${flag} ${problem}`) });
+    }
+  });
+
+  test("offering add refuses a name the API refuses (a control character, a line break, over 200 characters) as a usage error, and adds nothing", async () => {
+    const before = await offerings();
+    for (const name of ["evil\u001b[2J", "two\nlines", "c1\u009b", "a".repeat(201), "a".repeat(10_000)]) {
+      // The same rule as every name the Management API takes.
+      const viaApi = await api("POST", "/mgmt/v1/products", keys.test, {
+        name,
+        code: "named",
+        environment: "test",
+      });
+      const run = await add("--price", "price_named", "--name", name);
+      expect({ name: name.slice(0, 12), api: viaApi.status, ...run }).toEqual({
+        name: name.slice(0, 12),
+        api: 422,
+        ...usageError(
+          "billing offering",
+          "--name must be one line of 1 to 200 characters without control characters",
+        ),
+      });
+    }
+    expect(await offerings()).toBe(before);
+    const longest = await add("--price", "price_named", "--name", "a".repeat(200), "--json");
+    expect([longest.code, JSON.parse(longest.stdout).name]).toEqual([0, "a".repeat(200)]);
+    expect((await cli(["billing", "offering", "remove", "price_named"])).code).toBe(0);
+  });
+
+  test("offering add refuses a --price that is not a price id and a --duration-days below 1 as usage errors, and adds nothing", async () => {
+    const before = await offerings();
+    expect(await add("--price", "prod_not_a_price")).toEqual(
+      usageError("billing offering", "--price must be a price id, price_…"),
+    );
+    expect(await add("--price", "price_days", "--duration-days", "0")).toEqual(
+      usageError("billing offering", "--duration-days must be a whole number of days, at least 1"),
+    );
+    expect(await offerings()).toBe(before);
+  });
+
+  test("offering remove --json prints the removed offering, as add --json prints the added one", async () => {
+    const added = JSON.parse((await add("--price", "price_removed", "--json")).stdout);
+    const removed = await cli(["billing", "offering", "remove", "price_removed", "--json"]);
+    expect([removed.code, removed.stderr]).toEqual([0, ""]);
+    expect(JSON.parse(removed.stdout)).toEqual({ ...added, status: "removed" });
+  });
+});
+
 describe("licensing billing disable", () => {
   test("stops the integration and forgets both secrets", async () => {
     const run = await cli(["billing", "disable"]);

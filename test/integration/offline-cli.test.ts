@@ -215,6 +215,21 @@ describe("licensing offline issue", () => {
     expect(readdirSync(work).filter((name) => name.includes(".tmp-"))).toEqual([]);
   });
 
+  test("an --expires-at that is not an RFC 3339 date-time is a usage error (exit 2, one line), not a refusal of the request file", async () => {
+    for (const expiresAt of ["nope", "2030-01-31", "2030-02-31T00:00:00Z"]) {
+      const run = await issue("request.json", "dated.zip", "--expires-at", expiresAt);
+      expect({ expiresAt, ...run }).toEqual({
+        expiresAt,
+        code: 2,
+        stdout: "",
+        stderr:
+          "licensing offline issue: --expires-at must be an RFC 3339 date-time, e.g. 2030-01-31T00:00:00Z\n" +
+          'Run "licensing offline issue --help" for its options.\n',
+      });
+    }
+    expect(existsSync(join(work, "dated.zip"))).toBe(false);
+  });
+
   test("a request file the route would refuse as a body (NUL, lone surrogate, repeated member, bad UTF-8) is refused with the route's code and field, and nothing is issued", async () => {
     const packages = () =>
       store.sqlite.query<{ n: number }, []>("SELECT count(*) AS n FROM offline_packages").get()?.n;
@@ -323,5 +338,30 @@ describe("licensing seal", () => {
     expect([missing.code, missing.stderr]).toEqual([1, expect.stringContaining("no such file")]);
     expect(existsSync(join(work, "out.sealed"))).toBe(false);
     expect((await cli(["seal", "--data-dir", dataDir, "asset.bin", "out.sealed"])).code).toBe(2);
+  });
+
+  test("an --entitlement that is not an entitlement name is a usage error (exit 2, one line), and nothing is written", async () => {
+    const enabled = json((await api("GET", `/mgmt/v1/products/${ids.productId}/sealed-files`)).bytes).data;
+    writeFileSync(join(work, "named.bin"), "for pro users only");
+    for (const entitlement of ["für", "Pro", "-pro", "a".repeat(65)]) {
+      const run = await cli([
+        "seal",
+        "--sealing-key",
+        enabled.current_key.sealing_key,
+        "--entitlement",
+        entitlement,
+        "named.bin",
+        "named.sealed",
+      ]);
+      expect({ entitlement, ...run }).toEqual({
+        entitlement,
+        code: 2,
+        stdout: "",
+        stderr:
+          "licensing seal: --entitlement must be 1-64 of a-z 0-9 _ . : - starting with a letter or digit\n" +
+          'Run "licensing seal --help" for its options.\n',
+      });
+    }
+    expect(existsSync(join(work, "named.sealed"))).toBe(false);
   });
 });

@@ -323,5 +323,55 @@ describe("how long a retired key stays in the bundle", () => {
   });
 });
 
+describe("mistakes on the command line", () => {
+  test("an extra argument is a usage error that changes nothing: rotate --product P 30 does not rotate with the default retention", async () => {
+    const keys = keyRows();
+    const before = await bundle();
+    const audits = auditTypes();
+    for (const [subcommand, extra] of [
+      ["rotate", "30"],
+      ["list", "extra"],
+    ] as const) {
+      const run = await cli([subcommand, "--product", productId, extra]);
+      expect({ subcommand, ...run }).toEqual({
+        subcommand,
+        code: 2,
+        stdout: "",
+        stderr:
+          `licensing signing-keys ${subcommand}: unexpected argument ${extra}\n` +
+          `Run "licensing signing-keys ${subcommand} --help" for its options.\n`,
+      });
+    }
+    expect(keyRows()).toEqual(keys);
+    expect(await bundle()).toEqual(before);
+    expect(auditTypes()).toEqual(audits);
+  });
+
+  test("retire of a key that is not a key id is a usage error", async () => {
+    const run = await cli(["retire", "30"]);
+    expect([run.code, run.stderr.split("\n")[0]]).toEqual([
+      2,
+      "licensing signing-keys retire: the key id must be k_ and 20 hex characters (see licensing signing-keys list)",
+    ]);
+  });
+
+  test("a key already retired and out of the trust bundle is refused as already retired, with no new bundle or audit record", async () => {
+    const signer = activeKey() as string;
+    expect((await cli(["rotate", "--product", productId])).code).toBe(0);
+    // Still listed after the rotation, so retiring it drops it from the bundle: a change.
+    expect((await cli(["retire", signer])).code).toBe(0);
+    const before = await bundle();
+    const audits = auditTypes();
+    const again = await cli(["retire", signer]);
+    expect([again.code, again.stdout, again.stderr]).toEqual([
+      1,
+      "",
+      `licensing signing-keys retire: ${signer} is already retired and out of the trust bundle\n`,
+    ]);
+    expect(await bundle()).toEqual(before);
+    expect(auditTypes()).toEqual(audits);
+  });
+});
+
 /** The retired key named by rotate's text output. */
 const activeKeyBefore = (stdout: string) => /Key (k_\w+) is retired/.exec(stdout)?.[1];

@@ -28,7 +28,7 @@ const webhookSecretContext = (environment: Environment) => `billing-webhook-secr
 /** Restricted (`rk_`) or secret (`sk_`) keys name their mode; the mode picks the environment. */
 const API_KEY = /^(rk|sk)_(live|test)_[A-Za-z0-9]{8,250}$/;
 const WEBHOOK_SECRET = /^whsec_[A-Za-z0-9+/=_-]{16,250}$/;
-const PRICE_ID = /^price_[A-Za-z0-9]{1,250}$/;
+export const PRICE_ID = /^price_[A-Za-z0-9]{1,250}$/;
 
 export const planLacksBilling = () =>
   new ApiError("PLAN_ENTITLEMENT_REQUIRED", "The workspace plan does not include the billing integration.", {
@@ -52,18 +52,28 @@ export interface OfferingInput {
   licenseDurationDays?: number;
 }
 
-/** An absolute http(s) URL without query or fragment, kept without its trailing slash. */
-function baseUrlOf(value: string, field: string): string {
+/**
+ * What keeps a value from being a base URL (an absolute http(s) URL without query, fragment or
+ * userinfo), or null: exported so the command line refuses a bad flag before it reads any secret.
+ */
+export function baseUrlProblem(value: string): string | null {
   let url: URL;
   try {
     url = new URL(value);
   } catch {
-    throw ApiError.validation({ [field]: ["must be an absolute http or https URL"] });
+    return "must be an absolute http or https URL";
   }
   if ((url.protocol !== "https:" && url.protocol !== "http:") || url.search || url.hash || url.username) {
-    throw ApiError.validation({ [field]: ["must be an http(s) URL without query, fragment or userinfo"] });
+    return "must be an http(s) URL without query, fragment or userinfo";
   }
-  return url.toString().replace(/\/+$/, "");
+  return null;
+}
+
+/** The base URL kept without its trailing slash. */
+function baseUrlOf(value: string, field: string): string {
+  const problem = baseUrlProblem(value);
+  if (problem !== null) throw ApiError.validation({ [field]: [problem] });
+  return new URL(value).toString().replace(/\/+$/, "");
 }
 
 /**

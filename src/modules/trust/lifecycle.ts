@@ -46,7 +46,7 @@ export interface Retirement {
   invalidated_offline_packages: InvalidatedPackages;
 }
 
-/** A request the key's state does not allow (unknown key, the active one); nothing was changed. */
+/** A request the key's state does not allow (unknown key, the active one, one already retired); nothing was changed. */
 export class SigningKeyError extends Error {
   override name = "SigningKeyError";
 }
@@ -168,6 +168,10 @@ export class KeyLifecycle {
         throw new SigningKeyError(`${keyId} is compromised; it stays listed as compromised`);
       const now = this.deps.clock.now();
       const nowSec = unixSeconds(now);
+      // Retiring drops a key from the bundle at once; one already out of it has nothing left to
+      // drop, and another bundle and audit record would report a change that did not happen.
+      if (status === "retired" && row.status === "retired" && listedKeys([row], nowSec).length === 0)
+        throw new SigningKeyError(`${keyId} is already retired and out of the trust bundle`);
       const invalidated = packagesOutliving(this.deps.sqlite, keyId, nowSec);
       this.setStatus(keyId, status, nowSec, now);
       const sequence = this.writeBundle(row.productId).bundle.sequence;
