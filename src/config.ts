@@ -1,3 +1,4 @@
+import { isIP } from "node:net";
 import { isAbsolute, join, normalize } from "node:path";
 import {
   type FlagValues,
@@ -13,6 +14,7 @@ import {
   type RateLimitSetting,
   type RuntimeRateLimitSettings,
 } from "./http/rate-limit.ts";
+import { ipv6Groups } from "./modules/webhooks/address.ts";
 
 /**
  * Command-line flags, their environment twins and defaults, resolved into one validated Config.
@@ -77,7 +79,7 @@ export const CONFIG_OPTIONS = {
     valueName: "URL",
     env: "LICENSING_BASE_URL",
     description:
-      "public URL clients use; default http://<host>:<port>, required when the host is 0.0.0.0 or ::",
+      "public URL clients use; default http://<host>:<port>, required when the host is 0.0.0.0 or :: (in any spelling)",
   },
   passphraseFile: {
     name: "passphrase-file",
@@ -299,8 +301,7 @@ function validateHost(host: string, source: string): string {
  */
 function defaultBaseUrl(host: string, hostSource: string, port: number, usesBaseUrl: boolean): string {
   const url = `http://${hostForUrl(host)}:${port}`;
-  const hostname = new URL(url).hostname;
-  if (usesBaseUrl && (hostname === "0.0.0.0" || hostname === "[::]")) {
+  if (usesBaseUrl && isUnspecifiedAddress(new URL(url).hostname)) {
     throw new UsageError(
       `${hostSource} ${host} listens on every interface, so it cannot be the base URL clients use: ` +
         `set --base-url (or ${CONFIG_OPTIONS.baseUrl.env}) to the service's public URL, ` +
@@ -308,6 +309,23 @@ function defaultBaseUrl(host: string, hostSource: string, port: number, usesBase
     );
   }
   return url;
+}
+
+/**
+ * True when a URL's hostname is the unspecified address, which a listener takes as "every
+ * interface": 0.0.0.0, ::, or ::ffff:0.0.0.0 (IPv4-mapped: an IPv6 socket bound to it accepts on
+ * every IPv4 interface). The URL parser has already read the IPv4 spellings the way the system
+ * does (`0`, `0x0`, `000.0.0.0`, `0.0.0.0.`), so the address is judged by its value, not its text.
+ * Hostnames are left alone: what they resolve to is the resolver's business at listen time.
+ */
+function isUnspecifiedAddress(hostname: string): boolean {
+  const address = hostname.replace(/^\[(.*)\]$/, "$1");
+  const version = isIP(address);
+  if (version === 4) return address.split(".").every((part) => Number(part) === 0);
+  if (version !== 6) return false;
+  const groups = ipv6Groups(address);
+  if (!groups) return false;
+  return groups.every((group, i) => group === 0 || (i === 5 && group === 0xffff));
 }
 
 /** IPv6 literals need brackets inside a URL. */

@@ -54,9 +54,9 @@ describe("a wildcard host without a base URL, in the other commands that put the
       .finally(() => rmSync(dir, { recursive: true, force: true }));
   };
 
-  test("offline issue and every billing command exit 2 on LICENSING_HOST 0.0.0.0 or :: before touching the data dir", async () => {
+  test("offline issue and every billing command exit 2 on LICENSING_HOST 0.0.0.0, :: or ::ffff:0.0.0.0 before touching the data dir", async () => {
     for (const [name, args] of COMMANDS) {
-      for (const host of ["0.0.0.0", "::"]) {
+      for (const host of ["0.0.0.0", "::", "::ffff:0.0.0.0", "0:0:0:0:0:0:0:0"]) {
         const result = await run(name, args, { LICENSING_HOST: host });
         expect({ name, host, ...result }).toEqual({
           name,

@@ -48,6 +48,36 @@ describe("configuration defaults", () => {
     expect(() => serve([], { LICENSING_HOST: "0.0.0.0" })).toThrow(/^LICENSING_HOST 0\.0\.0\.0 listens/);
   });
 
+  test("every spelling of the unspecified address counts as a wildcard host, IPv4-mapped included", () => {
+    for (const host of [
+      "::ffff:0.0.0.0",
+      "::ffff:0:0",
+      "0:0:0:0:0:ffff:0.0.0.0",
+      "::FFFF:0000:0000",
+      "::0.0.0.0",
+      "0000::0000",
+      "0::0",
+      "0",
+      "0x0",
+      "000.000.000.000",
+      "0.0",
+      "0.0.0.0.",
+    ]) {
+      expect(() => serve(["--host", host])).toThrow(`--host ${host} listens on every interface`);
+      expect(() => serve([], { LICENSING_HOST: host })).toThrow(`LICENSING_HOST ${host} listens`);
+      expect(serve(["--host", host, "--base-url", "https://l.example.com"]).host).toBe(host);
+    }
+  });
+
+  test("addresses next to the unspecified one and hostnames are not wildcards", () => {
+    for (const host of ["::ffff:0.0.0.1", "::ffff:127.0.0.1", "::1", "1::", "::1:0:0"]) {
+      expect(serve(["--host", host]).baseUrl).toBe(`http://[${host}]:8080`);
+    }
+    for (const host of ["0.0.0.1", "0.0.0.0.example", "localhost"]) {
+      expect(serve(["--host", host]).baseUrl).toBe(`http://${host}:8080`);
+    }
+  });
+
   test("a wildcard host with a base URL listens on every interface and keeps the base URL given", () => {
     const config = serve(["--host", "0.0.0.0", "--base-url", "https://licensing.example.com"]);
     expect(config.host).toBe("0.0.0.0");
