@@ -282,12 +282,16 @@ function parsePort(value: string, source: string): number {
 
 function validateHost(host: string, source: string): string {
   if (/\s|\/|^\[|\]$/.test(host)) {
-    throw new UsageError(`${source} must be a hostname or IP address without brackets, not "${host}"`);
+    throw new UsageError(
+      `${source} must be a hostname or IP address without brackets, not "${redactUserinfo(host)}"`,
+    );
   }
   // The default base URL is made from it: a host no URL can hold (999.1.1.1, an IPv6 typo) is
-  // refused here, naming the setting, not later as a bare "Invalid URL".
-  if (!URL.canParse(`http://${hostForUrl(host)}/`)) {
-    throw new UsageError(`${source} must be a hostname or IP address, not "${host}"`);
+  // refused here, naming the setting, not later as a bare "Invalid URL". So is one the URL would
+  // read as more than a host (`user:pw@h` puts credentials in it, `h?x` a query).
+  const url = URL.canParse(`http://${hostForUrl(host)}/`) ? new URL(`http://${hostForUrl(host)}/`) : null;
+  if (!url || url.username || url.password || url.pathname !== "/" || url.search || url.hash) {
+    throw new UsageError(`${source} must be a hostname or IP address, not "${redactUserinfo(host)}"`);
   }
   return host;
 }
@@ -331,15 +335,30 @@ function isUnspecifiedAddress(hostname: string): boolean {
 /** IPv6 literals need brackets inside a URL. */
 const hostForUrl = (host: string): string => (host.includes(":") ? `[${host}]` : host);
 
+/**
+ * What was given, for an error message, with anything that may be a user and password (what
+ * stands between the scheme and the last `@`) replaced: the value did not parse, so where its
+ * credentials end is a guess, and the guess errs towards hiding more.
+ */
+function redactUserinfo(value: string): string {
+  const at = value.lastIndexOf("@");
+  if (at === -1) return value;
+  const scheme = value.indexOf("://");
+  const start = scheme !== -1 && scheme < at ? scheme + 3 : 0;
+  return `${value.slice(0, start)}***@${value.slice(at + 1)}`;
+}
+
 function parseBaseUrl(value: string, source: string): string {
   let url: URL;
   try {
     url = new URL(value);
   } catch {
-    throw new UsageError(`${source} must be an absolute http(s) URL, not "${value}"`);
+    throw new UsageError(`${source} must be an absolute http(s) URL, not "${redactUserinfo(value)}"`);
   }
   if (url.protocol !== "http:" && url.protocol !== "https:") {
-    throw new UsageError(`${source} must use http or https, not ${url.protocol}`);
+    // Without `//` what was read as the scheme may be a user name (`admin:pw@host`).
+    const scheme = value.startsWith(`${url.protocol}//`) ? `, not ${url.protocol}` : "";
+    throw new UsageError(`${source} must use http or https${scheme}`);
   }
   if (url.search || url.hash || url.username || url.password) {
     throw new UsageError(`${source} must not carry a query, fragment or credentials`);

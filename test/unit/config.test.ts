@@ -245,6 +245,46 @@ describe("validation", () => {
     expect(serve(["--host", "::2"]).baseUrl).toBe("http://[::2]:8080");
   });
 
+  test("a base URL that does not parse is echoed in the error without its user and password", () => {
+    const message = (value: string, env = "LICENSING_BASE_URL") => {
+      try {
+        serve([], { [env]: value });
+      } catch (error) {
+        return (error as Error).message;
+      }
+      throw new Error(`${value} was accepted`);
+    };
+    expect(message("https://admin:hunter2@x:99999")).toBe(
+      'LICENSING_BASE_URL must be an absolute http(s) URL, not "https://***@x:99999"',
+    );
+    // Where the credentials end is a guess in a URL that does not parse: an unencoded @ or / in
+    // the password, or no scheme at all, still hides them.
+    for (const value of [
+      "https://admin:hun@ter2@x:99999",
+      "https://admin:hun/ter2@x",
+      "admin:hunter2@x:99999",
+      "https:admin:hunter2@x:99999",
+    ]) {
+      expect(message(value)).not.toContain("hunter2");
+      expect(message(value)).not.toContain("admin");
+    }
+    expect(message("https://example.com:99999")).toContain('"https://example.com:99999"');
+  });
+
+  test("a host holding a user and password is refused without echoing them", () => {
+    for (const host of ["admin:hunter2@example.com", "admin@example.com", "example.com?x", "example.com#x"]) {
+      let message = "";
+      try {
+        serve([], { LICENSING_HOST: host });
+      } catch (error) {
+        message = (error as Error).message;
+      }
+      expect(message).toStartWith("LICENSING_HOST must be a hostname or IP address");
+      expect(message).not.toContain("hunter2");
+      expect(message).not.toContain("admin");
+    }
+  });
+
   test("an SMTP user or password with a bad percent-escape is a usage error that does not echo it", () => {
     const bad = "smtp://user:p%ZZsecret@mail.example.com";
     expect(() => serve(["--smtp-url", bad])).toThrow(
