@@ -392,11 +392,20 @@ function parseSmtpUrl(value: string, source: string): string {
 }
 
 function parseMailFrom(value: string, source: string): string {
-  // Either a bare address or `Name <address>`; the mailer does the full RFC 5322 parsing.
-  if (!/^[^\s@<>]+@[^\s@<>]+$|<[^\s@<>]+@[^\s@<>]+>$/.test(value.trim())) {
-    throw new UsageError(`${source} must be an email address, e.g. licensing@example.com`);
+  const from = value.trim();
+  // Either a bare address or `Name <address>`; the mailer does the full RFC 5322 parsing. It goes
+  // into a header: a line break would start headers of its own (`x\r\nBcc: …`), so no control
+  // characters anywhere, and the whole value is one of the two forms, not merely ending like one.
+  if (
+    // biome-ignore lint/suspicious/noControlCharactersInRegex: control characters are what it refuses.
+    /[\u0000-\u001f\u007f-\u009f]/.test(from) ||
+    !/^(?:[^\s@<>]+@[^\s@<>]+|[^<>]*<[^\s@<>]+@[^\s@<>]+>)$/.test(from)
+  ) {
+    throw new UsageError(
+      `${source} must be one line with an email address, e.g. licensing@example.com or Licensing <licensing@example.com>`,
+    );
   }
-  return value.trim();
+  return from;
 }
 
 /** A short token could be guessed by anyone who can reach the port; one with spaces cannot be sent as a bearer token. */

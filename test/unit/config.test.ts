@@ -194,6 +194,36 @@ describe("validation", () => {
     expect(() => serve(["--log-level", "loud"])).toThrow(/debug, info, warn, error/);
   });
 
+  test("a sender address is one whole address or name and address, one line without control characters", () => {
+    for (const good of [
+      "licensing@example.com",
+      "Licensing <licensing@example.com>",
+      '"Licensing, Inc." <licensing@example.com>',
+      "<licensing@example.com>",
+      "  Licensing <licensing@example.com>\n",
+    ]) {
+      expect(serve(["--mail-from", good]).mailFrom).toBe(good.trim());
+    }
+    for (const bad of [
+      "x\r\nBcc: v@e.com <a@b.com>",
+      "x\nBcc: v@e.com <a@b.com>",
+      "Licensing\r <a@b.com>",
+      "Li\u001bcensing <a@b.com>",
+      "Licensing\u0085 <a@b.com>",
+      "Licensing\t<a@b.com>",
+      "a@b.com <c@d.com",
+      "x <y> <a@b.com>",
+      "a@b.com\r\nBcc: v@e.com",
+    ]) {
+      expect(() => serve(["--mail-from", bad])).toThrow(
+        new UsageError(
+          "--mail-from must be one line with an email address, e.g. licensing@example.com or Licensing <licensing@example.com>",
+        ),
+      );
+      expect(() => serve([], { LICENSING_MAIL_FROM: bad })).toThrow(/^LICENSING_MAIL_FROM must be one line/);
+    }
+  });
+
   test("a metrics token must be 16 to 256 visible characters", () => {
     expect(() => serve(["--metrics-token", "short"])).toThrow(/--metrics-token must be 16 to 256/);
     expect(() => serve([], { LICENSING_METRICS_TOKEN: "has a space in it!" })).toThrow(
