@@ -1,3 +1,4 @@
+import { isIP } from "node:net";
 import { isAbsolute, join, normalize } from "node:path";
 import {
   type FlagValues,
@@ -13,6 +14,7 @@ import {
   type RateLimitSetting,
   type RuntimeRateLimitSettings,
 } from "./http/rate-limit.ts";
+import { ipv6Groups } from "./modules/webhooks/address.ts";
 
 /**
  * Command-line flags, their environment twins and defaults, resolved into one validated Config.
@@ -77,7 +79,7 @@ export const CONFIG_OPTIONS = {
     valueName: "URL",
     env: "LICENSING_BASE_URL",
     description:
-      "public URL clients use; default http://<host>:<port>, required when the host is 0.0.0.0 or ::",
+      "public URL clients use; default http://<host>:<port>, required when the host is 0.0.0.0 or :: (in any spelling)",
   },
   passphraseFile: {
     name: "passphrase-file",
@@ -280,12 +282,16 @@ function parsePort(value: string, source: string): number {
 
 function validateHost(host: string, source: string): string {
   if (/\s|\/|^\[|\]$/.test(host)) {
-    throw new UsageError(`${source} must be a hostname or IP address without brackets, not "${host}"`);
+    throw new UsageError(
+      `${source} must be a hostname or IP address without brackets, not "${redactUserinfo(host)}"`,
+    );
   }
   // The default base URL is made from it: a host no URL can hold (999.1.1.1, an IPv6 typo) is
-  // refused here, naming the setting, not later as a bare "Invalid URL".
-  if (!URL.canParse(`http://${hostForUrl(host)}/`)) {
-    throw new UsageError(`${source} must be a hostname or IP address, not "${host}"`);
+  // refused here, naming the setting, not later as a bare "Invalid URL". So is one the URL would
+  // read as more than a host (`user:pw@h` puts credentials in it, `h?x` a query).
+  const url = URL.canParse(`http://${hostForUrl(host)}/`) ? new URL(`http://${hostForUrl(host)}/`) : null;
+  if (!url || url.username || url.password || url.pathname !== "/" || url.search || url.hash) {
+    throw new UsageError(`${source} must be a hostname or IP address, not "${redactUserinfo(host)}"`);
   }
   return host;
 }
@@ -299,8 +305,7 @@ function validateHost(host: string, source: string): string {
  */
 function defaultBaseUrl(host: string, hostSource: string, port: number, usesBaseUrl: boolean): string {
   const url = `http://${hostForUrl(host)}:${port}`;
-  const hostname = new URL(url).hostname;
-  if (usesBaseUrl && (hostname === "0.0.0.0" || hostname === "[::]")) {
+  if (usesBaseUrl && isUnspecifiedAddress(new URL(url).hostname)) {
     throw new UsageError(
       `${hostSource} ${host} listens on every interface, so it cannot be the base URL clients use: ` +
         `set --base-url (or ${CONFIG_OPTIONS.baseUrl.env}) to the service's public URL, ` +
@@ -310,18 +315,50 @@ function defaultBaseUrl(host: string, hostSource: string, port: number, usesBase
   return url;
 }
 
+/**
+ * True when a URL's hostname is the unspecified address, which a listener takes as "every
+ * interface": 0.0.0.0, ::, or ::ffff:0.0.0.0 (IPv4-mapped: an IPv6 socket bound to it accepts on
+ * every IPv4 interface). The URL parser has already read the IPv4 spellings the way the system
+ * does (`0`, `0x0`, `000.0.0.0`, `0.0.0.0.`), so the address is judged by its value, not its text.
+ * Hostnames are left alone: what they resolve to is the resolver's business at listen time.
+ */
+function isUnspecifiedAddress(hostname: string): boolean {
+  const address = hostname.replace(/^\[(.*)\]$/, "$1");
+  const version = isIP(address);
+  if (version === 4) return address.split(".").every((part) => Number(part) === 0);
+  if (version !== 6) return false;
+  const groups = ipv6Groups(address);
+  if (!groups) return false;
+  return groups.every((group, i) => group === 0 || (i === 5 && group === 0xffff));
+}
+
 /** IPv6 literals need brackets inside a URL. */
 const hostForUrl = (host: string): string => (host.includes(":") ? `[${host}]` : host);
+
+/**
+ * What was given, for an error message, with anything that may be a user and password (what
+ * stands between the scheme and the last `@`) replaced: the value did not parse, so where its
+ * credentials end is a guess, and the guess errs towards hiding more.
+ */
+function redactUserinfo(value: string): string {
+  const at = value.lastIndexOf("@");
+  if (at === -1) return value;
+  const scheme = value.indexOf("://");
+  const start = scheme !== -1 && scheme < at ? scheme + 3 : 0;
+  return `${value.slice(0, start)}***@${value.slice(at + 1)}`;
+}
 
 function parseBaseUrl(value: string, source: string): string {
   let url: URL;
   try {
     url = new URL(value);
   } catch {
-    throw new UsageError(`${source} must be an absolute http(s) URL, not "${value}"`);
+    throw new UsageError(`${source} must be an absolute http(s) URL, not "${redactUserinfo(value)}"`);
   }
   if (url.protocol !== "http:" && url.protocol !== "https:") {
-    throw new UsageError(`${source} must use http or https, not ${url.protocol}`);
+    // Without `//` what was read as the scheme may be a user name (`admin:pw@host`).
+    const scheme = value.startsWith(`${url.protocol}//`) ? `, not ${url.protocol}` : "";
+    throw new UsageError(`${source} must use http or https${scheme}`);
   }
   if (url.search || url.hash || url.username || url.password) {
     throw new UsageError(`${source} must not carry a query, fragment or credentials`);
@@ -355,11 +392,20 @@ function parseSmtpUrl(value: string, source: string): string {
 }
 
 function parseMailFrom(value: string, source: string): string {
-  // Either a bare address or `Name <address>`; the mailer does the full RFC 5322 parsing.
-  if (!/^[^\s@<>]+@[^\s@<>]+$|<[^\s@<>]+@[^\s@<>]+>$/.test(value.trim())) {
-    throw new UsageError(`${source} must be an email address, e.g. licensing@example.com`);
+  const from = value.trim();
+  // Either a bare address or `Name <address>`; the mailer does the full RFC 5322 parsing. It goes
+  // into a header: a line break would start headers of its own (`x\r\nBcc: …`), so no control
+  // characters anywhere, and the whole value is one of the two forms, not merely ending like one.
+  if (
+    // biome-ignore lint/suspicious/noControlCharactersInRegex: control characters are what it refuses.
+    /[\u0000-\u001f\u007f-\u009f]/.test(from) ||
+    !/^(?:[^\s@<>]+@[^\s@<>]+|[^<>]*<[^\s@<>]+@[^\s@<>]+>)$/.test(from)
+  ) {
+    throw new UsageError(
+      `${source} must be one line with an email address, e.g. licensing@example.com or Licensing <licensing@example.com>`,
+    );
   }
-  return value.trim();
+  return from;
 }
 
 /** A short token could be guessed by anyone who can reach the port; one with spaces cannot be sent as a bearer token. */

@@ -1,7 +1,9 @@
+import { Value } from "@sinclair/typebox/value";
 import type { CommandLine } from "../config.ts";
 import { systemClock } from "../domain/clock.ts";
 import { IdGenerator } from "../domain/ids.ts";
 import { ENVIRONMENTS, type Environment, isScope, SCOPES, type Scope } from "../domain/scopes.ts";
+import { NameField } from "../http/schemas.ts";
 import { ApiKeyService } from "../modules/api-keys/service.ts";
 import { type OptionSpec, UsageError } from "./args.ts";
 import {
@@ -14,7 +16,12 @@ import {
   out,
 } from "./shared.ts";
 
-const MAX_NAME = 100;
+/**
+ * A key's name follows the API's rule for names (one line, 1-200 characters, no control
+ * characters): `keys list` prints it to a terminal, where an ESC or a line break would forge
+ * output. The schema itself is used, so the two cannot drift apart.
+ */
+const KEY_NAME = NameField();
 
 /**
  * The commands open the store directly, so they work while the server runs (WAL + busy_timeout).
@@ -78,9 +85,7 @@ export const keysCreateCommand: Command = {
     if (typeof scopesFlag !== "string") throw new UsageError('--scopes is required ("all" or a list)');
     const scopes = parseScopes(scopesFlag);
     const name = typeof line.flags.name === "string" ? line.flags.name.trim() : `${env} key`;
-    if (name === "" || name.length > MAX_NAME) {
-      throw new UsageError(`--name must be 1 to ${MAX_NAME} characters`);
-    }
+    if (!Value.Check(KEY_NAME, name)) throw new UsageError(`--name ${KEY_NAME["x-rule"]}`);
     const created = withApiKeys(line, (service) =>
       service.create({ environment: env as Environment, scopes, name }, cliActor()),
     );
@@ -113,7 +118,7 @@ export const keysListCommand: Command = {
       key.revoked_at ? `revoked ${key.revoked_at}` : "active",
       key.scopes.length === SCOPES.length ? "all" : key.scopes.join(","),
       key.hint,
-      key.name,
+      printable(key.name),
     ]);
     out(table(["ID", "ENV", "STATUS", "SCOPES", "HINT", "NAME"], rows));
     return 0;
@@ -130,6 +135,13 @@ export const keysRevokeCommand: Command = {
     const [id] = line.positionals;
     if (id === undefined) throw new UsageError("give the id of the key to revoke (see licensing keys list)");
     noPositionals(line, 1);
+    // The key itself instead of its id: echoing it would put a live secret into terminals, logs
+    // and CI output. `lsk_` marks a key wherever it stands, as in the request log's redaction.
+    if (id.includes("lsk_")) {
+      throw new UsageError(
+        "that looks like an API key, not its id: give the key_… id that licensing keys list shows",
+      );
+    }
     const found = withApiKeys(line, (service) => service.revoke(id, cliActor()));
     if (!found) throw new CliError(`no API key with id ${id}`);
     out(`Revoked ${id}.`);
@@ -138,6 +150,17 @@ export const keysRevokeCommand: Command = {
 };
 
 export const keysCommands = [keysCreateCommand, keysListCommand, keysRevokeCommand];
+
+// biome-ignore lint/suspicious/noControlCharactersInRegex: control characters are what it escapes.
+const CONTROL = /[\u0000-\u001f\u007f-\u009f]/g;
+
+/**
+ * A name as the table shows it: control characters escaped (`\u001b`), so a name stored before
+ * the name rule applied cannot move the cursor, recolour or break the listing.
+ */
+function printable(text: string): string {
+  return text.replace(CONTROL, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`);
+}
 
 export function table(header: string[], rows: string[][]): string {
   const widths = header.map((h, i) => Math.max(h.length, ...rows.map((row) => (row[i] ?? "").length)));

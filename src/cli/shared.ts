@@ -1,5 +1,5 @@
 import { randomBytes } from "node:crypto";
-import { existsSync, readFileSync, statSync, writeFileSync } from "node:fs";
+import { closeSync, existsSync, openSync, readFileSync, readSync, statSync, writeFileSync } from "node:fs";
 import {
   CONFIG_OPTIONS,
   type CommandLine,
@@ -116,11 +116,46 @@ export function checkNewPassphrase(source: PassphraseSource): void {
   }
 }
 
+/**
+ * Far more than any passphrase or token; a file past it is the wrong file. Without a bound, a
+ * mistyped path (/dev/zero, a log) is read until memory runs out.
+ */
+export const MAX_SECRET_FILE_BYTES = 64 * 1024;
+
+/**
+ * The bytes of a file, or of an open descriptor (0 for stdin), read up to `maxBytes`; null when
+ * it holds more. Reads in a loop, as devices, pipes and FIFOs give their bytes in pieces and
+ * report no size to check beforehand.
+ */
+export function readBoundedFile(file: string | number, maxBytes: number): Buffer | null {
+  const fd = typeof file === "number" ? file : openSync(file, "r");
+  try {
+    // One byte past the bound tells "exactly at it" from "more".
+    const buffer = Buffer.alloc(maxBytes + 1);
+    let length = 0;
+    while (length < buffer.length) {
+      const read = readSync(fd, buffer, length, buffer.length - length, null);
+      if (read === 0) break;
+      length += read;
+    }
+    return length > maxBytes ? null : buffer.subarray(0, length);
+  } finally {
+    if (typeof file !== "number") closeSync(fd);
+  }
+}
+
 function readPassphraseFile(path: string): string {
   let text: string;
   try {
-    text = readFileSync(path, "utf8");
+    const bytes = readBoundedFile(path, MAX_SECRET_FILE_BYTES);
+    if (bytes === null) {
+      throw new CliError(
+        `the passphrase file ${path} is larger than ${MAX_SECRET_FILE_BYTES / 1024} KiB: not a passphrase file`,
+      );
+    }
+    text = bytes.toString("utf8");
   } catch (error) {
+    if (error instanceof CliError) throw error;
     throw new CliError(`cannot read the passphrase file ${path}: ${(error as Error).message}`);
   }
   // `echo secret > file` adds a newline that is not part of the passphrase.

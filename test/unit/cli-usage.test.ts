@@ -33,6 +33,18 @@ test("serve on a wildcard host without a base URL exits 2 before touching the da
   expect(result.stdout).toBe("");
 });
 
+test("a base URL with a password in the environment is refused by any command without echoing the password", async () => {
+  const dir = tmpdir();
+  const result = await runInProcess(["keys", "list", "--data-dir", `${dir}/never-made`], dir, {
+    LICENSING_BASE_URL: "https://admin:hunter2@x:99999",
+  });
+  expect(result.code).toBe(2);
+  expect(result.stderr).toBe(
+    'licensing keys list: LICENSING_BASE_URL must be an absolute http(s) URL, not "https://***@x:99999"\n' +
+      'Run "licensing keys list --help" for its options.\n',
+  );
+});
+
 describe("a wildcard host without a base URL, in the other commands that put the base URL somewhere", () => {
   // They listen on nothing, so --host is not one of their options: the wildcard reaches them
   // through LICENSING_HOST, from an environment they share with the server.
@@ -54,9 +66,9 @@ describe("a wildcard host without a base URL, in the other commands that put the
       .finally(() => rmSync(dir, { recursive: true, force: true }));
   };
 
-  test("offline issue and every billing command exit 2 on LICENSING_HOST 0.0.0.0 or :: before touching the data dir", async () => {
+  test("offline issue and every billing command exit 2 on LICENSING_HOST 0.0.0.0, :: or ::ffff:0.0.0.0 before touching the data dir", async () => {
     for (const [name, args] of COMMANDS) {
-      for (const host of ["0.0.0.0", "::"]) {
+      for (const host of ["0.0.0.0", "::", "::ffff:0.0.0.0", "0:0:0:0:0:0:0:0"]) {
         const result = await run(name, args, { LICENSING_HOST: host });
         expect({ name, host, ...result }).toEqual({
           name,

@@ -48,6 +48,36 @@ describe("configuration defaults", () => {
     expect(() => serve([], { LICENSING_HOST: "0.0.0.0" })).toThrow(/^LICENSING_HOST 0\.0\.0\.0 listens/);
   });
 
+  test("every spelling of the unspecified address counts as a wildcard host, IPv4-mapped included", () => {
+    for (const host of [
+      "::ffff:0.0.0.0",
+      "::ffff:0:0",
+      "0:0:0:0:0:ffff:0.0.0.0",
+      "::FFFF:0000:0000",
+      "::0.0.0.0",
+      "0000::0000",
+      "0::0",
+      "0",
+      "0x0",
+      "000.000.000.000",
+      "0.0",
+      "0.0.0.0.",
+    ]) {
+      expect(() => serve(["--host", host])).toThrow(`--host ${host} listens on every interface`);
+      expect(() => serve([], { LICENSING_HOST: host })).toThrow(`LICENSING_HOST ${host} listens`);
+      expect(serve(["--host", host, "--base-url", "https://l.example.com"]).host).toBe(host);
+    }
+  });
+
+  test("addresses next to the unspecified one and hostnames are not wildcards", () => {
+    for (const host of ["::ffff:0.0.0.1", "::ffff:127.0.0.1", "::1", "1::", "::1:0:0"]) {
+      expect(serve(["--host", host]).baseUrl).toBe(`http://[${host}]:8080`);
+    }
+    for (const host of ["0.0.0.1", "0.0.0.0.example", "localhost"]) {
+      expect(serve(["--host", host]).baseUrl).toBe(`http://${host}:8080`);
+    }
+  });
+
   test("a wildcard host with a base URL listens on every interface and keeps the base URL given", () => {
     const config = serve(["--host", "0.0.0.0", "--base-url", "https://licensing.example.com"]);
     expect(config.host).toBe("0.0.0.0");
@@ -164,6 +194,36 @@ describe("validation", () => {
     expect(() => serve(["--log-level", "loud"])).toThrow(/debug, info, warn, error/);
   });
 
+  test("a sender address is one whole address or name and address, one line without control characters", () => {
+    for (const good of [
+      "licensing@example.com",
+      "Licensing <licensing@example.com>",
+      '"Licensing, Inc." <licensing@example.com>',
+      "<licensing@example.com>",
+      "  Licensing <licensing@example.com>\n",
+    ]) {
+      expect(serve(["--mail-from", good]).mailFrom).toBe(good.trim());
+    }
+    for (const bad of [
+      "x\r\nBcc: v@e.com <a@b.com>",
+      "x\nBcc: v@e.com <a@b.com>",
+      "Licensing\r <a@b.com>",
+      "Li\u001bcensing <a@b.com>",
+      "Licensing\u0085 <a@b.com>",
+      "Licensing\t<a@b.com>",
+      "a@b.com <c@d.com",
+      "x <y> <a@b.com>",
+      "a@b.com\r\nBcc: v@e.com",
+    ]) {
+      expect(() => serve(["--mail-from", bad])).toThrow(
+        new UsageError(
+          "--mail-from must be one line with an email address, e.g. licensing@example.com or Licensing <licensing@example.com>",
+        ),
+      );
+      expect(() => serve([], { LICENSING_MAIL_FROM: bad })).toThrow(/^LICENSING_MAIL_FROM must be one line/);
+    }
+  });
+
   test("a metrics token must be 16 to 256 visible characters", () => {
     expect(() => serve(["--metrics-token", "short"])).toThrow(/--metrics-token must be 16 to 256/);
     expect(() => serve([], { LICENSING_METRICS_TOKEN: "has a space in it!" })).toThrow(
@@ -213,6 +273,46 @@ describe("validation", () => {
       /^LICENSING_HOST must be a hostname or IP address/,
     );
     expect(serve(["--host", "::2"]).baseUrl).toBe("http://[::2]:8080");
+  });
+
+  test("a base URL that does not parse is echoed in the error without its user and password", () => {
+    const message = (value: string, env = "LICENSING_BASE_URL") => {
+      try {
+        serve([], { [env]: value });
+      } catch (error) {
+        return (error as Error).message;
+      }
+      throw new Error(`${value} was accepted`);
+    };
+    expect(message("https://admin:hunter2@x:99999")).toBe(
+      'LICENSING_BASE_URL must be an absolute http(s) URL, not "https://***@x:99999"',
+    );
+    // Where the credentials end is a guess in a URL that does not parse: an unencoded @ or / in
+    // the password, or no scheme at all, still hides them.
+    for (const value of [
+      "https://admin:hun@ter2@x:99999",
+      "https://admin:hun/ter2@x",
+      "admin:hunter2@x:99999",
+      "https:admin:hunter2@x:99999",
+    ]) {
+      expect(message(value)).not.toContain("hunter2");
+      expect(message(value)).not.toContain("admin");
+    }
+    expect(message("https://example.com:99999")).toContain('"https://example.com:99999"');
+  });
+
+  test("a host holding a user and password is refused without echoing them", () => {
+    for (const host of ["admin:hunter2@example.com", "admin@example.com", "example.com?x", "example.com#x"]) {
+      let message = "";
+      try {
+        serve([], { LICENSING_HOST: host });
+      } catch (error) {
+        message = (error as Error).message;
+      }
+      expect(message).toStartWith("LICENSING_HOST must be a hostname or IP address");
+      expect(message).not.toContain("hunter2");
+      expect(message).not.toContain("admin");
+    }
   });
 
   test("an SMTP user or password with a bad percent-escape is a usage error that does not echo it", () => {
