@@ -31,7 +31,16 @@ import { openStore } from "../store/db.ts";
 import { migrate } from "../store/migrate.ts";
 import { UsageError } from "./args.ts";
 import { copyStore, fsyncDir, place } from "./init.ts";
-import { CliError, type Command, err, JSON_OPTION, out, resolvePassphrase } from "./shared.ts";
+import {
+  CliError,
+  type Command,
+  err,
+  JSON_OPTION,
+  MAX_SECRET_FILE_BYTES,
+  out,
+  readBoundedFile,
+  resolvePassphrase,
+} from "./shared.ts";
 
 const STORE = "licensing.db";
 const KEYSTORE = "keystore.json";
@@ -139,7 +148,7 @@ export function restoreBackup(config: Config, inDir: string): RestoreResult {
     );
   }
   const passphrase = fromBackup
-    ? readFileSync(join(inDir, PASSPHRASE), "utf8").replace(/[\r\n]+$/, "")
+    ? backupPassphrase(join(inDir, PASSPHRASE))
     : resolvePassphrase(config, { generate: false }).passphrase;
   mkdirSync(dataDir, { recursive: true, mode: 0o700 });
   const paths = dataPaths(dataDir);
@@ -336,3 +345,11 @@ const shellWord = (word: string): string =>
   /^[\w@%+=:,./-]+$/.test(word) ? word : `'${word.replaceAll("'", "'\\''")}'`;
 
 export const backupCommands = [backupCommand, restoreCommand];
+
+/** The passphrase a backup carries: a line, read no further than a passphrase file is (shared.ts). */
+function backupPassphrase(path: string): string {
+  const bytes = readBoundedFile(path, MAX_SECRET_FILE_BYTES);
+  if (bytes === null)
+    throw new CliError(`the backup's passphrase file is larger than ${MAX_SECRET_FILE_BYTES / 1024} KiB`);
+  return bytes.toString("utf8").replace(/[\r\n]+$/, "");
+}

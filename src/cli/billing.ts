@@ -1,4 +1,4 @@
-import { readFileSync, statSync } from "node:fs";
+import { statSync } from "node:fs";
 import { isAbsolute, join } from "node:path";
 import { Value } from "@sinclair/typebox/value";
 import type { CommandLine } from "../config.ts";
@@ -22,7 +22,9 @@ import {
   cliActor,
   err,
   JSON_OPTION,
+  MAX_SECRET_FILE_BYTES,
   out,
+  readBoundedFile,
   withKeystoreDeps,
 } from "./shared.ts";
 
@@ -51,15 +53,19 @@ function withBilling<T>(line: CommandLine, work: (billing: BillingService) => T)
  * read in the process list. One trailing newline (from `echo … > file`) is not part of it.
  */
 function readSecret(path: string, what: string, context: CommandContext): string {
-  let text: string;
+  let bytes: Buffer | null;
   try {
-    text =
-      path === "-"
-        ? readFileSync(0, "utf8")
-        : readFileSync(isAbsolute(path) ? path : join(context.cwd, path), "utf8");
+    bytes = readBoundedFile(
+      path === "-" ? 0 : isAbsolute(path) ? path : join(context.cwd, path),
+      MAX_SECRET_FILE_BYTES,
+    );
   } catch (error) {
     throw new CliError(`cannot read the ${what} from ${path}: ${(error as Error).message}`);
   }
+  // A secret is a line; a device or a pipe that never ends (/dev/zero) would fill memory.
+  if (bytes === null)
+    throw new CliError(`the ${what} in ${path} is larger than ${MAX_SECRET_FILE_BYTES / 1024} KiB`);
+  const text = bytes.toString("utf8");
   const secret = text.replace(/\r?\n$/, "");
   if (secret === "" || /\s/.test(secret))
     throw new CliError(`the ${what} in ${path} is empty or has whitespace in it`);

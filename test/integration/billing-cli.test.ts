@@ -147,6 +147,23 @@ describe("licensing billing configure", () => {
     expect((await api("GET", "/mgmt/v1/billing-integration")).body.data.registered).toBe(true);
   });
 
+  test("a secret file that never ends (/dev/zero) is refused past 64 KiB instead of read into memory", async () => {
+    const before = (await api("GET", "/mgmt/v1/events")).body.data.length;
+    const run = await cli([
+      "billing",
+      "configure",
+      "--provider",
+      "stripe",
+      "--api-key-file",
+      "/dev/zero",
+      "--webhook-secret-file",
+      secretFile("webhook-secret-3", SECRET),
+    ]);
+    expect(run.code).toBe(1);
+    expect(run.stderr).toContain("the API key in /dev/zero is larger than 64 KiB");
+    expect((await api("GET", "/mgmt/v1/events")).body.data.length).toBe(before);
+  });
+
   test("has no flag that takes a secret on the command line, and does not echo one given", async () => {
     const run = await cli(["billing", "configure", "--provider", "stripe", "--api-key", API_KEY]);
     expect(run.code).toBe(2);
