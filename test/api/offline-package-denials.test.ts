@@ -3,9 +3,9 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { parseSealingKeyLine, sealFile } from "../../src/crypto/sealed-file.ts";
-import { type LicensingClient, SdkError } from "../../src/sdk/index.ts";
+import type { LicensingClient } from "../../src/sdk/index.ts";
 import { createTestContext, type TestContext } from "../support/harness.ts";
-import { integrationConfig, MACHINE, requestPackage, sdkClient } from "../support/offline.ts";
+import { integrationConfig, MACHINE, refusal, requestPackage, sdkClient } from "../support/offline.ts";
 import { type RuntimeFixture, runtimeFixture } from "../support/runtime.ts";
 
 /**
@@ -46,16 +46,6 @@ async function packageFor(app: LicensingClient): Promise<Uint8Array> {
   );
   if (response.status !== 200) throw new Error(`package: ${JSON.stringify(response.error)}`);
   return response.bytes;
-}
-
-async function refusal(promise: Promise<unknown>): Promise<SdkError> {
-  try {
-    await promise;
-  } catch (error) {
-    if (error instanceof SdkError) return error;
-    throw error;
-  }
-  throw new Error("expected a refusal");
 }
 
 const setStatus = (status_action: string) =>

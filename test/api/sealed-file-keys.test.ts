@@ -12,11 +12,11 @@ import {
   sealFile,
 } from "../../src/crypto/sealed-file.ts";
 import { hpkeOpen } from "../../src/sdk/hpke.ts";
-import { type LicensingClient, SdkError } from "../../src/sdk/index.ts";
+import type { LicensingClient } from "../../src/sdk/index.ts";
 import { TestDevice } from "../support/device.ts";
 import { factories } from "../support/factories.ts";
 import { createTestContext, type TestContext } from "../support/harness.ts";
-import { integrationConfig, MACHINE, sdkClient } from "../support/offline.ts";
+import { integrationConfig, MACHINE, refusal, sdkClient } from "../support/offline.ts";
 import { activatedDevice, proofCall, type RuntimeFixture, runtimeFixture } from "../support/runtime.ts";
 
 /** POST /runtime/v1/activations/{id}/sealed-file-keys, and the SDK opening what the tool sealed. */
@@ -56,16 +56,6 @@ async function activatedApp(fixture = fx): Promise<LicensingClient> {
 async function plaintext(app: LicensingClient, file: Uint8Array) {
   const opened = await app.openSealedFile(file);
   return new Uint8Array(await new Response(opened.stream).arrayBuffer());
-}
-
-async function refusal(promise: Promise<unknown>): Promise<SdkError> {
-  try {
-    await promise;
-  } catch (error) {
-    if (error instanceof SdkError) return error;
-    throw error;
-  }
-  throw new Error("expected a refusal");
 }
 
 const keyPath = (activationId: string) => `/runtime/v1/activations/${activationId}/sealed-file-keys`;

@@ -12,7 +12,7 @@ import { buildDeps, openKeystore } from "../../src/server.ts";
 import { createServices } from "../../src/services.ts";
 import { openStore } from "../../src/store/db.ts";
 import { BASE_URL, createTestContext, type TestContext } from "../support/harness.ts";
-import { integrationConfig, MACHINE, requestPackage, sdkClient } from "../support/offline.ts";
+import { integrationConfig, MACHINE, refusal, requestPackage, sdkClient } from "../support/offline.ts";
 import { queryPlan, sqlPreparedDuring } from "../support/query-plan.ts";
 import { type RuntimeFixture, runtimeFixture } from "../support/runtime.ts";
 
@@ -63,16 +63,6 @@ function replaced(
     ];
   }
   return zipSync(files);
-}
-
-async function refusal(promise: Promise<unknown>): Promise<SdkError> {
-  try {
-    await promise;
-  } catch (error) {
-    if (error instanceof SdkError) return error;
-    throw error;
-  }
-  throw new Error("expected the SDK to refuse the package");
 }
 
 describe("tampering with any entry is refused", () => {

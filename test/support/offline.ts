@@ -1,4 +1,4 @@
-import { LicensingClient, type MachineInfo, MemoryStorage } from "../../src/sdk/index.ts";
+import { LicensingClient, type MachineInfo, MemoryStorage, SdkError } from "../../src/sdk/index.ts";
 import { BASE_URL, type TestContext } from "./harness.ts";
 
 export const MACHINE: MachineInfo = { os: "linux", arch: "x64", hostname: "air-gapped-1" };
@@ -53,4 +53,15 @@ export async function requestPackage(
   let error: unknown = null;
   if (response.status !== 200) error = JSON.parse(new TextDecoder().decode(bytes)).error;
   return { status: response.status, headers: response.headers, bytes, error };
+}
+
+/** The SdkError a call is refused with; anything else (or no refusal) fails the test. */
+export async function refusal(promise: Promise<unknown>): Promise<SdkError> {
+  try {
+    await promise;
+  } catch (error) {
+    if (error instanceof SdkError) return error;
+    throw error;
+  }
+  throw new Error("expected the SDK to refuse");
 }
