@@ -273,3 +273,26 @@ test("a heartbeat's own denial replaces the stored one even when the server's cl
   expect(await settled(client.heartbeat())).toBe("LICENSE_REVOKED");
   expect(await client.licenseInfo()).toMatchObject({ state: "invalid", reason: "revoked" });
 });
+
+test("a signed 410 for the old activation being recorded while the client deactivates and activates again ends only the old one", async () => {
+  const { server, client, holdNext } = clientWithHeldWrite();
+  await client.activate({ licenseKey: "LK", machineInfo: MACHINE });
+  const old = await client.activationId();
+  server.handlers.push((req) =>
+    req.path === "/runtime/v1/leases" ? server.denial(req, 410, "ACTIVATION_DEACTIVATED") : undefined,
+  );
+  const hold = holdNext(".denial");
+  const lease = settled(client.acquireLease("i1"));
+  await hold.reached;
+  // While the 410 is being recorded, the app deactivates and activates again; were those writes
+  // not made to wait, recording the 410 would then end the new activation.
+  const again = client.deactivate().then(() => client.activate({ licenseKey: "LK", machineInfo: MACHINE }));
+  await Promise.race([again, Bun.sleep(30)]);
+  hold.release();
+  expect(await lease).toBe("ACTIVATION_DEACTIVATED");
+  await again;
+  const current = await client.activationId();
+  expect(current).toBeDefined();
+  expect(current).not.toBe(old);
+  expect(await client.licenseInfo()).toMatchObject({ state: "valid", reason: "ok" });
+});
