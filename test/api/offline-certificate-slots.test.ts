@@ -142,3 +142,20 @@ test("a package's device holds its slot until the second the package names, not 
   t.clock.advance(1);
   expect((await activate(t, new TestDevice(), fx)).status).toBe(201);
 });
+
+test("an expires_at later within the current second is not in the future: 422, and nothing is issued", async () => {
+  t.clock.freeze();
+  t.clock.advance(((1015 - (t.clock.now().getTime() % 1000)) % 1000) / 1000);
+  const before = snapshot();
+  const app = sdkClient(t, config);
+  const lastOfTheSecond = new Date(t.clock.now().getTime() + 984);
+  const response = await requestPackage(
+    t,
+    fx.licenseId,
+    await app.createOfflineRequest({ machineInfo: MACHINE }),
+    { expires_at: lastOfTheSecond.toISOString() },
+  );
+  expect([response.status, response.error?.code]).toEqual([422, "VALIDATION_FAILED"]);
+  expect(response.error.details.errors).toEqual({ expires_at: ["must be in the future"] });
+  expect(snapshot()).toEqual(before);
+});

@@ -179,7 +179,9 @@ export class OfflinePackageService {
     const longest = new Date(now.getTime() + plan.license_duration_max_sec * 1000);
     const cap = license.expiresAt && license.expiresAt < longest ? license.expiresAt : longest;
     if (asked === undefined) return cap;
-    if (asked.getTime() <= now.getTime()) errors.add("expires_at", "must be in the future");
+    // Whole seconds, as the package states its expiry: one within the current second would be
+    // issued already expired (the SDK refuses a package whose expires_at is its issued_at).
+    if (unixSeconds(asked) <= unixSeconds(now)) errors.add("expires_at", "must be in the future");
     else if (asked.getTime() > cap.getTime())
       errors.add(
         "expires_at",
