@@ -1,14 +1,5 @@
 import { randomBytes } from "node:crypto";
-import {
-  closeSync,
-  fsyncSync,
-  openSync,
-  readFileSync,
-  renameSync,
-  statSync,
-  unlinkSync,
-  writeSync,
-} from "node:fs";
+import { closeSync, fsyncSync, openSync, renameSync, statSync, unlinkSync, writeSync } from "node:fs";
 import { resolve } from "node:path";
 import { eq } from "drizzle-orm";
 import { parseDateTime } from "../domain/datetime.ts";
@@ -19,7 +10,15 @@ import { type OfflineCertificateBody, OfflineCertificateCreate } from "../module
 import { createServices } from "../services.ts";
 import { licenses } from "../store/schema/index.ts";
 import { UsageError } from "./args.ts";
-import { CliError, type Command, cliActor, JSON_OPTION, out, withKeystoreDeps } from "./shared.ts";
+import {
+  CliError,
+  type Command,
+  cliActor,
+  JSON_OPTION,
+  out,
+  readBoundedFile,
+  withKeystoreDeps,
+} from "./shared.ts";
 
 /**
  * The body the API route would take, from the device's request file, through the route's own
@@ -159,13 +158,16 @@ export const offlineIssueCommand: Command = {
     // apart from a request file the route refuses (exit 1).
     if (typeof expiresAt === "string" && parseDateTime(expiresAt) === null)
       throw new UsageError("--expires-at must be an RFC 3339 date-time, e.g. 2030-01-31T00:00:00Z");
-    let requestBytes: Uint8Array;
+    let requestBytes: Uint8Array | null;
     try {
-      // Bytes, not text: a "utf8" read would turn invalid UTF-8 into U+FFFD, which the route refuses.
-      requestBytes = readFileSync(resolve(context.cwd, requestFile));
+      // Bytes, not text: a "utf8" read would turn invalid UTF-8 into U+FFFD, which the route
+      // refuses. No further than the route's limit: a huge file (or a device) is never held whole.
+      requestBytes = readBoundedFile(resolve(context.cwd, requestFile), DEFAULT_BODY_LIMIT);
     } catch (error) {
       throw new CliError(`cannot read ${requestFile}: ${(error as Error).message}`);
     }
+    if (requestBytes === null)
+      throw new CliError(`${requestFile}: ${describe(tooLarge(DEFAULT_BODY_LIMIT))}`);
     let body: OfflineCertificateBody;
     try {
       body = bodyFrom(requestBytes, typeof expiresAt === "string" ? expiresAt : undefined);

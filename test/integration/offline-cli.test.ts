@@ -282,6 +282,8 @@ test("the size limit is the route's: a file the route would refuse once wrapped 
   );
   writeFileSync(join(work, "over.json"), over);
   expect((await issue("over.json", "over.zip")).stderr).toContain("PAYLOAD_TOO_LARGE:");
+  // A request "file" that never ends is refused by the same limit, not read into memory.
+  expect((await issue("/dev/zero", "zero.zip")).stderr).toContain("PAYLOAD_TOO_LARGE:");
   const within = padded(DEFAULT_BODY_LIMIT - wrapper);
   expect((await rawApi(`/mgmt/v1/licenses/${ids.licenseId}/offline-certificates`, within)).code).toBe(
     "VALIDATION_FAILED",
