@@ -278,6 +278,27 @@ describe("confirm errors", () => {
     );
   });
 
+  test("a user whose address the vendor changed after the start is 403 NAMED_USER_ASSIGNMENT_UNAVAILABLE; a case-only change is the same address", async () => {
+    const changeEmail = async (email: string) => {
+      const got = await t.call("GET", `/mgmt/v1/license-users/${f.userId}`);
+      const patched = await t.call("PATCH", `/mgmt/v1/license-users/${f.userId}`, {
+        body: { email },
+        headers: { "if-match": got.headers.get("etag") ?? "" },
+      });
+      expect(patched.status).toBe(200);
+    };
+    const sameAddress = await started();
+    await changeEmail(f.email.toUpperCase());
+    expect((await confirmVerification(t, device, sameAddress.id, sameAddress.code)).status).toBe(200);
+
+    const { id, code } = await started();
+    // The code went to the old mailbox: one lost or taken over is why a vendor changes it.
+    await changeEmail(`moved.${f.email}`);
+    const response = await confirmVerification(t, device, id, code);
+    expect(response.status).toBe(403);
+    expect(response.body.error.code).toBe("NAMED_USER_ASSIGNMENT_UNAVAILABLE");
+  });
+
   test("an assignment removed between confirm and activation refuses the activation", async () => {
     const token = await tokenFor();
     await t.call("DELETE", `/mgmt/v1/license-assignments/${f.assignmentId}`);

@@ -4,6 +4,7 @@ import type { Deps } from "../../deps.ts";
 import { canonicalLicenseKey } from "../../domain/license-key.ts";
 import { licenseStatus } from "../../domain/license-state.ts";
 import { hasFeature, type PlanDefinition } from "../../domain/plans.ts";
+import type { Environment } from "../../domain/scopes.ts";
 import {
   CODE_LENGTH,
   CODE_TTL_SEC,
@@ -112,10 +113,7 @@ export class EmailVerificationService {
     const code = generateCode();
     const expiresAt = new Date(now.getTime() + CODE_TTL_SEC * 1000);
     const subject = `${product.id}\0${canonicalLicenseKey(body.license_key) ?? body.license_key}\0${email.normalized}`;
-    const addressHash = this.deps.secrets.lookupHash(
-      `${product.environment}\0${email.normalized}`,
-      "email-verification-address",
-    );
+    const addressHash = this.addressHashOf(product.environment, email.normalized);
     const row: VerificationRow = {
       id,
       environment: product.environment,
@@ -340,7 +338,16 @@ export class EmailVerificationService {
     });
   }
 
-  /** Rule 8: the assignment, user, license and policy the code was sent for, if all still hold. */
+  /** The mailbox limits' key, and what ties a verification to the address its code was mailed to. */
+  private addressHashOf(environment: Environment, emailNormalized: string): string {
+    return this.deps.secrets.lookupHash(`${environment}\0${emailNormalized}`, "email-verification-address");
+  }
+
+  /**
+   * Rule 8: the assignment, user, license and policy the code was sent for, if all still hold. The
+   * user must still have the address the code went to: a vendor who changes a user's address (a
+   * mailbox lost or taken over) cuts off a sign-in under way through the old one.
+   */
   private currentState(tx: Writer, row: VerificationRow, now: Date) {
     if (!row.licenseId || !row.userId || !row.assignmentId) return null;
     const assignment = tx
@@ -356,6 +363,7 @@ export class EmailVerificationService {
     if (
       assignment?.status !== "active" ||
       user?.status !== "active" ||
+      row.addressHash !== this.addressHashOf(row.environment, user.emailNormalized) ||
       !license ||
       licenseStatus(license, now) !== "active" ||
       policy?.identityMode !== "named_user"
