@@ -53,6 +53,13 @@ const ALLOWED: Reviewed[] = [
     "the SHA-256 of the caller's own request body, under the caller's own API key and Idempotency-Key",
     ["src/http/idempotency.ts", "earlier.fingerprint !== fingerprint"],
   ),
+  ...reviewed(
+    "two server-held values: a verification's stored address hash and the hash of the user's stored address (no client input)",
+    [
+      "src/modules/email-verifications/service.ts",
+      "row.addressHash !== this.addressHashOf(row.environment, user.emailNormalized)",
+    ],
+  ),
   ...reviewed("the hash of a migration's SQL, public and compared at start-up", [
     "src/store/migrate.ts",
     "recorded !== migration.hash",
