@@ -142,7 +142,11 @@ export class MailWorker {
     // The message of an SMTP error names the server's reply, never our credentials; cut it short anyway.
     const lastError = (error.message || error.name).slice(0, 300);
     const now = this.deps.clock.now().getTime();
-    const giveUp = delay === undefined;
+    // A recipient the server refuses for good (5xx at RCPT: no such user, mailbox disabled) is not
+    // tried again for a day: the code it carries has long expired by then. Other 5xx replies (a
+    // wrong SMTP password, a relay refused) are the operator's to fix, and the mail waits for it.
+    const refusedForGood = recipientRefusedForGood(error);
+    const giveUp = delay === undefined || refusedForGood;
     // ±10% jitter, so mail held back by one outage does not all return in the same second.
     const jittered = giveUp ? 0 : delay * 1000 * (0.9 + Math.random() * 0.2);
     this.deps.db
@@ -158,7 +162,20 @@ export class MailWorker {
       mail_id: id,
       attempts,
       transport: this.transport.description,
-      error: lastError,
+      // The server's reply often quotes the recipient: the log keeps the reply, not the address.
+      error: withoutAddresses(lastError),
+      ...(refusedForGood ? { reason: "recipient_refused" } : {}),
     });
   }
 }
+
+/** nodemailer's error for a message every recipient of which the server refused with a 5xx. */
+function recipientRefusedForGood(error: Error): boolean {
+  const { responseCode, command } = error as Error & { responseCode?: unknown; command?: unknown };
+  return (
+    command === "RCPT TO" && typeof responseCode === "number" && responseCode >= 500 && responseCode < 600
+  );
+}
+
+const withoutAddresses = (text: string): string =>
+  text.replace(/[^\s<>"'()[\],;:]+@[^\s<>"'()[\],;:]+/g, "<address>");

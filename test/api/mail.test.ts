@@ -100,6 +100,26 @@ test("an SMTP outage is retried with backoff and the mail goes out once the serv
   expect(pending?.status).toBe("sent");
 });
 
+test("a recipient the server refuses for good (550) is given up at once, and the log line does not name the address", async () => {
+  smtp = await startSmtpServer({ refuseRecipients: ["gone@example.com"] });
+  const outbox = new MailOutbox(t.deps);
+  const id = outbox.enqueue(t.deps.db, codeMail("gone@example.com", "424242"));
+  const lines: { msg: string; fields?: Record<string, unknown> }[] = [];
+  const worker = new MailWorker(t.deps, smtpTransport(smtp.url), {
+    from: "a@b.test",
+    logger: { log: (_level, msg, fields) => lines.push({ msg, ...(fields ? { fields } : {}) }) },
+    retryDelaysSec: [10, 60],
+  });
+  expect(await worker.runOnce()).toBe(0);
+  const failed = row(id);
+  expect([failed?.status, failed?.attempts, failed?.payload]).toEqual(["failed", 1, null]);
+  expect(failed?.lastError).toContain("550");
+  const given = lines.find((line) => line.msg === "mail given up");
+  expect(given?.fields).toMatchObject({ mail_id: id, reason: "recipient_refused" });
+  expect(JSON.stringify(lines)).not.toContain("gone@example.com");
+  expect(String(given?.fields?.error)).toContain("550");
+});
+
 test("a mail is given up after the last retry, and the code it held is cleared", async () => {
   const outbox = new MailOutbox(t.deps);
   const id = outbox.enqueue(t.deps.db, codeMail("ada@example.com"));

@@ -42,6 +42,8 @@ export interface SmtpOptions {
   auth?: { user: string; pass: string };
   /** Fixed port, e.g. to bring a server back where a client already points. */
   port?: number;
+  /** Recipients refused for good at RCPT TO (550, quoting the address, as servers do). */
+  refuseRecipients?: string[];
 }
 
 const decodeSubject = (raw: string): string => {
@@ -99,6 +101,19 @@ export async function startSmtpServer(options: SmtpOptions = {}): Promise<TestSm
       } else {
         callback(new Error("Invalid username or password"));
       }
+    },
+    onRcptTo(address, _session, callback) {
+      if (options.refuseRecipients?.includes(address.address.toLowerCase())) {
+        const error = new Error(
+          `5.1.1 <${address.address}>: Recipient address rejected: User unknown`,
+        ) as Error & {
+          responseCode: number;
+        };
+        error.responseCode = 550;
+        callback(error);
+        return;
+      }
+      callback();
     },
     onData(stream, session, callback) {
       const chunks: Buffer[] = [];
