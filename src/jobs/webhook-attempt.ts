@@ -3,7 +3,7 @@ import type { Deps } from "../deps.ts";
 import { type Clock, systemClock, unixSeconds } from "../domain/clock.ts";
 import {
   AddressRefused,
-  checkedAddress,
+  checkedAddresses,
   type Resolver,
   systemResolver,
 } from "../modules/webhooks/address.ts";
@@ -58,6 +58,28 @@ export class WebhookSender {
   ) {}
 
   /** Secrets that sign now: the current one, and the previous one during a rotation's overlap. */
+  /**
+   * The answer from the first of the checked addresses that takes the connection, in the
+   * resolver's order, so a host whose first address cannot be reached (an IPv6 route that is
+   * down) still gets its deliveries. Only a connection refused or unreachable moves on, when
+   * nothing has been sent; a timeout or any answer does not.
+   */
+  private async firstConnected(
+    targets: string[],
+    deadline: AbortSignal,
+    init: Parameters<typeof fetch>[1],
+  ): Promise<Response> {
+    for (let i = 0; ; i++) {
+      try {
+        return await fetch(targets[i] as string, init);
+      } catch (error) {
+        const code = (error as { code?: unknown }).code;
+        const unreachable = typeof code === "string" && UNREACHABLE.has(code);
+        if (!unreachable || deadline.aborted || i + 1 >= targets.length) throw error;
+      }
+    }
+  }
+
   private secretsOf(row: AttemptRow, now: Date): string[] {
     if (!row.secret_ciphertext) return [];
     const secrets = [this.secrets.decrypt(row.secret_ciphertext, secretContext(row.endpoint_id))];
@@ -100,16 +122,16 @@ export class WebhookSender {
     } else {
       body = JSON.stringify(chatMessage(row.kind, JSON.parse(row.payload)));
     }
-    let target: string;
+    let targets: string[];
     let tls: { serverName: string } | undefined;
     const override = this.options.connectOverride?.(url);
     if (override !== undefined) {
-      target = `${override}${url.pathname}${url.search}`;
+      targets = [`${override}${url.pathname}${url.search}`];
     } else {
-      let address: string;
+      let addresses: string[];
       try {
-        address = await beforeDeadline(
-          checkedAddress(
+        addresses = await beforeDeadline(
+          checkedAddresses(
             bareHost(url),
             this.options.resolver ?? systemResolver,
             this.options.allowPrivateNetworks,
@@ -122,12 +144,14 @@ export class WebhookSender {
         if (deadline.aborted) return timedOut;
         throw error;
       }
-      // Connect to the address just checked, so a second DNS answer cannot swap in another one
+      // Connect to the addresses just checked, so a second DNS answer cannot swap in another one
       // (DNS rebinding). The name still goes out as Host and, for https, as the TLS server name
       // the certificate is verified against.
-      const pinned = new URL(url.href);
-      pinned.hostname = address.includes(":") ? `[${address}]` : address;
-      target = pinned.href;
+      targets = addresses.map((address) => {
+        const pinned = new URL(url.href);
+        pinned.hostname = address.includes(":") ? `[${address}]` : address;
+        return pinned.href;
+      });
       headers.host = url.host;
       const host = bareHost(url);
       if (url.protocol === "https:" && !isIP(host)) tls = { serverName: host };
@@ -143,7 +167,7 @@ export class WebhookSender {
       };
     }
     try {
-      const response = await fetch(target, {
+      const response = await this.firstConnected(targets, deadline, {
         method: "POST",
         headers,
         body,
@@ -213,6 +237,9 @@ async function drain(response: Response): Promise<void> {
 }
 
 /** A connection failure in words that never repeat the URL (Bun's messages can include it). */
+/** Connection errors after which nothing was sent, so the next address may be tried. */
+const UNREACHABLE = new Set(["ECONNREFUSED", "EHOSTUNREACH", "ENETUNREACH", "EADDRNOTAVAIL"]);
+
 function connectionError(error: Error): string {
   const code = (error as { code?: string }).code;
   if (code) return `connection failed (${code})`;

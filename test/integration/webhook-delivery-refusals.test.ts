@@ -191,6 +191,16 @@ describe("the outbound address check", () => {
     expect(receiver.received).toHaveLength(0);
   });
 
+  test("when the first address refuses the connection, the next one checked gets the delivery", async () => {
+    const { secret } = subscribe(`http://receiver.internal:${receiver.port}/hook`);
+    await customerCreated();
+    // The receiver listens on 127.0.0.1 only: ::1 refuses (or cannot be reached), as a host with a
+    // broken IPv6 route would.
+    await dispatcher({ resolver: async () => ["::1", "127.0.0.1"] }).runOnce();
+    expect(receiver.received).toHaveLength(1);
+    verify(secret as string, receiver.received[0] as Received);
+  });
+
   test("with private networks allowed, connects to the address it checked and sends the original Host", async () => {
     const { secret } = subscribe(`http://receiver.internal:${receiver.port}/hook`);
     let lookups = 0;

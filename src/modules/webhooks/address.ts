@@ -128,14 +128,14 @@ export class AddressRefused extends Error {
 }
 
 /**
- * Resolves `host` and returns the address to connect to. Throws AddressRefused when any answer is
- * private (and that is not allowed) or there is no answer.
+ * Resolves `host` and returns the addresses to connect to, in the resolver's order. Throws
+ * AddressRefused when any answer is private (and that is not allowed) or there is no answer.
  */
-export async function checkedAddress(
+export async function checkedAddresses(
   host: string,
   resolver: Resolver,
   allowPrivate: boolean,
-): Promise<string> {
+): Promise<string[]> {
   let addresses: string[];
   try {
     addresses = await resolver(host);
@@ -148,5 +148,5 @@ export async function checkedAddress(
     if (blocked !== undefined)
       throw new AddressRefused(`${host} resolves to ${blocked}, a private, loopback or link-local address`);
   }
-  return addresses[0] as string;
+  return addresses;
 }
