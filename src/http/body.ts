@@ -11,7 +11,8 @@ export const RUNTIME_BODY_LIMIT = 16 * 1024;
  * events and still cheap to read and verify.
  */
 export const BILLING_WEBHOOK_BODY_LIMIT = 1024 * 1024;
-const BILLING_WEBHOOK_PATH = "/billing/v1/stripe/webhook";
+/** Where the provider posts events; one address for both modes (the signing secret tells them apart). */
+export const BILLING_WEBHOOK_PATH = "/billing/v1/stripe/webhook";
 
 /** The exact path (a trailing slash is the same route to the router), nothing under it. */
 export const isBillingWebhookPath = (path: string): boolean =>

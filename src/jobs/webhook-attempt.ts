@@ -57,7 +57,6 @@ export class WebhookSender {
     private readonly options: SenderOptions,
   ) {}
 
-  /** Secrets that sign now: the current one, and the previous one during a rotation's overlap. */
   /**
    * The answer from the first of the checked addresses that takes the connection, in the
    * resolver's order, so a host whose first address cannot be reached (an IPv6 route that is
@@ -80,6 +79,7 @@ export class WebhookSender {
     }
   }
 
+  /** Secrets that sign now: the current one, and the previous one during a rotation's overlap. */
   private secretsOf(row: AttemptRow, now: Date): string[] {
     if (!row.secret_ciphertext) return [];
     const secrets = [this.secrets.decrypt(row.secret_ciphertext, secretContext(row.endpoint_id))];
@@ -236,10 +236,10 @@ async function drain(response: Response): Promise<void> {
   }
 }
 
-/** A connection failure in words that never repeat the URL (Bun's messages can include it). */
 /** Connection errors after which nothing was sent, so the next address may be tried. */
 const UNREACHABLE = new Set(["ECONNREFUSED", "EHOSTUNREACH", "ENETUNREACH", "EADDRNOTAVAIL"]);
 
+/** A connection failure in words that never repeat the URL (Bun's messages can include it). */
 function connectionError(error: Error): string {
   const code = (error as { code?: string }).code;
   if (code) return `connection failed (${code})`;

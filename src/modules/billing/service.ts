@@ -2,6 +2,7 @@ import { and, asc, eq } from "drizzle-orm";
 import type { Deps } from "../../deps.ts";
 import { hasFeature, type PlanDefinition } from "../../domain/plans.ts";
 import type { Environment } from "../../domain/scopes.ts";
+import { BILLING_WEBHOOK_PATH } from "../../http/body.ts";
 import { ApiError } from "../../http/errors.ts";
 import type { Db } from "../../store/db.ts";
 import {
@@ -18,8 +19,8 @@ export type IntegrationRow = typeof billingIntegrations.$inferSelect;
 export type OfferingRow = typeof billingOfferings.$inferSelect;
 
 export const DEFAULT_API_BASE_URL = "https://api.stripe.com";
-/** Where the provider posts events; one address for both modes (the signing secret tells them apart). */
-export const WEBHOOK_PATH = "/billing/v1/stripe/webhook";
+/** Where the provider posts events (its body limit and early refusals key on the same path). */
+export const WEBHOOK_PATH = BILLING_WEBHOOK_PATH;
 export const CLAIM_PATH = "/billing/v1/claims";
 
 const apiKeyContext = (environment: Environment) => `billing-api-key:${environment}`;

@@ -141,7 +141,6 @@ export class BillingWebhookService {
     return { event_id: event.id, result: outcome.result, replayed: outcome.replayed === true };
   }
 
-  /** The environment whose secret signed the body; every secret is tried so timing says nothing. */
   /**
    * What can be refused before the body is read (up to 1 MiB, from anyone): no integration to
    * deliver to, or no well-formed Stripe-Signature header. Most installations use no billing; their
@@ -155,6 +154,7 @@ export class BillingWebhookService {
     return { secrets, parsed };
   }
 
+  /** The environment whose secret signed the body; every secret is tried so timing says nothing. */
   private verify(rawBody: Uint8Array | undefined, header: string | null): Environment {
     const { secrets, parsed } = this.admit(header);
     const body = rawBody ?? new Uint8Array(0);
