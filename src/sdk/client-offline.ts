@@ -68,6 +68,13 @@ export class OfflineCapableClient extends ClientCore {
     });
   }
 
+  /** A package binds one activation: the device must hold none, or that one. */
+  private async refuseAnotherActivation(activationId: string): Promise<void> {
+    const current = await this.storedActivation();
+    if (current && current.activation_id !== activationId)
+      throw usageError("ALREADY_ACTIVATED", "this device holds another activation; deactivate it first");
+  }
+
   /**
    * Verifies an offline package end to end with only the config's root key, and makes its
    * license.jwt this device's certificate: licenseState(), licenseInfo() and hasEntitlement() then
@@ -91,8 +98,7 @@ export class OfflineCapableClient extends ClientCore {
           expires_at: manifest.expires_at,
         });
       const activationId = certificate.claims.activation_id;
-      if (((await this.storedActivation())?.activation_id ?? activationId) !== activationId)
-        throw usageError("ALREADY_ACTIVATED", "this device holds another activation; deactivate it first");
+      await this.refuseAnotherActivation(activationId);
       const machineInfo = await this.machineInfoFor(
         certificate.claims.machine_info_digest,
         options.machineInfo,
@@ -107,9 +113,8 @@ export class OfflineCapableClient extends ClientCore {
         machine_info_digest: certificate.claims.machine_info_digest,
       };
       await this.state.activationRecords(async () => {
-        const current = await this.storedActivation();
-        if (current && current.activation_id !== activationId)
-          throw usageError("ALREADY_ACTIVATED", "this device holds another activation; deactivate it first");
+        // Again under the lock: the check above ran before the machine info was read.
+        await this.refuseAnotherActivation(activationId);
         // A package issued before a signed denial this device holds (an old package loaded again
         // after a revocation) does not lift it: the denial is the newer word.
         const denial = await standingDenial(this.state, activationId, manifest.issued_at);

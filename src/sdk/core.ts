@@ -24,7 +24,7 @@ import { Runtime, type RuntimeResponse } from "./runtime.ts";
 import { ClientState, type MachineInfo, type StoredActivation, type StoredDenial } from "./state.ts";
 import { MemoryStorage, type Storage } from "./storage.ts";
 import { TrustManager } from "./trust.ts";
-import { isRecord, isString, unixSeconds } from "./util.ts";
+import { isRecord, isString, serialized, unixSeconds } from "./util.ts";
 import type { TrustBundle } from "./verify.ts";
 
 export const SDK_VERSION = "0.1.0";
@@ -126,7 +126,8 @@ export class ClientCore {
   protected readonly runtime: Runtime;
   protected keysPromise: Promise<DeviceKeys> | undefined;
   protected clockOffsetSec = 0;
-  protected lock: Promise<unknown> = Promise.resolve();
+  /** The client's calls that must not overlap (activate, heartbeat, deactivate, ...). */
+  protected readonly exclusive = serialized();
 
   constructor(options: LicensingClientOptions) {
     this.config = resolveConfig(options.config);
@@ -210,12 +211,6 @@ export class ClientCore {
     const act = await this.storedActivation();
     if (!act) throw usageError("NOT_ACTIVATED", "this device is not activated");
     return act;
-  }
-
-  protected exclusive<T>(fn: () => Promise<T>): Promise<T> {
-    const run = this.lock.then(fn, fn);
-    this.lock = run.catch(() => undefined);
-    return run;
   }
 
   /** Unix seconds, corrected by the offset learned from the last verified server_time. */

@@ -4,7 +4,7 @@
  */
 import { SdkError, type ServerErrorBody } from "./errors.ts";
 import type { Storage } from "./storage.ts";
-import { isRecord } from "./util.ts";
+import { isRecord, serialized } from "./util.ts";
 
 export interface MachineInfo {
   os: string;
@@ -127,12 +127,7 @@ export class ClientState {
    * in flight (the heartbeat loop and an explicit call) must not interleave those steps, or the
    * slower one writes a lower value last.
    */
-  private marks: Promise<unknown> = Promise.resolve();
-  private oneAtATime(change: () => Promise<void>): Promise<void> {
-    const run = this.marks.then(change);
-    this.marks = run.catch(() => undefined);
-    return run;
-  }
+  private readonly oneAtATime = serialized();
 
   /** Highest verified server_time seen (unix seconds), if any. */
   timeHighWater(): Promise<number | undefined> {
@@ -171,12 +166,7 @@ export class ClientState {
    * heartbeat could delete a denial recorded after it decided, or write back an activation a
    * signed 410 had just ended. Nothing inside may call it again.
    */
-  private records: Promise<unknown> = Promise.resolve();
-  activationRecords<T>(change: () => Promise<T>): Promise<T> {
-    const run = this.records.then(change);
-    this.records = run.catch(() => undefined);
-    return run;
-  }
+  activationRecords = serialized();
 
   /** Forgets the activation and everything tied to it; keeps keys, bundle and time high-water. */
   async clearActivation(): Promise<void> {

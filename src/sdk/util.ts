@@ -28,3 +28,16 @@ export const HEX64 = /^[0-9a-f]{64}$/;
 export function unixSeconds(ms: number): number {
   return Math.floor(ms / 1000);
 }
+
+/**
+ * A queue of async changes that run one at a time, each after the one before has settled (failed
+ * ones included), for read-decide-write steps on storage that must not interleave.
+ */
+export function serialized(): <T>(change: () => Promise<T>) => Promise<T> {
+  let last: Promise<unknown> = Promise.resolve();
+  return (change) => {
+    const run = last.then(change);
+    last = run.catch(() => undefined);
+    return run;
+  };
+}
