@@ -375,7 +375,9 @@ function parseSmtpUrl(value: string, source: string): string {
     throw new UsageError(`${source} must be an smtp:// or smtps:// URL`);
   }
   if (url.protocol !== "smtp:" && url.protocol !== "smtps:") {
-    throw new UsageError(`${source} must be an smtp:// or smtps:// URL, not ${url.protocol}`);
+    // Without `//` what was read as the scheme may be a user name (`admin:pw@host`).
+    const scheme = value.startsWith(`${url.protocol}//`) ? `, not ${url.protocol}` : "";
+    throw new UsageError(`${source} must be an smtp:// or smtps:// URL${scheme}`);
   }
   if (!url.hostname) throw new UsageError(`${source} must name the SMTP server's host`);
   // The transport decodes user and password (mail/transport.ts); a bad escape is refused here,

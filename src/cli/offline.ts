@@ -203,7 +203,7 @@ export const offlineIssueCommand: Command = {
           typeof expiresAt === "string" ? "the same request file and --expires-at" : "the same request file";
         throw new CliError(
           `offline package ${issued.id} for license ${license.id} is issued but could not be written to ${path}: ` +
-            `${(error as Error).message}. Run the command again with ${same} (and another --out if needed): ` +
+            `${whyNot(error)}. Run the command again with ${same} (and another --out if needed): ` +
             "it writes the same package and issues nothing new.",
         );
       }

@@ -299,6 +299,13 @@ describe("validation", () => {
       expect(message(value)).not.toContain("admin");
     }
     expect(message("https://example.com:99999")).toContain('"https://example.com:99999"');
+    // An SMTP URL without its scheme reads the user name as one: it is not echoed either.
+    for (const value of ["admin:hunter2@mail.example.com:587", "admin:hunter2@mail.example.com"]) {
+      expect(message(value, "LICENSING_SMTP_URL")).toBe(
+        "LICENSING_SMTP_URL must be an smtp:// or smtps:// URL",
+      );
+    }
+    expect(message("https://mail.example.com", "LICENSING_SMTP_URL")).toContain("not https:");
   });
 
   test("a host holding a user and password is refused without echoing them", () => {
