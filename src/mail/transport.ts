@@ -47,12 +47,26 @@ export function redactSmtpUrl(smtpUrl: string): string {
 }
 
 /**
+ * How long one SMTP send may take in all, connection included. The socket timeout below is an
+ * idle timeout: a server that keeps the connection busy (a tarpit sending a continuation line
+ * every few seconds) never trips it, and the worker sends one mail at a time, so without an
+ * overall deadline one such server would hold every later mail back for good.
+ */
+export const SMTP_SEND_DEADLINE_MS = 60_000;
+
+export interface SmtpTransportOptions {
+  /** Overrides {@link SMTP_SEND_DEADLINE_MS}; tests use a short one. */
+  sendDeadlineMs?: number;
+}
+
+/**
  * `smtp://` upgrades with STARTTLS whenever the server offers it (`?require_tls=true` refuses a
  * server that does not); `smtps://` is TLS from the first byte. User and password come from the
  * URL's userinfo (percent-encoded). `?tls_insecure=true` skips certificate checks, for test
  * servers with self-signed certificates only.
  */
-export function smtpTransport(smtpUrl: string): MailTransport {
+export function smtpTransport(smtpUrl: string, options: SmtpTransportOptions = {}): MailTransport {
+  const sendDeadlineMs = options.sendDeadlineMs ?? SMTP_SEND_DEADLINE_MS;
   const url = new URL(smtpUrl);
   const secure = url.protocol === "smtps:";
   const transporter = nodemailer.createTransport({
@@ -74,7 +88,10 @@ export function smtpTransport(smtpUrl: string): MailTransport {
   return {
     description: redactSmtpUrl(smtpUrl),
     async send(mail) {
-      await transporter.sendMail(message(mail));
+      // Past the deadline nodemailer closes the connection and rejects with EABORT; the worker
+      // retries later like any failed send. The server may have taken the message already: the
+      // retry carries the same Message-ID, as after a crash.
+      await transporter.sendMail({ ...message(mail), signal: AbortSignal.timeout(sendDeadlineMs) });
     },
     close: () => transporter.close(),
   };

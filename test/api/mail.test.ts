@@ -1,5 +1,6 @@
 import { afterEach, beforeEach, expect, test } from "bun:test";
 import { readdirSync, readFileSync } from "node:fs";
+import { createServer, type Socket } from "node:net";
 import { join } from "node:path";
 import { eq } from "drizzle-orm";
 import { silentLogger } from "../../src/http/logger.ts";
@@ -98,6 +99,89 @@ test("an SMTP outage is retried with backoff and the mail goes out once the serv
   expect((await smtp.waitForMail("ada@example.com")).code).toBe("555111");
   pending = row(id);
   expect(pending?.status).toBe("sent");
+});
+
+/**
+ * An SMTP server that accepts everything up to the end of the message and then never finishes its
+ * reply: a `250-` continuation line every 50 ms, so the connection is never idle.
+ */
+async function startTarpit() {
+  const sockets = new Set<Socket>();
+  let closed = 0;
+  const server = createServer((socket) => {
+    sockets.add(socket);
+    let timer: ReturnType<typeof setInterval> | undefined;
+    let inData = false;
+    let buffered = "";
+    socket.on("close", () => {
+      clearInterval(timer);
+      sockets.delete(socket);
+      closed++;
+    });
+    socket.on("error", () => {});
+    socket.write("220 tarpit ESMTP\r\n");
+    socket.on("data", (chunk) => {
+      buffered += chunk.toString("latin1");
+      if (inData) {
+        if (!buffered.includes("\r\n.\r\n")) return;
+        inData = false;
+        timer = setInterval(() => socket.write("250-still thinking\r\n"), 50);
+        return;
+      }
+      let end = buffered.indexOf("\r\n");
+      while (end >= 0) {
+        const line = buffered.slice(0, end).toUpperCase();
+        buffered = buffered.slice(end + 2);
+        if (line.startsWith("EHLO")) socket.write("250-tarpit\r\n250 8BITMIME\r\n");
+        else if (line.startsWith("DATA")) {
+          inData = true;
+          socket.write("354 go ahead\r\n");
+          return;
+        } else socket.write("250 ok\r\n");
+        end = buffered.indexOf("\r\n");
+      }
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const address = server.address();
+  const port = typeof address === "object" && address ? address.port : 0;
+  return {
+    url: `smtp://127.0.0.1:${port}`,
+    openConnections: () => sockets.size,
+    closedConnections: () => closed,
+    stop() {
+      for (const socket of sockets) socket.destroy();
+      return new Promise<void>((resolve) => server.close(() => resolve()));
+    },
+  };
+}
+
+test("a server that never finishes its reply fails the send at the overall deadline, closes the connection, and the next mail is tried", async () => {
+  const tarpit = await startTarpit();
+  try {
+    const outbox = new MailOutbox(t.deps);
+    const first = outbox.enqueue(t.deps.db, codeMail("ada@example.com", "111111"));
+    const second = outbox.enqueue(t.deps.db, codeMail("bob@example.com", "222222"));
+    const worker = new MailWorker(t.deps, smtpTransport(tarpit.url, { sendDeadlineMs: 300 }), {
+      from: "a@b.test",
+      logger: silentLogger,
+      retryDelaysSec: [10, 60],
+    });
+    // Without the deadline this never resolves: the socket timeout is an idle one, and the tarpit
+    // is never idle.
+    expect(await worker.runOnce()).toBe(0);
+    for (const id of [first, second]) {
+      const waiting = row(id);
+      expect([waiting?.status, waiting?.attempts]).toEqual(["pending", 1]);
+      expect(waiting?.lastError).toMatch(/abort/i);
+    }
+    // Both connections were reached and both are gone (closed by us, not left to the tarpit).
+    await Bun.sleep(50);
+    expect(tarpit.closedConnections()).toBeGreaterThanOrEqual(2);
+    expect(tarpit.openConnections()).toBe(0);
+  } finally {
+    await tarpit.stop();
+  }
 });
 
 test("a recipient the server refuses for good (550) is given up at once, and the log line does not name the address", async () => {
