@@ -36,9 +36,8 @@ import {
   type Command,
   err,
   JSON_OPTION,
-  MAX_SECRET_FILE_BYTES,
   out,
-  readBoundedFile,
+  readSecretLine,
   resolvePassphrase,
 } from "./shared.ts";
 
@@ -148,7 +147,7 @@ export function restoreBackup(config: Config, inDir: string): RestoreResult {
     );
   }
   const passphrase = fromBackup
-    ? backupPassphrase(join(inDir, PASSPHRASE))
+    ? readSecretLine(join(inDir, PASSPHRASE), "the backup's passphrase file")
     : resolvePassphrase(config, { generate: false }).passphrase;
   mkdirSync(dataDir, { recursive: true, mode: 0o700 });
   const paths = dataPaths(dataDir);
@@ -345,11 +344,3 @@ const shellWord = (word: string): string =>
   /^[\w@%+=:,./-]+$/.test(word) ? word : `'${word.replaceAll("'", "'\\''")}'`;
 
 export const backupCommands = [backupCommand, restoreCommand];
-
-/** The passphrase a backup carries: a line, read no further than a passphrase file is (shared.ts). */
-function backupPassphrase(path: string): string {
-  const bytes = readBoundedFile(path, MAX_SECRET_FILE_BYTES);
-  if (bytes === null)
-    throw new CliError(`the backup's passphrase file is larger than ${MAX_SECRET_FILE_BYTES / 1024} KiB`);
-  return bytes.toString("utf8").replace(/[\r\n]+$/, "");
-}

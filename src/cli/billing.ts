@@ -1,5 +1,4 @@
-import { statSync } from "node:fs";
-import { isAbsolute, join } from "node:path";
+import { resolve } from "node:path";
 import { Value } from "@sinclair/typebox/value";
 import type { CommandLine } from "../config.ts";
 import { ENVIRONMENTS, type Environment } from "../domain/scopes.ts";
@@ -22,9 +21,8 @@ import {
   cliActor,
   err,
   JSON_OPTION,
-  MAX_SECRET_FILE_BYTES,
   out,
-  readBoundedFile,
+  readSecretLine,
   withKeystoreDeps,
 } from "./shared.ts";
 
@@ -50,29 +48,11 @@ function withBilling<T>(line: CommandLine, work: (billing: BillingService) => T)
 
 /**
  * A secret from a file, or from stdin for `-`: never from argv, which every user on the host can
- * read in the process list. One trailing newline (from `echo … > file`) is not part of it.
+ * read in the process list. Stripe's keys and secrets are single words.
  */
 function readSecret(path: string, what: string, context: CommandContext): string {
-  let bytes: Buffer | null;
-  try {
-    bytes = readBoundedFile(
-      path === "-" ? 0 : isAbsolute(path) ? path : join(context.cwd, path),
-      MAX_SECRET_FILE_BYTES,
-    );
-  } catch (error) {
-    throw new CliError(`cannot read the ${what} from ${path}: ${(error as Error).message}`);
-  }
-  // A secret is a line; a device or a pipe that never ends (/dev/zero) would fill memory.
-  if (bytes === null)
-    throw new CliError(`the ${what} in ${path} is larger than ${MAX_SECRET_FILE_BYTES / 1024} KiB`);
-  const text = bytes.toString("utf8");
-  const secret = text.replace(/\r?\n$/, "");
-  if (secret === "" || /\s/.test(secret))
-    throw new CliError(`the ${what} in ${path} is empty or has whitespace in it`);
-  if (path !== "-") {
-    const full = isAbsolute(path) ? path : join(context.cwd, path);
-    if ((statSync(full).mode & 0o077) !== 0) err(`warning: ${path} is readable by other users; chmod 600 it`);
-  }
+  const secret = readSecretLine(path === "-" ? 0 : resolve(context.cwd, path), `the ${what} in ${path}`);
+  if (/\s/.test(secret)) throw new CliError(`the ${what} in ${path} has whitespace in it`);
   return secret;
 }
 

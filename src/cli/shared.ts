@@ -144,28 +144,29 @@ export function readBoundedFile(file: string | number, maxBytes: number): Buffer
   }
 }
 
-function readPassphraseFile(path: string): string {
-  let text: string;
+/**
+ * A secret kept as one line: a file's contents, or stdin's for descriptor 0, read no further than
+ * {@link MAX_SECRET_FILE_BYTES}. Trailing line breaks (from `echo secret > file`) are not part of
+ * it; an empty one is refused. `named` says what it is in messages ("the passphrase file /x").
+ * A file other users can read earns a warning, not a refusal: it may be on its way to a vault.
+ */
+export function readSecretLine(file: string | 0, named: string): string {
+  let bytes: Buffer | null;
   try {
-    const bytes = readBoundedFile(path, MAX_SECRET_FILE_BYTES);
-    if (bytes === null) {
-      throw new CliError(
-        `the passphrase file ${path} is larger than ${MAX_SECRET_FILE_BYTES / 1024} KiB: not a passphrase file`,
-      );
-    }
-    text = bytes.toString("utf8");
+    bytes = readBoundedFile(file, MAX_SECRET_FILE_BYTES);
   } catch (error) {
-    if (error instanceof CliError) throw error;
-    throw new CliError(`cannot read the passphrase file ${path}: ${(error as Error).message}`);
+    throw new CliError(`cannot read ${named}: ${(error as Error).message}`);
   }
-  // `echo secret > file` adds a newline that is not part of the passphrase.
-  const passphrase = text.replace(/[\r\n]+$/, "");
-  if (passphrase === "") throw new CliError(`the passphrase file ${path} is empty`);
-  if ((statSync(path).mode & 0o077) !== 0) {
-    err(`warning: ${path} is readable by other users; chmod 600 it`);
+  if (bytes === null) throw new CliError(`${named} is larger than ${MAX_SECRET_FILE_BYTES / 1024} KiB`);
+  const secret = bytes.toString("utf8").replace(/[\r\n]+$/, "");
+  if (secret === "") throw new CliError(`${named} is empty`);
+  if (typeof file === "string" && (statSync(file).mode & 0o077) !== 0) {
+    err(`warning: ${file} is readable by other users; chmod 600 it`);
   }
-  return passphrase;
+  return secret;
 }
+
+const readPassphraseFile = (path: string): string => readSecretLine(path, `the passphrase file ${path}`);
 
 /** `--product ID`, as the key commands (signing-keys, sealing-keys) take it. */
 export const PRODUCT_OPTION = {

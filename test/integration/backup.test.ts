@@ -172,6 +172,21 @@ describe("restore", () => {
     expect(readFileSync(join(target, "keystore.passphrase"), "utf8")).toBe(`${PASSPHRASE}\n`);
   });
 
+  test("refuses a backup whose passphrase file is empty or past 64 KiB, before anything is restored", () => {
+    const out = join(scratch, "backup");
+    takeBackup(configFor(t.dir), out, { includePassphrase: true });
+    for (const [content, message] of [
+      ["\n", /the backup's passphrase file is empty/],
+      ["p".repeat(64 * 1024 + 1), /the backup's passphrase file is larger than 64 KiB/],
+    ] as const) {
+      writeFileSync(join(out, "keystore.passphrase"), content, { mode: 0o600 });
+      reseal(out);
+      const target = join(scratch, `restored-${content.length}`);
+      expectCliError(() => restoreBackup(configFor(target, {}), out), message);
+      expect(existsSync(target)).toBe(false);
+    }
+  });
+
   test("prints a serve command that finds the passphrase when the backup held none", async () => {
     const out = join(scratch, "backup");
     takeBackup(configFor(t.dir), out, { includePassphrase: false });

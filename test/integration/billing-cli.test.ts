@@ -120,7 +120,8 @@ describe("licensing billing configure", () => {
     });
   });
 
-  test("reads a secret from stdin when its file is -", async () => {
+  /** The real entry point in a child process, so stdin is a real pipe. */
+  const cliWithStdin = async (stdin: Uint8Array) => {
     const child = Bun.spawn(
       [
         process.execPath,
@@ -136,15 +137,48 @@ describe("licensing billing configure", () => {
         "--data-dir",
         dataDir,
       ],
-      {
-        stdin: new TextEncoder().encode(`${API_KEY}\n`),
-        stdout: "pipe",
-        stderr: "pipe",
-        env: { PATH: Bun.env.PATH },
-      },
+      { stdin, stdout: "pipe", stderr: "pipe", env: { PATH: Bun.env.PATH } },
     );
-    expect(await child.exited).toBe(0);
+    return { code: await child.exited, stderr: await new Response(child.stderr).text() };
+  };
+
+  test("reads a secret from stdin when its file is -", async () => {
+    expect((await cliWithStdin(new TextEncoder().encode(`${API_KEY}\n`))).code).toBe(0);
     expect((await api("GET", "/mgmt/v1/billing-integration")).body.data.registered).toBe(true);
+  });
+
+  test("stdin is read no further than 64 KiB: one byte more is refused and changes nothing", async () => {
+    const before = (await api("GET", "/mgmt/v1/events")).body.data.length;
+    const run = await cliWithStdin(new TextEncoder().encode(`rk_test_${"k".repeat(64 * 1024 - 7)}`));
+    expect(run.code).toBe(1);
+    expect(run.stderr).toContain("the API key in - is larger than 64 KiB");
+    expect((await api("GET", "/mgmt/v1/events")).body.data.length).toBe(before);
+  });
+
+  test("a secret with whitespace inside it, or an empty one, is refused by name", async () => {
+    const spaced = await cli([
+      "billing",
+      "configure",
+      "--provider",
+      "stripe",
+      "--api-key-file",
+      secretFile("spaced-key", `${API_KEY} ${API_KEY}`),
+      "--webhook-secret-file",
+      secretFile("webhook-secret-6", SECRET),
+    ]);
+    expect([spaced.code, spaced.stderr]).toEqual([1, expect.stringContaining("has whitespace in it")]);
+    const empty = await cli([
+      "billing",
+      "configure",
+      "--provider",
+      "stripe",
+      "--api-key-file",
+      secretFile("api-key-7", API_KEY),
+      "--webhook-secret-file",
+      secretFile("empty-secret", ""),
+    ]);
+    expect([empty.code, empty.stderr]).toEqual([1, expect.stringContaining("webhook signing secret in")]);
+    expect(empty.stderr).toContain("is empty");
   });
 
   test("a secret file that never ends (/dev/zero) is refused past 64 KiB instead of read into memory", async () => {

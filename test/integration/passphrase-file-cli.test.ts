@@ -35,9 +35,7 @@ describe("the passphrase file's size", () => {
     const result = await initWith(file);
     expect(result.code).toBe(1);
     expect(result.stdout).toBe("");
-    expect(result.stderr).toBe(
-      `licensing init: the passphrase file ${file} is larger than 64 KiB: not a passphrase file\n`,
-    );
+    expect(result.stderr).toBe(`licensing init: the passphrase file ${file} is larger than 64 KiB\n`);
     expect(existsSync(join(result.dataDir, "keystore.json"))).toBe(false);
   });
 
@@ -53,9 +51,7 @@ describe("the passphrase file's size", () => {
     async () => {
       const result = await initWith("/dev/zero");
       expect(result.code).toBe(1);
-      expect(result.stderr).toBe(
-        "licensing init: the passphrase file /dev/zero is larger than 64 KiB: not a passphrase file\n",
-      );
+      expect(result.stderr).toBe("licensing init: the passphrase file /dev/zero is larger than 64 KiB\n");
     },
     2_000,
   );
