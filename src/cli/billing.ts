@@ -1,12 +1,11 @@
 import { resolve } from "node:path";
-import { Value } from "@sinclair/typebox/value";
 import type { CommandLine } from "../config.ts";
 import { ENVIRONMENTS, type Environment } from "../domain/scopes.ts";
 import { ApiError } from "../http/errors.ts";
-import { NameField } from "../http/schemas.ts";
 import {
   BillingService,
   baseUrlProblem,
+  offeringNameProblem,
   PRICE_ID,
   presentOffering,
   WEBHOOK_PATH,
@@ -74,12 +73,6 @@ const urlFlag = (line: CommandLine, name: string): string | undefined => {
   if (problem !== null) throw new UsageError(`--${name} ${problem}`);
   return value;
 };
-
-/**
- * The API's rule for names (one line, 1-200 characters, no control characters): the offering's
- * name is shown by the Management API beside the names it took through that rule.
- */
-const OFFERING_NAME = NameField();
 
 const option = (name: string, valueName: string, description: string): OptionSpec => ({
   name,
@@ -191,8 +184,8 @@ export const billingOfferingCommand: Command = {
       const productId = requiredFlag(line, "product");
       const policyId = requiredFlag(line, "policy");
       const name = stringFlag(line, "name");
-      if (name !== undefined && !Value.Check(OFFERING_NAME, name))
-        throw new UsageError(`--name ${String(OFFERING_NAME["x-rule"])}`);
+      const nameProblem = name === undefined ? null : offeringNameProblem(name);
+      if (nameProblem) throw new UsageError(`--name ${nameProblem}`);
       const days = stringFlag(line, "duration-days");
       if (days !== undefined && (!/^\d{1,6}$/.test(days) || Number(days) < 1))
         throw new UsageError("--duration-days must be a whole number of days, at least 1");

@@ -90,6 +90,37 @@ describe("GET /mgmt/v1/billing-integration", () => {
     });
   });
 
+  test("an offering's name follows the API's name rule in the service itself, and a refused one stores nothing", () => {
+    configureTest();
+    for (const name of ["", "two\nlines", "x".repeat(201), "bell\u0007"]) {
+      const before = storeDigest(t.deps.sqlite);
+      let thrown: unknown;
+      try {
+        billing.addOffering(
+          { priceId: `price_named${Date.now()}`, productId: ids.product, policyId: ids.policy, name },
+          ACTOR,
+        );
+      } catch (error) {
+        thrown = error;
+      }
+      expect(thrown).toMatchObject({
+        code: "VALIDATION_FAILED",
+        details: { errors: { name: [expect.stringContaining("1 to 200 characters")] } },
+      });
+      expect(storeDigest(t.deps.sqlite)).toBe(before);
+    }
+    const named = billing.addOffering(
+      {
+        priceId: `price_named${Date.now()}`,
+        productId: ids.product,
+        policyId: ids.policy,
+        name: "Pro, yearly",
+      },
+      ACTOR,
+    );
+    expect(named.name).toBe("Pro, yearly");
+  });
+
   test("the secrets are stored only encrypted", () => {
     const rows = t.deps.sqlite.query("SELECT * FROM billing_integrations").all();
     const text = JSON.stringify(rows);

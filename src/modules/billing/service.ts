@@ -1,9 +1,11 @@
+import { Value } from "@sinclair/typebox/value";
 import { and, asc, eq } from "drizzle-orm";
 import type { Deps } from "../../deps.ts";
 import { hasFeature, type PlanDefinition } from "../../domain/plans.ts";
 import type { Environment } from "../../domain/scopes.ts";
 import { BILLING_WEBHOOK_PATH } from "../../http/body.ts";
 import { ApiError } from "../../http/errors.ts";
+import { NameField } from "../../http/schemas.ts";
 import type { Db } from "../../store/db.ts";
 import {
   type Actor,
@@ -76,6 +78,16 @@ function baseUrlOf(value: string, field: string): string {
   if (problem !== null) throw ApiError.validation({ [field]: [problem] });
   return new URL(value).toString().replace(/\/+$/, "");
 }
+
+/**
+ * The API's rule for names (one line, 1-200 characters, no control characters): the Management
+ * API shows an offering's name beside names that took that rule.
+ */
+const OFFERING_NAME = NameField();
+
+/** What is wrong with an offering's name, or null when it is a valid one. */
+export const offeringNameProblem = (name: string): string | null =>
+  Value.Check(OFFERING_NAME, name) ? null : String(OFFERING_NAME["x-rule"]);
 
 /**
  * The billing provider's configuration (from the command line), its offerings, and the status the
@@ -212,6 +224,8 @@ export class BillingService {
   addOffering(input: OfferingInput, actor: Actor): OfferingRow {
     if (!hasFeature(this.plan(), "billing_integration")) throw planLacksBilling();
     if (!PRICE_ID.test(input.priceId)) throw ApiError.validation({ price: ["must be a price id, price_…"] });
+    const nameProblem = input.name === undefined ? null : offeringNameProblem(input.name);
+    if (nameProblem) throw ApiError.validation({ name: [nameProblem] });
     const product = this.deps.db.select().from(products).where(eq(products.id, input.productId)).get();
     if (!product) throw ApiError.validation({ product: ["no such product"] });
     if (product.status === "archived") throw ApiError.validation({ product: ["is archived"] });
