@@ -14,6 +14,7 @@ import {
   type RateLimitSetting,
   type RuntimeRateLimitSettings,
 } from "./http/rate-limit.ts";
+import { CONTROL_CHARACTERS } from "./http/schemas.ts";
 import { ipv6Groups } from "./modules/webhooks/address.ts";
 
 /**
@@ -399,8 +400,7 @@ function parseMailFrom(value: string, source: string): string {
   // into a header: a line break would start headers of its own (`x\r\nBcc: …`), so no control
   // characters anywhere, and the whole value is one of the two forms, not merely ending like one.
   if (
-    // biome-ignore lint/suspicious/noControlCharactersInRegex: control characters are what it refuses.
-    /[\u0000-\u001f\u007f-\u009f]/.test(from) ||
+    new RegExp(`[${CONTROL_CHARACTERS}]`).test(from) ||
     !/^(?:[^\s@<>]+@[^\s@<>]+|[^<>]*<[^\s@<>]+@[^\s@<>]+>)$/.test(from)
   ) {
     throw new UsageError(

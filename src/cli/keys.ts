@@ -3,7 +3,7 @@ import type { CommandLine } from "../config.ts";
 import { systemClock } from "../domain/clock.ts";
 import { IdGenerator } from "../domain/ids.ts";
 import { ENVIRONMENTS, type Environment, isScope, SCOPES, type Scope } from "../domain/scopes.ts";
-import { NameField } from "../http/schemas.ts";
+import { CONTROL_CHARACTERS, NameField } from "../http/schemas.ts";
 import { ApiKeyService } from "../modules/api-keys/service.ts";
 import { type OptionSpec, UsageError } from "./args.ts";
 import {
@@ -151,8 +151,7 @@ export const keysRevokeCommand: Command = {
 
 export const keysCommands = [keysCreateCommand, keysListCommand, keysRevokeCommand];
 
-// biome-ignore lint/suspicious/noControlCharactersInRegex: control characters are what it escapes.
-const CONTROL = /[\u0000-\u001f\u007f-\u009f]/g;
+const CONTROL = new RegExp(`[${CONTROL_CHARACTERS}]`, "g");
 
 /**
  * A name as the table shows it: control characters escaped (`\u001b`), so a name stored before

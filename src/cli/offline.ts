@@ -7,6 +7,7 @@ import { DEFAULT_BODY_LIMIT, parseJsonBytes, tooLarge } from "../http/body.ts";
 import { checkBody } from "../http/envelope.ts";
 import { ApiError } from "../http/errors.ts";
 import { type OfflineCertificateBody, OfflineCertificateCreate } from "../modules/offline/model.ts";
+import { EXPIRES_AT_RULE } from "../modules/offline/request.ts";
 import { createServices } from "../services.ts";
 import { licenses } from "../store/schema/index.ts";
 import { UsageError } from "./args.ts";
@@ -157,7 +158,7 @@ export const offlineIssueCommand: Command = {
     // The route's own rule (requestedExpiry), checked here so a bad flag is a usage error, told
     // apart from a request file the route refuses (exit 1).
     if (typeof expiresAt === "string" && parseDateTime(expiresAt) === null)
-      throw new UsageError("--expires-at must be an RFC 3339 date-time, e.g. 2030-01-31T00:00:00Z");
+      throw new UsageError(`--expires-at ${EXPIRES_AT_RULE}`);
     let requestBytes: Uint8Array | null;
     try {
       // Bytes, not text: a "utf8" read would turn invalid UTF-8 into U+FFFD, which the route

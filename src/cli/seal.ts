@@ -1,7 +1,7 @@
 import { existsSync, realpathSync } from "node:fs";
 import { resolve } from "node:path";
 import { parseSealingKeyLine, sealFile } from "../crypto/sealed-file.ts";
-import { ENTITLEMENT_NAME } from "../domain/entitlements.ts";
+import { ENTITLEMENT_NAME, ENTITLEMENT_NAME_RULE } from "../domain/entitlements.ts";
 import { UsageError } from "./args.ts";
 import { CliError, type Command, JSON_OPTION, out } from "./shared.ts";
 
@@ -39,7 +39,7 @@ export const sealCommand: Command = {
     const entitlement = line.flags.entitlement;
     // sealFile refuses it too, but as a failure (exit 1) and only after the files were opened.
     if (typeof entitlement === "string" && !ENTITLEMENT_NAME.test(entitlement))
-      throw new UsageError("--entitlement must be 1-64 of a-z 0-9 _ . : - starting with a letter or digit");
+      throw new UsageError(`--entitlement must be ${ENTITLEMENT_NAME_RULE}`);
     let key: ReturnType<typeof parseSealingKeyLine>;
     try {
       key = parseSealingKeyLine(keyLine);

@@ -1,6 +1,6 @@
 import { createCipheriv, hkdfSync, randomBytes } from "node:crypto";
 import { closeSync, fsyncSync, openSync, readSync, renameSync, unlinkSync, writeSync } from "node:fs";
-import { ENTITLEMENT_NAME } from "../domain/entitlements.ts";
+import { ENTITLEMENT_NAME, ENTITLEMENT_NAME_RULE } from "../domain/entitlements.ts";
 import { b64u, sha256Hex } from "./encoding.ts";
 import { HPKE_ENC_BYTES, hpkeSeal, WRAPPED_KEY_BYTES } from "./hpke.ts";
 import { canonicalize } from "./jcs.ts";
@@ -171,7 +171,7 @@ export async function newSealedHeader(
   options: SealOptions = {},
 ): Promise<{ header: SealedHeader; line: string; dek: Uint8Array }> {
   if (options.entitlement !== undefined && !ENTITLEMENT_NAME.test(options.entitlement))
-    throw new Error("the entitlement must be 1-64 of a-z 0-9 _ . : - starting with a letter or digit");
+    throw new Error(`the entitlement must be ${ENTITLEMENT_NAME_RULE}`);
   const dek = options.fixed?.dek ?? new Uint8Array(randomBytes(DEK_BYTES));
   const salt = options.fixed?.payloadSalt ?? new Uint8Array(randomBytes(SALT_BYTES));
   const core = {

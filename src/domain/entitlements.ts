@@ -4,6 +4,8 @@
  */
 
 export const ENTITLEMENT_NAME = /^[a-z0-9][a-z0-9_.:-]{0,63}$/;
+/** {@link ENTITLEMENT_NAME} in words, for messages: "must be …". */
+export const ENTITLEMENT_NAME_RULE = "1-64 of a-z 0-9 _ . : - starting with a letter or digit";
 export const MAX_ENTITLEMENTS = 200;
 
 type Report = (field: string, message: string) => void;
@@ -35,8 +37,7 @@ export function checkEntitlementMap(field: string, entitlements: Record<string, 
   const names = Object.keys(entitlements);
   checkEntitlementCount(field, names.length, add);
   for (const name of names) {
-    if (!ENTITLEMENT_NAME.test(name))
-      add(`${field}.${name}`, "names are 1-64 of a-z 0-9 _ . : - and start with a letter or digit");
+    if (!ENTITLEMENT_NAME.test(name)) add(`${field}.${name}`, `names must be ${ENTITLEMENT_NAME_RULE}`);
     checkValue(`${field}.${name}`, entitlements[name], add);
   }
 }

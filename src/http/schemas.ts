@@ -31,11 +31,17 @@ export const IdField = (description?: string) =>
  * are printed by the command line and shown in dashboards, where an ESC or a line break could
  * forge output; descriptions and notes, which may span lines, are not names.
  */
+/**
+ * C0, DEL and C1, as the inside of a regular expression's character class: what no one-line text
+ * we take (names, the mail From) may hold, and what a terminal listing escapes.
+ */
+export const CONTROL_CHARACTERS = "\\u0000-\\u001f\\u007f-\\u009f";
+
 export const NameField = (description?: string) =>
   Type.String({
     minLength: 1,
     maxLength: 200,
-    pattern: "^[^\\u0000-\\u001f\\u007f-\\u009f]*$",
+    pattern: `^[^${CONTROL_CHARACTERS}]*$`,
     "x-rule": "must be one line of 1 to 200 characters without control characters",
     ...(description ? { description } : {}),
   });

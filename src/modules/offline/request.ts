@@ -78,10 +78,12 @@ export function checkFreshness(generatedAt: number, nowSec: number, errors: Fiel
     );
 }
 
+export const EXPIRES_AT_RULE = "must be an RFC 3339 date-time, e.g. 2030-01-31T00:00:00Z";
+
 /** `expires_at` as sent: undefined when absent; a field error when malformed. */
 export function requestedExpiry(body: OfflineCertificateBody, errors: FieldErrorCollector): Date | undefined {
   if (body.expires_at === undefined) return undefined;
   const date = parseDateTime(body.expires_at);
-  if (!date) errors.add("expires_at", "must be an RFC 3339 date-time, e.g. 2030-01-31T00:00:00Z");
+  if (!date) errors.add("expires_at", EXPIRES_AT_RULE);
   return date ?? undefined;
 }
