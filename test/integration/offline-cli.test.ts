@@ -215,6 +215,65 @@ describe("licensing offline issue", () => {
     expect(readdirSync(work).filter((name) => name.includes(".tmp-"))).toEqual([]);
   });
 
+  // An immutable file (chattr +i) refuses the rename over it even to root: the one way to make
+  // the write fail after the package is issued without reaching into the command.
+  const chattr = (flag: "+i" | "-i", path: string) =>
+    Bun.spawnSync(["chattr", flag, path], { stdout: "ignore", stderr: "ignore" }).exitCode === 0;
+  const canMakeImmutable = (() => {
+    const probe = join(work, "immutable-probe");
+    writeFileSync(probe, "");
+    const can = chattr("+i", probe) && chattr("-i", probe);
+    rmSync(probe, { force: true });
+    return can;
+  })();
+
+  test.skipIf(!canMakeImmutable)(
+    "a write that fails after the package is issued names the package and how to get the same bytes again, and running it again does",
+    async () => {
+      writeFileSync(
+        join(work, "locked.json"),
+        JSON.stringify(
+          await device().createOfflineRequest({ machineInfo: { ...MACHINE, hostname: "locked" } }),
+        ),
+      );
+      const target = join(work, "locked.zip");
+      writeFileSync(target, "an older package");
+      const packageCount = () =>
+        (store.sqlite.query("SELECT count(*) AS n FROM offline_packages").get() as { n: number }).n;
+      const before = packageCount();
+      expect(chattr("+i", target)).toBe(true);
+      let failed: Awaited<ReturnType<typeof issue>>;
+      try {
+        failed = await issue("locked.json", "locked.zip", "--expires-at", "2099-01-01T00:00:00Z");
+      } finally {
+        chattr("-i", target);
+      }
+      expect([failed.code, failed.stdout]).toEqual([1, ""]);
+      const id = /offline package (\S+) for license/.exec(failed.stderr)?.[1] ?? "";
+      expect(id).toStartWith("olp_");
+      expect(failed.stderr).toContain(
+        `for license ${ids.licenseId} is issued but could not be written to ${target}:`,
+      );
+      expect(failed.stderr).toContain("with the same request file and --expires-at");
+      // The temp file is gone and the file in the way is untouched.
+      expect(readdirSync(work).filter((name) => name.includes(".tmp-"))).toEqual([]);
+      expect(readFileSync(target, "utf8")).toBe("an older package");
+
+      const again = await issue(
+        "locked.json",
+        "locked.zip",
+        "--expires-at",
+        "2099-01-01T00:00:00Z",
+        "--json",
+      );
+      expect(again.code).toBe(0);
+      expect(JSON.parse(again.stdout)).toMatchObject({ package_id: id, replayed: true });
+      // Issued once: the second run wrote the stored package, it issued nothing new.
+      expect(packageCount()).toBe(before + 1);
+      expect(readFileSync(target).subarray(0, 2).toString()).toBe("PK");
+    },
+  );
+
   test("an --expires-at that is not an RFC 3339 date-time is a usage error (exit 2, one line), not a refusal of the request file", async () => {
     for (const expiresAt of ["nope", "2030-01-31", "2030-02-31T00:00:00Z"]) {
       const run = await issue("request.json", "dated.zip", "--expires-at", expiresAt);
