@@ -3,7 +3,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { parseSealingKeyLine, sealFile } from "../../src/crypto/sealed-file.ts";
-import type { LicensingClient } from "../../src/sdk/index.ts";
+import { type LicensingClient, MemoryStorage } from "../../src/sdk/index.ts";
 import { createTestContext, type TestContext } from "../support/harness.ts";
 import { integrationConfig, MACHINE, refusal, requestPackage, sdkClient } from "../support/offline.ts";
 import { type RuntimeFixture, runtimeFixture } from "../support/runtime.ts";
@@ -104,4 +104,60 @@ test("a key request's suspension that lands after a newer package was loaded cha
   release();
   expect((await key).code).toBe("LICENSE_SUSPENDED");
   expect(await app.licenseState()).toBe("valid");
+});
+
+test("a key request's suspension that lands while a package is being stored waits for it and then stands", async () => {
+  // Key answers are held on their way until released, as above.
+  let releaseKey: () => void = () => {};
+  const keyHeld = new Promise<void>((resolve) => (releaseKey = resolve));
+  let answered: () => void = () => {};
+  const keyAnswered = new Promise<void>((resolve) => (answered = resolve));
+  const inProcess = async (url: string, init?: RequestInit) => {
+    const response = await t.app.handle(new Request(url, init));
+    if (url.includes("/sealed-file-keys")) {
+      answered();
+      await keyHeld;
+    }
+    return response;
+  };
+  // The package's write of the certificate stops until released; a denial stored in that gap
+  // would be deleted by the package's clean-up that follows it, were the two not serialised.
+  let holdCertificate = false;
+  let reached: () => void = () => {};
+  const certificateReached = new Promise<void>((resolve) => (reached = resolve));
+  let releaseWrite: () => void = () => {};
+  const writeHeld = new Promise<void>((resolve) => (releaseWrite = resolve));
+  class HeldStorage extends MemoryStorage {
+    override async set(key: string, value: string): Promise<void> {
+      if (holdCertificate && key.endsWith(".certificate")) {
+        holdCertificate = false;
+        reached();
+        await writeHeld;
+      }
+      return super.set(key, value);
+    }
+  }
+  const app = sdkClient(t, await integrationConfig(t, fx.productId), {
+    fetch: inProcess as typeof fetch,
+    storage: new HeldStorage(),
+  });
+  const issuedFirst = await packageFor(app);
+  await app.loadOfflinePackage(issuedFirst);
+
+  t.clock.advance(60);
+  await setStatus("suspended");
+  const key = refusal(app.openSealedFile(await sealedFile()));
+  await keyAnswered;
+  // The same package loaded again: no denial is stored yet, so it passes its checks and starts
+  // writing; the suspension (signed 60 s after the package) lands while it writes.
+  holdCertificate = true;
+  const reload = app.loadOfflinePackage(issuedFirst);
+  await certificateReached;
+  releaseKey();
+  // Time for the denial to be stored, were it not made to wait for the package's writes.
+  await Promise.race([key, Bun.sleep(20)]);
+  releaseWrite();
+  await reload;
+  expect((await key).code).toBe("LICENSE_SUSPENDED");
+  expect(await app.licenseInfo()).toMatchObject({ state: "invalid", reason: "suspended" });
 });
