@@ -136,6 +136,13 @@ describe("POST /mgmt/v1/webhooks", () => {
     ["plain http (private networks not allowed)", { url: "http://receiver.example.com/x" }, "url"],
     ["credentials in the url", { url: "https://user:pw@receiver.example.com/x" }, "url"],
     ["a fragment", { url: "https://receiver.example.com/x#frag" }, "url"],
+    ["an empty fragment", { url: "https://receiver.example.com/x#" }, "url"],
+    ["port 0", { url: "https://receiver.example.com:0/x" }, "url"],
+    ["port 0 written with leading zeros", { url: "https://receiver.example.com:000/x" }, "url"],
+    ["an empty label in the host", { url: "https://receiver..example.com/x" }, "url"],
+    ["a wildcard host", { url: "https://*.example.com/x" }, "url"],
+    ["a label starting with a hyphen", { url: "https://-receiver.example.com/x" }, "url"],
+    ["a label longer than 63 characters", { url: `https://${"r".repeat(64)}.example.com/x` }, "url"],
     ["a loopback address", { url: "https://127.0.0.1/x" }, "url"],
     ["an IPv6 loopback address", { url: "https://[::1]/x" }, "url"],
     ["the cloud metadata address", { url: "https://169.254.169.254/latest" }, "url"],
@@ -169,6 +176,17 @@ describe("POST /mgmt/v1/webhooks", () => {
     expect(response.body.error.code).toBe("VALIDATION_FAILED");
     expect(Object.keys(response.body.error.details.errors)).toContain(field);
     expect(storeDigest(t.deps.sqlite)).toBe(before);
+  });
+
+  test.each([
+    "https://bücher.example/hooks",
+    "https://receiver.example.com./x",
+    "https://Receiver-1.Example.com:8443/x?q=1",
+    "https://a_b.example.com/x",
+    "https://[2606:4700:4700::1111]/x",
+  ])("accepts the host of %s", async (url) => {
+    const response = await create({ url });
+    expect(response.status).toBe(201);
   });
 
   test("accepts every catalogue name and the wildcard", async () => {

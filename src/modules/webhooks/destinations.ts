@@ -28,6 +28,21 @@ export function destinationKind(url: URL): DestinationKind {
 /** `localhost` and names under it resolve to loopback by definition (RFC 6761 §6.3), whatever DNS says. */
 const isLocalhostName = (host: string): boolean => /(?:^|\.)localhost\.?$/i.test(host);
 
+/**
+ * A DNS name as resolvers take it: dot-separated labels of letters, digits, `-` and `_` (service
+ * names on private networks have them), none empty or longer than 63, no hyphen at either end of
+ * a label, 253 characters in all. The URL parser lets through what would never resolve (`a..b`,
+ * `*.example.com`, `-a.example`); the vendor hears of it now, not at the first failed delivery.
+ */
+const isDnsName = (host: string): boolean => {
+  const name = host.replace(/\.$/, "");
+  return (
+    name.length > 0 &&
+    name.length <= 253 &&
+    name.split(".").every((label) => /^[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?$/i.test(label))
+  );
+};
+
 /** The host without IPv6 brackets, as a resolver and the address check take it. */
 export const bareHost = (url: URL): string => url.hostname.replace(/^\[|\]$/g, "");
 
@@ -74,9 +89,14 @@ export function parseDestination(
   else if (url.protocol === "http:" && !allowPrivateNetworks)
     errors.add("url", "must use https (http is allowed only when the operator allows private networks)");
   if (url.username || url.password) errors.add("url", "must not carry credentials (user:password@)");
-  if (url.hash) errors.add("url", "must not carry a fragment");
+  // `https://a.example/#` has an empty fragment, which `url.hash` does not show; a `#` outside
+  // the fragment would have to be percent-encoded.
+  if (raw.includes("#")) errors.add("url", "must not carry a fragment");
   const host = bareHost(url);
   if (!host) errors.add("url", "must name a host");
+  else if (!isIP(host) && !isDnsName(host))
+    errors.add("url", "must name a valid host (a DNS name or an IP address)");
+  if (url.port === "0") errors.add("url", "must not use port 0");
   if (!allowPrivateNetworks && (isLocalhostName(host) || (isIP(host) && isPrivateAddress(host))))
     errors.add(
       "url",
