@@ -87,6 +87,8 @@ export {
   delayAfterError,
   type HeartbeatLoopCallbacks,
   type LoopStopReason,
+  MAX_RETRY_AFTER_MS,
+  MAX_TIMER_MS,
   type Timer,
 } from "./loop.ts";
 export {

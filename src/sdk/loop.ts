@@ -2,7 +2,7 @@
  * The heartbeat loop. It runs heartbeats on an injectable timer and decides the next delay:
  *
  * - after a verified heartbeat: `next_heartbeat_in` seconds;
- * - 429 or 503 with Retry-After: exactly that delay;
+ * - 429 or 503 with Retry-After: that delay, at most an hour (MAX_RETRY_AFTER_MS);
  * - anything else that failed (network error, 5xx, 429/503 without Retry-After, a response that
  *   failed verification, other unsigned errors): exponential back-off with full jitter,
  *   random() * min(maxMs, baseMs * 2^(failures - 1));
@@ -46,6 +46,19 @@ export interface HeartbeatLoopCallbacks<R> {
   onStop?: (reason: LoopStopReason, error?: unknown) => void;
 }
 
+/**
+ * The longest Retry-After honoured. The header is unsigned: a proxy's or a misconfigured
+ * server's `Retry-After: 2592000` must not silence the device for a month.
+ */
+export const MAX_RETRY_AFTER_MS = 3_600_000;
+
+/**
+ * The longest delay timers hold (2^31 - 1 ms, about 24.8 days). Node, Bun and browsers run a
+ * longer one at once, and the server may ask for heartbeats 30 days apart: longer waits are
+ * chained.
+ */
+export const MAX_TIMER_MS = 2 ** 31 - 1;
+
 const TERMINAL = new Set([
   "LICENSE_REVOKED",
   "LICENSE_EXPIRED",
@@ -68,7 +81,7 @@ export function delayAfterError(
       return { stop: error.code as LoopStopReason };
     if (error.kind === "usage" && error.code === "NOT_ACTIVATED") return { stop: "NOT_ACTIVATED" };
     if ((error.status === 429 || error.status === 503) && error.retryAfterMs !== undefined) {
-      return { delayMs: error.retryAfterMs };
+      return { delayMs: Math.min(error.retryAfterMs, MAX_RETRY_AFTER_MS) };
     }
   }
   const ceiling = Math.min(backoff.maxMs, backoff.baseMs * 2 ** Math.max(0, failures - 1));
@@ -118,7 +131,15 @@ export class HeartbeatLoop<R extends { nextHeartbeatIn: number }> {
 
   private schedule(ms: number): void {
     const generation = this.generation;
-    this.handle = this.timer.setTimeout(() => this.tick(generation), Math.max(0, ms));
+    // NaN (a stored interval that is not a number) runs at once, as a timer would.
+    const wait = ms > 0 ? ms : 0;
+    if (wait > MAX_TIMER_MS) {
+      this.handle = this.timer.setTimeout(() => {
+        if (this.active && generation === this.generation) this.schedule(wait - MAX_TIMER_MS);
+      }, MAX_TIMER_MS);
+      return;
+    }
+    this.handle = this.timer.setTimeout(() => this.tick(generation), wait);
   }
 
   private async tick(generation: number): Promise<void> {

@@ -1,5 +1,11 @@
 import { describe, expect, test } from "bun:test";
-import { delayAfterError, type HeartbeatResult, type LoopStopReason, SdkError } from "../../src/sdk/index.ts";
+import {
+  delayAfterError,
+  type HeartbeatResult,
+  type LoopStopReason,
+  MAX_RETRY_AFTER_MS,
+  SdkError,
+} from "../../src/sdk/index.ts";
 import { T0 } from "./support/authority.ts";
 import { FakeServer, type SeenRequest } from "./support/fake-server.ts";
 import { activated } from "./support/setup.ts";
@@ -63,6 +69,39 @@ describe("heartbeat loop", () => {
     await h.timer.runNext();
     expect(h.timer.pending()).toEqual([30_000]);
     expect(h.events).toEqual(["error RATE_LIMITED 120000", "error UNAVAILABLE 30000"]);
+  });
+
+  test("a Retry-After longer than an hour is honoured for an hour: an unsigned header cannot silence the device for a month", async () => {
+    const h = await loopHarness();
+    h.server.handlers = [
+      (req) =>
+        isHeartbeat(req)
+          ? FakeServer.error(503, "SERVICE_UNAVAILABLE", {}, { "retry-after": "2592000" })
+          : undefined,
+    ];
+    await h.timer.runNext();
+    expect(h.timer.pending()).toEqual([MAX_RETRY_AFTER_MS]);
+    expect(MAX_RETRY_AFTER_MS).toBe(3_600_000);
+  });
+
+  test("an interval longer than a timer holds (30 days) is waited out in chained timers, and the heartbeat runs only at its end", async () => {
+    const h = await loopHarness();
+    h.server.heartbeatInterval = 30 * 86_400;
+    await h.timer.runNext();
+    expect(h.heartbeats()).toBe(1);
+    // Every delay handed to the timer fits in it; past 2^31 - 1 ms a timer fires at once.
+    expect(h.timer.pending()).toEqual([2 ** 31 - 1]);
+    await h.timer.runNext();
+    expect(h.heartbeats()).toBe(1);
+    expect(h.timer.pending()).toEqual([30 * 86_400_000 - (2 ** 31 - 1)]);
+    await h.timer.runNext();
+    expect(h.heartbeats()).toBe(2);
+    expect(h.timer.now).toBe(30 * 86_400_000);
+    // stop() cancels a wait in any of its links.
+    await h.timer.runNext();
+    h.client.stop();
+    expect(h.timer.pending()).toEqual([]);
+    expect(Math.max(...h.timer.requested)).toBeLessThanOrEqual(2 ** 31 - 1);
   });
 
   test("network errors and 5xx back off exponentially with full jitter up to the cap, and success resets it", async () => {
