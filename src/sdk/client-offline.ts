@@ -1,13 +1,17 @@
 /**
  * What LicensingClient adds for devices that never go online and for sealed files: the offline
- * request, loading a verified offline package as the device's certificate, and opening a sealed
- * file as a stream once its key has come from the service.
+ * request, loading a verified offline package as the device's certificate, the license state read
+ * from the stored certificate with no network use, and opening a sealed file as a stream once its
+ * key has come from the service.
  */
+import type { VerifiedCertificate } from "./certificate.ts";
 import { ClientCore, checkMachineInfo, machineInfoDigest } from "./core.ts";
 import { overtakenBy, standingDenial } from "./denials.ts";
 import { b64uDecodeLength } from "./encoding.ts";
 import { SdkError, usageError, verificationError } from "./errors.ts";
 import { hpkeOpen } from "./hpke.ts";
+import { importDeviceKeys } from "./keys.ts";
+import { evaluateLicense, type LicenseInfo, type LicenseState } from "./license.ts";
 import {
   createOfflineRequest,
   type OfflineManifest,
@@ -24,7 +28,7 @@ import {
   type SealedHeader,
   sealedCore,
 } from "./sealed.ts";
-import type { MachineInfo, StoredActivation } from "./state.ts";
+import type { MachineInfo, StoredActivation, StoredDenial, StoredHeartbeat } from "./state.ts";
 import { isRecord, isString, unixSeconds } from "./util.ts";
 
 export interface OfflinePackageInfo {
@@ -93,7 +97,10 @@ export class OfflineCapableClient extends ClientCore {
         ...(await this.trustedBundle()),
       });
       const { manifest, certificate } = verified;
-      if (unixSeconds(this.now()) >= manifest.expires_at)
+      // Not by this clock alone: one set back would take an expired package. A verified time
+      // this device has seen is as late as the present at least.
+      const now = Math.max(unixSeconds(this.now()), (await this.state.timeHighWater()) ?? 0);
+      if (now >= manifest.expires_at)
         throw verificationError("PACKAGE_EXPIRED", "the offline package has expired", {
           expires_at: manifest.expires_at,
         });
@@ -105,7 +112,7 @@ export class OfflineCapableClient extends ClientCore {
       );
       if (verified.bundle === verified.signedBundle.bundle)
         await this.trust.adopt(verified.signedBundle, verified.signedBundle.bundle);
-      await this.state.raiseTimeHighWater(manifest.issued_at);
+      await this.state.setTimeHighWater(manifest.issued_at, { fresh: false });
       const activation: StoredActivation = {
         activation_id: activationId,
         license_id: manifest.license_id,
@@ -119,6 +126,22 @@ export class OfflineCapableClient extends ClientCore {
         // after a revocation) does not lift it: the denial is the newer word.
         const denial = await standingDenial(this.state, activationId, manifest.issued_at);
         if (denial) throw overtakenBy(denial, manifest.issued_at);
+        // An activation that ended on this device (deactivated, or a signed 410) stays ended: its
+        // machine slot may be another device's by now.
+        if ((await this.state.endedActivations()).includes(activationId))
+          throw new SdkError("ACTIVATION_DEACTIVATED", "the package's activation has ended on this device", {
+            kind: "license",
+            details: { activation_id: activationId, ended_on_device: true },
+          });
+        // Nor does a package replace newer signed state of its activation: a heartbeat's
+        // certificate that says suspended, or lists fewer entitlements, is the newer word.
+        const newest = await this.state.newestAnswer();
+        if (newest !== undefined && newest > manifest.issued_at)
+          throw verificationError(
+            "PACKAGE_SUPERSEDED",
+            "this device holds newer signed state for the package's activation; nothing changed",
+            { issued_at: manifest.issued_at, newest_answer: newest },
+          );
         await this.state.setJson("activation", activation);
         await this.state.set("certificate", certificate.jws);
         await this.state.delete("denial");
@@ -127,6 +150,57 @@ export class OfflineCapableClient extends ClientCore {
       });
       return { activationId, licenseId: manifest.license_id, manifest, expiresAt: manifest.expires_at };
     });
+  }
+
+  // ---- offline state (no network use) -----------------------------------------------------------------------
+
+  /** The license state from the cached certificate, re-verified against the cached bundle. */
+  async licenseInfo(): Promise<LicenseInfo> {
+    const activation = await this.storedActivation();
+    const jws = await this.state.get("certificate");
+    let certificate: VerifiedCertificate | "invalid" | undefined;
+    if (activation && jws !== undefined) {
+      certificate = "invalid";
+      const bundle = await this.trust.cached();
+      const storedKeys = await this.state.get("device_keys");
+      if (bundle && storedKeys !== undefined) {
+        try {
+          certificate = this.verifyCert(jws, bundle, importDeviceKeys(storedKeys), activation.activation_id);
+          if (certificate.claims.sub !== activation.license_id) certificate = "invalid";
+        } catch {
+          certificate = "invalid";
+        }
+      }
+    }
+    const nowSec = unixSeconds(this.now());
+    const localHighWater = await this.state.localHighWater();
+    await this.state.setLocalHighWater(nowSec);
+    return evaluateLicense({
+      nowSec,
+      highWater: await this.state.timeHighWater(),
+      localHighWater,
+      activation,
+      denial: await this.state.getJson<StoredDenial>("denial"),
+      certificate,
+      lastHeartbeat: await this.state.getJson<StoredHeartbeat>("last_heartbeat"),
+    });
+  }
+
+  async licenseState(): Promise<LicenseState> {
+    return (await this.licenseInfo()).state;
+  }
+
+  private licenseStands(): Promise<boolean> {
+    return this.licenseInfo().then(
+      (info) => info.state === "valid" || info.state === "grace",
+      () => false,
+    );
+  }
+
+  /** True when the license is valid or in grace and the entitlement's value is `true`. */
+  async hasEntitlement(name: string): Promise<boolean> {
+    const info = await this.licenseInfo();
+    return (info.state === "valid" || info.state === "grace") && info.entitlements[name] === true;
   }
 
   /**
@@ -187,7 +261,10 @@ export class OfflineCapableClient extends ClientCore {
       return dek;
     };
     const cached = cache[headerSha256];
-    if (cached && cached.activation_id === act.activation_id) {
+    // The cache saves a round trip while this device's license stands; it is not the service's
+    // word. Once the device knows it revoked, suspended or expired (or its clock was set back),
+    // the service is asked again, and answers with its signed denial or a fresh key.
+    if (cached && cached.activation_id === act.activation_id && (await this.licenseStands())) {
       try {
         return await open(cached);
       } catch {

@@ -1,9 +1,8 @@
 /**
- * LicensingClient: activation, heartbeats, deactivation, floating leases, signed server time and
- * the offline license state. Every response passes the full verification chain (runtime.ts)
+ * LicensingClient: activation, heartbeats, deactivation, floating leases and signed server time
+ * (the offline license state is in client-offline.ts). Every response passes the full verification chain (runtime.ts)
  * before anything is stored or returned.
  */
-import type { VerifiedCertificate } from "./certificate.ts";
 import { NamedUserCapableClient } from "./client-named-user.ts";
 import {
   type ActivateOptions,
@@ -16,13 +15,12 @@ import {
 } from "./core.ts";
 import { overtakenBy, standingDenial } from "./denials.ts";
 import { SdkError, usageError, verificationError } from "./errors.ts";
-import { importDeviceKeys, thumbprint } from "./keys.ts";
-import { evaluateLicense, type LicenseInfo, type LicenseState } from "./license.ts";
+import { thumbprint } from "./keys.ts";
 import { HeartbeatLoop, type HeartbeatLoopCallbacks } from "./loop.ts";
 import { newIdempotencyKey, newNonce, signActivationProof } from "./proof.ts";
 import type { RuntimeResponse } from "./runtime.ts";
-import type { MachineInfo, StoredDenial, StoredHeartbeat } from "./state.ts";
-import { isInt, isNonEmptyString, isNonNegativeInt, isRecord, isString, unixSeconds } from "./util.ts";
+import type { MachineInfo, StoredHeartbeat } from "./state.ts";
+import { isInt, isNonEmptyString, isNonNegativeInt, isRecord, isString } from "./util.ts";
 
 export class LicensingClient extends NamedUserCapableClient {
   private loop: HeartbeatLoop<HeartbeatResult> | undefined;
@@ -109,6 +107,7 @@ export class LicensingClient extends NamedUserCapableClient {
             error.code === "MACHINE_INFO_REQUIRED"
           ) {
             full = true;
+            storedMachineInfoSendable(machineInfo);
             continue;
           }
           throw await this.recordDenial(error, act, { fromHeartbeat: true });
@@ -204,7 +203,7 @@ export class LicensingClient extends NamedUserCapableClient {
         throw refused;
       }
       await this.state.activationRecords(async () => {
-        await this.state.clearActivation();
+        await this.state.clearActivation(act.activation_id);
         await this.state.delete("denial");
       });
     });
@@ -299,50 +298,6 @@ export class LicensingClient extends NamedUserCapableClient {
     return { leaseId, status: "released" };
   }
 
-  // ---- offline state -----------------------------------------------------------------------
-
-  /** The license state from the cached certificate, re-verified against the cached bundle. */
-  async licenseInfo(): Promise<LicenseInfo> {
-    const activation = await this.storedActivation();
-    const jws = await this.state.get("certificate");
-    let certificate: VerifiedCertificate | "invalid" | undefined;
-    if (activation && jws !== undefined) {
-      certificate = "invalid";
-      const bundle = await this.trust.cached();
-      const storedKeys = await this.state.get("device_keys");
-      if (bundle && storedKeys !== undefined) {
-        try {
-          certificate = this.verifyCert(jws, bundle, importDeviceKeys(storedKeys), activation.activation_id);
-          if (certificate.claims.sub !== activation.license_id) certificate = "invalid";
-        } catch {
-          certificate = "invalid";
-        }
-      }
-    }
-    const nowSec = unixSeconds(this.now());
-    const localHighWater = await this.state.localHighWater();
-    await this.state.setLocalHighWater(nowSec);
-    return evaluateLicense({
-      nowSec,
-      highWater: await this.state.timeHighWater(),
-      localHighWater,
-      activation,
-      denial: await this.state.getJson<StoredDenial>("denial"),
-      certificate,
-      lastHeartbeat: await this.state.getJson<StoredHeartbeat>("last_heartbeat"),
-    });
-  }
-
-  async licenseState(): Promise<LicenseState> {
-    return (await this.licenseInfo()).state;
-  }
-
-  /** True when the license is valid or in grace and the entitlement's value is `true`. */
-  async hasEntitlement(name: string): Promise<boolean> {
-    const info = await this.licenseInfo();
-    return (info.state === "valid" || info.state === "grace") && info.entitlements[name] === true;
-  }
-
   // ---- heartbeat loop ----------------------------------------------------------------------
 
   /**
@@ -370,5 +325,21 @@ export class LicensingClient extends NamedUserCapableClient {
 
   get heartbeatLoopRunning(): boolean {
     return this.loop?.running ?? false;
+  }
+}
+
+/**
+ * The stored machine_info, about to be sent in full because the server asked for it, must still
+ * be JSON the request can be signed over; one that storage mangled says so, and how to repair it.
+ */
+function storedMachineInfoSendable(machineInfo: MachineInfo): void {
+  try {
+    checkMachineInfo(machineInfo);
+  } catch (cause) {
+    throw new SdkError(
+      "STORAGE_CORRUPT",
+      "the stored machine_info cannot be sent; pass heartbeat({ machineInfo }) to replace it",
+      { kind: "storage", cause },
+    );
   }
 }

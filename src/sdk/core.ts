@@ -160,7 +160,7 @@ export class ClientCore {
       this.trust,
       this.now,
       async (assertion, receivedAtMs) => {
-        await this.state.raiseTimeHighWater(assertion.server_time);
+        await this.state.setTimeHighWater(assertion.server_time, { fresh: true });
         // Verified time is the truth: a local clock that ran ahead and was corrected is forgiven
         // (the mark restarts at the server's time, not at this clock's reading of it).
         await this.state.setLocalHighWater(assertion.server_time, { reset: true });

@@ -16,7 +16,7 @@ export async function standingDenial(
   activationId: string,
   serverTime: number,
 ): Promise<StoredDenial | undefined> {
-  const denial = await state.getJson<StoredDenial>("denial");
+  const denial = await state.denialForUpdate();
   return denial?.activation_id === activationId && denial.server_time >= serverTime ? denial : undefined;
 }
 
@@ -62,11 +62,11 @@ export async function storeDenial(
 ): Promise<void> {
   if (denial.code === "ACTIVATION_DEACTIVATED") {
     await state.setJson("denial", denial);
-    await state.clearActivation();
+    await state.clearActivation(denial.activation_id);
     return;
   }
   if (!options.fromHeartbeat) {
-    const stored = await state.getJson<StoredDenial>("denial");
+    const stored = await state.denialForUpdate();
     const newest = Math.max(
       (await state.newestAnswer()) ?? Number.NEGATIVE_INFINITY,
       stored?.activation_id === denial.activation_id ? stored.server_time : Number.NEGATIVE_INFINITY,

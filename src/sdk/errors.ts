@@ -8,7 +8,7 @@
  * - "server": an unsigned error response; `code` is the server's error code. Never license state.
  * - "network": fetch failed or the body could not be read.
  * - "usage": the SDK was called wrongly or is not configured (CONFIG_INVALID, NOT_ACTIVATED, ...).
- * - "storage": persisted state could not be read back.
+ * - "storage": persisted state could not be read back, or the storage adapter failed.
  */
 
 export type SdkErrorKind = "verification" | "license" | "server" | "network" | "usage" | "storage";
@@ -22,6 +22,7 @@ export type SdkErrorCode =
   | "NOT_ACTIVATED"
   | "ALREADY_ACTIVATED"
   | "STORAGE_CORRUPT"
+  | "STORAGE_UNAVAILABLE"
   // transport
   | "NETWORK_ERROR"
   | "HTTP_ERROR"
@@ -66,6 +67,7 @@ export type SdkErrorCode =
   | "PACKAGE_HASH_MISMATCH"
   | "PACKAGE_DEVICE_MISMATCH"
   | "PACKAGE_EXPIRED"
+  | "PACKAGE_SUPERSEDED"
   // sealed file
   | "SEALED_FILE_FORMAT"
   | "SEALED_FILE_MISMATCH"

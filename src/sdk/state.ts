@@ -58,10 +58,14 @@ export const ITEMS = [
   "denial",
   "last_heartbeat",
   "newest_answer",
+  "ended_activations",
   "offline_request",
   "sealed_file_keys",
 ] as const;
 export type Item = (typeof ITEMS)[number];
+
+/** How many ended activations are remembered: far more than one device goes through. */
+const MAX_ENDED_ACTIVATIONS = 32;
 
 export class ClientState {
   constructor(
@@ -74,15 +78,28 @@ export class ClientState {
   }
 
   get(item: Item): Promise<string | undefined> {
-    return this.storage.get(this.key(item));
+    return this.storageCall("read", item, () => this.storage.get(this.key(item)));
   }
 
   set(item: Item, value: string): Promise<void> {
-    return this.storage.set(this.key(item), value);
+    return this.storageCall("write", item, () => this.storage.set(this.key(item), value));
   }
 
   delete(item: Item): Promise<void> {
-    return this.storage.delete(this.key(item));
+    return this.storageCall("delete", item, () => this.storage.delete(this.key(item)));
+  }
+
+  /** The app's adapter may throw anything (a full quota, a locked file): callers get an SdkError. */
+  private async storageCall<T>(verb: string, item: Item, call: () => Promise<T>): Promise<T> {
+    try {
+      return await call();
+    } catch (cause) {
+      if (cause instanceof SdkError) throw cause;
+      throw new SdkError("STORAGE_UNAVAILABLE", `storage could not ${verb} ${item}`, {
+        kind: "storage",
+        cause,
+      });
+    }
   }
 
   async getJson<T>(item: Item): Promise<T | undefined> {
@@ -101,19 +118,39 @@ export class ClientState {
     return this.set(item, JSON.stringify(value));
   }
 
-  private async getInt(item: Item): Promise<number | undefined> {
+  /**
+   * A mark (a sequence, a time, in decimal digits), or undefined when there is none or it cannot
+   * be read. An unreadable mark counts as none: deleting it would have the same effect, so
+   * refusing to go on protects nothing, and it would stop the client for good, since the verified
+   * value that replaces it could never be written.
+   */
+  private async getMark(item: Item): Promise<number | undefined> {
     const text = await this.get(item);
-    if (text === undefined) return undefined;
+    if (text === undefined || !/^(?:0|[1-9][0-9]{0,15})$/.test(text)) return undefined;
     const n = Number(text);
-    if (!Number.isSafeInteger(n)) {
-      throw new SdkError("STORAGE_CORRUPT", `stored ${item} is not an integer`, { kind: "storage" });
+    return Number.isSafeInteger(n) ? n : undefined;
+  }
+
+  /**
+   * The stored denial for decisions that write (a heartbeat, a package, another denial): one that
+   * cannot be read counts as none, for the reason above, so the next verified answer replaces it.
+   * licenseInfo() reads it strictly and reports STORAGE_CORRUPT until then.
+   */
+  async denialForUpdate(): Promise<StoredDenial | undefined> {
+    try {
+      const denial = await this.getJson<StoredDenial>("denial");
+      return denial && typeof denial.activation_id === "string" && Number.isSafeInteger(denial.server_time)
+        ? denial
+        : undefined;
+    } catch (error) {
+      if (error instanceof SdkError && error.code === "STORAGE_CORRUPT") return undefined;
+      throw error;
     }
-    return n;
   }
 
   /** Highest trust-bundle sequence ever accepted on this device (0 when none). */
   async bundleSequence(): Promise<number> {
-    return (await this.getInt("bundle_sequence")) ?? 0;
+    return (await this.getMark("bundle_sequence")) ?? 0;
   }
 
   raiseBundleSequence(sequence: number): Promise<void> {
@@ -129,15 +166,22 @@ export class ClientState {
    */
   private readonly oneAtATime = serialized();
 
-  /** Highest verified server_time seen (unix seconds), if any. */
+  /** The verified server time (unix seconds) the clock checks go by, if any. */
   timeHighWater(): Promise<number | undefined> {
-    return this.getInt("time_high_water");
+    return this.getMark("time_high_water");
   }
 
-  raiseTimeHighWater(serverTime: number): Promise<void> {
+  /**
+   * Raises the mark to a verified time that is not fresh (an offline package's issue time: it
+   * may be old, and an old time must not lower the mark), or (`fresh`) sets it: an answer bound to
+   * this device's request nonce tells the server's time now, so a time the server once signed
+   * wrongly ahead (a clock glitch) is forgiven at the next answer instead of when real time
+   * catches up.
+   */
+  setTimeHighWater(serverTime: number, options: { fresh: boolean }): Promise<void> {
     return this.oneAtATime(async () => {
       const current = await this.timeHighWater();
-      if (current === undefined || serverTime > current)
+      if (options.fresh || current === undefined || serverTime > current)
         await this.set("time_high_water", String(serverTime));
     });
   }
@@ -147,7 +191,7 @@ export class ClientState {
    * offline goes behind it, even when the signed high-water is older than the jump.
    */
   localHighWater(): Promise<number | undefined> {
-    return this.getInt("local_high_water");
+    return this.getMark("local_high_water");
   }
 
   /** Raises the local high-water, or (`reset`) sets it to a verified server time, the truth. */
@@ -169,22 +213,39 @@ export class ClientState {
   activationRecords = serialized();
 
   /** Forgets the activation and everything tied to it; keeps keys, bundle and time high-water. */
-  async clearActivation(): Promise<void> {
+  /**
+   * Forgets an activation that has ended (deactivated by this device, or a signed 410), and
+   * remembers its id: an offline package for it, loaded again, must not bring it back.
+   */
+  async clearActivation(endedActivationId: string): Promise<void> {
+    const ended = await this.endedActivations();
+    if (!ended.includes(endedActivationId))
+      await this.setJson("ended_activations", {
+        ids: [...ended, endedActivationId].slice(-MAX_ENDED_ACTIVATIONS),
+      });
     await this.delete("activation");
     await this.delete("certificate");
     await this.delete("last_heartbeat");
     await this.delete("newest_answer");
   }
 
+  /** Activations that ended on this device, oldest first; an unreadable list counts as empty. */
+  async endedActivations(): Promise<string[]> {
+    const stored = await this.getJson<{ ids?: unknown }>("ended_activations").catch(() => undefined);
+    return Array.isArray(stored?.ids) ? stored.ids.filter((id): id is string => typeof id === "string") : [];
+  }
+
   /** The second the newest signed answer behind the stored activation state was signed. */
   async newestAnswer(): Promise<number | undefined> {
-    const newest = await this.getInt("newest_answer");
-    return newest ?? (await this.getJson<StoredHeartbeat>("last_heartbeat"))?.server_time;
+    const newest = await this.getMark("newest_answer");
+    if (newest !== undefined) return newest;
+    const last = await this.getJson<StoredHeartbeat>("last_heartbeat").catch(() => undefined);
+    return Number.isSafeInteger(last?.server_time) ? last?.server_time : undefined;
   }
 
   /** Sets it (`reset`: a new activation starts its own history), else only ever raises it. */
   async setNewestAnswer(serverTime: number, options = { reset: false }): Promise<void> {
-    const newest = options.reset ? undefined : await this.getInt("newest_answer");
+    const newest = options.reset ? undefined : await this.getMark("newest_answer");
     if (newest === undefined || serverTime > newest) await this.set("newest_answer", String(serverTime));
   }
 }

@@ -150,6 +150,23 @@ describe("a sealed file opens on a licensed device and on no other", () => {
     expect(await plaintext(app, file)).toEqual(pattern(100));
     expect(calls).toBe(1);
   });
+
+  test("a cached key is not used once the device holds a signed revocation: the service is asked, and its denial comes back", async () => {
+    let calls = 0;
+    const app = sdkClient(t, await integrationConfig(t, fx.productId), {
+      fetch: ((url: string, init?: RequestInit) => {
+        if (url.includes("/sealed-file-keys")) calls++;
+        return t.app.handle(new Request(url, init));
+      }) as typeof fetch,
+    });
+    await app.activate({ licenseKey: fx.licenseKey, machineInfo: MACHINE });
+    const file = await sealed(pattern(100));
+    expect(await plaintext(app, file)).toEqual(pattern(100));
+    expect((await t.call("DELETE", `/mgmt/v1/licenses/${fx.licenseId}`)).status).toBe(204);
+    expect(await refusal(app.heartbeat())).toMatchObject({ code: "LICENSE_REVOKED", kind: "license" });
+    expect(await refusal(plaintext(app, file))).toMatchObject({ code: "LICENSE_REVOKED", kind: "license" });
+    expect(calls).toBe(2);
+  });
 });
 
 describe("every cause of SEALED_FILE_INVALID", () => {

@@ -147,7 +147,10 @@ describe("storage", () => {
       }
     })();
     const state = new ClientState(slow, "p.");
-    await Promise.all([state.raiseTimeHighWater(5_000), state.raiseTimeHighWater(3_000)]);
+    await Promise.all([
+      state.setTimeHighWater(5_000, { fresh: false }),
+      state.setTimeHighWater(3_000, { fresh: false }),
+    ]);
     expect(await state.timeHighWater()).toBe(5_000);
     await Promise.all([state.raiseBundleSequence(9), state.raiseBundleSequence(7)]);
     expect(await state.bundleSequence()).toBe(9);

@@ -1,0 +1,113 @@
+import { afterEach, beforeEach, expect, test } from "bun:test";
+import { LicensingClient, MemoryStorage } from "../../src/sdk/index.ts";
+import { createTestContext, type TestContext } from "../support/harness.ts";
+import { integrationConfig, MACHINE, refusal, requestPackage, sdkClient } from "../support/offline.ts";
+import { type RuntimeFixture, runtimeFixture } from "../support/runtime.ts";
+
+/**
+ * An offline package the device already had, loaded again later: on a hybrid device that has
+ * since heard newer signed state, after the device ended the package's activation, and with the
+ * clock set back to before the package expired. None of them may bring back what the device knows
+ * to be over; each is refused by name and changes nothing stored.
+ */
+let t: TestContext;
+let fx: RuntimeFixture;
+
+beforeEach(async () => {
+  t = createTestContext();
+  fx = await runtimeFixture(t, {
+    policy: { validation_mode: "hybrid", max_machines: 1, entitlements: { pro: true } },
+    license: { expires_at: new Date(t.clock.now().getTime() + 90 * 86_400_000).toISOString() },
+  });
+});
+afterEach(() => t.close());
+
+async function packageFor(app: LicensingClient, machineInfo = MACHINE): Promise<Uint8Array> {
+  const response = await requestPackage(t, fx.licenseId, await app.createOfflineRequest({ machineInfo }));
+  if (response.status !== 200) throw new Error(`package: ${JSON.stringify(response.error)}`);
+  return response.bytes;
+}
+
+const setStatus = (status_action: string) =>
+  t.call("PATCH", `/mgmt/v1/licenses/${fx.licenseId}`, { body: { status_action } });
+
+test("a package older than a heartbeat that reported a suspension is refused as superseded, and the suspension stands", async () => {
+  const app = sdkClient(t, await integrationConfig(t, fx.productId));
+  const old = await packageFor(app);
+  await app.loadOfflinePackage(old);
+  t.clock.advance(60);
+  expect((await setStatus("suspended")).status).toBe(200);
+  // A heartbeat says suspended with a 200 and a certificate to match, not with a signed denial.
+  expect((await app.heartbeat()).licenseStatus).toBe("suspended");
+  expect(await app.licenseInfo()).toMatchObject({ state: "invalid", reason: "suspended" });
+
+  t.clock.advance(60);
+  const reloaded = await refusal(app.loadOfflinePackage(old));
+  expect(reloaded).toMatchObject({ code: "PACKAGE_SUPERSEDED", kind: "verification" });
+  expect(reloaded.details.newest_answer).toBeGreaterThan(reloaded.details.issued_at as number);
+  expect(await app.licenseInfo()).toMatchObject({ state: "invalid", reason: "suspended" });
+  expect(await app.hasEntitlement("pro")).toBe(false);
+
+  // A package issued after the license is reinstated is the newer word again.
+  expect((await setStatus("active")).status).toBe(200);
+  t.clock.advance(60);
+  await app.loadOfflinePackage(await packageFor(app));
+  expect(await app.licenseState()).toBe("valid");
+});
+
+test("the same package loaded twice, with nothing newer in between, is taken both times", async () => {
+  const app = sdkClient(t, await integrationConfig(t, fx.productId));
+  const bytes = await packageFor(app);
+  await app.loadOfflinePackage(bytes);
+  t.clock.advance(3600);
+  await app.loadOfflinePackage(bytes);
+  expect(await app.licenseState()).toBe("valid");
+});
+
+test("a package of an activation this device deactivated is refused, and the slot stays with the device that took it", async () => {
+  const config = await integrationConfig(t, fx.productId);
+  const first = sdkClient(t, config);
+  const bytes = await packageFor(first);
+  const loaded = await first.loadOfflinePackage(bytes);
+  t.clock.advance(60);
+  await first.deactivate();
+
+  const second = sdkClient(t, config);
+  await second.activate({ licenseKey: fx.licenseKey, machineInfo: { ...MACHINE, hostname: "second" } });
+  t.clock.advance(60);
+  const reloaded = await refusal(first.loadOfflinePackage(bytes));
+  expect(reloaded).toMatchObject({
+    code: "ACTIVATION_DEACTIVATED",
+    kind: "license",
+    details: { activation_id: loaded.activationId, ended_on_device: true },
+  });
+  expect(await first.activationId()).toBeUndefined();
+  expect(await first.licenseState()).toBe("invalid");
+  expect(await second.licenseState()).toBe("valid");
+  // A new package (a new activation, once the slot is free again) is taken as usual.
+  await second.deactivate();
+  await first.loadOfflinePackage(await packageFor(first));
+  expect(await first.licenseState()).toBe("valid");
+});
+
+test("a package past its expiry by a verified time the device has seen is refused, even with the clock set back", async () => {
+  const deviceClock = { ms: t.clock.now().getTime() };
+  const app = new LicensingClient({
+    config: await integrationConfig(t, fx.productId),
+    fetch: ((url: string, init?: RequestInit) => t.app.handle(new Request(url, init))) as never,
+    now: () => deviceClock.ms,
+    storage: new MemoryStorage(),
+  });
+  const request = await app.createOfflineRequest({ machineInfo: MACHINE });
+  const expiresAt = new Date(t.clock.now().getTime() + 86_400_000).toISOString();
+  const response = await requestPackage(t, fx.licenseId, request, { expires_at: expiresAt });
+  expect(response.status).toBe(200);
+  // Two days on, the device hears the server's time, then its clock is set back a day and a half.
+  t.clock.advance(2 * 86_400);
+  deviceClock.ms = t.clock.now().getTime();
+  await app.serverTime();
+  deviceClock.ms -= 1.5 * 86_400_000;
+  const refused = await refusal(app.loadOfflinePackage(response.bytes));
+  expect(refused).toMatchObject({ code: "PACKAGE_EXPIRED", kind: "verification" });
+  expect(await app.activationId()).toBeUndefined();
+});
