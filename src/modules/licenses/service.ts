@@ -1,4 +1,4 @@
-import { and, count, desc, eq, lt, ne } from "drizzle-orm";
+import { and, desc, eq, lt } from "drizzle-orm";
 import type { ChangeContext, Deps } from "../../deps.ts";
 import { canonicalLicenseKey, formatLicenseKey, generateLicenseKey } from "../../domain/license-key.ts";
 import { defaultExpiry, licenseStatus } from "../../domain/license-state.ts";
@@ -19,6 +19,7 @@ import { settingsOf } from "../policies/service.ts";
 import { archived, type ProductService } from "../products/service.ts";
 import type { ConvertTrialBody, LicenseCreateBody, LicenseUpdateBody } from "./model.ts";
 import { presentLicense } from "./present.ts";
+import { unrevokedLicenses } from "./tallies.ts";
 import {
   checkEntitlements,
   checkExpiry,
@@ -354,14 +355,12 @@ export class LicenseService {
     environment: Environment,
   ): void {
     if (environment !== "live") return;
-    const live = and(eq(licenses.environment, "live"), ne(licenses.status, "revoked"));
-    const checks: [string, ReturnType<typeof and>][] = [["licenses", live]];
-    if (licenseType === "trial")
-      checks.push(["trial_licenses", and(live, eq(licenses.licenseType, "trial"))]);
-    for (const [quota, where] of checks) {
+    const checks: [string, string | undefined][] = [["licenses", undefined]];
+    if (licenseType === "trial") checks.push(["trial_licenses", "trial"]);
+    for (const [quota, type] of checks) {
       const limit = plan.quotas[quota]?.limit;
       if (limit === undefined) continue;
-      const used = this.deps.db.select({ n: count() }).from(licenses).where(where).get()?.n ?? 0;
+      const used = unrevokedLicenses(this.deps.db, "live", type);
       if (used >= limit) {
         throw new ApiError("PLAN_QUOTA_EXCEEDED", `The plan allows ${limit} ${quota.replace("_", " ")}.`, {
           quota,

@@ -1,8 +1,7 @@
-import { and, count, eq, ne } from "drizzle-orm";
 import type { Deps } from "../../deps.ts";
 import { nextMonthStart } from "../../domain/months.ts";
 import { FEATURES, minimumPlanFor, PLANS } from "../../domain/plans.ts";
-import { licenses } from "../../store/schema/index.ts";
+import { unrevokedLicenses } from "../licenses/tallies.ts";
 import type { PlanTerms } from "../workspace/service.ts";
 import { MANAGEMENT_REQUESTS, RUNTIME_REQUESTS } from "./quota.ts";
 import type { UsageMeter } from "./usage-meter.ts";
@@ -65,19 +64,7 @@ export class PlanReportService {
   }
 
   private countLicenses(licenseType?: string): number {
-    return (
-      this.deps.db
-        .select({ n: count() })
-        .from(licenses)
-        .where(
-          and(
-            // Live licenses only, as the quota counts them: test licenses are free.
-            eq(licenses.environment, "live"),
-            ne(licenses.status, "revoked"),
-            licenseType ? eq(licenses.licenseType, licenseType) : undefined,
-          ),
-        )
-        .get()?.n ?? 0
-    );
+    // Live licenses only, as the quota counts them: test licenses are free.
+    return unrevokedLicenses(this.deps.db, "live", licenseType);
   }
 }

@@ -4,6 +4,7 @@ export * from "./billing.ts";
 export * from "./browser-runtime.ts";
 export * from "./catalog.ts";
 export * from "./lease-counts.ts";
+export * from "./license-tallies.ts";
 export * from "./licenses.ts";
 export * from "./mail.ts";
 export * from "./named-users.ts";
