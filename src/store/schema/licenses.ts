@@ -49,6 +49,9 @@ export const licenses = sqliteTable(
     // was found by walking every license of the environment (~0.5 s a page at a million).
     index("licenses_env_product").on(t.environment, t.productId, t.id),
     index("licenses_env_customer").on(t.environment, t.customerId, t.id),
+    // The usage report's licenses active at a moment, counted from this index alone: from the
+    // table it read every row (~0.5 s at a million), with everything else waiting.
+    index("licenses_env_lifetime").on(t.environment, t.createdAt, t.revokedAt, t.suspendedAt, t.expiresAt),
     index("licenses_policy").on(t.policyId),
     // The license.expired scan every 30 s reads the licenses whose expiry just passed (migration
     // 0023); without it, the whole table every time, while an endpoint is subscribed.
