@@ -8,6 +8,7 @@ import {
   parseBoolean,
   UsageError,
 } from "./cli/args.ts";
+import { ipv6Groups } from "./domain/ip-address.ts";
 import type { LogLevel } from "./http/logger.ts";
 import {
   DEFAULT_RUNTIME_RATE_LIMITS,
@@ -15,7 +16,6 @@ import {
   type RuntimeRateLimitSettings,
 } from "./http/rate-limit.ts";
 import { CONTROL_CHARACTERS } from "./http/schemas.ts";
-import { ipv6Groups } from "./modules/webhooks/address.ts";
 
 /**
  * Command-line flags, their environment twins and defaults, resolved into one validated Config.

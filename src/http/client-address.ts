@@ -1,4 +1,5 @@
 import { isIP } from "node:net";
+import { ipv6Groups } from "../domain/ip-address.ts";
 
 /**
  * The address a request came from, for the per-address runtime limits. The HTTP server records
@@ -101,7 +102,8 @@ export function addressPartition(address: string): string {
   const version = isIP(plain);
   if (version === 4) return plain;
   if (version !== 6) return address;
-  const groups = ipv6Groups(plain);
+  // isIP accepted it: never null.
+  const groups = ipv6Groups(plain) ?? [];
   if (groups.slice(0, 5).every((g) => g === 0) && groups[5] === 0xffff) {
     const [h = 0, l = 0] = groups.slice(6);
     return `${h >> 8}.${h & 255}.${l >> 8}.${l & 255}`;
@@ -110,20 +112,4 @@ export function addressPartition(address: string): string {
     .slice(0, 4)
     .map((g) => g.toString(16))
     .join(":")}::/64`;
-}
-
-/** The eight groups of an address isIP accepted as IPv6 (`::` expanded, a dotted tail as two groups). */
-function ipv6Groups(address: string): number[] {
-  let text = address;
-  const lastColon = text.lastIndexOf(":");
-  const tail = text.slice(lastColon + 1);
-  if (tail.includes(".")) {
-    const [a = 0, b = 0, c = 0, d = 0] = tail.split(".").map(Number);
-    text = `${text.slice(0, lastColon + 1)}${((a << 8) | b).toString(16)}:${((c << 8) | d).toString(16)}`;
-  }
-  const [head = "", rest] = text.split("::", 2);
-  const headGroups = head === "" ? [] : head.split(":");
-  const tailGroups = rest === undefined || rest === "" ? [] : rest.split(":");
-  const zeros = rest === undefined ? 0 : 8 - headGroups.length - tailGroups.length;
-  return [...headGroups, ...Array<string>(zeros).fill("0"), ...tailGroups].map((g) => Number.parseInt(g, 16));
 }

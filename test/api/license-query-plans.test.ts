@@ -16,7 +16,7 @@ beforeEach(() => {
   const f = factories(t);
   const product = f.product({ environment: "live" });
   const policy = f.policy({ productId: product.id, environment: "live" });
-  const customer = f.customer({ environment: "live" });
+  const customer = f.customer();
   ids = { product: product.id, policy: policy.id, customer: customer.id };
 });
 afterEach(() => t.close());

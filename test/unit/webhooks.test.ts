@@ -1,7 +1,8 @@
 import { describe, expect, test } from "bun:test";
 import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
-import { ipv6Groups, isPrivateAddress } from "../../src/modules/webhooks/address.ts";
+import { ipv6Groups } from "../../src/domain/ip-address.ts";
+import { isPrivateAddress } from "../../src/modules/webhooks/address.ts";
 import { EVENT_TYPES, isKnownEvent, subscribes } from "../../src/modules/webhooks/catalogue.ts";
 import { chatMessage, destinationKind, type EventSummary } from "../../src/modules/webhooks/destinations.ts";
 

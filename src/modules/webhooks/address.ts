@@ -1,5 +1,6 @@
 import { lookup } from "node:dns/promises";
 import { isIP } from "node:net";
+import { ipv4ToInt, ipv6Groups } from "../../domain/ip-address.ts";
 
 /**
  * The outbound address check run before every attempt (DESIGN §6,
@@ -34,17 +35,6 @@ const IPV4_BLOCKED: readonly [string, number][] = [
   ["240.0.0.0", 4], // reserved, broadcast
 ];
 
-function ipv4ToInt(address: string): number | null {
-  const parts = address.split(".");
-  if (parts.length !== 4) return null;
-  let value = 0;
-  for (const part of parts) {
-    if (!/^\d{1,3}$/.test(part) || Number(part) > 255) return null;
-    value = value * 256 + Number(part);
-  }
-  return value;
-}
-
 function ipv4Blocked(address: string): boolean {
   const value = ipv4ToInt(address);
   if (value === null) return true;
@@ -53,30 +43,6 @@ function ipv4Blocked(address: string): boolean {
     const size = 2 ** (32 - bits);
     return value >= base && value < base + size;
   });
-}
-
-/** Eight 16-bit groups, `::` expanded; a trailing dotted IPv4 part counts as the last two. Null when malformed. */
-export function ipv6Groups(address: string): number[] | null {
-  let text = address.toLowerCase();
-  const zone = text.indexOf("%");
-  if (zone !== -1) text = text.slice(0, zone);
-  const lastColon = text.lastIndexOf(":");
-  const last = text.slice(lastColon + 1);
-  if (last.includes(".")) {
-    const v4 = ipv4ToInt(last);
-    if (v4 === null) return null;
-    text = `${text.slice(0, lastColon + 1)}${(v4 >>> 16).toString(16)}:${(v4 & 0xffff).toString(16)}`;
-  }
-  const halves = text.split("::");
-  if (halves.length > 2) return null;
-  const parse = (part: string) => (part === "" ? [] : part.split(":"));
-  const head = parse(halves[0] ?? "");
-  const tail = halves.length === 2 ? parse(halves[1] ?? "") : [];
-  const fill = 8 - head.length - tail.length;
-  if (halves.length === 1 ? fill !== 0 : fill < 1) return null;
-  const groups = [...head, ...new Array<string>(halves.length === 2 ? fill : 0).fill("0"), ...tail];
-  if (!groups.every((g) => /^[0-9a-f]{1,4}$/.test(g))) return null;
-  return groups.map((g) => Number.parseInt(g, 16));
 }
 
 function ipv6Blocked(address: string): boolean {
