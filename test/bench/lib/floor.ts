@@ -169,7 +169,13 @@ export class FloorMeter {
   async stop(): Promise<void> {
     this.ops.stdin.end();
     this.http.kill("SIGTERM");
-    await Promise.all([this.ops.exited, this.http.exited]);
+    const both = Promise.all([this.ops.exited, this.http.exited]);
+    // Neither holds state worth a clean exit: one that hangs is killed rather than hang the run.
+    if ((await Promise.race([both, Bun.sleep(10_000).then(() => null)])) === null) {
+      this.ops.kill("SIGKILL");
+      this.http.kill("SIGKILL");
+      await both;
+    }
     this.ctx.children.delete(this.ops);
     this.ctx.children.delete(this.http);
   }

@@ -177,6 +177,11 @@ export async function startServer(options: {
             existsSync(`/proc/${proc.pid}/task`) ? readdirSync(`/proc/${proc.pid}/task`).length : 0,
           async stop(signal = "SIGTERM") {
             proc.kill(signal);
+            // A server that does not stop within its drain time is killed, so one stuck shutdown
+            // cannot hang the whole bench run (the exit code then says SIGKILL).
+            const stopped = await Promise.race([proc.exited, Bun.sleep(STOP_GRACE_MS).then(() => null)]);
+            if (stopped !== null) return stopped;
+            proc.kill("SIGKILL");
             return await proc.exited;
           },
         };
@@ -191,6 +196,9 @@ export async function startServer(options: {
   await proc.exited;
   throw new Error(`the server did not become ready (exit ${proc.exitCode}); see ${logPath}`);
 }
+
+/** Longer than the server's own shutdown drain (a few seconds), so a clean stop is never cut short. */
+const STOP_GRACE_MS = 30_000;
 
 export const rssOf = (server: BenchServer) => memoryMiB(server.pid);
 
