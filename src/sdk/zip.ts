@@ -41,7 +41,7 @@ const fail = (message: string): never => {
   throw new ZipFormatError(message);
 };
 
-/** The entries of `bytes` by name; the names must be exactly `expected` (in any order). */
+/** The entries of `bytes` by name; the names must be exactly `expected`, in that order. */
 export function readStoredZip(bytes: Uint8Array, expected: readonly string[]): Map<string, Uint8Array> {
   const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
   const u16 = (at: number) => view.getUint16(at, true);
@@ -119,8 +119,14 @@ export function readStoredZip(bytes: Uint8Array, expected: readonly string[]): M
     if (start + size > cdOffset) fail(`entry ${name} runs into the central directory`);
     const data = bytes.subarray(start, start + size);
     if (crc32(data) !== crc) fail(`entry ${name}: CRC-32 does not match`);
-    if (!expected.includes(name)) fail(`unexpected entry ${name}`);
-    if (entries.has(name)) fail(`entry ${name} appears twice`);
+    // The names and their order are fixed (protocol §18): anything else was not made by the service.
+    if (name !== expected[i]) {
+      fail(
+        expected.includes(name)
+          ? `entry ${name} is out of place: entry ${i + 1} must be ${expected[i]}`
+          : `unexpected entry ${name}`,
+      );
+    }
     entries.set(name, data);
     nextLocal = start + size;
   }

@@ -129,6 +129,26 @@ describe("tampering with any entry is refused", () => {
   });
 });
 
+test("the same four entries in another order are not a package, though every byte of each is intact", async () => {
+  const { app, bytes } = await issued();
+  const entries = readStoredZip(bytes, ENTRIES);
+  const files = (order: readonly (typeof ENTRIES)[number][]) =>
+    zipSync(
+      Object.fromEntries(
+        order.map((name) => [
+          name,
+          [entries.get(name) ?? new Uint8Array(), { level: 0 as const, mtime: new Date(1980, 0, 1) }],
+        ]),
+      ),
+    );
+  // Rebuilt in the protocol's order, the archive is the package again: only the order differs below.
+  expect(files(ENTRIES)).toEqual(bytes);
+  const swapped = files([ENTRIES[1], ENTRIES[0], ENTRIES[2], ENTRIES[3]]);
+  const refused = await refusal(app.loadOfflinePackage(swapped));
+  expect(refused.code).toBe("PACKAGE_INVALID");
+  expect(refused.message).toContain("out of place");
+});
+
 describe("the package is bound to one device and one product", () => {
   test("another device's keys answer PACKAGE_DEVICE_MISMATCH", async () => {
     const { bytes } = await issued();
