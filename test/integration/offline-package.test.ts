@@ -142,7 +142,7 @@ test("the same four entries in another order are not a package, though every byt
       ),
     );
   // Rebuilt in the protocol's order, the archive is the package again: only the order differs below.
-  expect(files(ENTRIES)).toEqual(bytes);
+  expect(files(ENTRIES)).toEqual(new Uint8Array(bytes));
   const swapped = files([ENTRIES[1], ENTRIES[0], ENTRIES[2], ENTRIES[3]]);
   const refused = await refusal(app.loadOfflinePackage(swapped));
   expect(refused.code).toBe("PACKAGE_INVALID");
