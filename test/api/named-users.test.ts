@@ -130,6 +130,36 @@ describe("license users", () => {
   });
 });
 
+test("a page of users shows each one's own recovery codes left and passkeys (counted for the whole page at once)", async () => {
+  const ids: string[] = [];
+  for (let i = 0; i < 12; i++)
+    ids.push((await createUser({ email: `user${i}@example.com` })).body.data.public_id);
+  const now = t.clock.now();
+  // User i holds i passkeys, and i recovery codes of which one is used; two-factor on for all.
+  for (const [i, id] of ids.entries()) {
+    t.deps.sqlite.run("UPDATE license_users SET totp_status = 'enabled' WHERE id = ?", [id]);
+    for (let k = 0; k < i; k++) {
+      t.deps.sqlite.run(
+        "INSERT INTO passkeys (id, user_id, credential_id, public_key, sign_count, created_at) VALUES (?, ?, ?, '{}', 0, ?)",
+        [`pk_${i}_${k}`, id, `cred_${i}_${k}`, now.getTime()],
+      );
+      t.deps.sqlite.run(
+        "INSERT INTO two_factor_recovery_codes (user_id, code_hash, used_at) VALUES (?, ?, ?)",
+        [id, `hash_${k}`, k === 0 ? now.getTime() : null],
+      );
+    }
+  }
+  const page = await t.call("GET", "/mgmt/v1/license-users?limit=12");
+  const shown = new Map(
+    page.body.data.map((u: { public_id: string; two_factor: Record<string, number> }) => [
+      u.public_id,
+      u.two_factor,
+    ]),
+  );
+  for (const [i, id] of ids.entries())
+    expect(shown.get(id)).toMatchObject({ passkeys: i, recovery_codes_remaining: Math.max(0, i - 1) });
+});
+
 describe("assignments", () => {
   test("assign, list by license and by user, remove", async () => {
     const f = await namedLicense();

@@ -33,7 +33,8 @@ const managementRoutes = ({ namedUsers, twoFactor, passkeys, licenses, idempoten
           filters: { email: query.email, status: query.status },
         });
         const rows = namedUsers.list(caller.environment, page, { email: query.email, status: query.status });
-        return page.present(rows, (row) => namedUsers.present(row));
+        const { rows: shown, pagination } = page.split(rows);
+        return { data: namedUsers.presentAll(shown), pagination };
       },
       {
         scope: "licenses:read",
