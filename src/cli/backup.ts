@@ -36,7 +36,9 @@ import {
   type Command,
   err,
   JSON_OPTION,
+  leftoverRestores,
   out,
+  RESTORE_STAGING_PREFIX,
   readSecretLine,
   resolvePassphrase,
 } from "./shared.ts";
@@ -123,22 +125,21 @@ export interface RestoreResult {
   applied: string[];
   /** Where serve finds the passphrase by default; null when the operator gave it another way. */
   passphraseFile: string | null;
+  /** Staging folders of earlier restores that did not finish, removed before this one began. */
+  cleared: string[];
 }
 
 /**
  * Checks the whole backup (checksums, keystore with the passphrase, store integrity, keys the
  * store needs, migrations) in a staging folder inside the target, and only then puts the files in
  * place, keystore last, as `init` does. The target must be new or empty: nothing is overwritten.
+ * The staging folder is inside the target, so a restore that dies leaves a directory `serve` and
+ * `init` refuse (shared.ts) rather than one that looks like a fresh volume.
  */
 export function restoreBackup(config: Config, inDir: string): RestoreResult {
   const manifest = readManifest(inDir);
   const dataDir = config.dataDir;
-  if (existsSync(dataDir)) {
-    if (!statSync(dataDir).isDirectory()) throw new CliError(`${dataDir} is not a directory`);
-    if (readdirSync(dataDir).length > 0) {
-      throw new CliError(`${dataDir} is not empty; restore only into a new or empty directory`);
-    }
-  }
+  const cleared = checkTarget(dataDir);
   const fromBackup = config.passphraseFile === null && config.passphrase === null;
   if (fromBackup && !manifest.files[PASSPHRASE]) {
     throw new CliError(
@@ -150,8 +151,14 @@ export function restoreBackup(config: Config, inDir: string): RestoreResult {
     ? readSecretLine(join(inDir, PASSPHRASE), "the backup's passphrase file")
     : resolvePassphrase(config, { generate: false }).passphrase;
   mkdirSync(dataDir, { recursive: true, mode: 0o700 });
+  // Emptied now, for the space they take; removed only once this restore has put its files in
+  // place, so a restore that fails again still leaves a directory that serve refuses.
+  for (const name of cleared) {
+    const folder = join(dataDir, name);
+    for (const entry of readdirSync(folder)) rmSync(join(folder, entry), { recursive: true, force: true });
+  }
   const paths = dataPaths(dataDir);
-  const staging = mkdtempSync(join(dataDir, ".restore-"));
+  const staging = mkdtempSync(join(dataDir, RESTORE_STAGING_PREFIX));
   try {
     copyFileSync(join(inDir, STORE), join(staging, STORE));
     copyFileSync(join(inDir, KEYSTORE), join(staging, KEYSTORE));
@@ -184,11 +191,33 @@ export function restoreBackup(config: Config, inDir: string): RestoreResult {
       fsyncFile(paths.passphrase);
       passphraseFile = paths.passphrase;
     }
+    for (const name of cleared) rmSync(join(dataDir, name), { recursive: true, force: true });
     fsyncDir(dataDir);
-    return { dataDir, schema, applied, passphraseFile };
+    return { dataDir, schema, applied, passphraseFile, cleared: cleared.map((name) => join(dataDir, name)) };
   } finally {
     rmSync(staging, { recursive: true, force: true });
   }
+}
+
+/**
+ * The target must be new or empty; the only things restore removes from it are the staging
+ * folders of earlier restores that died before they put any file in place (the folder is all
+ * they left). Returns their names. Beside a store, keystore or anything else such a folder means
+ * the restore died while putting files in place, and what it placed is not known to be whole.
+ */
+function checkTarget(dataDir: string): string[] {
+  if (!existsSync(dataDir)) return [];
+  if (!statSync(dataDir).isDirectory()) throw new CliError(`${dataDir} is not a directory`);
+  const leftovers = leftoverRestores(dataDir);
+  const others = readdirSync(dataDir).filter((name) => !leftovers.includes(name));
+  if (others.length === 0) return leftovers;
+  if (leftovers.length > 0) {
+    throw new CliError(
+      `${dataDir} is not empty: it holds ${others.sort().join(", ")} beside ${leftovers.join(", ")}, ` +
+        "left by a restore that did not finish; what it put in place may be incomplete: empty the directory and restore again",
+    );
+  }
+  throw new CliError(`${dataDir} is not empty; restore only into a new or empty directory`);
 }
 
 function readManifest(inDir: string): BackupManifest {
@@ -306,6 +335,8 @@ export const restoreCommand: Command = {
         `--data-dir (or ${CONFIG_OPTIONS.dataDir.env}) is required: the new or empty directory to restore into`,
       );
     const result = restoreBackup(line.config, inDir);
+    for (const path of result.cleared)
+      err(`Removed ${path}, left by an earlier restore that did not finish.`);
     if (line.flags.json === true) {
       out(
         JSON.stringify({

@@ -27,6 +27,7 @@ import {
   isInitialised,
   JSON_OPTION,
   out,
+  refuseInterruptedRestore,
   resolvePassphrase,
 } from "./shared.ts";
 
@@ -49,6 +50,7 @@ export interface InitResult {
 export function initialise(config: Config): InitResult {
   const dataDir = config.dataDir;
   mkdirSync(dataDir, { recursive: true, mode: 0o700 });
+  refuseInterruptedRestore(dataDir);
   if (isInitialised(dataDir)) {
     throw new CliError(
       `${dataDir} is already initialised (it has a store or keystore); refusing to overwrite it`,

@@ -1,0 +1,87 @@
+import { afterEach, beforeEach, describe, expect, test } from "bun:test";
+import { copyFileSync, mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { restoreBackup, takeBackup } from "../../src/cli/backup.ts";
+import { resolveConfig } from "../../src/config.ts";
+import { expectCliError } from "../support/backup.ts";
+import { createTestContext, type TestContext } from "../support/harness.ts";
+import { runInProcess } from "../support/in-process-cli.ts";
+
+/**
+ * Restores that did not finish, and what comes after them: whatever stopped a restore, the data
+ * dir must never pass for a fresh one (serve would initialise a blank install there), and the
+ * operator must be able to run the restore again.
+ */
+const PASSPHRASE = "test passphrase";
+const ENV = { LICENSING_KEYSTORE_PASSPHRASE: PASSPHRASE };
+let t: TestContext;
+let scratch: string;
+let backup: string;
+
+beforeEach(() => {
+  t = createTestContext();
+  scratch = mkdtempSync(join(tmpdir(), "licensing-restore-"));
+  backup = join(scratch, "backup");
+  takeBackup(resolveConfig({ "data-dir": t.dir }, ENV, scratch), backup, { includePassphrase: false });
+});
+afterEach(() => {
+  t.close();
+  rmSync(scratch, { recursive: true, force: true });
+});
+
+const configFor = (dataDir: string, env: Record<string, string> = ENV) =>
+  resolveConfig({ "data-dir": dataDir }, env, scratch);
+
+/** The data dir as a restore leaves it when it is killed while checking the backup in staging. */
+function interruptedRestore(name: string): string {
+  const dataDir = join(scratch, name);
+  const staging = join(dataDir, ".restore-Kx3pQa");
+  mkdirSync(staging, { recursive: true });
+  copyFileSync(join(backup, "licensing.db"), join(staging, "licensing.db"));
+  copyFileSync(join(backup, "keystore.json"), join(staging, "keystore.json"));
+  return dataDir;
+}
+
+describe("after a restore that did not finish", () => {
+  test("init refuses the data dir, names the staging folder and creates nothing", async () => {
+    const dataDir = interruptedRestore("d");
+    const init = await runInProcess(["init", "--data-dir", "d"], scratch, ENV);
+    expect(init.code).toBe(1);
+    expect(init.stderr).toBe(
+      `licensing init: a restore into ${dataDir} did not finish (it left ${join(dataDir, ".restore-Kx3pQa")}); ` +
+        "run the restore again, which removes that folder first, or delete the folder to use the directory without the backup\n",
+    );
+    expect(init.stdout).not.toContain("lsk_");
+    expect(readdirSync(dataDir)).toEqual([".restore-Kx3pQa"]);
+  });
+
+  test("the restore run again removes the staging folder it left, once the backup has passed its checks", async () => {
+    const dataDir = interruptedRestore("d");
+    // A retry that is itself refused leaves the folder, so serve still refuses the directory.
+    expectCliError(
+      () =>
+        restoreBackup(configFor(dataDir, { LICENSING_KEYSTORE_PASSPHRASE: "another passphrase" }), backup),
+      /passphrase is wrong/,
+    );
+    expect(readdirSync(dataDir)).toEqual([".restore-Kx3pQa"]);
+
+    const retry = await runInProcess(["restore", "backup", "--data-dir", "d"], scratch, ENV);
+    expect(retry.code).toBe(0);
+    expect(retry.stderr).toBe(
+      `Removed ${join(dataDir, ".restore-Kx3pQa")}, left by an earlier restore that did not finish.\n`,
+    );
+    expect(readdirSync(dataDir).sort()).toEqual(["keystore.json", "licensing.db"]);
+  });
+
+  test("a restore that died while putting files in place is not cleared: restore names what is there and asks for an empty directory", () => {
+    const dataDir = interruptedRestore("d");
+    copyFileSync(join(backup, "licensing.db"), join(dataDir, "licensing.db"));
+    writeFileSync(join(dataDir, "notes.txt"), "kept");
+    expectCliError(
+      () => restoreBackup(configFor(dataDir), backup),
+      /is not empty: it holds licensing\.db, notes\.txt beside \.restore-Kx3pQa, left by a restore that did not finish; .*empty the directory and restore again$/,
+    );
+    expect(readdirSync(dataDir).sort()).toEqual([".restore-Kx3pQa", "licensing.db", "notes.txt"]);
+  });
+});
