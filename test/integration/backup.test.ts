@@ -11,7 +11,8 @@ import {
 } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { restoreBackup, serveHint, takeBackup } from "../../src/cli/backup.ts";
+import { takeBackup } from "../../src/cli/backup.ts";
+import { restoreBackup, serveHint } from "../../src/cli/restore.ts";
 import { serveCommand } from "../../src/cli/serve.ts";
 import { resolvePassphrase } from "../../src/cli/shared.ts";
 import { parseCommandLine, resolveConfig } from "../../src/config.ts";
