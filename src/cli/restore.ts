@@ -1,9 +1,11 @@
 import {
   chmodSync,
+  closeSync,
   copyFileSync,
   existsSync,
   mkdirSync,
   mkdtempSync,
+  openSync,
   readdirSync,
   readFileSync,
   rmSync,
@@ -46,7 +48,7 @@ export interface RestoreResult {
   applied: string[];
   /** Where serve finds the passphrase by default; null when the operator gave it another way. */
   passphraseFile: string | null;
-  /** Staging folders of earlier restores that did not finish, removed before this one began. */
+  /** Staging folders of earlier restores that did not finish, removed once this one was in place. */
   cleared: string[];
 }
 
@@ -57,7 +59,11 @@ export interface RestoreResult {
  * The staging folder is inside the target, so a restore that dies leaves a directory `serve` and
  * `init` refuse (shared.ts) rather than one that looks like a fresh volume.
  */
-export function restoreBackup(config: Config, inDir: string): RestoreResult {
+export function restoreBackup(
+  config: Config,
+  inDir: string,
+  writes: TargetWrites = FILE_SYSTEM,
+): RestoreResult {
   const manifest = readManifest(inDir);
   const dataDir = config.dataDir;
   const cleared = checkTarget(dataDir);
@@ -104,19 +110,73 @@ export function restoreBackup(config: Config, inDir: string): RestoreResult {
     } finally {
       store.close();
     }
-    copyStore(join(staging, STORE), paths.store);
-    place(join(staging, KEYSTORE), paths.keystore);
-    let passphraseFile: string | null = null;
-    if (fromBackup) {
-      writeFileSync(paths.passphrase, `${passphrase}\n`, { mode: 0o600, flag: "wx" });
-      fsyncFile(paths.passphrase);
-      passphraseFile = paths.passphrase;
+    putInPlace(staging, dataDir, fromBackup ? passphrase : null, writes);
+    if (cleared.length > 0) {
+      for (const name of cleared) rmSync(join(dataDir, name), { recursive: true, force: true });
+      fsyncDir(dataDir);
     }
-    for (const name of cleared) rmSync(join(dataDir, name), { recursive: true, force: true });
-    fsyncDir(dataDir);
-    return { dataDir, schema, applied, passphraseFile, cleared: cleared.map((name) => join(dataDir, name)) };
+    return {
+      dataDir,
+      schema,
+      applied,
+      passphraseFile: fromBackup ? paths.passphrase : null,
+      cleared: cleared.map((name) => join(dataDir, name)),
+    };
   } finally {
     rmSync(staging, { recursive: true, force: true });
+  }
+}
+
+/**
+ * The calls that write the restored files into the target: node's, replaced only by tests that
+ * make them fail part-way, as a full disk does (a small enough volume needs root to mount).
+ */
+export interface TargetWrites {
+  copyFile: typeof copyFileSync;
+  writeFile: typeof writeFileSync;
+}
+const FILE_SYSTEM: TargetWrites = { copyFile: copyFileSync, writeFile: writeFileSync };
+
+/**
+ * Store, keystore last as `init` does, then the passphrase when it came from the backup. Nothing
+ * is overwritten (each file is created exclusively). A step that fails, above all for want of
+ * space (the store is copied a second time here), takes out what the steps before it put in
+ * place, and copyStore what it wrote itself: the target is left as it was, and the restore can
+ * simply be run again once there is room.
+ */
+function putInPlace(staging: string, dataDir: string, passphrase: string | null, writes: TargetWrites): void {
+  const paths = dataPaths(dataDir);
+  const placed: string[] = [];
+  try {
+    copyStore(join(staging, STORE), paths.store, writes.copyFile);
+    placed.push(paths.store);
+    place(join(staging, KEYSTORE), paths.keystore);
+    placed.push(paths.keystore);
+    if (passphrase !== null) {
+      createExclusively(paths.passphrase);
+      placed.push(paths.passphrase);
+      writes.writeFile(paths.passphrase, `${passphrase}\n`);
+      fsyncFile(paths.passphrase);
+    }
+    fsyncDir(dataDir);
+  } catch (error) {
+    for (const path of placed.reverse()) rmSync(path, { force: true });
+    if (error instanceof CliError) throw error;
+    throw new CliError(
+      `cannot put the restored files into ${dataDir}: ${(error as Error).message}; ` +
+        "nothing of this restore was left there: make room (restore needs about twice the store's size free) and run it again",
+    );
+  }
+}
+
+function createExclusively(path: string): void {
+  try {
+    closeSync(openSync(path, "wx", 0o600));
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === "EEXIST") {
+      throw new CliError(`${path} appeared while restoring; refusing to overwrite it`);
+    }
+    throw error;
   }
 }
 

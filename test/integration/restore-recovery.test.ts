@@ -1,9 +1,17 @@
 import { afterEach, beforeEach, describe, expect, test } from "bun:test";
-import { copyFileSync, mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
+import {
+  copyFileSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  writeFileSync,
+} from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { takeBackup } from "../../src/cli/backup.ts";
-import { restoreBackup } from "../../src/cli/restore.ts";
+import { restoreBackup, type TargetWrites } from "../../src/cli/restore.ts";
 import { resolveConfig } from "../../src/config.ts";
 import { expectCliError } from "../support/backup.ts";
 import { createTestContext, type TestContext } from "../support/harness.ts";
@@ -57,7 +65,7 @@ describe("after a restore that did not finish", () => {
     expect(readdirSync(dataDir)).toEqual([".restore-Kx3pQa"]);
   });
 
-  test("the restore run again removes the staging folder it left, once the backup has passed its checks", async () => {
+  test("the restore run again removes the staging folder it left, and a retry that is refused too keeps it", async () => {
     const dataDir = interruptedRestore("d");
     // A retry that is itself refused leaves the folder, so serve still refuses the directory.
     expectCliError(
@@ -84,5 +92,53 @@ describe("after a restore that did not finish", () => {
       /is not empty: it holds licensing\.db, notes\.txt beside \.restore-Kx3pQa, left by a restore that did not finish; .*empty the directory and restore again$/,
     );
     expect(readdirSync(dataDir).sort()).toEqual([".restore-Kx3pQa", "licensing.db", "notes.txt"]);
+  });
+});
+
+/** What a write on a full volume throws. */
+const noSpace = () =>
+  Object.assign(new Error("ENOSPC: no space left on device, write"), { code: "ENOSPC", syscall: "write" });
+
+/**
+ * The file-system calls restore writes the target with, failing as on a full disk: the file is
+ * written up to half and then the write fails. A tmpfs of the right size would need root.
+ */
+const fullDisk = (which: keyof TargetWrites): TargetWrites => ({
+  copyFile: (from, to) => {
+    if (which !== "copyFile") return copyFileSync(from, to);
+    const bytes = readFileSync(from);
+    writeFileSync(to, bytes.subarray(0, bytes.length >> 1));
+    throw noSpace();
+  },
+  writeFile: (path, data) => {
+    if (which !== "writeFile") return writeFileSync(path, data);
+    writeFileSync(path, String(data).slice(0, 3));
+    throw noSpace();
+  },
+});
+
+describe("a restore that runs out of space", () => {
+  test("while copying the store into place removes the half-written store, and the restore run again succeeds", () => {
+    const target = join(scratch, "d");
+    expectCliError(
+      () => restoreBackup(configFor(target), backup, fullDisk("copyFile")),
+      /^cannot put the restored files into .*: ENOSPC: no space left on device, write; nothing of this restore was left there: make room \(restore needs about twice the store's size free\) and run it again$/,
+    );
+    expect(readdirSync(target)).toEqual([]);
+    restoreBackup(configFor(target), backup);
+    expect(readdirSync(target).sort()).toEqual(["keystore.json", "licensing.db"]);
+  });
+
+  test("while writing the passphrase from the backup takes out the store and keystore it had put in place", () => {
+    const withPassphrase = join(scratch, "with-passphrase");
+    takeBackup(configFor(t.dir), withPassphrase, { includePassphrase: true });
+    const target = join(scratch, "d");
+    expectCliError(
+      () => restoreBackup(configFor(target, {}), withPassphrase, fullDisk("writeFile")),
+      /^cannot put the restored files into .*: ENOSPC/,
+    );
+    expect(readdirSync(target)).toEqual([]);
+    restoreBackup(configFor(target, {}), withPassphrase);
+    expect(readFileSync(join(target, "keystore.passphrase"), "utf8")).toBe(`${PASSPHRASE}\n`);
   });
 });
