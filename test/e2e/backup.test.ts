@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, expect, test } from "bun:test";
-import { existsSync, readdirSync } from "node:fs";
+import { copyFileSync, existsSync, readdirSync } from "node:fs";
 import { join } from "node:path";
 import { TestDevice } from "../support/device.ts";
 import {
@@ -235,4 +235,51 @@ test("a restore stopped half-way leaves a directory serve refuses instead of ini
   servers.push(restored);
   const read = await api(restored.url, liveKey, "GET", `/mgmt/v1/products/${product.body.data.public_id}`);
   expect(read.status).toBe(200);
+}, 60_000);
+
+test("serve refuses a data dir whose keystore is another install's (it opens, but its data key does not decrypt the store) instead of answering 500 on license reads", async () => {
+  const server = servers[0] as ServerProcess;
+  const product = await api(server.url, liveKey, "POST", "/mgmt/v1/products", {
+    name: "Keyed",
+    code: "keyed",
+    environment: "live",
+  });
+  const policy = await api(server.url, liveKey, "POST", "/mgmt/v1/policies", {
+    product_id: product.body.data.public_id,
+    name: "Std",
+  });
+  const license = await api(server.url, liveKey, "POST", "/mgmt/v1/licenses", {
+    product_id: product.body.data.public_id,
+    policy_id: policy.body.data.public_id,
+  });
+  expect(license.status).toBe(201);
+  const backupDir = join(tempDir(), "backup");
+  expect((await runCli(["backup", backupDir, "--data-dir", dataDir])).exitCode).toBe(0);
+  const passphraseFile = join(dataDir, "keystore.passphrase");
+  const target = join(tempDir(), "target");
+  const restore = await runCli([
+    "restore",
+    backupDir,
+    "--data-dir",
+    target,
+    "--passphrase-file",
+    passphraseFile,
+  ]);
+  expect(restore.exitCode).toBe(0);
+  // Another install sealed with the same passphrase: its keystore opens where this one did.
+  const other = join(tempDir(), "other");
+  expect((await runCli(["init", "--data-dir", other, "--passphrase-file", passphraseFile])).exitCode).toBe(0);
+  copyFileSync(join(other, "keystore.json"), join(target, "keystore.json"));
+
+  const served = await runServeToExit(["--data-dir", target, "--passphrase-file", passphraseFile]);
+  expect(served.exitCode).toBe(1);
+  // Which license is tried first depends on what the earlier tests created.
+  expect(served.stderr).toContain(
+    "licensing serve: the keystore's data key does not decrypt the store's secrets (licenses.key_ciphertext of lic_",
+  );
+  expect(served.stderr).toContain(
+    `): ${join(target, "keystore.json")} is not the keystore of this store; put back the one that belongs with it (restore both from one backup)\n`,
+  );
+  expect(served.stderr).not.toContain('"msg":"listening"');
+  expect(await isListening(served.port)).toBe(false);
 }, 60_000);

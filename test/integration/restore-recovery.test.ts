@@ -1,3 +1,4 @@
+import { Database } from "bun:sqlite";
 import { afterEach, beforeEach, describe, expect, test } from "bun:test";
 import {
   copyFileSync,
@@ -13,7 +14,8 @@ import { join } from "node:path";
 import { takeBackup } from "../../src/cli/backup.ts";
 import { restoreBackup, type TargetWrites } from "../../src/cli/restore.ts";
 import { resolveConfig } from "../../src/config.ts";
-import { expectCliError } from "../support/backup.ts";
+import { Keystore } from "../../src/crypto/keystore.ts";
+import { expectCliError, reseal } from "../support/backup.ts";
 import { createTestContext, type TestContext } from "../support/harness.ts";
 import { runInProcess } from "../support/in-process-cli.ts";
 
@@ -28,9 +30,10 @@ let t: TestContext;
 let scratch: string;
 let backup: string;
 
-beforeEach(() => {
+beforeEach(async () => {
   t = createTestContext();
   scratch = mkdtempSync(join(tmpdir(), "licensing-restore-"));
+  await seedLicense();
   backup = join(scratch, "backup");
   takeBackup(resolveConfig({ "data-dir": t.dir }, ENV, scratch), backup, { includePassphrase: false });
 });
@@ -38,6 +41,36 @@ afterEach(() => {
   t.close();
   rmSync(scratch, { recursive: true, force: true });
 });
+
+/** A product, a policy and a license: the store then holds an encrypted license key. */
+async function seedLicense(): Promise<string> {
+  const product = await t.call("POST", "/mgmt/v1/products", {
+    body: { name: "Desk", code: "desk", environment: "live" },
+    headers: t.idem(),
+  });
+  const policy = await t.call("POST", "/mgmt/v1/policies", {
+    body: { product_id: product.body.data.public_id, name: "Std" },
+    headers: t.idem(),
+  });
+  const license = await t.call("POST", "/mgmt/v1/licenses", {
+    body: { product_id: product.body.data.public_id, policy_id: policy.body.data.public_id },
+    headers: t.idem(),
+  });
+  expect(license.status).toBe(201);
+  return license.body.data.public_id;
+}
+
+/** Changes the backup's store with foreign keys off, as a hand outside the service would. */
+function alterStore(dir: string, sql: string): void {
+  const sqlite = new Database(join(dir, "licensing.db"));
+  try {
+    sqlite.run("PRAGMA foreign_keys = OFF");
+    sqlite.run(sql);
+  } finally {
+    sqlite.close();
+  }
+  reseal(dir);
+}
 
 const configFor = (dataDir: string, env: Record<string, string> = ENV) =>
   resolveConfig({ "data-dir": dataDir }, env, scratch);
@@ -140,5 +173,31 @@ describe("a restore that runs out of space", () => {
     expect(readdirSync(target)).toEqual([]);
     restoreBackup(configFor(target, {}), withPassphrase);
     expect(readFileSync(join(target, "keystore.passphrase"), "utf8")).toBe(`${PASSPHRASE}\n`);
+  });
+});
+
+describe("a backup whose parts do not belong together", () => {
+  test("is refused when the keystore opens but its data key does not decrypt the store's license keys, though the store lists no signing key it lacks", () => {
+    // The store's signing keys gone, so the check that the keystore holds them passes.
+    alterStore(backup, "DELETE FROM signing_keys");
+    rmSync(join(backup, "keystore.json"));
+    Keystore.create(join(backup, "keystore.json"), PASSPHRASE, { scryptN: 1024 });
+    reseal(backup);
+    const target = join(scratch, "d");
+    expectCliError(
+      () => restoreBackup(configFor(target), backup),
+      /^the backup's store cannot be used: the keystore's data key does not decrypt the store's secrets \(licenses\.key_ciphertext of lic_\w+\); the two do not belong together$/,
+    );
+    expect(readdirSync(target)).toEqual([]);
+  });
+
+  test("is refused when a row refers to a row the store does not hold", () => {
+    alterStore(backup, "DELETE FROM products");
+    const target = join(scratch, "d");
+    expectCliError(
+      () => restoreBackup(configFor(target), backup),
+      /^the backup's store cannot be used: the store is damaged: \d+ row\(s\) refer to rows it does not hold \(the first: row \d+ of \w+, whose products row is missing\)$/,
+    );
+    expect(readdirSync(target)).toEqual([]);
   });
 });
