@@ -6,6 +6,7 @@ import { initCommand } from "./cli/init.ts";
 import { keysCommands } from "./cli/keys.ts";
 import { offlineCommands } from "./cli/offline.ts";
 import { planCommands } from "./cli/plan.ts";
+import { restoreCommands } from "./cli/restore.ts";
 import { sealCommand } from "./cli/seal.ts";
 import { sealingKeysCommands } from "./cli/sealing-keys.ts";
 import { serveCommand } from "./cli/serve.ts";
@@ -39,6 +40,7 @@ const COMMANDS: readonly Command[] = [
   sealCommand,
   ...offlineCommands,
   ...backupCommands,
+  ...restoreCommands,
   ...billingCommands,
   versionCommand,
 ];

@@ -26,6 +26,7 @@ import { createMailTransport, DEFAULT_MAIL_FROM } from "./mail/transport.ts";
 import { MailWorker } from "./mail/worker.ts";
 import { createServices } from "./services.ts";
 import { startCheckpointer } from "./store/checkpointer.ts";
+import { undecryptableValue } from "./store/data-key.ts";
 import { openStore, type Store, unusableStoreFile } from "./store/db.ts";
 import { migrate } from "./store/migrate.ts";
 
@@ -133,6 +134,17 @@ function openMigratedStore(config: Config, logger: Logger): Store {
 export function startServer({ config, passphrase, logger }: StartOptions): RunningServer {
   const keystore = openKeystore(config.dataDir, passphrase);
   const store = openMigratedStore(config, logger);
+  // A keystore of another install opens with its own passphrase; without this, every read of a
+  // license would answer 500 instead of the server refusing to start.
+  const unreadable = undecryptableValue(store.sqlite, new SecretBox(keystore.secret("data-key")));
+  if (unreadable) {
+    store.close();
+    throw new StartupError(
+      `the keystore's data key does not decrypt the store's secrets (${unreadable}): ` +
+        `${dataPaths(config.dataDir).keystore} is not the keystore of this store; ` +
+        "put back the one that belongs with it (restore both from one backup)",
+    );
+  }
   const checkpointer = startCheckpointer(store.sqlite, dataPaths(config.dataDir).store, {
     onRestart: ({ heldMs, checkpointMs, caughtUp, databaseSyncMs }) =>
       logger.log(caughtUp ? "debug" : "info", "wal restart", {

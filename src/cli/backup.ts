@@ -2,10 +2,8 @@ import { Database } from "bun:sqlite";
 import { randomBytes } from "node:crypto";
 import {
   chmodSync,
-  copyFileSync,
   existsSync,
   mkdirSync,
-  mkdtempSync,
   readdirSync,
   readFileSync,
   renameSync,
@@ -15,7 +13,7 @@ import {
 } from "node:fs";
 import { dirname, isAbsolute, join, normalize } from "node:path";
 import pkg from "../../package.json" with { type: "json" };
-import { CONFIG_OPTIONS, type Config, dataPaths } from "../config.ts";
+import { type Config, dataPaths } from "../config.ts";
 import { Keystore, KeystoreError } from "../crypto/keystore.ts";
 import {
   BACKUP_FORMAT,
@@ -24,28 +22,15 @@ import {
   describeFile,
   fsyncFile,
   MANIFEST_NAME,
-  parseManifest,
   snapshotStore,
 } from "../store/backup.ts";
-import { openStore } from "../store/db.ts";
-import { migrate } from "../store/migrate.ts";
 import { UsageError } from "./args.ts";
-import { copyStore, fsyncDir, place } from "./init.ts";
-import {
-  CliError,
-  type Command,
-  err,
-  JSON_OPTION,
-  out,
-  readSecretLine,
-  resolvePassphrase,
-} from "./shared.ts";
+import { fsyncDir } from "./init.ts";
+import { CliError, type Command, err, JSON_OPTION, out, resolvePassphrase } from "./shared.ts";
 
-const STORE = "licensing.db";
-const KEYSTORE = "keystore.json";
-const PASSPHRASE = "keystore.passphrase";
-/** The only names a backup may hold, so a doctored manifest cannot make restore read elsewhere. */
-const KNOWN_FILES = new Set([STORE, KEYSTORE, PASSPHRASE]);
+export const STORE = "licensing.db";
+export const KEYSTORE = "keystore.json";
+export const PASSPHRASE = "keystore.passphrase";
 
 export interface BackupResult {
   dir: string;
@@ -117,109 +102,7 @@ export function takeBackup(
   }
 }
 
-export interface RestoreResult {
-  dataDir: string;
-  schema: string[];
-  applied: string[];
-  /** Where serve finds the passphrase by default; null when the operator gave it another way. */
-  passphraseFile: string | null;
-}
-
-/**
- * Checks the whole backup (checksums, keystore with the passphrase, store integrity, keys the
- * store needs, migrations) in a staging folder inside the target, and only then puts the files in
- * place, keystore last, as `init` does. The target must be new or empty: nothing is overwritten.
- */
-export function restoreBackup(config: Config, inDir: string): RestoreResult {
-  const manifest = readManifest(inDir);
-  const dataDir = config.dataDir;
-  if (existsSync(dataDir)) {
-    if (!statSync(dataDir).isDirectory()) throw new CliError(`${dataDir} is not a directory`);
-    if (readdirSync(dataDir).length > 0) {
-      throw new CliError(`${dataDir} is not empty; restore only into a new or empty directory`);
-    }
-  }
-  const fromBackup = config.passphraseFile === null && config.passphrase === null;
-  if (fromBackup && !manifest.files[PASSPHRASE]) {
-    throw new CliError(
-      "the backup holds no passphrase; give the one its keystore was sealed with " +
-        "(--passphrase-file, LICENSING_KEYSTORE_PASSPHRASE_FILE or LICENSING_KEYSTORE_PASSPHRASE)",
-    );
-  }
-  const passphrase = fromBackup
-    ? readSecretLine(join(inDir, PASSPHRASE), "the backup's passphrase file")
-    : resolvePassphrase(config, { generate: false }).passphrase;
-  mkdirSync(dataDir, { recursive: true, mode: 0o700 });
-  const paths = dataPaths(dataDir);
-  const staging = mkdtempSync(join(dataDir, ".restore-"));
-  try {
-    copyFileSync(join(inDir, STORE), join(staging, STORE));
-    copyFileSync(join(inDir, KEYSTORE), join(staging, KEYSTORE));
-    chmodSync(join(staging, KEYSTORE), 0o600);
-    const keystore = openVerified(join(staging, KEYSTORE), passphrase, "the backup's keystore");
-    const store = openStore(join(staging, STORE));
-    let applied: string[];
-    let schema: string[];
-    try {
-      checkStore(store.sqlite, keystore);
-      try {
-        applied = migrate(store.sqlite).applied;
-      } catch (error) {
-        throw new CliError(`cannot restore this backup: ${(error as Error).message}`);
-      }
-      schema = checkStore(store.sqlite, keystore).schema;
-      // One self-contained file before it is copied into place, as init leaves it.
-      store.sqlite.run("PRAGMA wal_checkpoint(TRUNCATE)");
-    } catch (error) {
-      if (error instanceof CliError) throw error;
-      throw new CliError(`the backup's store cannot be used: ${(error as Error).message}`);
-    } finally {
-      store.close();
-    }
-    copyStore(join(staging, STORE), paths.store);
-    place(join(staging, KEYSTORE), paths.keystore);
-    let passphraseFile: string | null = null;
-    if (fromBackup) {
-      writeFileSync(paths.passphrase, `${passphrase}\n`, { mode: 0o600, flag: "wx" });
-      fsyncFile(paths.passphrase);
-      passphraseFile = paths.passphrase;
-    }
-    fsyncDir(dataDir);
-    return { dataDir, schema, applied, passphraseFile };
-  } finally {
-    rmSync(staging, { recursive: true, force: true });
-  }
-}
-
-function readManifest(inDir: string): BackupManifest {
-  const manifestPath = join(inDir, MANIFEST_NAME);
-  if (!existsSync(manifestPath)) {
-    throw new CliError(`${inDir} has no ${MANIFEST_NAME}; give a directory written by "licensing backup"`);
-  }
-  let manifest: BackupManifest;
-  try {
-    manifest = parseManifest(readFileSync(manifestPath, "utf8"));
-  } catch (error) {
-    throw new CliError(`${inDir}: ${(error as Error).message}`);
-  }
-  for (const name of Object.keys(manifest.files)) {
-    if (!KNOWN_FILES.has(name)) throw new CliError(`${MANIFEST_NAME} lists an unknown file "${name}"`);
-  }
-  for (const name of [STORE, KEYSTORE]) {
-    if (!manifest.files[name]) throw new CliError(`${MANIFEST_NAME} does not list ${name}`);
-  }
-  for (const [name, expected] of Object.entries(manifest.files)) {
-    const path = join(inDir, name);
-    if (!existsSync(path)) throw new CliError(`${path} is missing; the backup is incomplete`);
-    const actual = describeFile(path);
-    if (actual.sha256 !== expected.sha256 || actual.bytes !== expected.bytes) {
-      throw new CliError(`${path} does not match its checksum in ${MANIFEST_NAME}; the backup is damaged`);
-    }
-  }
-  return manifest;
-}
-
-function openVerified(path: string, passphrase: string, what: string): Keystore {
+export function openVerified(path: string, passphrase: string, what: string): Keystore {
   try {
     return Keystore.open(path, passphrase);
   } catch (error) {
@@ -237,9 +120,10 @@ function readOnly<T>(path: string, work: (sqlite: Database) => T): T {
   }
 }
 
-const resolvePath = (path: string, cwd: string) => normalize(isAbsolute(path) ? path : join(cwd, path));
+export const resolvePath = (path: string, cwd: string) =>
+  normalize(isAbsolute(path) ? path : join(cwd, path));
 
-function onePositional(positionals: readonly string[], what: string): string {
+export function onePositional(positionals: readonly string[], what: string): string {
   const [first, extra] = positionals;
   if (first === undefined) throw new UsageError(`give the ${what}`);
   if (extra !== undefined) throw new UsageError(`unexpected argument ${extra}`);
@@ -281,66 +165,4 @@ export const backupCommand: Command = {
   },
 };
 
-export const restoreCommand: Command = {
-  name: "restore",
-  summary:
-    "Restore a backup into a new or empty data directory, after checking it: checksums, the keystore " +
-    "with the passphrase, the store's integrity and migrations.",
-  usage: "licensing restore IN --data-dir DIR [--passphrase-file FILE] [--json]",
-  // --data-dir is the shared option (its flag and variable feed config.dataDir) with its own
-  // help: for restore it has no default.
-  configKeys: ["passphraseFile"],
-  options: [
-    {
-      ...CONFIG_OPTIONS.dataDir,
-      description: "the new or empty data directory to restore into (required)",
-    },
-    JSON_OPTION,
-  ],
-  run(line, context) {
-    const inDir = resolvePath(onePositional(line.positionals, "backup directory to restore"), context.cwd);
-    // The default ./data depends on the directory the shell happens to be in: a forgotten flag
-    // would restore there, and `serve` on the real data directory would go on with the old store.
-    if (typeof line.flags["data-dir"] !== "string" && !context.env[CONFIG_OPTIONS.dataDir.env])
-      throw new UsageError(
-        `--data-dir (or ${CONFIG_OPTIONS.dataDir.env}) is required: the new or empty directory to restore into`,
-      );
-    const result = restoreBackup(line.config, inDir);
-    if (line.flags.json === true) {
-      out(
-        JSON.stringify({
-          data_dir: result.dataDir,
-          schema: result.schema,
-          applied: result.applied,
-          passphrase_file: result.passphraseFile,
-        }),
-      );
-    } else {
-      out(
-        `Restored into ${result.dataDir} (schema ${result.schema.at(-1) ?? "none"}` +
-          `${result.applied.length > 0 ? `, migrated: ${result.applied.join(", ")}` : ""}). ` +
-          `Start it with: ${serveHint(result, line.config)}`,
-      );
-    }
-    return 0;
-  },
-};
-
-/**
- * The serve command that starts the restored data dir. A passphrase left out of the backup is not
- * in the data dir either, so serve needs the same source restore used, or it fails to start.
- */
-export function serveHint(result: RestoreResult, config: Config): string {
-  const command = `licensing serve --data-dir ${shellWord(result.dataDir)}`;
-  if (result.passphraseFile !== null) return command;
-  if (config.passphraseFile !== null)
-    return `${command} --passphrase-file ${shellWord(config.passphraseFile)}`;
-  // Never the passphrase itself on a command line (shell history, ps).
-  return `${command} (with LICENSING_KEYSTORE_PASSPHRASE set, as for this restore)`;
-}
-
-/** A path as one shell word, so the hint can be pasted as printed. */
-const shellWord = (word: string): string =>
-  /^[\w@%+=:,./-]+$/.test(word) ? word : `'${word.replaceAll("'", "'\\''")}'`;
-
-export const backupCommands = [backupCommand, restoreCommand];
+export const backupCommands = [backupCommand];

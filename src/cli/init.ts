@@ -1,6 +1,5 @@
 import {
   closeSync,
-  constants,
   copyFileSync,
   fchmodSync,
   fsyncSync,
@@ -27,6 +26,7 @@ import {
   isInitialised,
   JSON_OPTION,
   out,
+  refuseInterruptedRestore,
   resolvePassphrase,
 } from "./shared.ts";
 
@@ -49,6 +49,7 @@ export interface InitResult {
 export function initialise(config: Config): InitResult {
   const dataDir = config.dataDir;
   mkdirSync(dataDir, { recursive: true, mode: 0o700 });
+  refuseInterruptedRestore(dataDir);
   if (isInitialised(dataDir)) {
     throw new CliError(
       `${dataDir} is already initialised (it has a store or keystore); refusing to overwrite it`,
@@ -114,19 +115,30 @@ export function place(from: string, to: string): void {
  * as long as any statement of the closed staging connection lives, and `serve` opens the store in
  * the same process right after init. Under a hard link that state would still name the staging
  * -shm file, and the server would never see writes made by other processes (the CLI).
+ *
+ * The file is created empty first, exclusively (an existing one is refused and left alone), so
+ * from then on it is ours: a copy that fails half-way (a full disk) removes what it wrote, rather
+ * than leaving a truncated store that every later init or restore takes for a real one.
+ * `copyFile` is node's, replaced only by tests that make it fail part-way.
  */
-export function copyStore(from: string, to: string): void {
+export function copyStore(from: string, to: string, copyFile: typeof copyFileSync = copyFileSync): void {
   try {
-    copyFileSync(from, to, constants.COPYFILE_EXCL);
+    closeSync(openSync(to, "wx", 0o600));
   } catch (error) {
     refuseExisting(to, error);
   }
-  const fd = openSync(to, "r+");
   try {
-    fchmodSync(fd, 0o600);
-    fsyncSync(fd);
-  } finally {
-    closeSync(fd);
+    copyFile(from, to);
+    const fd = openSync(to, "r+");
+    try {
+      fchmodSync(fd, 0o600);
+      fsyncSync(fd);
+    } finally {
+      closeSync(fd);
+    }
+  } catch (error) {
+    rmSync(to, { force: true });
+    throw error;
   }
 }
 

@@ -2,7 +2,7 @@ import { jsonLogger } from "../http/logger.ts";
 import { startServer } from "../server.ts";
 import { UsageError } from "./args.ts";
 import { describeInit, initialise } from "./init.ts";
-import { type Command, isInitialised, out, resolvePassphrase } from "./shared.ts";
+import { type Command, isInitialised, out, refuseInterruptedRestore, resolvePassphrase } from "./shared.ts";
 
 export const serveCommand: Command = {
   name: "serve",
@@ -33,6 +33,8 @@ export const serveCommand: Command = {
     if (line.positionals.length > 0) throw new UsageError(`unexpected argument ${line.positionals[0]}`);
     const { config } = line;
     const logger = jsonLogger(config.logLevel);
+    // Before anything else, initialised or not: the files in place may be only part of a restore.
+    refuseInterruptedRestore(config.dataDir);
     if (!isInitialised(config.dataDir)) {
       const result = initialise(config);
       out(describeInit(result));

@@ -1,5 +1,16 @@
 import { randomBytes } from "node:crypto";
-import { closeSync, existsSync, openSync, readFileSync, readSync, statSync, writeFileSync } from "node:fs";
+import {
+  closeSync,
+  existsSync,
+  lstatSync,
+  openSync,
+  readdirSync,
+  readFileSync,
+  readSync,
+  statSync,
+  writeFileSync,
+} from "node:fs";
+import { join } from "node:path";
 import {
   CONFIG_OPTIONS,
   type CommandLine,
@@ -62,6 +73,43 @@ export const err = (text: string): void => {
 export function isInitialised(dataDir: string): boolean {
   const paths = dataPaths(dataDir);
   return existsSync(paths.keystore) || existsSync(paths.store);
+}
+
+/**
+ * Where `restore` builds and checks the data dir before putting its files in place. The folder is
+ * made inside the data dir on purpose: a restore that dies half-way (SIGTERM, kill -9, a reboot)
+ * leaves the directory non-empty, so nothing can mistake it for a fresh volume to initialise.
+ */
+export const RESTORE_STAGING_PREFIX = ".restore-";
+
+/** The `.restore-*` folders in a data dir, sorted: each was left by a restore that did not finish. */
+export function leftoverRestores(dataDir: string): string[] {
+  let names: string[];
+  try {
+    names = readdirSync(dataDir);
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException).code;
+    if (code === "ENOENT" || code === "ENOTDIR") return [];
+    throw error;
+  }
+  // lstat: a symbolic link with that name is not a folder restore made, and is never removed.
+  return names
+    .filter((name) => name.startsWith(RESTORE_STAGING_PREFIX) && lstatSync(join(dataDir, name)).isDirectory())
+    .sort();
+}
+
+/**
+ * `serve` and `init` stop at a data dir that a restore was writing when it died: without a store
+ * and keystore in place it would look uninitialised, and a blank install with new API keys would
+ * start where the operator expects the backup.
+ */
+export function refuseInterruptedRestore(dataDir: string): void {
+  const [leftover] = leftoverRestores(dataDir);
+  if (leftover === undefined) return;
+  throw new CliError(
+    `a restore into ${dataDir} did not finish (it left ${join(dataDir, leftover)}); ` +
+      "run the restore again, which removes that folder first, or delete the folder to use the directory without the backup",
+  );
 }
 
 export interface PassphraseSource {

@@ -2,6 +2,8 @@ import { Database } from "bun:sqlite";
 import { createHash } from "node:crypto";
 import { closeSync, fsyncSync, openSync, readFileSync, statSync } from "node:fs";
 import { type Keystore, PRODUCT_SEALING_PREFIX, PRODUCT_SIGNING_PREFIX } from "../crypto/keystore.ts";
+import { SecretBox } from "../crypto/secret-box.ts";
+import { undecryptableValue } from "./data-key.ts";
 
 /**
  * The store half of `licensing backup` and `licensing restore`: a consistent snapshot of a live
@@ -62,8 +64,11 @@ export interface StoreReport {
 }
 
 /**
- * A store is usable with a keystore when SQLite finds no corruption, and every product signing or
- * sealing key it lists has its private half in the keystore (except compromised sealing keys). A
+ * A store is usable with a keystore when SQLite finds no corruption and no row that refers to a
+ * row the store lacks (the service enforces foreign keys, so only a store changed outside it has
+ * one), the keystore's data key decrypts the store's secrets (data-key.ts), and every product
+ * signing or sealing key it lists has its private half in the keystore (except compromised
+ * sealing keys). A
  * key goes into the keystore before its row goes into the store, and the only entries ever
  * removed are those of sealing keys the store already calls compromised, so a keystore copied
  * after the store snapshot passes; one copied before can miss keys made in between, and one
@@ -73,6 +78,16 @@ export function checkStore(sqlite: Database, keystore: Keystore | null): StoreRe
   const integrity = sqlite.query<{ integrity_check: string }, []>("PRAGMA integrity_check").all();
   const verdict = integrity.map((row) => row.integrity_check).join("; ");
   if (verdict !== "ok") throw new Error(`the store is damaged: ${verdict}`);
+  const orphans = sqlite
+    .query<{ table: string; rowid: number | null; parent: string }, []>("PRAGMA foreign_key_check")
+    .all();
+  const [orphan] = orphans;
+  if (orphan) {
+    throw new Error(
+      `the store is damaged: ${orphans.length} row(s) refer to rows it does not hold ` +
+        `(the first: row ${orphan.rowid ?? "?"} of ${orphan.table}, whose ${orphan.parent} row is missing)`,
+    );
+  }
   const tables = sqlite
     .query<{ name: string }, []>(
       "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name",
@@ -107,6 +122,13 @@ export function checkStore(sqlite: Database, keystore: Keystore | null): StoreRe
     if (missing.length > 0) {
       throw new Error(
         `the keystore lacks the private half of key(s) ${missing.join(", ")} that the store lists; ` +
+          "the two do not belong together",
+      );
+    }
+    const unreadable = undecryptableValue(sqlite, new SecretBox(keystore.secret("data-key")));
+    if (unreadable) {
+      throw new Error(
+        `the keystore's data key does not decrypt the store's secrets (${unreadable}); ` +
           "the two do not belong together",
       );
     }

@@ -1,13 +1,17 @@
 import { afterAll, beforeAll, expect, test } from "bun:test";
-import { readdirSync } from "node:fs";
+import { copyFileSync, existsSync, readdirSync } from "node:fs";
 import { join } from "node:path";
 import { TestDevice } from "../support/device.ts";
 import {
   api,
   BUILD_TIMEOUT_MS,
+  cleanEnv,
+  executable,
   initialisedDataDir,
+  isListening,
   removeTempDirs,
   runCli,
+  runServeToExit,
   type ServerProcess,
   startServe,
   tempDir,
@@ -175,4 +179,107 @@ test("a backup taken under write load restores into a server that has every ackn
     expect(activation.status).toBe(201);
     expect(typeof activation.body.data.certificate).toBe("string");
   }
+}, 60_000);
+
+/** The staging folder of a running restore once it holds the backup's files, polled as they land. */
+async function stagingOnceFilled(dataDir: string, deadline: number): Promise<string> {
+  while (Date.now() < deadline) {
+    const staging = existsSync(dataDir)
+      ? readdirSync(dataDir).find((n) => n.startsWith(".restore-"))
+      : undefined;
+    if (staging && existsSync(join(dataDir, staging, "keystore.json"))) return staging;
+    await Bun.sleep(2);
+  }
+  throw new Error(`no filled .restore-* folder appeared in ${dataDir}`);
+}
+
+test("a restore stopped half-way leaves a directory serve refuses instead of initialising, and the restore run again brings the backup back", async () => {
+  const server = servers[0] as ServerProcess;
+  const product = await api(server.url, liveKey, "POST", "/mgmt/v1/products", {
+    name: "Before the backup",
+    code: "before-backup",
+    environment: "live",
+  });
+  const backupDir = join(tempDir(), "backup");
+  expect((await runCli(["backup", backupDir, "--data-dir", dataDir])).exitCode).toBe(0);
+  const target = join(tempDir(), "target");
+  const passphraseFile = join(dataDir, "keystore.passphrase");
+  const restoreArgs = ["restore", backupDir, "--data-dir", target, "--passphrase-file", passphraseFile];
+
+  // SIGTERM while the restore checks the backup in its staging folder (opening the keystore copy
+  // with the passphrase, scrypt, takes a noticeable while): the process dies where it stands.
+  const restore = Bun.spawn([executable(), ...restoreArgs], {
+    env: cleanEnv(),
+    stdout: "ignore",
+    stderr: "ignore",
+  });
+  const staging = await stagingOnceFilled(target, Date.now() + 10_000);
+  restore.kill("SIGTERM");
+  expect(await restore.exited).not.toBe(0);
+  expect(readdirSync(target)).toEqual([staging]);
+
+  const served = await runServeToExit(["--data-dir", target, "--passphrase-file", passphraseFile]);
+  expect(served.exitCode).toBe(1);
+  expect(served.stderr).toContain(
+    `a restore into ${target} did not finish (it left ${join(target, staging)})`,
+  );
+  expect(served.stdout).not.toContain("lsk_");
+  expect(await isListening(served.port)).toBe(false);
+  expect(readdirSync(target)).toEqual([staging]);
+
+  const again = await runCli(restoreArgs);
+  expect(again.exitCode).toBe(0);
+  expect(again.stderr).toContain(`Removed ${join(target, staging)}`);
+  expect(readdirSync(target).sort()).toEqual(["keystore.json", "licensing.db"]);
+  const restored = await startServe(["--data-dir", target, "--passphrase-file", passphraseFile]);
+  servers.push(restored);
+  const read = await api(restored.url, liveKey, "GET", `/mgmt/v1/products/${product.body.data.public_id}`);
+  expect(read.status).toBe(200);
+}, 60_000);
+
+test("serve refuses a data dir whose keystore is another install's (it opens, but its data key does not decrypt the store) instead of answering 500 on license reads", async () => {
+  const server = servers[0] as ServerProcess;
+  const product = await api(server.url, liveKey, "POST", "/mgmt/v1/products", {
+    name: "Keyed",
+    code: "keyed",
+    environment: "live",
+  });
+  const policy = await api(server.url, liveKey, "POST", "/mgmt/v1/policies", {
+    product_id: product.body.data.public_id,
+    name: "Std",
+  });
+  const license = await api(server.url, liveKey, "POST", "/mgmt/v1/licenses", {
+    product_id: product.body.data.public_id,
+    policy_id: policy.body.data.public_id,
+  });
+  expect(license.status).toBe(201);
+  const backupDir = join(tempDir(), "backup");
+  expect((await runCli(["backup", backupDir, "--data-dir", dataDir])).exitCode).toBe(0);
+  const passphraseFile = join(dataDir, "keystore.passphrase");
+  const target = join(tempDir(), "target");
+  const restore = await runCli([
+    "restore",
+    backupDir,
+    "--data-dir",
+    target,
+    "--passphrase-file",
+    passphraseFile,
+  ]);
+  expect(restore.exitCode).toBe(0);
+  // Another install sealed with the same passphrase: its keystore opens where this one did.
+  const other = join(tempDir(), "other");
+  expect((await runCli(["init", "--data-dir", other, "--passphrase-file", passphraseFile])).exitCode).toBe(0);
+  copyFileSync(join(other, "keystore.json"), join(target, "keystore.json"));
+
+  const served = await runServeToExit(["--data-dir", target, "--passphrase-file", passphraseFile]);
+  expect(served.exitCode).toBe(1);
+  // Which license is tried first depends on what the earlier tests created.
+  expect(served.stderr).toContain(
+    "licensing serve: the keystore's data key does not decrypt the store's secrets (licenses.key_ciphertext of lic_",
+  );
+  expect(served.stderr).toContain(
+    `): ${join(target, "keystore.json")} is not the keystore of this store; put back the one that belongs with it (restore both from one backup)\n`,
+  );
+  expect(served.stderr).not.toContain('"msg":"listening"');
+  expect(await isListening(served.port)).toBe(false);
 }, 60_000);

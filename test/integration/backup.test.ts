@@ -11,13 +11,15 @@ import {
 } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { restoreBackup, serveHint, takeBackup } from "../../src/cli/backup.ts";
+import { takeBackup } from "../../src/cli/backup.ts";
+import { restoreBackup, serveHint } from "../../src/cli/restore.ts";
 import { serveCommand } from "../../src/cli/serve.ts";
-import { CliError, resolvePassphrase } from "../../src/cli/shared.ts";
+import { resolvePassphrase } from "../../src/cli/shared.ts";
 import { parseCommandLine, resolveConfig } from "../../src/config.ts";
 import { Keystore } from "../../src/crypto/keystore.ts";
 import { SecretBox } from "../../src/crypto/secret-box.ts";
 import { describeFile } from "../../src/store/backup.ts";
+import { expectCliError, reseal } from "../support/backup.ts";
 import { createTestContext, type TestContext } from "../support/harness.ts";
 import { runInProcess } from "../support/in-process-cli.ts";
 
@@ -67,24 +69,6 @@ function rowsOf(path: string, sql: string) {
   } finally {
     db.close();
   }
-}
-
-/** Rewrites a backup's manifest checksums after a test altered its files on purpose. */
-function reseal(dir: string): void {
-  const manifest = JSON.parse(readFileSync(join(dir, "backup.json"), "utf8"));
-  for (const name of Object.keys(manifest.files)) manifest.files[name] = describeFile(join(dir, name));
-  writeFileSync(join(dir, "backup.json"), JSON.stringify(manifest));
-}
-
-function expectCliError(work: () => unknown, message: RegExp): void {
-  let thrown: unknown;
-  try {
-    work();
-  } catch (error) {
-    thrown = error;
-  }
-  expect(thrown).toBeInstanceOf(CliError);
-  expect((thrown as Error).message).toMatch(message);
 }
 
 describe("backup", () => {

@@ -25,7 +25,7 @@ export const DEFAULT_API_BASE_URL = "https://api.stripe.com";
 export const WEBHOOK_PATH = BILLING_WEBHOOK_PATH;
 export const CLAIM_PATH = "/billing/v1/claims";
 
-const apiKeyContext = (environment: Environment) => `billing-api-key:${environment}`;
+export const apiKeyContext = (environment: Environment) => `billing-api-key:${environment}`;
 const webhookSecretContext = (environment: Environment) => `billing-webhook-secret:${environment}`;
 
 /** Restricted (`rk_`) or secret (`sk_`) keys name their mode; the mode picks the environment. */

@@ -30,7 +30,7 @@ import {
 
 export type LicenseRow = typeof licenses.$inferSelect;
 
-const keyContext = (licenseId: string) => `license-key:${licenseId}`;
+export const keyContext = (licenseId: string) => `license-key:${licenseId}`;
 
 export class LicenseService {
   /** Every activation looks its license up by key: prepared once. */

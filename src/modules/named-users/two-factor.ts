@@ -25,7 +25,7 @@ const ISSUER = "Licensing";
 
 type Writer = Pick<Db, "update" | "insert" | "delete" | "select">;
 
-const secretContext = (userId: string) => `license_users:${userId}:totp`;
+export const secretContext = (userId: string) => `license_users:${userId}:totp`;
 const recoveryPurpose = (userId: string) => `recovery-code:${userId}`;
 /** Recovery codes are typed by people: any case, with or without the dash or spaces. */
 const normalizeRecovery = (code: string) => code.toUpperCase().replace(/[\s-]/g, "");
