@@ -10,6 +10,7 @@ import { overtakenBy, standingDenial } from "./denials.ts";
 import { b64uDecodeLength } from "./encoding.ts";
 import { SdkError, usageError, verificationError } from "./errors.ts";
 import { hpkeOpen } from "./hpke.ts";
+import { canonicalize } from "./jcs.ts";
 import { importDeviceKeys } from "./keys.ts";
 import { evaluateLicense, type LicenseInfo, type LicenseState } from "./license.ts";
 import {
@@ -30,6 +31,7 @@ import {
 } from "./sealed.ts";
 import type { MachineInfo, StoredActivation, StoredDenial, StoredHeartbeat } from "./state.ts";
 import { isRecord, isString, unixSeconds } from "./util.ts";
+import type { TrustBundle } from "./verify.ts";
 
 export interface OfflinePackageInfo {
   activationId: string;
@@ -129,30 +131,41 @@ export class OfflineCapableClient extends ClientCore {
         // An activation that ended on this device (deactivated, or a signed 410) stays ended: its
         // machine slot may be another device's by now.
         if ((await this.state.endedActivations()).includes(activationId))
-          throw new SdkError("ACTIVATION_DEACTIVATED", "the package's activation has ended on this device", {
-            kind: "license",
-            details: { activation_id: activationId, ended_on_device: true },
-          });
-        // Nor does a package replace newer signed state of its activation: a heartbeat's
-        // certificate that says suspended, or lists fewer entitlements, is the newer word.
-        const newest = await this.state.newestAnswer();
-        if (newest !== undefined && newest > manifest.issued_at)
           throw verificationError(
-            "PACKAGE_SUPERSEDED",
-            "this device holds newer signed state for the package's activation; nothing changed",
-            { issued_at: manifest.issued_at, newest_answer: newest },
+            "PACKAGE_ACTIVATION_ENDED",
+            "the package's activation has ended on this device; ask for a new package",
+            { activation_id: activationId },
           );
+        // The device may have heard from the service since the package was made (a hybrid device
+        // online meanwhile, or an issuing host whose clock is behind). The package still stands
+        // for the same license terms, and may last longer; but it must not take back what the
+        // newer word says (a suspension, fewer entitlements, an earlier end).
+        const newest = await this.state.newestAnswer();
+        const older = newest !== undefined && newest > manifest.issued_at;
+        let keepStored = false;
+        if (older) {
+          const newer = await this.storedCertificateClaims(activationId, verified.bundle);
+          if (newer && canonicalize(newer.license) !== canonicalize(certificate.claims.license))
+            throw verificationError(
+              "PACKAGE_SUPERSEDED",
+              "the package's license terms differ from newer ones this device holds; nothing changed",
+              { issued_at: manifest.issued_at, newest_answer: newest },
+            );
+          // Same terms: the certificate that lasts longer is kept.
+          keepStored = newer !== undefined && newer.exp >= certificate.claims.exp;
+        }
         await this.state.setJson("activation", activation);
-        await this.state.set("certificate", certificate.jws);
+        if (!keepStored) await this.state.set("certificate", certificate.jws);
+        // Any denial left is older than the package (standingDenial); a newer heartbeat stays.
         await this.state.delete("denial");
-        await this.state.delete("last_heartbeat");
+        if (!older) await this.state.delete("last_heartbeat");
         await this.state.setNewestAnswer(manifest.issued_at);
       });
       return { activationId, licenseId: manifest.license_id, manifest, expiresAt: manifest.expires_at };
     });
   }
 
-  // ---- offline state (no network use) -----------------------------------------------------------------------
+  // ---- offline state (no network use) ---------------------------------------------------
 
   /** The license state from the cached certificate, re-verified against the cached bundle. */
   async licenseInfo(): Promise<LicenseInfo> {
@@ -222,6 +235,18 @@ export class OfflineCapableClient extends ClientCore {
     } catch (error) {
       await reader.cancel().catch(() => undefined);
       throw error;
+    }
+  }
+
+  /** The stored certificate's claims when it verifies for this activation; undefined otherwise. */
+  private async storedCertificateClaims(activationId: string, fallback: TrustBundle) {
+    const jws = await this.state.get("certificate");
+    if (jws === undefined) return undefined;
+    try {
+      const keys = await this.deviceKeys();
+      return this.verifyCert(jws, (await this.trust.cached()) ?? fallback, keys, activationId).claims;
+    } catch {
+      return undefined;
     }
   }
 

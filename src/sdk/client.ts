@@ -307,7 +307,8 @@ export class LicensingClient extends NamedUserCapableClient {
   async startHeartbeatLoop(callbacks: HeartbeatLoopCallbacks<HeartbeatResult> = {}): Promise<void> {
     await this.requireActivation();
     if (this.loop?.running) return;
-    const last = await this.state.getJson<StoredHeartbeat>("last_heartbeat");
+    // One that cannot be read waits for nothing: the first heartbeat replaces it.
+    const last = await this.state.getJsonOrNone<StoredHeartbeat>("last_heartbeat");
     let delay = 0;
     if (last) {
       const interval = last.next_heartbeat_in * 1000;

@@ -159,12 +159,13 @@ export class ClientCore {
       this.fetchImpl,
       this.trust,
       this.now,
-      async (assertion, receivedAtMs) => {
-        await this.state.setTimeHighWater(assertion.server_time, { fresh: true });
+      async (assertion, receivedAtMs, overtaken) => {
+        await this.state.setTimeHighWater(assertion.server_time, { fresh: !overtaken });
         // Verified time is the truth: a local clock that ran ahead and was corrected is forgiven
-        // (the mark restarts at the server's time, not at this clock's reading of it).
-        await this.state.setLocalHighWater(assertion.server_time, { reset: true });
-        this.clockOffsetSec = assertion.server_time - unixSeconds(receivedAtMs);
+        // (the mark restarts at the server's time, not at this clock's reading of it). Not by an
+        // answer that newer ones overtook: it may have been held back to wind the marks back.
+        await this.state.setLocalHighWater(assertion.server_time, { reset: !overtaken });
+        if (!overtaken) this.clockOffsetSec = assertion.server_time - unixSeconds(receivedAtMs);
       },
     );
   }

@@ -47,8 +47,16 @@ export interface RuntimeResponse {
   bundle: TrustBundle;
 }
 
-/** Called with every verified assertion (success or denial), before anything else happens. */
-export type AssertionObserver = (assertion: ResponseAssertion, receivedAtMs: number) => Promise<void>;
+/**
+ * Called with every verified assertion (success or denial), before anything else happens.
+ * `overtaken`: another verified answer arrived while this one's request was in flight, so this
+ * one may have been held back on its way and is not the newest word on the server's time.
+ */
+export type AssertionObserver = (
+  assertion: ResponseAssertion,
+  receivedAtMs: number,
+  overtaken: boolean,
+) => Promise<void>;
 
 export class Runtime {
   constructor(
@@ -59,7 +67,11 @@ export class Runtime {
     private readonly onVerified: AssertionObserver,
   ) {}
 
+  /** Verified answers so far: a request notes the count when sent, to tell if one overtook it. */
+  private answers = 0;
+
   async call(req: RuntimeRequest): Promise<RuntimeResponse> {
+    const answersAtSend = this.answers;
     const url = new URL(this.config.apiBase + req.path);
     const bodyText = req.body === undefined ? undefined : canonicalize(req.body);
     const headers: Record<string, string> = { accept: "application/json" };
@@ -90,18 +102,23 @@ export class Runtime {
           status: res.status,
         });
       }
-      const verified = await this.verify(res, req.nonce, "data");
+      const verified = await this.verify(res, req.nonce, "data", answersAtSend);
       return { status: res.status, data: verified.envelope.payload, ...verified.rest };
     }
     const subject =
       req.denialSubject ?? (req.deviceProof ? { activation_id: req.deviceProof.activationId } : undefined);
-    throw await this.errorFor(res, req.nonce, subject);
+    throw await this.errorFor(res, req.nonce, answersAtSend, subject);
   }
 
-  private async errorFor(res: HttpResult, nonce: string, subject?: DenialSubject): Promise<SdkError> {
+  private async errorFor(
+    res: HttpResult,
+    nonce: string,
+    answersAtSend: number,
+    subject?: DenialSubject,
+  ): Promise<SdkError> {
     const envelope = readErrorEnvelope(res.body);
     if (envelope && hasSignatureFields(res.body)) {
-      const { envelope: verified } = await this.verify(res, nonce, "error");
+      const { envelope: verified } = await this.verify(res, nonce, "error", answersAtSend);
       const signedError = readErrorEnvelope({ error: verified.payload }) ?? envelope;
       for (const [field, expected] of Object.entries(subject ?? {})) {
         // Authentic, but possibly another device's denial answered with our nonce: act on none.
@@ -140,6 +157,7 @@ export class Runtime {
     res: HttpResult,
     nonce: string,
     payloadField: "data" | "error",
+    answersAtSend: number,
   ): Promise<{ envelope: VerifiedEnvelope; rest: { assertion: ResponseAssertion; bundle: TrustBundle } }> {
     const receivedAtMs = this.now();
     let bundle = await this.trust.current();
@@ -158,7 +176,9 @@ export class Runtime {
       }
       envelope = verifyEnvelope(res.body, { ...opts, bundle });
     }
-    await this.onVerified(envelope.assertion, receivedAtMs);
+    const overtaken = this.answers !== answersAtSend;
+    this.answers++;
+    await this.onVerified(envelope.assertion, receivedAtMs, overtaken);
     return { envelope, rest: { assertion: envelope.assertion, bundle } };
   }
 }

@@ -114,6 +114,20 @@ export class ClientState {
     }
   }
 
+  /**
+   * The item, or undefined when it is absent or cannot be read (the same as absent, see getMark).
+   * Only corruption is forgiven: a storage adapter that fails still throws STORAGE_UNAVAILABLE,
+   * since taking a read that failed for "none" would let a locked file lift what it holds.
+   */
+  async getJsonOrNone<T>(item: Item): Promise<T | undefined> {
+    try {
+      return await this.getJson<T>(item);
+    } catch (error) {
+      if (error instanceof SdkError && error.code === "STORAGE_CORRUPT") return undefined;
+      throw error;
+    }
+  }
+
   setJson(item: Item, value: object): Promise<void> {
     return this.set(item, JSON.stringify(value));
   }
@@ -137,15 +151,10 @@ export class ClientState {
    * licenseInfo() reads it strictly and reports STORAGE_CORRUPT until then.
    */
   async denialForUpdate(): Promise<StoredDenial | undefined> {
-    try {
-      const denial = await this.getJson<StoredDenial>("denial");
-      return denial && typeof denial.activation_id === "string" && Number.isSafeInteger(denial.server_time)
-        ? denial
-        : undefined;
-    } catch (error) {
-      if (error instanceof SdkError && error.code === "STORAGE_CORRUPT") return undefined;
-      throw error;
-    }
+    const denial = await this.getJsonOrNone<StoredDenial>("denial");
+    return denial && typeof denial.activation_id === "string" && Number.isSafeInteger(denial.server_time)
+      ? denial
+      : undefined;
   }
 
   /** Highest trust-bundle sequence ever accepted on this device (0 when none). */
@@ -172,11 +181,12 @@ export class ClientState {
   }
 
   /**
-   * Raises the mark to a verified time that is not fresh (an offline package's issue time: it
-   * may be old, and an old time must not lower the mark), or (`fresh`) sets it: an answer bound to
-   * this device's request nonce tells the server's time now, so a time the server once signed
-   * wrongly ahead (a clock glitch) is forgiven at the next answer instead of when real time
-   * catches up.
+   * Raises the mark to a verified time, or (`fresh`) sets it, even lower. Fresh is an answer to
+   * this device's own request (its nonce) that no other verified answer overtook while it was in
+   * flight: it tells the server's time now, so a time the server once signed wrongly ahead (a
+   * clock glitch) is forgiven at the next contact instead of when real time catches up. An answer
+   * held back on its way is overtaken by the ones that came meanwhile, and only raises the mark;
+   * so does an offline package's issue time, which may be old.
    */
   setTimeHighWater(serverTime: number, options: { fresh: boolean }): Promise<void> {
     return this.oneAtATime(async () => {
@@ -231,7 +241,7 @@ export class ClientState {
 
   /** Activations that ended on this device, oldest first; an unreadable list counts as empty. */
   async endedActivations(): Promise<string[]> {
-    const stored = await this.getJson<{ ids?: unknown }>("ended_activations").catch(() => undefined);
+    const stored = await this.getJsonOrNone<{ ids?: unknown }>("ended_activations");
     return Array.isArray(stored?.ids) ? stored.ids.filter((id): id is string => typeof id === "string") : [];
   }
 
@@ -239,7 +249,7 @@ export class ClientState {
   async newestAnswer(): Promise<number | undefined> {
     const newest = await this.getMark("newest_answer");
     if (newest !== undefined) return newest;
-    const last = await this.getJson<StoredHeartbeat>("last_heartbeat").catch(() => undefined);
+    const last = await this.getJsonOrNone<StoredHeartbeat>("last_heartbeat");
     return Number.isSafeInteger(last?.server_time) ? last?.server_time : undefined;
   }
 

@@ -55,6 +55,43 @@ test("a package older than a heartbeat that reported a suspension is refused as 
   expect(await app.licenseState()).toBe("valid");
 });
 
+test("a hybrid device that heartbeat after its package was made still takes it when the terms are the same, and keeps the longer-lived certificate", async () => {
+  const app = sdkClient(t, await integrationConfig(t, fx.productId));
+  await app.activate({ licenseKey: fx.licenseKey, machineInfo: MACHINE });
+  // The package goes to the device's active activation; a heartbeat runs before the file arrives.
+  const bytes = await packageFor(app);
+  t.clock.advance(60);
+  const heartbeat = await app.heartbeat();
+  t.clock.advance(60);
+  const loaded = await app.loadOfflinePackage(bytes);
+  expect(await app.activationId()).toBe(loaded.activationId);
+  const info = await app.licenseInfo();
+  expect(info.state).toBe("valid");
+  // The package's certificate (90 days) replaced the heartbeat's (the policy's certificate life).
+  expect(info.expiresAt).toBe(loaded.expiresAt);
+  expect(loaded.expiresAt).toBeGreaterThan(heartbeat.certificate.exp);
+  // Loaded again later, with the heartbeat's certificate gone, the same: nothing to take back.
+  t.clock.advance(60);
+  await app.loadOfflinePackage(bytes);
+  expect((await app.licenseInfo()).expiresAt).toBe(loaded.expiresAt);
+});
+
+test("a package older than a change of entitlements the device heard of is refused as superseded", async () => {
+  const app = sdkClient(t, await integrationConfig(t, fx.productId));
+  const bytes = await packageFor(app);
+  await app.loadOfflinePackage(bytes);
+  t.clock.advance(60);
+  const changed = await t.call("PATCH", `/mgmt/v1/licenses/${fx.licenseId}`, {
+    body: { entitlements: { pro: false } },
+  });
+  expect(changed.status).toBe(200);
+  await app.heartbeat();
+  expect(await app.hasEntitlement("pro")).toBe(false);
+  t.clock.advance(60);
+  expect((await refusal(app.loadOfflinePackage(bytes))).code).toBe("PACKAGE_SUPERSEDED");
+  expect(await app.hasEntitlement("pro")).toBe(false);
+});
+
 test("the same package loaded twice, with nothing newer in between, is taken both times", async () => {
   const app = sdkClient(t, await integrationConfig(t, fx.productId));
   const bytes = await packageFor(app);
@@ -77,9 +114,9 @@ test("a package of an activation this device deactivated is refused, and the slo
   t.clock.advance(60);
   const reloaded = await refusal(first.loadOfflinePackage(bytes));
   expect(reloaded).toMatchObject({
-    code: "ACTIVATION_DEACTIVATED",
-    kind: "license",
-    details: { activation_id: loaded.activationId, ended_on_device: true },
+    code: "PACKAGE_ACTIVATION_ENDED",
+    kind: "verification",
+    details: { activation_id: loaded.activationId },
   });
   expect(await first.activationId()).toBeUndefined();
   expect(await first.licenseState()).toBe("invalid");
@@ -88,6 +125,27 @@ test("a package of an activation this device deactivated is refused, and the slo
   await second.deactivate();
   await first.loadOfflinePackage(await packageFor(first));
   expect(await first.licenseState()).toBe("valid");
+});
+
+test("a read of the ended activations that fails is not taken for none: the package is refused with STORAGE_UNAVAILABLE", async () => {
+  let failReads = false;
+  const storage = new (class extends MemoryStorage {
+    override async get(key: string) {
+      if (failReads && key.endsWith(".ended_activations")) throw new Error("EBUSY: the file is locked");
+      return super.get(key);
+    }
+  })();
+  const app = sdkClient(t, await integrationConfig(t, fx.productId), { storage });
+  const bytes = await packageFor(app);
+  await app.loadOfflinePackage(bytes);
+  t.clock.advance(60);
+  await app.deactivate();
+  failReads = true;
+  expect(await refusal(app.loadOfflinePackage(bytes))).toMatchObject({
+    code: "STORAGE_UNAVAILABLE",
+    kind: "storage",
+  });
+  expect(await app.activationId()).toBeUndefined();
 });
 
 test("a package past its expiry by a verified time the device has seen is refused, even with the clock set back", async () => {

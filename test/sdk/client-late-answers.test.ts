@@ -149,6 +149,22 @@ test("a late denial signed before the stored one does not replace it", async () 
   expect(await client.licenseInfo()).toMatchObject({ state: "invalid", reason: "revoked" });
 });
 
+test("a lease answer held back on its way while heartbeats answered does not wind the verified time back", async () => {
+  const { server, client, hold } = clientWithLateAnswers();
+  const memory = (client as unknown as { state: ClientState }).state;
+  await client.activate({ licenseKey: "LK", machineInfo: MACHINE });
+  server.sign = (req) => ({ serverTime: req.path === "/runtime/v1/leases" ? T0 : T0 + 600 });
+  const release = hold("/runtime/v1/leases");
+  const lease = settled(client.acquireLease("i1"));
+  // The lease's answer (signed at T0) is held; a heartbeat answered at T0 + 600 lands first.
+  await client.heartbeat();
+  expect(await memory.timeHighWater()).toBe(T0 + 600);
+  release();
+  expect(await lease).toBe("ok");
+  expect(await memory.timeHighWater()).toBe(T0 + 600);
+  expect(await memory.localHighWater()).toBe(T0 + 600);
+});
+
 /** A client whose storage stops on the next write of `suffix` until `release()`. */
 function clientWithHeldWrite() {
   const server = new FakeServer();

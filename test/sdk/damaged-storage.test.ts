@@ -72,6 +72,22 @@ describe("an unreadable denial or last answer", () => {
   });
 });
 
+describe("a torn last heartbeat", () => {
+  test("the loop starts at once over an unreadable last_heartbeat, and its first heartbeat replaces it", async () => {
+    const h = await activated();
+    await h.storage.set(`${PREFIX}last_heartbeat`, '{"license_status":"act');
+    const client = h.restart();
+    await client.startHeartbeatLoop();
+    expect(h.timer.pending()).toEqual([0]);
+    await h.timer.runNext();
+    expect(JSON.parse((await h.storage.get(`${PREFIX}last_heartbeat`)) ?? "{}").license_status).toBe(
+      "active",
+    );
+    expect(await client.licenseState()).toBe("valid");
+    client.stop();
+  });
+});
+
 describe("the verified time", () => {
   test("a time the server signed a year ahead (a clock glitch) is forgiven at the next answer to this device's own request", async () => {
     const h = await activated();

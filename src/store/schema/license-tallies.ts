@@ -5,6 +5,8 @@ import { integer, primaryKey, sqliteTable, text } from "drizzle-orm/sqlite-core"
  * (migration 0036_license_tallies), so no code path can forget it. The plan's quotas are asked on
  * every license create and shown by GET /mgmt/v1/plan: counted from `licenses`, that was a scan of
  * every live license each time (about a second at a million, with everything else waiting).
+ * Never write licenses with `INSERT OR REPLACE`: without recursive triggers the replaced row's
+ * delete trigger does not fire and the tally would count it twice (`ON CONFLICT DO UPDATE` is fine).
  */
 export const licenseTallies = sqliteTable(
   "license_tallies",
