@@ -48,6 +48,26 @@ async function packageFor(app: LicensingClient): Promise<Uint8Array> {
   return response.bytes;
 }
 
+/**
+ * An in-process fetch whose sealed-file key answers are held on their way until `release()`
+ * (`keyAnswered` resolves once the server has answered); everything else passes straight through.
+ */
+function heldKeyAnswers() {
+  let release: () => void = () => {};
+  const held = new Promise<void>((resolve) => (release = resolve));
+  let answered: () => void = () => {};
+  const keyAnswered = new Promise<void>((resolve) => (answered = resolve));
+  const fetch = (async (url: string, init?: RequestInit) => {
+    const response = await t.app.handle(new Request(url, init));
+    if (url.includes("/sealed-file-keys")) {
+      answered();
+      await held;
+    }
+    return response;
+  }) as typeof globalThis.fetch;
+  return { fetch, keyAnswered, release };
+}
+
 const setStatus = (status_action: string) =>
   t.call("PATCH", `/mgmt/v1/licenses/${fx.licenseId}`, { body: { status_action } });
 
@@ -76,20 +96,8 @@ test("a package issued before a signed suspension the device holds does not lift
 });
 
 test("a key request's suspension that lands after a newer package was loaded changes nothing stored", async () => {
-  // Key answers are held on their way until released; everything else passes straight through.
-  let release: () => void = () => {};
-  const held = new Promise<void>((resolve) => (release = resolve));
-  let answered: () => void = () => {};
-  const keyAnswered = new Promise<void>((resolve) => (answered = resolve));
-  const inProcess = async (url: string, init?: RequestInit) => {
-    const response = await t.app.handle(new Request(url, init));
-    if (url.includes("/sealed-file-keys")) {
-      answered();
-      await held;
-    }
-    return response;
-  };
-  const app = sdkClient(t, await integrationConfig(t, fx.productId), { fetch: inProcess as typeof fetch });
+  const { fetch, keyAnswered, release } = heldKeyAnswers();
+  const app = sdkClient(t, await integrationConfig(t, fx.productId), { fetch });
   await app.loadOfflinePackage(await packageFor(app));
 
   t.clock.advance(60);
@@ -107,19 +115,7 @@ test("a key request's suspension that lands after a newer package was loaded cha
 });
 
 test("a key request's suspension that lands while a package is being stored waits for it and then stands", async () => {
-  // Key answers are held on their way until released, as above.
-  let releaseKey: () => void = () => {};
-  const keyHeld = new Promise<void>((resolve) => (releaseKey = resolve));
-  let answered: () => void = () => {};
-  const keyAnswered = new Promise<void>((resolve) => (answered = resolve));
-  const inProcess = async (url: string, init?: RequestInit) => {
-    const response = await t.app.handle(new Request(url, init));
-    if (url.includes("/sealed-file-keys")) {
-      answered();
-      await keyHeld;
-    }
-    return response;
-  };
+  const { fetch, keyAnswered, release: releaseKey } = heldKeyAnswers();
   // The package's write of the certificate stops until released; a denial stored in that gap
   // would be deleted by the package's clean-up that follows it, were the two not serialised.
   let holdCertificate = false;
@@ -138,7 +134,7 @@ test("a key request's suspension that lands while a package is being stored wait
     }
   }
   const app = sdkClient(t, await integrationConfig(t, fx.productId), {
-    fetch: inProcess as typeof fetch,
+    fetch,
     storage: new HeldStorage(),
   });
   const issuedFirst = await packageFor(app);

@@ -136,36 +136,35 @@ describe("a sealed file opens on a licensed device and on no other", () => {
     expect([error.code, error.details.chunk]).toEqual(["SEALED_FILE_TAMPERED", 1]);
   });
 
-  test("the key is asked for once per file and device, then opened from the cache", async () => {
-    let calls = 0;
+  /** An activated app whose key requests are counted. */
+  async function countingApp() {
+    const counted = { calls: 0 };
     const app = sdkClient(t, await integrationConfig(t, fx.productId), {
       fetch: ((url: string, init?: RequestInit) => {
-        if (url.includes("/sealed-file-keys")) calls++;
+        if (url.includes("/sealed-file-keys")) counted.calls++;
         return t.app.handle(new Request(url, init));
       }) as typeof fetch,
     });
     await app.activate({ licenseKey: fx.licenseKey, machineInfo: MACHINE });
+    return { app, counted };
+  }
+
+  test("the key is asked for once per file and device, then opened from the cache", async () => {
+    const { app, counted } = await countingApp();
     const file = await sealed(pattern(100));
     expect(await plaintext(app, file)).toEqual(pattern(100));
     expect(await plaintext(app, file)).toEqual(pattern(100));
-    expect(calls).toBe(1);
+    expect(counted.calls).toBe(1);
   });
 
   test("a cached key is not used once the device holds a signed revocation: the service is asked, and its denial comes back", async () => {
-    let calls = 0;
-    const app = sdkClient(t, await integrationConfig(t, fx.productId), {
-      fetch: ((url: string, init?: RequestInit) => {
-        if (url.includes("/sealed-file-keys")) calls++;
-        return t.app.handle(new Request(url, init));
-      }) as typeof fetch,
-    });
-    await app.activate({ licenseKey: fx.licenseKey, machineInfo: MACHINE });
+    const { app, counted } = await countingApp();
     const file = await sealed(pattern(100));
     expect(await plaintext(app, file)).toEqual(pattern(100));
     expect((await t.call("DELETE", `/mgmt/v1/licenses/${fx.licenseId}`)).status).toBe(204);
     expect(await refusal(app.heartbeat())).toMatchObject({ code: "LICENSE_REVOKED", kind: "license" });
     expect(await refusal(plaintext(app, file))).toMatchObject({ code: "LICENSE_REVOKED", kind: "license" });
-    expect(calls).toBe(2);
+    expect(counted.calls).toBe(2);
   });
 });
 
