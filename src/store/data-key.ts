@@ -15,21 +15,21 @@ export interface Sealed {
   table: string;
   column: string;
   /** The column the context is made from. */
-  key: string;
+  contextColumn: string;
   context: (key: string) => string;
 }
 
 export const SEALED: readonly Sealed[] = [
-  { table: "licenses", column: "key_ciphertext", key: "id", context: licenseKeyContext },
-  { table: "webhook_endpoints", column: "url_ciphertext", key: "id", context: webhookUrlContext },
+  { table: "licenses", column: "key_ciphertext", contextColumn: "id", context: licenseKeyContext },
+  { table: "webhook_endpoints", column: "url_ciphertext", contextColumn: "id", context: webhookUrlContext },
   {
     table: "billing_integrations",
     column: "api_key_ciphertext",
-    key: "environment",
+    contextColumn: "environment",
     context: (environment) => apiKeyContext(environment as Environment),
   },
-  { table: "license_users", column: "totp_secret", key: "id", context: totpContext },
-  { table: "mail_outbox", column: "payload", key: "id", context: mailPayloadContext },
+  { table: "license_users", column: "totp_secret", contextColumn: "id", context: totpContext },
+  { table: "mail_outbox", column: "payload", contextColumn: "id", context: mailPayloadContext },
 ];
 
 /** Values tried per kind: one damaged value must not pass for a wrong key. */
@@ -46,16 +46,16 @@ const TRIED_PER_KIND = 3;
  */
 export function undecryptableValue(sqlite: Database, secrets: SecretBox): string | null {
   let first: string | null = null;
-  for (const { table, column, key, context } of SEALED) {
+  for (const { table, column, contextColumn, context } of SEALED) {
     const columns = sqlite
       .query<{ name: string }, [string]>("SELECT name FROM pragma_table_info(?)")
       .all(table)
       .map((row) => row.name);
-    if (!columns.includes(column) || !columns.includes(key)) continue;
+    if (!columns.includes(column) || !columns.includes(contextColumn)) continue;
     // Names from the constant list above, never from input.
     const rows = sqlite
       .query<{ key: string; sealed: string }, []>(
-        `SELECT "${key}" AS key, "${column}" AS sealed FROM "${table}" WHERE "${column}" IS NOT NULL LIMIT ${TRIED_PER_KIND}`,
+        `SELECT "${contextColumn}" AS key, "${column}" AS sealed FROM "${table}" WHERE "${column}" IS NOT NULL LIMIT ${TRIED_PER_KIND}`,
       )
       .all();
     for (const row of rows) {

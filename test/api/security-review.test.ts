@@ -315,6 +315,7 @@ describe("SQL", () => {
   /** Built with interpolation on purpose, each for a reason stated beside it in the source. */
   const ALLOWED = new Set([
     "src/store/backup.ts",
+    "src/store/data-key.ts",
     "src/store/prepared-insert.ts",
     "src/store/prepared-select.ts",
   ]);

@@ -36,10 +36,10 @@ beforeAll(async () => {
 afterAll(() => t.close());
 
 test("every kind of value the data key is tried on is found, and decrypts as data-key.ts reads it", () => {
-  const opened = SEALED.map(({ table, column, key, context }) => {
+  const opened = SEALED.map(({ table, column, contextColumn, context }) => {
     const row = t.deps.sqlite
       .query<{ key: string; sealed: string }, []>(
-        `SELECT "${key}" AS key, "${column}" AS sealed FROM "${table}" WHERE "${column}" IS NOT NULL LIMIT 1`,
+        `SELECT "${contextColumn}" AS key, "${column}" AS sealed FROM "${table}" WHERE "${column}" IS NOT NULL LIMIT 1`,
       )
       .get();
     if (!row) return `${table}: no value`;
