@@ -309,44 +309,46 @@ export class WebhookDispatcher {
       next = now + Math.round(delaySec * 1000 * jitter);
     }
     const error = result.outcome === "succeeded" ? null : result.error;
-    this.deps.sqlite.transaction(() => {
-      this.deps.sqlite
-        .query<unknown, [string, string, number, number, number, string, number | null, string | null]>(
-          `INSERT INTO webhook_attempts (id, delivery_id, number, started_at, duration_ms, outcome, response_status, error)
+    this.deps.sqlite
+      .transaction(() => {
+        this.deps.sqlite
+          .query<unknown, [string, string, number, number, number, string, number | null, string | null]>(
+            `INSERT INTO webhook_attempts (id, delivery_id, number, started_at, duration_ms, outcome, response_status, error)
            VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
-        )
-        .run(
-          `wha_${this.deps.ids.ulid(now)}`,
-          row.id,
-          number,
-          startedAt.getTime(),
-          durationMs,
-          result.outcome,
-          result.status,
-          error,
-        );
-      // Only while still claimed: a stop or a 410 meanwhile cancelled it, and that stands.
-      this.deps.sqlite
-        .query<
-          unknown,
-          [string, number, number, number | null, string | null, number, number | null, string]
-        >(
-          `UPDATE webhook_deliveries SET status = ?, attempts = ?, next_attempt_at = ?, last_response_status = ?,
+          )
+          .run(
+            `wha_${this.deps.ids.ulid(now)}`,
+            row.id,
+            number,
+            startedAt.getTime(),
+            durationMs,
+            result.outcome,
+            result.status,
+            error,
+          );
+        // Only while still claimed: a stop or a 410 meanwhile cancelled it, and that stands.
+        this.deps.sqlite
+          .query<
+            unknown,
+            [string, number, number, number | null, string | null, number, number | null, string]
+          >(
+            `UPDATE webhook_deliveries SET status = ?, attempts = ?, next_attempt_at = ?, last_response_status = ?,
              last_error = ?, updated_at = ?, completed_at = ?, claimed_until = NULL
            WHERE id = ? AND status = 'delivering'`,
-        )
-        .run(status, number, next, result.status, error, now, status === "pending" ? null : now, row.id);
-      if (result.outcome === "failed" && result.gone) {
-        this.deps.sqlite
-          .query<unknown, [number, string]>(
-            `UPDATE webhook_endpoints SET status = 'disabled', disabled_reason = 'gone', updated_at = ?,
-               revision = revision + 1 WHERE id = ? AND status = 'active'`,
           )
-          .run(now, row.endpoint_id);
-        cancelPending(this.deps, row.endpoint_id, new Date(now));
-        this.counters.disabledEndpoints++;
-      }
-    })();
+          .run(status, number, next, result.status, error, now, status === "pending" ? null : now, row.id);
+        if (result.outcome === "failed" && result.gone) {
+          this.deps.sqlite
+            .query<unknown, [number, string]>(
+              `UPDATE webhook_endpoints SET status = 'disabled', disabled_reason = 'gone', updated_at = ?,
+               revision = revision + 1 WHERE id = ? AND status = 'active'`,
+            )
+            .run(now, row.endpoint_id);
+          cancelPending(this.deps, row.endpoint_id, new Date(now));
+          this.counters.disabledEndpoints++;
+        }
+      })
+      .immediate();
     if (status === "failed") this.counters.failedDeliveries++;
     if (result.outcome !== "succeeded") {
       // Never the URL: for team chat it is a secret.

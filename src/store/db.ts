@@ -28,6 +28,14 @@ export function openStore(path: string): Store {
   // heartbeat reads only its own leaf pages from the file (docs/performance.md, scale).
   sqlite.run("PRAGMA cache_size = -65536");
   const db = drizzle({ client: withStatementCache(sqlite), schema });
+  // Every transaction takes the write lock before it reads (BEGIN IMMEDIATE), so the busy timeout
+  // covers another process writing (the command line, whose even read-only commands take it for a
+  // moment). A deferred transaction that has read and then writes gets SQLITE_BUSY at once, with
+  // no wait (SQLite skips the busy handler there to avoid a deadlock): each management write
+  // landing in such a moment answered 503. The bun:sqlite transactions call .immediate() likewise.
+  const deferredByDefault = db.transaction.bind(db);
+  db.transaction = ((work, config) =>
+    deferredByDefault(work, { behavior: "immediate", ...config })) as Db["transaction"];
   return { sqlite, db, close: () => sqlite.close() };
 }
 

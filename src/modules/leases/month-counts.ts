@@ -147,38 +147,40 @@ export class MonthCounts {
    */
   step(now: number): MonthCountStep | null {
     const ready = now - MONTH_COUNT_DELAY_MS;
-    return this.sqlite.transaction((): MonthCountStep | null => {
-      // Reads first: a step with nothing to count writes nothing.
-      if ((this.statements.lastCounted.get()?.at ?? ready) > ready) this.statements.dropEarly.run(ready);
-      let progress = this.statements.progress.get();
-      if (progress && progress.at > ready) {
-        this.statements.dropEarlyProgress.run(ready);
-        progress = null;
-      }
-      if (!progress) {
-        const at = this.firstUncounted();
-        if (at === null || at > ready) return null;
-        const through = this.statements.newestId.get()?.id ?? "";
-        progress = { at, after_id: "", through_id: through, live: 0, test: 0 };
-      }
-      const { at, after_id: after, through_id: through } = progress;
-      const window = this.statements.chunk.get(after, through, this.chunk);
-      const scanned = window?.n ?? 0;
-      const last = window?.last ?? through;
-      let { live, test } = progress;
-      if (scanned > 0) {
-        for (const row of this.statements.held.all(after, last, at)) {
-          if (row.environment === "live") live += row.n;
-          else test += row.n;
+    return this.sqlite
+      .transaction((): MonthCountStep | null => {
+        // Reads first: a step with nothing to count writes nothing.
+        if ((this.statements.lastCounted.get()?.at ?? ready) > ready) this.statements.dropEarly.run(ready);
+        let progress = this.statements.progress.get();
+        if (progress && progress.at > ready) {
+          this.statements.dropEarlyProgress.run(ready);
+          progress = null;
         }
-      }
-      if (scanned === this.chunk && last < through) {
-        this.statements.save.run(at, last, through, live, test);
-        return { counted: 0, scanned };
-      }
-      this.statements.store.run(at, live, test);
-      this.statements.done.run(at);
-      return { counted: 1, scanned };
-    })();
+        if (!progress) {
+          const at = this.firstUncounted();
+          if (at === null || at > ready) return null;
+          const through = this.statements.newestId.get()?.id ?? "";
+          progress = { at, after_id: "", through_id: through, live: 0, test: 0 };
+        }
+        const { at, after_id: after, through_id: through } = progress;
+        const window = this.statements.chunk.get(after, through, this.chunk);
+        const scanned = window?.n ?? 0;
+        const last = window?.last ?? through;
+        let { live, test } = progress;
+        if (scanned > 0) {
+          for (const row of this.statements.held.all(after, last, at)) {
+            if (row.environment === "live") live += row.n;
+            else test += row.n;
+          }
+        }
+        if (scanned === this.chunk && last < through) {
+          this.statements.save.run(at, last, through, live, test);
+          return { counted: 0, scanned };
+        }
+        this.statements.store.run(at, live, test);
+        this.statements.done.run(at);
+        return { counted: 1, scanned };
+      })
+      .immediate();
   }
 }

@@ -69,13 +69,15 @@ export class UsageMeter {
   flush(at: Date = this.clock.now()): void {
     this.lastFlush = at.getTime();
     if (this.pendingTotal === 0) return;
-    this.sqlite.transaction(() => {
-      for (const [key, n] of this.pending) {
-        const [metric, period] = key.split("|") as [string, string];
-        this.add.run(metric, period, n);
-        this.persisted.set(key, (this.persisted.get(key) ?? 0) + n);
-      }
-    })();
+    this.sqlite
+      .transaction(() => {
+        for (const [key, n] of this.pending) {
+          const [metric, period] = key.split("|") as [string, string];
+          this.add.run(metric, period, n);
+          this.persisted.set(key, (this.persisted.get(key) ?? 0) + n);
+        }
+      })
+      .immediate();
     this.pending.clear();
     this.pendingTotal = 0;
   }

@@ -99,12 +99,14 @@ export function announceExpiries(
   const now = deps.clock.now().getTime();
   let queued = 0;
   let more = false;
-  sqlite.transaction(() => {
-    queued += announceLicenses(deps, now);
-    const leases = announceLeaseChunk(deps, now, options.leaseScanChunk ?? LEASE_SCAN_CHUNK);
-    queued += leases.queued;
-    more = leases.more;
-  })();
+  sqlite
+    .transaction(() => {
+      queued += announceLicenses(deps, now);
+      const leases = announceLeaseChunk(deps, now, options.leaseScanChunk ?? LEASE_SCAN_CHUNK);
+      queued += leases.queued;
+      more = leases.more;
+    })
+    .immediate();
   return { queued, more };
 }
 

@@ -20,29 +20,31 @@ export function purgeFinishedChunk(
   const cutoff = deps.clock.now().getTime() - retentionDays * 86_400_000;
   const deliveryBound = idBefore("whd", cutoff);
   const eventBound = idBefore("msg", cutoff);
-  return deps.sqlite.transaction(() => {
-    const old = deps.sqlite
-      .query<{ id: string }, [string, number, number]>(
-        `SELECT id FROM webhook_deliveries WHERE id < ? AND status IN ('succeeded', 'failed', 'cancelled')
+  return deps.sqlite
+    .transaction(() => {
+      const old = deps.sqlite
+        .query<{ id: string }, [string, number, number]>(
+          `SELECT id FROM webhook_deliveries WHERE id < ? AND status IN ('succeeded', 'failed', 'cancelled')
          AND completed_at < ? LIMIT ?`,
-      )
-      .all(deliveryBound, cutoff, chunk);
-    const attempts = deps.sqlite.query<unknown, [string]>(
-      "DELETE FROM webhook_attempts WHERE delivery_id = ?",
-    );
-    const delivery = deps.sqlite.query<unknown, [string]>("DELETE FROM webhook_deliveries WHERE id = ?");
-    for (const { id } of old) {
-      attempts.run(id);
-      delivery.run(id);
-    }
-    const events = deps.sqlite
-      .query<unknown, [string, number]>(
-        `DELETE FROM webhook_events WHERE id IN (SELECT e.id FROM webhook_events e WHERE e.id < ?
+        )
+        .all(deliveryBound, cutoff, chunk);
+      const attempts = deps.sqlite.query<unknown, [string]>(
+        "DELETE FROM webhook_attempts WHERE delivery_id = ?",
+      );
+      const delivery = deps.sqlite.query<unknown, [string]>("DELETE FROM webhook_deliveries WHERE id = ?");
+      for (const { id } of old) {
+        attempts.run(id);
+        delivery.run(id);
+      }
+      const events = deps.sqlite
+        .query<unknown, [string, number]>(
+          `DELETE FROM webhook_events WHERE id IN (SELECT e.id FROM webhook_events e WHERE e.id < ?
            AND NOT EXISTS (SELECT 1 FROM webhook_deliveries d WHERE d.event_id = e.id) LIMIT ?)`,
-      )
-      .run(eventBound, chunk).changes;
-    return { deliveries: old.length, more: old.length === chunk || events === chunk };
-  })();
+        )
+        .run(eventBound, chunk).changes;
+      return { deliveries: old.length, more: old.length === chunk || events === chunk };
+    })
+    .immediate();
 }
 
 /**
