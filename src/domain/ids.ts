@@ -42,6 +42,18 @@ export class IdGenerator {
     return `${ID_PREFIXES[kind]}_${this.ulid(nowMs)}`;
   }
 
+  /**
+   * An id whose 80 random bits are all fresh, for ids that act as a capability (a verification's
+   * id is what its confirm names). Monotonic ids made in the same millisecond differ by one, and
+   * every answer's X-Request-Id shows where the counter stands: a caller sending requests around
+   * someone's start could guess that start's id. Still time-ordered to the millisecond.
+   */
+  unguessable(kind: IdKind, nowMs: number): string {
+    let out = `${ID_PREFIXES[kind]}_${encodeTime(nowMs)}`;
+    for (const digit of this.freshRandom()) out += CROCKFORD_ALPHABET[digit];
+    return out;
+  }
+
   ulid(nowMs: number): string {
     let random: number[];
     if (nowMs <= this.lastTime) {

@@ -53,6 +53,23 @@ const near = (iso: string, expectedMs: number) =>
 const wrongCode = (code: string) => String((Number(code) + 1) % 1_000_000).padStart(6, "0");
 const settle = () => Bun.sleep(120);
 
+test("a verification's id cannot be guessed from the request ids around it: its random part is fresh", async () => {
+  // With the clock held still every id here is made in one millisecond, where a monotonic id is
+  // the previous one plus one: the worst case for a guesser watching X-Request-Id.
+  t.clock.freeze();
+  const randomPart = (id: string) => id.slice(id.indexOf("_") + 11);
+  const before = await t.call("GET", "/mgmt/v1/products");
+  const response = await startVerification(t, device, f, f.email);
+  const after = await t.call("GET", "/mgmt/v1/products");
+  expect(response.status).toBe(202);
+  const verification = randomPart(response.body.data.verification_id);
+  const bracket = [before, response, after].map((r) => randomPart(r.headers.get("x-request-id") ?? ""));
+  // Between the request ids before and after it lies every id the counter made meanwhile.
+  const [low, , high] = bracket as [string, string, string];
+  expect(low < high).toBe(true);
+  expect(verification > low && verification < high).toBe(false);
+});
+
 describe("the whole named-user flow", () => {
   test("start, code from the mail, confirm, token, activation, heartbeat", async () => {
     const { id, code, response } = await started();

@@ -75,6 +75,20 @@ describe("ordering", () => {
     for (const id of made) expect(id.slice(4, 14)).toBe((made[0] as string).slice(4, 14));
   });
 
+  test("an unguessable id shares only the millisecond with the ids around it, not the counter", () => {
+    const ids = new IdGenerator();
+    const before = ids.next("request", T0);
+    const made = Array.from({ length: 200 }, () => ids.unguessable("verification", T0));
+    const after = ids.next("request", T0);
+    for (const id of made) {
+      expect(id).toMatch(/^ver_[0-9A-HJKMNP-TV-Z]{26}$/);
+      expect(id.slice(4, 14)).toBe(before.slice(4, 14));
+      const random = id.slice(14);
+      expect(random > before.slice(4 + 10) && random < after.slice(4 + 10)).toBe(false);
+    }
+    expect(new Set(made.map((id) => id.slice(14))).size).toBe(made.length);
+  });
+
   test("a clock that steps backwards does not produce an id that sorts before the previous one", () => {
     const ids = new IdGenerator();
     const first = ids.next("request", T0 + 5);

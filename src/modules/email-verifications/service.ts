@@ -109,7 +109,7 @@ export class EmailVerificationService {
       user !== undefined &&
       assignmentId !== null;
 
-    const id = this.deps.ids.next("verification", now.getTime());
+    const id = this.deps.ids.unguessable("verification", now.getTime());
     const code = generateCode();
     const expiresAt = new Date(now.getTime() + CODE_TTL_SEC * 1000);
     const subject = `${product.id}\0${canonicalLicenseKey(body.license_key) ?? body.license_key}\0${email.normalized}`;

@@ -107,7 +107,7 @@ export class TrialVerificationService {
         // measurably cheaper than one that may (test/api/trial-start-work.test.ts).
         const allowed = this.limits.allow(emailLookup, product.id, now);
         const send = accepting && allowed;
-        const id = this.deps.ids.next("verification", now.getTime());
+        const id = this.deps.ids.unguessable("verification", now.getTime());
         const code = generateCode();
         const expiresAt = new Date(now.getTime() + CODE_TTL_SEC * 1000);
         tx.insert(trialVerifications)
