@@ -269,6 +269,8 @@ export const dataPaths = (dataDir: string) => ({
   store: join(dataDir, "licensing.db"),
   keystore: join(dataDir, "keystore.json"),
   passphrase: join(dataDir, "keystore.passphrase"),
+  /** Held by the running server (store/serve-lock.ts); not part of a backup. */
+  serveLock: join(dataDir, "serve.lock"),
 });
 
 const absolute = (path: string, cwd: string): string => normalize(isAbsolute(path) ? path : join(cwd, path));

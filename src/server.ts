@@ -29,6 +29,7 @@ import { startCheckpointer } from "./store/checkpointer.ts";
 import { undecryptableValue } from "./store/data-key.ts";
 import { openStore, type Store, unusableStoreFile } from "./store/db.ts";
 import { migrate } from "./store/migrate.ts";
+import { takeServeLock } from "./store/serve-lock.ts";
 
 /**
  * A backstop only: Bun refuses larger bodies with a bare 413 before any of our code runs. Routes
@@ -131,8 +132,27 @@ function openMigratedStore(config: Config, logger: Logger): Store {
  * Opens keystore and store, migrates, builds the app and listens. Nothing listens unless every
  * earlier step succeeded, so a wrong passphrase or a tampered keystore never serves a request.
  */
-export function startServer({ config, passphrase, logger }: StartOptions): RunningServer {
-  const keystore = openKeystore(config.dataDir, passphrase);
+export function startServer(options: StartOptions): RunningServer {
+  const keystore = openKeystore(options.config.dataDir, options.passphrase);
+  const lockPath = dataPaths(options.config.dataDir).serveLock;
+  const lock = takeServeLock(lockPath);
+  if (!lock) {
+    throw new StartupError(
+      `another licensing serve is running on ${options.config.dataDir} (it holds ${lockPath}); ` +
+        "stop it first: two servers on one data directory would each grant the plan's allowances",
+    );
+  }
+  try {
+    const running = serveWithLock(options, keystore);
+    void running.closed.then(() => lock.release());
+    return running;
+  } catch (error) {
+    lock.release();
+    throw error;
+  }
+}
+
+function serveWithLock({ config, logger }: StartOptions, keystore: Keystore): RunningServer {
   const store = openMigratedStore(config, logger);
   // A keystore of another install opens with its own passphrase; without this, every read of a
   // license would answer 500 instead of the server refusing to start.

@@ -5,6 +5,7 @@ import {
   api,
   BUILD_TIMEOUT_MS,
   executable,
+  isListening,
   removeTempDirs,
   runCli,
   runServeToExit,
@@ -202,6 +203,21 @@ describe("starting the executable elsewhere", () => {
     expect(second.exitCode).toBe(1);
     expect(second.stderr).toContain(`cannot listen on 127.0.0.1:${first.port}`);
     expect(await stop(first)).toBe(0);
+  });
+
+  test("a second server on the same data dir exits 1 without serving; once the first dies, even by kill -9, a new one starts", async () => {
+    const dataDir = join(tempDir(), "data");
+    const first = await start(["--data-dir", dataDir]);
+    const second = await runServeToExit(["--data-dir", dataDir]);
+    expect(second.exitCode).toBe(1);
+    expect(second.stderr).toContain(`another licensing serve is running on ${dataDir}`);
+    expect(await isListening(second.port)).toBe(false);
+    expect((await api(first.url, null, "GET", "/readyz")).status).toBe(200);
+    // The operating system lets go of the lock with the process, however it ends.
+    expect(await stop(first, "SIGKILL")).not.toBe(0);
+    const third = await start(["--data-dir", dataDir]);
+    expect((await api(third.url, null, "GET", "/readyz")).status).toBe(200);
+    expect(await stop(third)).toBe(0);
   });
 
   test("the base URL flag sets doc_url in error bodies", async () => {
