@@ -96,7 +96,9 @@ describe("requests without a host", () => {
   });
 
   test("a runtime call without a Host header is answered and limited like any other, by its socket's address", async () => {
-    // A server of its own, with a fresh per-address window of one call a minute.
+    // A server of its own, with a fresh per-address window of one call a minute: in place of the
+    // file's server, since one data directory takes one server (serve.lock).
+    await server.shutdown("replaced for one test");
     const own = serveTestStore(t, { LICENSING_RUNTIME_RATE_LIMIT_IP: "1/60" });
     try {
       const ownPort = Number(new URL(own.url).port);
@@ -112,6 +114,8 @@ describe("requests without a host", () => {
       expect(JSON.parse(limited.body).error.details.policy).toBe("runtime-ip");
     } finally {
       await own.shutdown("test done");
+      server = serveTestStore(t, { LICENSING_RUNTIME_RATE_LIMIT_IP: "2/60" });
+      port = Number(new URL(server.url).port);
     }
   });
 });
