@@ -29,7 +29,7 @@ import { startCheckpointer } from "./store/checkpointer.ts";
 import { undecryptableValue } from "./store/data-key.ts";
 import { openStore, type Store, unusableStoreFile } from "./store/db.ts";
 import { migrate } from "./store/migrate.ts";
-import { takeServeLock } from "./store/serve-lock.ts";
+import { type ServeLock, takeServeLock } from "./store/serve-lock.ts";
 
 /**
  * A backstop only: Bun refuses larger bodies with a bare 413 before any of our code runs. Routes
@@ -135,7 +135,15 @@ function openMigratedStore(config: Config, logger: Logger): Store {
 export function startServer(options: StartOptions): RunningServer {
   const keystore = openKeystore(options.config.dataDir, options.passphrase);
   const lockPath = dataPaths(options.config.dataDir).serveLock;
-  const lock = takeServeLock(lockPath);
+  let lock: ServeLock | null;
+  try {
+    lock = takeServeLock(lockPath);
+  } catch (error) {
+    throw new StartupError(
+      `cannot take the server's lock ${lockPath}: ${(error as Error).message}; ` +
+        "while no licensing serve runs on this directory, the file can be deleted",
+    );
+  }
   if (!lock) {
     throw new StartupError(
       `another licensing serve is running on ${options.config.dataDir} (it holds ${lockPath}); ` +
@@ -353,13 +361,22 @@ function serveWithLock({ config, logger }: StartOptions, keystore: Keystore): Ru
           await stopMail();
           await stopWebhooks();
         } finally {
-          // After the drain, so the requests that finished during it are counted too.
-          flushUsage();
-          await checkpointer.stop();
-          store.close();
-          checkpointer.closeDatabaseFile();
-          logger.log("info", "stopped");
-          resolveClosed();
+          try {
+            // After the drain, so the requests that finished during it are counted too. It may
+            // fail (a command holding the write lock past the busy timeout): the store still
+            // closes, and `closed` (with the serve lock) is still let go.
+            flushUsage();
+          } catch (error) {
+            logger.log("error", "shutdown: usage not recorded", { error: (error as Error).message });
+          }
+          try {
+            await checkpointer.stop();
+            store.close();
+            checkpointer.closeDatabaseFile();
+            logger.log("info", "stopped");
+          } finally {
+            resolveClosed();
+          }
         }
       })();
       return shutdownPromise;

@@ -12,7 +12,7 @@ import {
   statSync,
   writeFileSync,
 } from "node:fs";
-import { join } from "node:path";
+import { basename, join } from "node:path";
 import { CONFIG_OPTIONS, type Config, dataPaths } from "../config.ts";
 import {
   type BackupManifest,
@@ -24,6 +24,7 @@ import {
 } from "../store/backup.ts";
 import { openStore } from "../store/db.ts";
 import { migrate } from "../store/migrate.ts";
+import { takeServeLock } from "../store/serve-lock.ts";
 import { UsageError } from "./args.ts";
 import { KEYSTORE, onePositional, openVerified, PASSPHRASE, resolvePath, STORE } from "./backup.ts";
 import { copyStore, fsyncDir, place } from "./init.ts";
@@ -189,8 +190,11 @@ function createExclusively(path: string): void {
 function checkTarget(dataDir: string): string[] {
   if (!existsSync(dataDir)) return [];
   if (!statSync(dataDir).isDirectory()) throw new CliError(`${dataDir} is not a directory`);
+  refuseRunningServer(dataDir);
   const leftovers = leftoverRestores(dataDir);
-  const others = readdirSync(dataDir).filter((name) => !leftovers.includes(name));
+  // A server's lock file is all a stopped server leaves that is not data: it does not count.
+  const lockName = basename(dataPaths(dataDir).serveLock);
+  const others = readdirSync(dataDir).filter((name) => !leftovers.includes(name) && name !== lockName);
   if (others.length === 0) return leftovers;
   if (leftovers.length > 0) {
     throw new CliError(
@@ -199,6 +203,21 @@ function checkTarget(dataDir: string): string[] {
     );
   }
   throw new CliError(`${dataDir} is not empty; restore only into a new or empty directory`);
+}
+
+/** A server running on the target would serve half a restore, or keep the old data in memory. */
+function refuseRunningServer(dataDir: string): void {
+  const lockPath = dataPaths(dataDir).serveLock;
+  if (!existsSync(lockPath)) return;
+  let lock: ReturnType<typeof takeServeLock>;
+  try {
+    lock = takeServeLock(lockPath);
+  } catch {
+    // Not a lock file SQLite can use: nothing holds it, and it is not data.
+    return;
+  }
+  if (!lock) throw new CliError(`a licensing serve is running on ${dataDir}; stop it before restoring there`);
+  lock.release();
 }
 
 function readManifest(inDir: string): BackupManifest {

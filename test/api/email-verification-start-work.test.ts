@@ -238,9 +238,7 @@ describe("an email verification start writes the open verification it meets, whe
       ]);
       held.push(
         t.deps.sqlite
-          .query<{ id: string }, []>(
-            "SELECT id FROM email_verifications ORDER BY created_at DESC, id DESC LIMIT 1",
-          )
+          .query<{ id: string }, []>("SELECT id FROM email_verifications ORDER BY rowid DESC LIMIT 1")
           .get()?.id as string,
       );
     }
