@@ -54,6 +54,9 @@ interface CachedFileKey {
   wrapped_key: string;
 }
 
+/** The states in which the device may use what its license grants. */
+const stands = (info: LicenseInfo): boolean => info.state === "valid" || info.state === "grace";
+
 export class OfflineCapableClient extends ClientCore {
   /**
    * The request to hand to the vendor (as a JSON file) for an offline package. Generates device
@@ -203,17 +206,15 @@ export class OfflineCapableClient extends ClientCore {
     return (await this.licenseInfo()).state;
   }
 
+  /** Valid or in grace; false too when the state cannot be read. */
   private licenseStands(): Promise<boolean> {
-    return this.licenseInfo().then(
-      (info) => info.state === "valid" || info.state === "grace",
-      () => false,
-    );
+    return this.licenseInfo().then(stands, () => false);
   }
 
   /** True when the license is valid or in grace and the entitlement's value is `true`. */
   async hasEntitlement(name: string): Promise<boolean> {
     const info = await this.licenseInfo();
-    return (info.state === "valid" || info.state === "grace") && info.entitlements[name] === true;
+    return stands(info) && info.entitlements[name] === true;
   }
 
   /**

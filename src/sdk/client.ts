@@ -1,7 +1,7 @@
 /**
  * LicensingClient: activation, heartbeats, deactivation, floating leases and signed server time
- * (the offline license state is in client-offline.ts). Every response passes the full verification chain (runtime.ts)
- * before anything is stored or returned.
+ * (the offline license state is in client-offline.ts). Every response passes the full
+ * verification chain (runtime.ts) before anything is stored or returned.
  */
 import { NamedUserCapableClient } from "./client-named-user.ts";
 import {
