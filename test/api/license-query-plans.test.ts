@@ -57,15 +57,3 @@ test("filtering the list by product or by customer walks an index in the list's 
     expect(plan).not.toContain("TEMP B-TREE");
   }
 });
-
-test("the usage report counts the licenses active at a moment from a covering index alone", async () => {
-  const { result, sql } = await sqlPreparedDuring(t.deps.sqlite, () =>
-    t.call("GET", "/mgmt/v1/reports/usage"),
-  );
-  expect(result.status).toBe(200);
-  const counting = sql.find((text) => /count\(\*\)[\s\S]*from "licenses"/i.test(text));
-  expect(counting).toBeDefined();
-  expect(queryPlan(t.deps.sqlite, counting as string)).toStartWith(
-    "SEARCH licenses USING COVERING INDEX licenses_env_lifetime",
-  );
-});

@@ -1,6 +1,7 @@
 import type { Database } from "bun:sqlite";
 import { monthStart, nextMonthStart } from "../../domain/months.ts";
 import type { Environment } from "../../domain/scopes.ts";
+import { countInSteps } from "../../store/stepped-count.ts";
 
 /**
  * Leases read per counting step. A chunk is a seek in the id index plus this many entries and
@@ -17,42 +18,67 @@ export const LEASE_COUNT_CHUNK = 5_000;
  */
 export const MONTH_COUNT_DELAY_MS = 3_600_000;
 
+/** Index only: how many lease ids in (after, through] the next chunk holds, and where it ends. */
+const ID_CHUNK_SQL = `SELECT count(*) AS n, max(id) AS last FROM
+  (SELECT id FROM leases WHERE id > ?1 AND id <= ?2 ORDER BY id LIMIT ?3)`;
+interface IdChunk {
+  n: number;
+  last: string | null;
+}
+
 /**
- * Seats held at `at` in an environment, from the whole table. A lease is held at `at` when it was
- * taken by then, not released by then and not yet expired (the same condition as the chunked
- * count's `held` below; SQL is constant text, so it is written out in both). Naming both statuses lets SQLite
- * seek each license's leases by expiry in its (license_id, status, expires_at) index and skip
- * long-expired ones (docs/performance.md): cheap for a recent moment, up to a second at a million
- * leases for an old one, which is why the sweeper counts month starts in chunks instead.
+ * The seats held at ?3 among the leases with ids in (?1, ?2], per environment. A lease is held at
+ * a moment when it was taken by then, not released by then and not yet expired. Each lease reads
+ * its license by primary key, for the environment.
  */
-function countHeldAt(sqlite: Database, environment: Environment, at: number): number {
-  return (
-    sqlite
-      .query<{ n: number }, [Environment, number]>(
-        `SELECT count(*) AS n FROM leases l JOIN licenses c ON c.id = l.license_id
-         WHERE c.environment = ?1
-           AND l.status IN ('active', 'released') AND l.expires_at > ?2
-           AND l.created_at <= ?2 AND (l.released_at IS NULL OR l.released_at > ?2)`,
-      )
-      .get(environment, at)?.n ?? 0
-  );
+const HELD_IN_CHUNK_SQL = `SELECT c.environment AS environment, count(*) AS n
+  FROM leases l JOIN licenses c ON c.id = l.license_id
+  WHERE l.id > ?1 AND l.id <= ?2
+    AND l.status IN ('active', 'released') AND l.expires_at > ?3
+    AND l.created_at <= ?3 AND (l.released_at IS NULL OR l.released_at > ?3)
+  GROUP BY c.environment`;
+interface HeldInChunk {
+  environment: Environment;
+  n: number;
 }
 
 /**
  * The usage report's `active_leases` at `at`: the stored count when `at` is a month start already
- * counted, else the leases table. A month start not counted yet still has every lease it counts:
- * the purge deletes nothing while a month start more than `MONTH_COUNT_DELAY_MS` past is not
- * counted, and every lease held at a later one expired after it, well within the retention. (Read
- * from the table, an old month start costs up to a second at a million leases: only a report on a
- * past month asked while the first pass after an upgrade is still counting pays that.)
+ * counted, else the leases table, a chunk of `chunk` leases in id order at a time (`countInSteps`).
+ * One statement over the table walked every license of the environment and sought its leases: 0.8 s
+ * at a million licenses, however few leases, with every heartbeat waiting (docs/performance.md).
+ * Chunk by chunk is exact for the same reasons as `MonthCounts` below: whether a lease was held at a
+ * passed moment never changes, and one taken after the walk began was taken after `at`.
+ *
+ * A month start not counted yet still has every lease it counts: the purge deletes nothing while a
+ * month start more than `MONTH_COUNT_DELAY_MS` past is not counted, and every lease held at a later
+ * one expired after it, well within the retention.
  */
-export function leasesHeldAt(sqlite: Database, environment: Environment, at: Date): number {
+export function leasesHeldAt(
+  sqlite: Database,
+  environment: Environment,
+  at: Date,
+  chunk = LEASE_COUNT_CHUNK,
+): Promise<number> {
   const stored = sqlite
     .query<{ active: number }, [Environment, number]>(
       "SELECT active FROM lease_month_counts WHERE environment = ? AND at = ?",
     )
     .get(environment, at.getTime());
-  return stored?.active ?? countHeldAt(sqlite, environment, at.getTime());
+  if (stored) return Promise.resolve(stored.active);
+  const ids = sqlite.query<IdChunk, [string, string, number]>(ID_CHUNK_SQL);
+  const held = sqlite.query<HeldInChunk, [string, string, number]>(HELD_IN_CHUNK_SQL);
+  const through = sqlite.query<{ id: string | null }, []>("SELECT max(id) AS id FROM leases").get()?.id ?? "";
+  let after = "";
+  return countInSteps(() => {
+    if (after >= through) return null;
+    const window = ids.get(after, through, chunk);
+    const last = window?.last ?? through;
+    const counted =
+      held.all(after, last, at.getTime()).find((row) => row.environment === environment)?.n ?? 0;
+    after = last;
+    return counted;
+  });
 }
 
 interface Progress {
@@ -105,19 +131,8 @@ export class MonthCounts {
       dropEarlyProgress: sqlite.prepare<unknown, [number]>(
         "DELETE FROM lease_month_count_progress WHERE at > ?",
       ),
-      // Index only: how many ids the next chunk holds and where it ends.
-      chunk: sqlite.prepare<{ n: number; last: string | null }, [string, string, number]>(
-        `SELECT count(*) AS n, max(id) AS last FROM
-         (SELECT id FROM leases WHERE id > ?1 AND id <= ?2 ORDER BY id LIMIT ?3)`,
-      ),
-      held: sqlite.prepare<{ environment: Environment; n: number }, [string, string, number]>(
-        `SELECT c.environment AS environment, count(*) AS n
-         FROM leases l JOIN licenses c ON c.id = l.license_id
-         WHERE l.id > ?1 AND l.id <= ?2
-           AND l.status IN ('active', 'released') AND l.expires_at > ?3
-           AND l.created_at <= ?3 AND (l.released_at IS NULL OR l.released_at > ?3)
-         GROUP BY c.environment`,
-      ),
+      chunk: sqlite.prepare<IdChunk, [string, string, number]>(ID_CHUNK_SQL),
+      held: sqlite.prepare<HeldInChunk, [string, string, number]>(HELD_IN_CHUNK_SQL),
       save: sqlite.prepare<unknown, [number, string, string, number, number]>(
         `INSERT INTO lease_month_count_progress (at, after_id, through_id, live, test) VALUES (?, ?, ?, ?, ?)
          ON CONFLICT (at) DO UPDATE SET after_id = excluded.after_id, live = excluded.live, test = excluded.test`,

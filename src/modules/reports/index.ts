@@ -16,16 +16,20 @@ export const reportsController = ({ usageReport }: Services) =>
   new Elysia({ prefix: "/mgmt/v1/reports", detail: { tags: ["Plan and reports"] } })
     .use(managementAuth)
     .model({ "usage-report.response": dataOf(UsageReport) })
-    .get("/usage", ({ caller, query }) => ({ data: usageReport.report(caller.environment, query.period) }), {
-      scope: "reports:read",
-      query: Type.Object({
-        period: Type.Optional(
-          Type.String({
-            maxLength: 32,
-            description: "current_month (default), previous_month, or YYYY-MM (UTC).",
-          }),
-        ),
-      }),
-      response: { 200: "usage-report.response" },
-      detail: { summary: "Usage report of this key's environment" },
-    });
+    .get(
+      "/usage",
+      async ({ caller, query }) => ({ data: await usageReport.report(caller.environment, query.period) }),
+      {
+        scope: "reports:read",
+        query: Type.Object({
+          period: Type.Optional(
+            Type.String({
+              maxLength: 32,
+              description: "current_month (default), previous_month, or YYYY-MM (UTC).",
+            }),
+          ),
+        }),
+        response: { 200: "usage-report.response" },
+        detail: { summary: "Usage report of this key's environment" },
+      },
+    );

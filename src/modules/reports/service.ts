@@ -1,10 +1,9 @@
-import { and, count, eq, gt, isNull, lte, or } from "drizzle-orm";
 import type { Deps } from "../../deps.ts";
 import { monthLabel, monthStart, nextMonthStart } from "../../domain/months.ts";
 import type { Environment } from "../../domain/scopes.ts";
 import { ApiError } from "../../http/errors.ts";
-import { licenses } from "../../store/schema/index.ts";
-import { leasesHeldAt } from "../leases/month-counts.ts";
+import { countInSteps, timeWindows } from "../../store/stepped-count.ts";
+import { LEASE_COUNT_CHUNK, leasesHeldAt } from "../leases/month-counts.ts";
 
 export interface ReportPeriod {
   label: string;
@@ -39,54 +38,98 @@ export function resolvePeriod(period: string | undefined, now: Date): ReportPeri
   return month(start);
 }
 
-export class UsageReportService {
-  constructor(private readonly deps: Pick<Deps, "db" | "sqlite" | "clock">) {}
+/**
+ * Index entries per chunk of a count: a chunk is an edge found by stepping over this many entries
+ * of a covering index and a count of the same entries, ~2-3 ms at about 80 ns an entry (at a
+ * million licenses or activations the counts were 60-80 ms each as one statement).
+ */
+export const REPORT_CHUNK_ENTRIES = 16_384;
 
-  report(environment: Environment, period: string | undefined) {
-    const now = this.deps.clock.now();
-    const resolved = resolvePeriod(period, now);
-    const at = resolved.end.getTime() < now.getTime() ? resolved.end : now;
-    const count = (sql: string, ...params: (string | number)[]) =>
-      this.deps.sqlite.query<{ n: number }, (string | number)[]>(sql).get(...params)?.n ?? 0;
-    return {
-      period: { label: resolved.label, start: resolved.start.toISOString(), end: resolved.end.toISOString() },
-      new_activations: count(
-        "SELECT count(*) AS n FROM activations WHERE environment = ? AND activated_at >= ? AND activated_at < ?",
-        environment,
-        resolved.start.getTime(),
-        resolved.end.getTime(),
+/**
+ * The usage report. Each count is taken a chunk at a time with the event loop turning between
+ * chunks (`countInSteps`), so a report over millions of rows delays nothing else by more than a
+ * chunk. Every count is of a moment or a period that has passed by the time it is read (`at` is
+ * at most now), so the chunks agree although rows change between them.
+ */
+export class UsageReportService {
+  private readonly statements;
+
+  constructor(
+    private readonly deps: Pick<Deps, "sqlite" | "clock">,
+    private readonly chunks = { entries: REPORT_CHUNK_ENTRIES, leases: LEASE_COUNT_CHUNK },
+  ) {
+    const { sqlite } = deps;
+    type Window = [Environment, number, number];
+    this.statements = {
+      // The time of the entry ?4 entries on in the environment's [?2, ?3), in index order.
+      licenseEdge: sqlite.prepare<Edge, [...Window, number]>(
+        `SELECT created_at AS t FROM licenses WHERE environment = ?1 AND created_at >= ?2 AND created_at < ?3
+         ORDER BY created_at LIMIT 1 OFFSET ?4`,
       ),
-      // Devices that held an activation at the end of the period (or now).
-      active_machines: count(
-        `SELECT count(*) AS n FROM activations WHERE environment = ? AND activated_at <= ?
-         AND (deactivated_at IS NULL OR deactivated_at > ?)`,
-        environment,
-        at.getTime(),
-        at.getTime(),
+      // Licenses made in [?2, ?3) that were neither revoked, suspended nor expired at ?4.
+      licensesActive: sqlite.prepare<Counted, [...Window, number]>(
+        `SELECT count(*) AS n FROM licenses WHERE environment = ?1 AND created_at >= ?2 AND created_at < ?3
+         AND (revoked_at IS NULL OR revoked_at > ?4) AND (suspended_at IS NULL OR suspended_at > ?4)
+         AND (expires_at IS NULL OR expires_at > ?4)`,
       ),
-      active_licenses: this.activeLicensesAt(environment, at),
-      // Seats held at that moment. A past month's is read from the count stored before its
-      // leases could be deleted (leases/retention.ts), so the purge never changes it.
-      active_leases: leasesHeldAt(this.deps.sqlite, environment, at),
+      activationEdge: sqlite.prepare<Edge, [...Window, number]>(
+        `SELECT activated_at AS t FROM activations WHERE environment = ?1 AND activated_at >= ?2 AND activated_at < ?3
+         ORDER BY activated_at LIMIT 1 OFFSET ?4`,
+      ),
+      activationsMade: sqlite.prepare<Counted, Window>(
+        "SELECT count(*) AS n FROM activations WHERE environment = ?1 AND activated_at >= ?2 AND activated_at < ?3",
+      ),
+      // Activations made in [?2, ?3) that were not deactivated by ?4.
+      activationsHeld: sqlite.prepare<Counted, [...Window, number]>(
+        `SELECT count(*) AS n FROM activations WHERE environment = ?1 AND activated_at >= ?2 AND activated_at < ?3
+         AND (deactivated_at IS NULL OR deactivated_at > ?4)`,
+      ),
     };
   }
 
-  /** Licenses that existed at `at` and were neither revoked, suspended nor expired then. */
-  private activeLicensesAt(environment: Environment, at: Date): number {
-    return (
-      this.deps.db
-        .select({ n: count() })
-        .from(licenses)
-        .where(
-          and(
-            eq(licenses.environment, environment),
-            lte(licenses.createdAt, at),
-            or(isNull(licenses.revokedAt), gt(licenses.revokedAt, at)),
-            or(isNull(licenses.suspendedAt), gt(licenses.suspendedAt, at)),
-            or(isNull(licenses.expiresAt), gt(licenses.expiresAt, at)),
-          ),
-        )
-        .get()?.n ?? 0
+  async report(environment: Environment, period: string | undefined) {
+    const now = this.deps.clock.now();
+    const resolved = resolvePeriod(period, now);
+    const at = (resolved.end.getTime() < now.getTime() ? resolved.end : now).getTime();
+    const { statements: s, chunks } = this;
+    const activationEdge = (from: number, end: number, skip: number) =>
+      s.activationEdge.get(environment, from, end, skip)?.t ?? null;
+    const licenseEdge = (from: number, end: number, skip: number) =>
+      s.licenseEdge.get(environment, from, end, skip)?.t ?? null;
+    const made = (from: number, to: number) => s.activationsMade.get(environment, from, to)?.n ?? 0;
+    const held = (from: number, to: number) => s.activationsHeld.get(environment, from, to, at)?.n ?? 0;
+    const active = (from: number, to: number) => s.licensesActive.get(environment, from, to, at)?.n ?? 0;
+    const { start, end } = resolved;
+    // One count after another, not all at once: each is already spread over the event loop.
+    const newActivations = await countInSteps(
+      timeWindows(activationEdge, made, start.getTime(), end.getTime(), chunks.entries),
     );
+    // Devices that held an activation at the end of the period (or now).
+    const activeMachines = await countInSteps(
+      timeWindows(activationEdge, held, EARLIEST, at + 1, chunks.entries),
+    );
+    const activeLicenses = await countInSteps(
+      timeWindows(licenseEdge, active, EARLIEST, at + 1, chunks.entries),
+    );
+    // Seats held at that moment. A past month's is read from the count stored before its leases
+    // could be deleted (leases/retention.ts), so the purge never changes it.
+    const activeLeases = await leasesHeldAt(this.deps.sqlite, environment, new Date(at), chunks.leases);
+    return {
+      period: { label: resolved.label, start: resolved.start.toISOString(), end: resolved.end.toISOString() },
+      new_activations: newActivations,
+      active_machines: activeMachines,
+      active_licenses: activeLicenses,
+      active_leases: activeLeases,
+    };
   }
 }
+
+interface Edge {
+  t: number;
+}
+interface Counted {
+  n: number;
+}
+
+/** Before any stored time (they are milliseconds since 1970, and none is negative). */
+const EARLIEST = Number.MIN_SAFE_INTEGER;
