@@ -40,6 +40,11 @@ export interface LicensingClientOptions {
   storage?: Storage;
   /** Local clock in milliseconds. */
   now?: () => number;
+  /**
+   * Milliseconds from a clock that is never set, for how long an answer was on its way (default
+   * performance.now()).
+   */
+  monotonicNow?: () => number;
   sdkVersion?: string;
   appVersion?: string;
   /** Algorithm of a newly generated device signing key (default "ed25519"). */
@@ -159,14 +164,16 @@ export class ClientCore {
       this.fetchImpl,
       this.trust,
       this.now,
-      async (assertion, receivedAtMs, overtaken) => {
-        await this.state.setTimeHighWater(assertion.server_time, { fresh: !overtaken });
+      async (assertion, receivedAtMs, fresh) => {
+        await this.state.setTimeHighWater(assertion.server_time, { fresh });
         // Verified time is the truth: a local clock that ran ahead and was corrected is forgiven
         // (the mark restarts at the server's time, not at this clock's reading of it). Not by an
-        // answer that newer ones overtook: it may have been held back to wind the marks back.
-        await this.state.setLocalHighWater(assertion.server_time, { reset: !overtaken });
-        if (!overtaken) this.clockOffsetSec = assertion.server_time - unixSeconds(receivedAtMs);
+        // answer overtaken by newer ones or long on its way: it may have been held back to wind
+        // the marks back.
+        await this.state.setLocalHighWater(assertion.server_time, { reset: fresh });
+        if (fresh) this.clockOffsetSec = assertion.server_time - unixSeconds(receivedAtMs);
       },
+      options.monotonicNow ?? (() => performance.now()),
     );
   }
 

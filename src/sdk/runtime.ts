@@ -48,15 +48,30 @@ export interface RuntimeResponse {
 }
 
 /**
+ * How long an answer may take to come back and still tell the server's time now. One on its way
+ * longer may have been held back (to wind the device's time marks back by as long): it only
+ * raises them. Thirty seconds is far beyond a round trip, and far inside the 300 s a clock check
+ * allows.
+ */
+export const FRESH_ANSWER_MS = 30_000;
+
+/**
  * Called with every verified assertion (success or denial), before anything else happens.
- * `overtaken`: another verified answer arrived while this one's request was in flight, so this
- * one may have been held back on its way and is not the newest word on the server's time.
+ * `fresh`: no other verified answer arrived while this one's request was in flight, and it came
+ * back within FRESH_ANSWER_MS; otherwise it may have been held back on its way and is not the
+ * newest word on the server's time.
  */
 export type AssertionObserver = (
   assertion: ResponseAssertion,
   receivedAtMs: number,
-  overtaken: boolean,
+  fresh: boolean,
 ) => Promise<void>;
+
+/** What a request noted when it was sent, to tell whether its answer is fresh. */
+interface Sent {
+  answers: number;
+  monotonicMs: number;
+}
 
 export class Runtime {
   constructor(
@@ -65,13 +80,15 @@ export class Runtime {
     private readonly trust: TrustManager,
     private readonly now: () => number,
     private readonly onVerified: AssertionObserver,
+    /** A clock nobody sets (the local one may be put back while an answer is held). */
+    private readonly monotonicNow: () => number,
   ) {}
 
   /** Verified answers so far: a request notes the count when sent, to tell if one overtook it. */
   private answers = 0;
 
   async call(req: RuntimeRequest): Promise<RuntimeResponse> {
-    const answersAtSend = this.answers;
+    const sent: Sent = { answers: this.answers, monotonicMs: this.monotonicNow() };
     const url = new URL(this.config.apiBase + req.path);
     const bodyText = req.body === undefined ? undefined : canonicalize(req.body);
     const headers: Record<string, string> = { accept: "application/json" };
@@ -102,23 +119,23 @@ export class Runtime {
           status: res.status,
         });
       }
-      const verified = await this.verify(res, req.nonce, "data", answersAtSend);
+      const verified = await this.verify(res, req.nonce, "data", sent);
       return { status: res.status, data: verified.envelope.payload, ...verified.rest };
     }
     const subject =
       req.denialSubject ?? (req.deviceProof ? { activation_id: req.deviceProof.activationId } : undefined);
-    throw await this.errorFor(res, req.nonce, answersAtSend, subject);
+    throw await this.errorFor(res, req.nonce, sent, subject);
   }
 
   private async errorFor(
     res: HttpResult,
     nonce: string,
-    answersAtSend: number,
+    sent: Sent,
     subject?: DenialSubject,
   ): Promise<SdkError> {
     const envelope = readErrorEnvelope(res.body);
     if (envelope && hasSignatureFields(res.body)) {
-      const { envelope: verified } = await this.verify(res, nonce, "error", answersAtSend);
+      const { envelope: verified } = await this.verify(res, nonce, "error", sent);
       const signedError = readErrorEnvelope({ error: verified.payload }) ?? envelope;
       for (const [field, expected] of Object.entries(subject ?? {})) {
         // Authentic, but possibly another device's denial answered with our nonce: act on none.
@@ -157,9 +174,10 @@ export class Runtime {
     res: HttpResult,
     nonce: string,
     payloadField: "data" | "error",
-    answersAtSend: number,
+    sent: Sent,
   ): Promise<{ envelope: VerifiedEnvelope; rest: { assertion: ResponseAssertion; bundle: TrustBundle } }> {
     const receivedAtMs = this.now();
+    const onItsWayMs = this.monotonicNow() - sent.monotonicMs;
     let bundle = await this.trust.current();
     let envelope: VerifiedEnvelope;
     const opts = { productId: this.config.productId, nonce, status: res.status, payloadField };
@@ -176,9 +194,9 @@ export class Runtime {
       }
       envelope = verifyEnvelope(res.body, { ...opts, bundle });
     }
-    const overtaken = this.answers !== answersAtSend;
+    const fresh = this.answers === sent.answers && onItsWayMs <= FRESH_ANSWER_MS;
     this.answers++;
-    await this.onVerified(envelope.assertion, receivedAtMs, overtaken);
+    await this.onVerified(envelope.assertion, receivedAtMs, fresh);
     return { envelope, rest: { assertion: envelope.assertion, bundle } };
   }
 }

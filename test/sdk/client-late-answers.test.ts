@@ -312,3 +312,60 @@ test("a signed 410 for the old activation being recorded while the client deacti
   expect(current).not.toBe(old);
   expect(await client.licenseInfo()).toMatchObject({ state: "valid", reason: "ok" });
 });
+
+test("an answer that took longer than 30 s to come back does not reset the local time mark; one back within 30 s does", async () => {
+  const server = new FakeServer();
+  let heldUntil: Promise<void> | undefined;
+  let answered = () => {};
+  const fetch = async (url: string, init: RequestInitLike) => {
+    const answer = await server.fetch(url, init);
+    if (url.endsWith("/heartbeat")) answered();
+    if (heldUntil && url.endsWith("/heartbeat")) await heldUntil;
+    return answer;
+  };
+  const heartbeatAnswered = () => new Promise<void>((resolve) => (answered = resolve));
+  let nowMs = T0 * 1000;
+  let monotonicMs = 0;
+  const client = new LicensingClient({
+    config: server.authority.config(),
+    fetch,
+    storage: new MemoryStorage(),
+    now: () => nowMs,
+    monotonicNow: () => monotonicMs,
+  });
+  const memory = (client as unknown as { state: ClientState }).state;
+  await client.activate({ licenseKey: "LK", machineInfo: MACHINE });
+
+  // The heartbeat is answered at T0 + 60, then held back for three hours, while the app keeps
+  // reading its license (each read raises the local mark); then the clock is put back to T0 + 60
+  // and the answer let through.
+  server.sign = () => ({ serverTime: T0 + 60 });
+  let release!: () => void;
+  heldUntil = new Promise<void>((resolve) => (release = resolve));
+  nowMs = (T0 + 60) * 1000;
+  const onItsWay = heartbeatAnswered();
+  const heartbeat = settled(client.heartbeat());
+  await onItsWay;
+  monotonicMs += 3 * 3_600_000;
+  nowMs = (T0 + 60 + 3 * 3600) * 1000;
+  expect((await client.licenseInfo()).state).toBe("valid");
+  expect(await memory.localHighWater()).toBe(T0 + 60 + 3 * 3600);
+  nowMs = (T0 + 60) * 1000;
+  release();
+  expect(await heartbeat).toBe("ok");
+  // Three hours on its way: the mark stands, and the clock put back is caught.
+  expect(await memory.localHighWater()).toBe(T0 + 60 + 3 * 3600);
+  expect(await client.licenseInfo()).toMatchObject({ state: "clock_tampered" });
+
+  // The same answer back within 30 s is the server's time now: the mark restarts at it.
+  heldUntil = undefined;
+  server.sign = () => ({ serverTime: T0 + 120 });
+  nowMs = (T0 + 120) * 1000;
+  const back = heartbeatAnswered();
+  const quick = client.heartbeat();
+  await back;
+  monotonicMs += 29_000;
+  await quick;
+  expect(await memory.localHighWater()).toBe(T0 + 120);
+  expect((await client.licenseInfo()).state).toBe("valid");
+});
