@@ -173,12 +173,17 @@ export function verifyOfflinePackage(
   } catch {
     fail("PACKAGE_INVALID", "manifest.sig is not text");
   }
-  let message: Uint8Array;
+  let manifestJcs: string;
   try {
-    message = utf8(PREFIX.offlinePackage + canonicalize(manifestValue));
+    manifestJcs = canonicalize(manifestValue);
   } catch {
     fail("PACKAGE_INVALID", "manifest.json cannot be canonicalized");
   }
+  // Its bytes are JCS and nothing else: no hash covers them, and a package must have one byte form
+  // (spaces or a repeated member would parse to the same signed value).
+  if (manifestJcs !== utf8Decode(entry("manifest.json")))
+    fail("PACKAGE_INVALID", "manifest.json is not the JCS form of its value");
+  const message = utf8(PREFIX.offlinePackage + manifestJcs);
   const issuedAt = manifestValue.issued_at;
   const signer = bundle.signing_keys.find(
     (key) =>

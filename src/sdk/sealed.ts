@@ -276,8 +276,12 @@ export function decryptSealedPayload(
           return;
         }
         const ciphertext = reader.take(segment);
-        if (ciphertext.length < TAG)
+        // Nothing left: the final chunk is missing. Less than a tag: a cut inside it, which the
+        // format cannot tell from tampering (protocol §19).
+        if (ciphertext.length === 0)
           fail("SEALED_FILE_TRUNCATED", "the sealed file ends before its final chunk", { chunk: index });
+        if (ciphertext.length < TAG)
+          fail("SEALED_FILE_TAMPERED", "a chunk of the sealed file fails authentication", { chunk: index });
         const plain = await open(ciphertext, true);
         if (!plain) {
           if (ciphertext.length === segment && (await open(ciphertext, false)))

@@ -129,6 +129,25 @@ describe("tampering with any entry is refused", () => {
   });
 });
 
+test("a manifest.json spelled otherwise than JCS is not a package, though its value and signature are intact", async () => {
+  const { app, bytes } = await issued();
+  // Rebuilt unchanged, the archive is the package: only the spelling differs below.
+  expect(replaced(bytes, "manifest.json", (text) => text)).toEqual(new Uint8Array(bytes));
+  const variants = [
+    (text: string) => JSON.stringify(JSON.parse(text), null, 2),
+    // A repeated member: JSON.parse keeps the last, the same value the signature covers.
+    (text: string) => `{"expires_at":4102444800,${text.slice(1)}`,
+  ];
+  for (const change of variants) {
+    const refused = await refusal(app.loadOfflinePackage(replaced(bytes, "manifest.json", change)));
+    expect([refused.code, refused.message]).toEqual([
+      "PACKAGE_INVALID",
+      "manifest.json is not the JCS form of its value",
+    ]);
+  }
+  expect(await app.activationId()).toBeUndefined();
+});
+
 test("the same four entries in another order are not a package, though every byte of each is intact", async () => {
   const { app, bytes } = await issued();
   const entries = readStoredZip(bytes, ENTRIES);

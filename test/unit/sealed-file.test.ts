@@ -193,6 +193,25 @@ describe("a damaged file is refused where the damage is", () => {
     expect((await refusal(sealed.subarray(0, headerLength(sealed)))).code).toBe("SEALED_FILE_TRUNCATED");
   });
 
+  test("a cut inside the final chunk reads as tampering, even one that leaves less than its tag", async () => {
+    // The format does not record the payload length: a final chunk cut short is a chunk that
+    // fails authentication, however few of its bytes are left; only none left is a missing chunk.
+    for (const [size, cut] of [
+      [6, 1],
+      [6, 16],
+      [0, 1],
+      [0, 15],
+      [SEALED_CHUNK_SIZE + 6, 20],
+    ] as const) {
+      const sealed = await seal(pattern(size));
+      const error = await refusal(sealed.subarray(0, sealed.length - cut));
+      const chunk = size > SEALED_CHUNK_SIZE ? 1 : 0;
+      expect(`${size}-${cut}:${error.code}:${error.details.chunk}`).toBe(
+        `${size}-${cut}:SEALED_FILE_TAMPERED:${chunk}`,
+      );
+    }
+  });
+
   test("data after a full-size final chunk is refused as trailing data", async () => {
     const one = await seal(pattern(SEALED_CHUNK_SIZE));
     const error = await refusal(new Uint8Array([...one, 0]));
