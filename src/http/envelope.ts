@@ -76,7 +76,7 @@ function collect(error: ValidationError, request?: Request): FieldErrors {
       issue.path.replace(/^\//, "").replaceAll("/", ".") || queryFieldOf(error, issue, request) || error.type;
     const schema = "schema" in issue ? issue.schema : undefined;
     const choices = literalChoices(schema);
-    const nullable = nullableMemberError(issue);
+    const member = memberError(issue);
     const rule = ruleOf(schema);
     // TypeBox reports a missing member twice ("Property 'x' is missing", then "Expected property
     // 'x' to be string but found: undefined"); JSON has no undefined, so either means absent.
@@ -89,8 +89,8 @@ function collect(error: ValidationError, request?: Request): FieldErrors {
           : "is not a known field"
         : rule
           ? rule
-          : nullable
-            ? `${nullable} (or null)`
+          : member
+            ? `${member}${choices?.includes("null") ? " (or null)" : ""}`
             : choices && choices.length === 1
               ? `must be ${choices[0] === "integer" ? "an integer" : choices[0]}`
               : choices
@@ -132,22 +132,37 @@ function ruleOf(schema: unknown): string | undefined {
 }
 
 /**
- * For a nullable field (a union of one schema and null) given something else than null, what the
- * schema itself found wrong ("Expected string to match 'email' format"), instead of "must be one
- * of: string, null", which says nothing about a string that was refused.
+ * For a union with one member of the given value's JSON type (a nullable field given a string, a
+ * machine_info fact given a string too long), what that member found wrong ("Expected string
+ * length less or equal to 256"), instead of "must be one of: string, integer, boolean", which
+ * says nothing about a string that was refused; a nullable field given another type, what its
+ * other member expects ("Expected string"). Enums (several string members) are left to the list
+ * of choices.
  */
-function nullableMemberError(issue: {
+function memberError(issue: {
   value?: unknown;
   schema?: unknown;
   errors?: { First(): { message: string } | undefined }[];
 }): string | undefined {
   const anyOf = (issue.schema as { anyOf?: { type?: unknown }[] } | undefined)?.anyOf;
-  if (!Array.isArray(anyOf) || anyOf.length !== 2 || issue.value === null || !issue.errors) return undefined;
-  const member = anyOf.findIndex((schema) => schema.type !== "null");
-  if (member < 0 || anyOf[1 - member]?.type !== "null") return undefined;
-  const message = issue.errors[member]?.First()?.message;
+  if (!Array.isArray(anyOf) || !issue.errors) return undefined;
+  const types = jsonTypesOf(issue.value);
+  let members = anyOf.flatMap((schema, index) => (types.includes(schema.type) ? [index] : []));
+  // A nullable field given another type altogether: what its one other member expects.
+  if (members.length === 0 && anyOf.length === 2 && issue.value !== null)
+    members = anyOf.flatMap((schema, index) => (schema.type === "null" ? [] : [index]));
+  if (members.length !== 1) return undefined;
+  const message = issue.errors[members[0] as number]?.First()?.message;
   // A pattern's source (the email one is 200 characters of character classes) helps nobody.
   return message?.startsWith("Expected string to match '") ? "is not in the expected form" : message;
+}
+
+/** The JSON Schema types of a value's kind (a fraction is a number an integer member refused). */
+function jsonTypesOf(value: unknown): unknown[] {
+  if (value === null) return ["null"];
+  if (Array.isArray(value)) return ["array"];
+  if (typeof value === "number") return ["integer", "number"];
+  return [typeof value];
 }
 
 /** For a union (our enums, nullable fields), what each member accepts, so the message can list them. */

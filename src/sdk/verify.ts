@@ -136,7 +136,11 @@ export function verifyTrustBundle(input: unknown, opts: VerifyBundleOptions): Si
   }
   const floor = Math.max(opts.config.minimumBundleSequence, opts.highestSequence);
   if (b.sequence < floor) {
-    fail("BUNDLE_SEQUENCE_ROLLBACK", "bundle is older than one already trusted", {
+    const below =
+      opts.highestSequence >= opts.config.minimumBundleSequence
+        ? "older than one already trusted"
+        : "below the config's minimum_trust_bundle_sequence";
+    fail("BUNDLE_SEQUENCE_ROLLBACK", `bundle is ${below}`, {
       sequence: b.sequence,
       minimum: floor,
     });

@@ -181,6 +181,17 @@ describe("replays and repeats", () => {
       body: { machine_info: { os: "linux", arch: "x64", cores: 2.5 } },
     });
     expect(response.status).toBe(422);
+    expect(response.body.error.details.errors).toEqual({ "machine_info.cores": ["Expected integer"] });
+  });
+
+  test("a machine_info fact too long is told its limit, not which types a fact may have", async () => {
+    const response = await activate(t, new TestDevice(), fx, {
+      body: { machine_info: { os: "linux", arch: "x64", hostname: "h".repeat(257) } },
+    });
+    expect(response.status).toBe(422);
+    expect(response.body.error.details.errors).toEqual({
+      "machine_info.hostname": ["Expected string length less or equal to 256"],
+    });
   });
 });
 

@@ -162,16 +162,19 @@ describe("trust bundle verification", () => {
       "BUNDLE_SEQUENCE_ROLLBACK",
     );
     expect(e.details).toMatchObject({ sequence: 3, minimum: 4 });
+    expect(e.message).toBe("bundle is older than one already trusted");
     expect(verifyTrustBundle(signed, { config: config(), highestSequence: 3 }).bundle.sequence).toBe(3);
   });
 
-  test("a bundle below minimum_trust_bundle_sequence of the config is refused", () => {
+  test("a bundle below minimum_trust_bundle_sequence of the config is refused, and told so", () => {
     const cfg = authority.config();
     (cfg.trust_anchor as Json).minimum_trust_bundle_sequence = 10;
-    expectCode(
+    const e = expectCode(
       () => verifyTrustBundle(authority.signedBundle(), { config: resolveConfig(cfg), highestSequence: 0 }),
       "BUNDLE_SEQUENCE_ROLLBACK",
     );
+    // The device trusts no bundle yet: nothing was rolled back, the config asks for a newer one.
+    expect(e.message).toBe("bundle is below the config's minimum_trust_bundle_sequence");
   });
 
   test("a correctly signed bundle for another product or environment is refused", () => {
