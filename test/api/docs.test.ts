@@ -1,5 +1,8 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
 import { ERROR_CODES } from "../../src/http/errors.ts";
+import { withoutDocumentLinks } from "../../src/modules/docs/index.ts";
 import { BASE_URL, type CallResult, createTestContext, type TestContext } from "../support/harness.ts";
 
 let t: TestContext;
@@ -128,6 +131,31 @@ describe("GET /docs/errors", () => {
     for (const url of [...attributeValues(text, "script", "src"), ...attributeValues(text, "link", "href")]) {
       expect(url).toMatch(/^\/[^/]/);
     }
+  });
+});
+
+describe("links on the served pages", () => {
+  const errorsSource = readFileSync(join(import.meta.dir, "../../docs/errors.md"), "utf8");
+  test("every link of the error page leads to a page the server answers, or to a section of itself", async () => {
+    const { text } = await t.call("GET", "/docs/errors", { key: null });
+    const links = [...text.matchAll(/<a [^>]*href="([^"]*)"/g)].map((m) => m[1] as string);
+    // The source has links to the repository's other documents (api.md), which are not served.
+    expect(errorsSource).toMatch(/\]\(api\.md#/);
+    for (const link of links) {
+      if (link.startsWith("#")) {
+        expect(text).toContain(`id="${link.slice(1)}"`);
+        continue;
+      }
+      const response = await t.call("GET", new URL(link, "http://x/docs/errors").pathname, { key: null });
+      expect(`${link}: ${response.status}`).toBe(`${link}: 200`);
+    }
+    expect(text).toContain("Idempotency-Key (docs/api.md)");
+  });
+
+  test("a link to a repository document becomes its name, whatever its anchor", () => {
+    expect(withoutDocumentLinks("see [Keys](api.md#keys), [ops](operations.md) and [here](#X)")).toBe(
+      "see Keys (docs/api.md), ops (docs/operations.md) and [here](#X)",
+    );
   });
 });
 

@@ -20,10 +20,17 @@ const REFERENCE_HTML = page(
 <script>window.ui = SwaggerUIBundle({ url: "/openapi.json", dom_id: "#swagger-ui", validatorUrl: null, deepLinking: true, tryItOutEnabled: false });</script>`,
 );
 
+/**
+ * The served page has no other documents beside it: a link to one of the repository's (`api.md`)
+ * becomes its name in the text, where a link would answer 404.
+ */
+export const withoutDocumentLinks = (markdown: string): string =>
+  markdown.replace(/\[([^\]]+)\]\(([\w-]+\.md)(#[^)\s]*)?\)/g, "$1 (docs/$2)");
+
 const ERRORS_HTML = page(
   "Error codes · Licensing Service",
   "<style>body{font:16px/1.5 system-ui,sans-serif;max-width:52rem;margin:2rem auto;padding:0 1rem}code{background:#f3f3f3;padding:0 .2em}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:.3em .6em}h2{margin-top:2rem}</style>",
-  Bun.markdown.html(errorsMarkdown),
+  Bun.markdown.html(withoutDocumentLinks(errorsMarkdown)),
 );
 
 const html = (body: string) =>
