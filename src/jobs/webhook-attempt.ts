@@ -177,7 +177,10 @@ export class WebhookSender {
           ? { tls: { ...tls, ...(this.options.extraCa ? { ca: this.options.extraCa } : {}) } }
           : {}),
       });
-      await drain(response);
+      // The status decides. The body is read (up to 64 KiB) only to leave the connection clean: a
+      // receiver that answered 2xx and is slow to send the rest has still answered, and counting
+      // it as a timeout would deliver the event again.
+      await drain(response).catch(() => {});
       if (response.status >= 200 && response.status <= 299)
         return { outcome: "succeeded", status: response.status };
       if (response.status === 410)

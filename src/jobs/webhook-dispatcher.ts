@@ -83,6 +83,15 @@ export class WebhookDispatcher {
   private readonly attempting = new Set<string>();
   private readonly running = new Set<Promise<void>>();
   private total = 0;
+  /**
+   * How each endpoint's last attempt by this process went (true: failed). An endpoint not in it
+   * yet counts as failing while it has a retry due (an earlier process saw it fail).
+   */
+  private readonly lastFailed = new Map<string, boolean>();
+  /** Attempts in flight to failing endpoints: at most half the pool (see dispatchDue). */
+  private failingTotal = 0;
+  /** Set by start(): claims more at once when an attempt gives its slot back. */
+  private wake: (() => void) | null = null;
   private stopped = false;
   /** Counters for /metrics. */
   readonly counters = { attempts: 0, failedAttempts: 0, failedDeliveries: 0, disabledEndpoints: 0 };
@@ -159,6 +168,17 @@ export class WebhookDispatcher {
         purgeFailed(error as Error);
       }
     };
+    // A slot given back is filled at once, not at the next poll (which made a receiver that
+    // answers in a millisecond get two deliveries a second), once per turn however many finish.
+    let woken = false;
+    this.wake = () => {
+      if (woken) return;
+      woken = true;
+      setImmediate(() => {
+        woken = false;
+        kick();
+      });
+    };
     const unsubscribe = onEnqueue(this.deps.sqlite, kick);
     const poll = setInterval(kick, this.options.pollMs ?? POLL_MS);
     const scanner = setInterval(scan, this.options.expiryScanMs ?? EXPIRY_SCAN_MS);
@@ -168,6 +188,7 @@ export class WebhookDispatcher {
     kick();
     return async () => {
       this.stopped = true;
+      this.wake = null;
       unsubscribe();
       clearInterval(poll);
       clearInterval(scanner);
@@ -209,10 +230,16 @@ export class WebhookDispatcher {
     const now = this.clock.now().getTime();
     const perEndpoint = this.options.perEndpointConcurrency ?? PER_ENDPOINT_CONCURRENCY;
     const global = this.options.globalConcurrency ?? GLOBAL_CONCURRENCY;
+    // Receivers that fail (hang until the timeout, refuse, answer 5xx) get one attempt at a time
+    // each, and at most half the pool together: eight endpoints that hang could otherwise hold all
+    // sixteen slots for 10 s at a time, and every healthy endpoint would wait behind them.
+    const failingShare = Math.max(1, Math.floor(global / 2));
+    // The endpoint whose work has waited longest goes first.
     const endpoints = this.deps.sqlite
-      .query<{ endpoint_id: string }, [number]>(
-        `SELECT DISTINCT endpoint_id FROM webhook_deliveries
-         WHERE (status = 'pending' AND next_attempt_at <= ?1) OR (status = 'delivering' AND claimed_until <= ?1)`,
+      .query<{ endpoint_id: string; retrying: number }, [number]>(
+        `SELECT endpoint_id, max(attempts > schedule_start) AS retrying FROM webhook_deliveries
+         WHERE (status = 'pending' AND next_attempt_at <= ?1) OR (status = 'delivering' AND claimed_until <= ?1)
+         GROUP BY endpoint_id ORDER BY min(next_attempt_at), endpoint_id`,
       )
       .all(now);
     const started: Promise<void>[] = [];
@@ -224,8 +251,13 @@ export class WebhookDispatcher {
     // Derived from the attempt's timeout, never set apart from it: a claim shorter than the attempt
     // would let another process send a second copy while the first is still on its way.
     const claimMs = (this.options.timeoutMs ?? ATTEMPT_TIMEOUT_MS) + CLAIM_MARGIN_MS;
-    for (const { endpoint_id: endpointId } of endpoints) {
-      const room = Math.min(perEndpoint - (this.inFlight.get(endpointId) ?? 0), global - this.total);
+    for (const { endpoint_id: endpointId, retrying } of endpoints) {
+      const failing = this.lastFailed.get(endpointId) ?? retrying === 1;
+      const room = Math.min(
+        (failing ? 1 : perEndpoint) - (this.inFlight.get(endpointId) ?? 0),
+        global - this.total,
+        failing ? failingShare - this.failingTotal : global,
+      );
       if (room <= 0) continue;
       const due = this.deps.sqlite
         .query<{ id: string }, [number, string, number]>(
@@ -239,16 +271,17 @@ export class WebhookDispatcher {
         // can): claiming it again would send a second copy in parallel.
         if (this.attempting.has(id)) continue;
         if (claim.run(now, now + claimMs, now, id).changes !== 1) continue;
-        started.push(this.track(endpointId, id, this.attempt(id)));
+        started.push(this.track(endpointId, id, failing, this.attempt(id)));
       }
     }
     return started;
   }
 
-  private track(endpointId: string, id: string, work: Promise<void>): Promise<void> {
+  private track(endpointId: string, id: string, failing: boolean, work: Promise<void>): Promise<void> {
     this.inFlight.set(endpointId, (this.inFlight.get(endpointId) ?? 0) + 1);
     this.attempting.add(id);
     this.total++;
+    if (failing) this.failingTotal++;
     const done = work
       .catch((error: Error) =>
         this.options.logger.log("error", "webhook attempt failed unexpectedly", { error: error.message }),
@@ -259,7 +292,9 @@ export class WebhookDispatcher {
         else this.inFlight.delete(endpointId);
         this.attempting.delete(id);
         this.total--;
+        if (failing) this.failingTotal--;
         this.running.delete(done);
+        this.wake?.();
       });
     this.running.add(done);
     return done;
@@ -296,6 +331,7 @@ export class WebhookDispatcher {
     const now = this.clock.now().getTime();
     this.counters.attempts++;
     if (result.outcome !== "succeeded") this.counters.failedAttempts++;
+    this.lastFailed.set(row.endpoint_id, result.outcome !== "succeeded");
     const retryIndex = number - row.schedule_start - 1;
     const delaySec = this.retryDelays[retryIndex];
     let status: "succeeded" | "failed" | "pending" | "cancelled";

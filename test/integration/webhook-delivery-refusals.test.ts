@@ -72,6 +72,25 @@ describe("what the dispatcher refuses to do", () => {
     });
   });
 
+  test("a 2xx whose body is still coming when the timeout passes is a success, not an attempt to repeat", async () => {
+    const { row } = subscribe();
+    receiver.behaviour = () =>
+      new Response(
+        new ReadableStream({
+          async start(controller) {
+            controller.enqueue(new TextEncoder().encode("ok"));
+            await Bun.sleep(1_000);
+            controller.close();
+          },
+        }),
+        { status: 200 },
+      );
+    await customerCreated();
+    await dispatcher({ timeoutMs: 150 }).runOnce();
+    expect((await deliveries(row.id))[0]).toMatchObject({ status: "succeeded", last_response_status: 200 });
+    expect(receiver.received).toHaveLength(1);
+  });
+
   test("a host name that does not resolve in time fails the attempt at its timeout", async () => {
     const { row } = subscribe(`http://slow-dns.example:${receiver.port}/hook`);
     await customerCreated();
@@ -146,6 +165,71 @@ describe("what the dispatcher refuses to do", () => {
       expect((await deliveries(fast.row.id)).every((x) => x.status === "succeeded")).toBe(true);
     } finally {
       slow.stop();
+    }
+  });
+});
+
+describe("sharing the attempts in flight", () => {
+  test("a receiver that answers at once gets every queued delivery as slots come back, not one pair per poll", async () => {
+    subscribe(receiver.url(), ["customer.created"]);
+    for (let i = 0; i < 12; i++) await customerCreated(`C${i}`);
+    // The poll never comes round during the test: only slots given back can move the queue.
+    const stop = dispatcher({
+      perEndpointConcurrency: 2,
+      pollMs: 3_600_000,
+      expiryScanMs: 3_600_000,
+    }).start();
+    try {
+      while (receiver.received.length < 12) await Bun.sleep(5);
+      expect(receiver.maxInFlight).toBeLessThanOrEqual(2);
+    } finally {
+      await stop();
+    }
+  });
+
+  test("receivers that keep failing get one attempt each and half the pool together, so a healthy one is not held up", async () => {
+    const hanging = Array.from({ length: 6 }, () => new Receiver());
+    let release: () => void = () => {};
+    const gate = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    try {
+      for (const r of hanging) {
+        r.behaviour = async () => {
+          await gate;
+          return new Response("ok");
+        };
+      }
+      const failing = hanging.map((r) => subscribe(r.url(), ["customer.created"]).row.id);
+      const healthy = subscribe(receiver.url(), ["customer.created"]);
+      for (const name of ["A", "B", "C"]) await customerCreated(name);
+      // What an earlier process left: each hanging endpoint failed its first attempt, and the
+      // retry is due now; the healthy endpoint's deliveries are due too.
+      const placeholders = failing.map(() => "?").join(",");
+      t.deps.sqlite
+        .query(`UPDATE webhook_deliveries SET attempts = 1 WHERE endpoint_id IN (${placeholders})`)
+        .run(...failing);
+      const d = dispatcher({ perEndpointConcurrency: 2, globalConcurrency: 4 });
+      const pass = d.runOnce();
+      // Two of the four slots go to the failing endpoints (one each), two to the healthy one.
+      while (receiver.received.length < 2) await Bun.sleep(5);
+      await Bun.sleep(50);
+      const hangingInFlight = hanging.map((r) => r.inFlight);
+      expect(hangingInFlight.reduce((a, b) => a + b, 0)).toBe(2);
+      expect(Math.max(...hangingInFlight)).toBe(1);
+      expect(receiver.received).toHaveLength(2);
+      release();
+      await pass;
+      await d.idle();
+      while ((await d.runOnce()) > 0);
+      expect((await deliveries(healthy.row.id)).map((x) => x.status)).toEqual([
+        "succeeded",
+        "succeeded",
+        "succeeded",
+      ]);
+    } finally {
+      release();
+      for (const r of hanging) r.stop();
     }
   });
 });
