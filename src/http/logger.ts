@@ -40,17 +40,16 @@ export function jsonLogger(
  * get out), and what is pending is written synchronously when the process exits. A kill -9 can
  * lose the request lines of the current turn, never an error.
  */
-export function stderrLines(fd = 2): (line: string, urgent: boolean) => void {
+export function stderrLines(
+  fd = 2,
+  write: (fd: number, bytes: Uint8Array) => number = writeSync,
+): (line: string, urgent: boolean) => void {
   let pending: string[] = [];
   const flush = () => {
     if (pending.length === 0) return;
-    const text = pending.join("");
+    const bytes = Buffer.from(pending.join(""));
     pending = [];
-    try {
-      writeSync(fd, text);
-    } catch {
-      // stderr closed (a detached process): nothing sensible to do with a log line.
-    }
+    writeAll(fd, bytes, write);
   };
   process.on("exit", flush);
   return (line, urgent) => {
@@ -58,6 +57,30 @@ export function stderrLines(fd = 2): (line: string, urgent: boolean) => void {
     pending.push(line);
     if (urgent) flush();
   };
+}
+
+const pause = new Int32Array(new SharedArrayBuffer(4));
+
+/**
+ * Every byte, in order: a write to a pipe may take only part of them, or none for a moment
+ * (EAGAIN, a non-blocking pipe whose reader is behind), and the rest of a line written later
+ * would be cut off mid-line by the next. A reader stuck for a second loses the rest.
+ */
+function writeAll(fd: number, bytes: Uint8Array, write: (fd: number, bytes: Uint8Array) => number): void {
+  let offset = 0;
+  let waits = 0;
+  while (offset < bytes.length) {
+    try {
+      offset += write(fd, bytes.subarray(offset));
+    } catch (error) {
+      if ((error as { code?: string }).code === "EAGAIN" && waits++ < 1_000) {
+        Atomics.wait(pause, 0, 0, 1);
+        continue;
+      }
+      // stderr closed (a detached process): nothing sensible to do with a log line.
+      return;
+    }
+  }
 }
 
 export const silentLogger: Logger = { log() {} };

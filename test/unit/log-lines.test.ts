@@ -1,5 +1,5 @@
 import { afterEach, expect, test } from "bun:test";
-import { closeSync, mkdtempSync, openSync, readFileSync, rmSync } from "node:fs";
+import { closeSync, mkdtempSync, openSync, readFileSync, rmSync, writeSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { jsonLogger, stderrLines } from "../../src/http/logger.ts";
@@ -70,4 +70,35 @@ test("a line is the JSON of ts, level, msg and then the fields, whatever the fie
     // A toJSON among the fields serialises the whole line, as it did with the spread.
     if (!("toJSON" in (fields ?? {}))) expect(Number.isNaN(Date.parse(parsed.ts))).toBe(false);
   });
+});
+
+test("a write that takes part of the lines, or none for a moment, still gets every byte out in order", async () => {
+  fd = openSync(path, "w");
+  let calls = 0;
+  // A pipe whose reader is behind: 7 bytes a write at most, and every third write nothing at all.
+  const partial = (target: number, bytes: Uint8Array) => {
+    calls++;
+    if (calls % 3 === 0)
+      throw Object.assign(new Error("EAGAIN: resource temporarily unavailable"), { code: "EAGAIN" });
+    return writeSync(target, bytes.subarray(0, 7));
+  };
+  const logger = jsonLogger("info", stderrLines(fd, partial));
+  for (let n = 0; n < 20; n++) logger.log("info", "request", { n, path: "/runtime/v1/heartbeat é" });
+  await new Promise((resolve) => setImmediate(resolve));
+  const lines = written()
+    .trim()
+    .split("\n")
+    .map((line) => JSON.parse(line));
+  expect(lines.map((line) => line.n)).toEqual(Array.from({ length: 20 }, (_, n) => n));
+  expect(lines.every((line) => line.path === "/runtime/v1/heartbeat é")).toBe(true);
+  expect(calls).toBeGreaterThan(100);
+});
+
+test("a closed stderr drops the lines without throwing", () => {
+  fd = openSync(path, "w");
+  const closed = () => {
+    throw Object.assign(new Error("EBADF: bad file descriptor"), { code: "EBADF" });
+  };
+  const logger = jsonLogger("info", stderrLines(fd, closed));
+  expect(() => logger.log("error", "store failed")).not.toThrow();
 });
