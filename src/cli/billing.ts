@@ -86,7 +86,7 @@ export const billingConfigureCommand: Command = {
   summary:
     "Connect a Stripe account. The API key's mode (rk_live_/rk_test_) picks the environment; running it again replaces that mode's settings.",
   usage:
-    "licensing billing configure --provider stripe --api-key-file F --webhook-secret-file F [--claim-url-base URL] [--secure-claims=false] [--api-base-url URL]",
+    "licensing billing configure --provider stripe --api-key-file F --webhook-secret-file F [--claim-url-base URL] [--secure-claims=false] [--api-base-url URL] [--base-url URL]",
   configKeys: CONFIG_KEYS,
   options: [
     option("provider", "NAME", "the billing provider: stripe"),

@@ -16,6 +16,8 @@ export function takeServeLock(path: string): ServeLock | null {
   const db = new Database(path, { create: true, strict: true });
   try {
     db.run("PRAGMA busy_timeout = 0");
+    // Nothing is ever written to it: without this, the lock left a `serve.lock-journal` beside it.
+    db.run("PRAGMA journal_mode = MEMORY");
     db.run("BEGIN EXCLUSIVE");
   } catch (error) {
     db.close();

@@ -1,5 +1,5 @@
 import { afterEach, beforeEach, expect, test } from "bun:test";
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { takeBackup } from "../../src/cli/backup.ts";
@@ -39,6 +39,18 @@ test("a second server on the data dir is refused while the first runs, and start
   await first.shutdown("test");
   const second = serveTestStore(t);
   await second.shutdown("test");
+});
+
+test("the lock adds one file to the data directory, serve.lock, and nothing beside it", () => {
+  const dir = join(scratch, "data");
+  mkdirSync(dir);
+  const lock = takeServeLock(join(dir, "serve.lock"));
+  try {
+    expect(readdirSync(dir)).toEqual(["serve.lock"]);
+  } finally {
+    lock?.release();
+  }
+  expect(readdirSync(dir)).toEqual(["serve.lock"]);
 });
 
 test("a restore goes into a directory that holds only a stopped server's lock file", () => {
