@@ -32,6 +32,8 @@ export interface Config {
   host: string;
   /** Where clients reach the service; no trailing slash. */
   baseUrl: string;
+  /** The base URL came from --base-url or LICENSING_BASE_URL, not from the host and port. */
+  baseUrlGiven: boolean;
   /** From --passphrase-file or LICENSING_KEYSTORE_PASSPHRASE_FILE; absolute. */
   passphraseFile: string | null;
   /** From LICENSING_KEYSTORE_PASSPHRASE (deliberately no flag: argv is visible to every user). */
@@ -244,6 +246,7 @@ export function resolveConfig(flags: FlagValues, env: Env, cwd: string, usesBase
     baseUrl: baseUrl
       ? parseBaseUrl(baseUrl.value, baseUrl.source)
       : defaultBaseUrl(host, hostSetting?.source ?? "", portNumber, usesBaseUrl),
+    baseUrlGiven: baseUrl !== null,
     passphraseFile: passphraseFile ? absolute(passphraseFile.value, cwd) : null,
     passphrase: passphrase === undefined || passphrase === "" ? null : passphrase,
     smtpUrl: smtpUrl ? parseSmtpUrl(smtpUrl.value, smtpUrl.source) : null,

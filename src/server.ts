@@ -228,6 +228,8 @@ function serveWithLock({ config, logger }: StartOptions, keystore: Keystore): Ru
       },
       services,
     );
+    // What `licensing billing status` and `licensing offline issue` name the service by.
+    services.workspace.recordBaseUrl(config.baseUrl);
     // Products left pending by a crash get their keys, and stale records go, before any request.
     stopSweeper = startSweeper(services, logger);
     // Mail left pending by an earlier process (a crash, an SMTP outage) goes out now.

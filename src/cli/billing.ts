@@ -22,17 +22,19 @@ import {
   JSON_OPTION,
   out,
   readSecretLine,
+  serviceBaseUrl,
   withKeystoreDeps,
 } from "./shared.ts";
 
 const CONFIG_KEYS = ["dataDir", "passphraseFile", "baseUrl"] as const;
 
 /** The integration's secrets are sealed with the keystore's data key, so every command opens it. */
-function withBilling<T>(line: CommandLine, work: (billing: BillingService) => T): T {
+function withBilling<T>(line: CommandLine, work: (billing: BillingService, baseUrl: string) => T): T {
   return withKeystoreDeps(line, (deps) => {
     try {
       const workspace = new WorkspaceService(deps);
-      return work(new BillingService(deps, () => workspace.plan(), line.config.baseUrl));
+      const baseUrl = serviceBaseUrl(line.config, deps);
+      return work(new BillingService(deps, () => workspace.plan(), baseUrl), baseUrl);
     } catch (error) {
       // The service speaks the API's language; an operator gets one line per problem.
       if (error instanceof ApiError) {
@@ -122,8 +124,9 @@ export const billingConfigureCommand: Command = {
       err(
         "warning: this is a full secret key; a restricted key (rk_…) that can only read Checkout Sessions is enough",
       );
-    const row = withBilling(line, (billing) =>
-      billing.configure(
+    const { row, baseUrl } = withBilling(line, (billing, baseUrl) => ({
+      baseUrl,
+      row: billing.configure(
         {
           provider: "stripe",
           apiKey,
@@ -134,8 +137,8 @@ export const billingConfigureCommand: Command = {
         },
         cliActor(),
       ),
-    );
-    const webhookUrl = `${line.config.baseUrl}${WEBHOOK_PATH}`;
+    }));
+    const webhookUrl = `${baseUrl}${WEBHOOK_PATH}`;
     if (line.flags.json === true) {
       out(
         JSON.stringify({

@@ -11,6 +11,7 @@ import {
   writeFileSync,
 } from "node:fs";
 import { join } from "node:path";
+import type { Config } from "../config.ts";
 import {
   CONFIG_OPTIONS,
   type CommandLine,
@@ -20,6 +21,7 @@ import {
   parseCommandLine,
 } from "../config.ts";
 import type { Deps } from "../deps.ts";
+import { WorkspaceService } from "../modules/workspace/service.ts";
 import { buildDeps, openKeystore } from "../server.ts";
 import { openStore, type Store, unusableStoreFile } from "../store/db.ts";
 import { migrate } from "../store/migrate.ts";
@@ -252,6 +254,16 @@ export function withKeystoreDeps<T>(line: CommandLine, work: (deps: Deps) => T):
   } finally {
     store.close();
   }
+}
+
+/**
+ * The service's base URL for what a command prints or signs: the one given (--base-url,
+ * LICENSING_BASE_URL), else the one the last `licensing serve` on this store ran with, else the
+ * default from host and port.
+ */
+export function serviceBaseUrl(config: Config, deps: Deps): string {
+  if (config.baseUrlGiven) return config.baseUrl;
+  return new WorkspaceService(deps).recordedBaseUrl() ?? config.baseUrl;
 }
 
 /** Opens an existing store and brings its schema up to date (forward-only, a no-op when current). */

@@ -6,7 +6,8 @@ import { join } from "node:path";
 import { createApp } from "../../src/app.ts";
 import { initialise } from "../../src/cli/init.ts";
 import { resolveConfig } from "../../src/config.ts";
-import { buildDeps, openKeystore } from "../../src/server.ts";
+import { silentLogger } from "../../src/http/logger.ts";
+import { buildDeps, openKeystore, startServer } from "../../src/server.ts";
 import { openStore, type Store } from "../../src/store/db.ts";
 import { runInProcess } from "../support/in-process-cli.ts";
 
@@ -246,6 +247,26 @@ describe("licensing billing configure", () => {
     ]);
     expect(run.code).toBe(0);
     expect(run.stderr).toContain("readable by other users");
+  });
+});
+
+describe("the service's base URL", () => {
+  test("without --base-url the webhook URL shown is the one the last server on this store ran with", async () => {
+    const webhookUrl = async (...flags: string[]) =>
+      JSON.parse((await cli(["billing", "status", "--json", ...flags])).stdout)[0].webhook_url;
+    const passphrase = readFileSync(join(dataDir, "keystore.passphrase"), "utf8").trim();
+    const serve = async (baseUrl: string) => {
+      const config = resolveConfig({ "data-dir": dataDir, "base-url": baseUrl }, {}, work);
+      await startServer({ config: { ...config, port: 0 }, passphrase, logger: silentLogger }).shutdown(
+        "test",
+      );
+    };
+    await serve("https://licensing.example.com");
+    expect(await webhookUrl()).toBe("https://licensing.example.com/billing/v1/stripe/webhook");
+    // The latest server's, and a --base-url given still wins.
+    await serve("https://licenses.example.org/service");
+    expect(await webhookUrl()).toBe("https://licenses.example.org/service/billing/v1/stripe/webhook");
+    expect(await webhookUrl("--base-url", BASE)).toBe(`${BASE}/billing/v1/stripe/webhook`);
   });
 });
 

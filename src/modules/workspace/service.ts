@@ -1,4 +1,4 @@
-import { eq } from "drizzle-orm";
+import { and, eq, isNull, ne, or } from "drizzle-orm";
 import type { Deps } from "../../deps.ts";
 import { DEFAULT_PLAN_CODE, PLANS, type PlanDefinition, planByCode } from "../../domain/plans.ts";
 import { ENVIRONMENTS } from "../../domain/scopes.ts";
@@ -58,6 +58,32 @@ export class WorkspaceService {
     const plan =
       planByCode(row?.planCode ?? DEFAULT_PLAN_CODE) ?? (PLANS[DEFAULT_PLAN_CODE] as PlanDefinition);
     return { plan, trial: row?.trial ?? false, endsAt: row?.endsAt ?? null };
+  }
+
+  /**
+   * Noted by `licensing serve` at each start, so command-line commands name the service as its
+   * clients reach it without being told (an operator's shell seldom has the unit's environment).
+   * Written only when it changed: a start writes nothing otherwise.
+   */
+  recordBaseUrl(baseUrl: string): void {
+    this.deps.db
+      .update(workspace)
+      .set({ baseUrl })
+      .where(
+        and(eq(workspace.id, WORKSPACE_ID), or(isNull(workspace.baseUrl), ne(workspace.baseUrl, baseUrl))),
+      )
+      .run();
+  }
+
+  /** The base URL the last server on this store ran with, if one ever ran. */
+  recordedBaseUrl(): string | null {
+    return (
+      this.deps.db
+        .select({ baseUrl: workspace.baseUrl })
+        .from(workspace)
+        .where(eq(workspace.id, WORKSPACE_ID))
+        .get()?.baseUrl ?? null
+    );
   }
 
   /**

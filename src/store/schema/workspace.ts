@@ -13,6 +13,11 @@ export const workspace = sqliteTable(
     planEndsAt: timestamp("plan_ends_at"),
     /** The plan is a trial (reported as `plan.trial`). */
     planTrial: integer("plan_trial", { mode: "boolean" }).notNull().default(false),
+    /**
+     * The base URL the last `licensing serve` on this store ran with: the service's address for
+     * command-line commands given none (a webhook URL to show, an offline package's issuer).
+     */
+    baseUrl: text("base_url"),
     createdAt: timestamp("created_at").notNull(),
     updatedAt: timestamp("updated_at").notNull(),
   },
