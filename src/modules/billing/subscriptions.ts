@@ -37,7 +37,7 @@ export class SubscriptionLedger {
     const paidThrough = new Date(Math.max(periodEnd * 1000, current?.paidThrough?.getTime() ?? 0));
     const next = this.upsert(tx, ctx.environment, subscriptionId, { paidThrough });
     if (!next.licenseId) return done("succeeded", "awaiting_checkout");
-    return this.applyEnd(tx, next, event, ctx, "extend");
+    return this.applyEnd(tx, next, event, ctx);
   }
 
   /**
@@ -66,27 +66,20 @@ export class SubscriptionLedger {
       ...(stale ? {} : { stateEventAt: new Date(created * 1000), stateEventId: event.id }),
     });
     if (!next.licenseId) return done("succeeded", "awaiting_checkout");
-    return this.applyEnd(tx, next, event, ctx, "set");
+    return this.applyEnd(tx, next, event, ctx);
   }
 
   /**
-   * Moves the license's expiry to what the subscription now grants. An invoice only ever extends;
-   * a subscription change may shorten (cancellation) or restore (cancellation undone).
+   * Moves the license's expiry to what the subscription now grants, computed from everything known
+   * about it rather than from the expiry the last event left: so the events' order does not matter,
+   * and a first paid invoice replaces the checkout's starting expiry, shorter or not.
    */
-  private applyEnd(
-    tx: Db,
-    subscription: SubscriptionRow,
-    event: ProviderEvent,
-    ctx: ChangeContext,
-    mode: "extend" | "set",
-  ): Outcome {
+  private applyEnd(tx: Db, subscription: SubscriptionRow, event: ProviderEvent, ctx: ChangeContext): Outcome {
     const licenseId = subscription.licenseId as string;
     const license = tx.select().from(licenses).where(eq(licenses.id, licenseId)).get();
     if (!license || license.status === "revoked") return done("ignored", "license_revoked", licenseId);
     const target = licenseEnd(subscription);
-    if (!target) return done("ignored", "no_paid_period", licenseId);
-    const current = license.expiresAt?.getTime() ?? Number.POSITIVE_INFINITY;
-    if (target.getTime() === current || (mode === "extend" && target.getTime() < current)) {
+    if ((target?.getTime() ?? null) === (license.expiresAt?.getTime() ?? null)) {
       return done("ignored", "unchanged", licenseId);
     }
     const now = this.deps.clock.now();
@@ -101,7 +94,7 @@ export class SubscriptionLedger {
         expiresAt: target,
         updatedAt: now,
         version: next.version,
-        ...(endsNow ? { expiryAnnounced: target } : {}),
+        ...(endsNow && target ? { expiryAnnounced: target } : {}),
       })
       .where(eq(licenses.id, licenseId))
       .run();
@@ -144,7 +137,7 @@ export class SubscriptionLedger {
     changes: Partial<
       Pick<
         SubscriptionRow,
-        "licenseId" | "paidThrough" | "endsAt" | "stateEventAt" | "stateEventId" | "ended"
+        "licenseId" | "paidThrough" | "endsAt" | "startingEnd" | "stateEventAt" | "stateEventId" | "ended"
       >
     >,
   ): SubscriptionRow {
@@ -155,6 +148,7 @@ export class SubscriptionLedger {
       licenseId: current?.licenseId ?? null,
       paidThrough: current?.paidThrough ?? null,
       endsAt: current?.endsAt ?? null,
+      startingEnd: current?.startingEnd ?? null,
       stateEventAt: current?.stateEventAt ?? null,
       stateEventId: current?.stateEventId ?? null,
       ended: current?.ended ?? false,
@@ -184,14 +178,18 @@ function olderThanApplied(created: number, eventId: string, applied: Subscriptio
 }
 
 /**
- * What a subscription grants: up to its scheduled end when it is cancelled, else the paid period
- * plus a day's grace for the renewal's webhook; null when nothing is known yet.
+ * What a subscription grants its license (null: no expiry): the paid period plus a day's grace for
+ * the renewal's webhook once a paid invoice is known, else the expiry its checkout started it with;
+ * a scheduled or past end only ever cuts that short. A cancellation date never grants time that
+ * was not paid for, however early it arrives.
  */
-export function licenseEnd(subscription: SubscriptionRow): Date | null {
-  const paid = subscription.paidThrough
+export function licenseEnd(
+  subscription: Pick<SubscriptionRow, "paidThrough" | "endsAt" | "startingEnd">,
+): Date | null {
+  const granted = subscription.paidThrough
     ? new Date(subscription.paidThrough.getTime() + RENEWAL_GRACE_SEC * 1000)
-    : null;
-  if (subscription.endsAt)
-    return paid && paid.getTime() < subscription.endsAt.getTime() ? paid : subscription.endsAt;
-  return paid;
+    : subscription.startingEnd;
+  const { endsAt } = subscription;
+  if (!endsAt) return granted;
+  return granted && granted.getTime() < endsAt.getTime() ? granted : endsAt;
 }
