@@ -6,6 +6,7 @@ import type { Environment } from "../../domain/scopes.ts";
 import type { Db } from "../../store/db.ts";
 import { billingSubscriptions, licenses } from "../../store/schema/index.ts";
 import { recordAudit } from "../events/service.ts";
+import type { LicenseService } from "../licenses/service.ts";
 import { done, type Outcome } from "./outcome.ts";
 import {
   invoicePeriodEnd,
@@ -26,7 +27,10 @@ export type SubscriptionRow = typeof billingSubscriptions.$inferSelect;
  * follows from it. Rows may exist before their license: the provider does not order its events.
  */
 export class SubscriptionLedger {
-  constructor(private readonly deps: Pick<Deps, "db" | "clock" | "ids">) {}
+  constructor(
+    private readonly deps: Pick<Deps, "db" | "clock" | "ids">,
+    private readonly licenses: Pick<LicenseService, "assertProductActive">,
+  ) {}
 
   invoicePaid(tx: Db, event: ProviderEvent, ctx: ChangeContext): Outcome {
     const subscriptionId = invoiceSubscriptionId(event.object);
@@ -82,6 +86,11 @@ export class SubscriptionLedger {
     if ((target?.getTime() ?? null) === (license.expiresAt?.getTime() ?? null)) {
       return done("ignored", "unchanged", licenseId);
     }
+    // An archived product's licenses take no more time, as through the Management API; the refusal
+    // undoes the whole event, so it is recorded as failed and applied again if resent. A change
+    // that only takes time away still applies.
+    const lengthens = license.expiresAt !== null && (target === null || target > license.expiresAt);
+    if (lengthens) this.licenses.assertProductActive(license);
     const now = this.deps.clock.now();
     const next = { ...license, expiresAt: target, updatedAt: now, version: license.version + 1 };
     const before = licenseStatus(license, now);

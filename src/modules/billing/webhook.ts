@@ -74,7 +74,7 @@ export class BillingWebhookService {
     private readonly plan: () => PlanDefinition,
     private readonly mail: MailOutbox | undefined,
   ) {
-    this.subscriptions = new SubscriptionLedger(deps);
+    this.subscriptions = new SubscriptionLedger(deps, licenses);
   }
 
   private readonly subscriptions: SubscriptionLedger;
