@@ -7,22 +7,16 @@ import type { Environment } from "../../domain/scopes.ts";
 import { ApiError } from "../../http/errors.ts";
 import type { MailOutbox } from "../../mail/outbox.ts";
 import type { Db } from "../../store/db.ts";
-import {
-  billingCheckouts,
-  billingEvents,
-  billingIntegrations,
-  customers,
-  policies,
-} from "../../store/schema/index.ts";
+import { billingCheckouts, billingEvents, billingIntegrations, policies } from "../../store/schema/index.ts";
 import type { CustomerService } from "../customers/service.ts";
 import type { LicenseRow, LicenseService } from "../licenses/service.ts";
 import { settingsOf } from "../policies/service.ts";
 import type { ProductService } from "../products/service.ts";
+import { customerForBuyer, readBuyer } from "./buyers.ts";
 import type { ClaimService } from "./claims.ts";
 import { done, type Outcome, type Result } from "./outcome.ts";
 import { type BillingService, type IntegrationRow, type OfferingRow, planLacksBilling } from "./service.ts";
 import {
-  checkoutBuyer,
   checkoutPriceIds,
   idOf,
   isObject,
@@ -249,8 +243,8 @@ export class BillingWebhookService {
     });
     if (expiresAt && expiresAt.getTime() <= now.getTime()) return done("failed", "subscription_ended");
 
-    const buyer = checkoutBuyer(session);
-    const customerId = buyer.email || buyer.name ? this.customerFor(buyer, ctx) : null;
+    const buyer = readBuyer(session);
+    const customerId = customerForBuyer(this.deps, this.customers, buyer, ctx);
     const license = this.licenses.create(
       {
         product_id: offering.productId,
@@ -324,26 +318,6 @@ export class BillingWebhookService {
         ...(integration.secureClaims ? { claim_url: claimUrl } : { license_key: claim.licenseKey }),
       },
     });
-  }
-
-  private customerFor(
-    buyer: { email?: string; name?: string; providerCustomerId?: string },
-    ctx: ChangeContext,
-  ): string {
-    const byRef = buyer.providerCustomerId
-      ? this.deps.db.select().from(customers).where(eq(customers.externalRef, buyer.providerCustomerId)).get()
-      : undefined;
-    const byEmail = !byRef && buyer.email ? this.customers.findByEmail(buyer.email) : undefined;
-    const existing = byRef ?? byEmail;
-    if (existing && existing.status === "active") return existing.id;
-    return this.customers.create(
-      {
-        name: buyer.name,
-        email: buyer.email,
-        ...(buyer.providerCustomerId ? { external_ref: buyer.providerCustomerId } : {}),
-      },
-      ctx,
-    ).id;
   }
 
   private eventRow(eventId: string) {
