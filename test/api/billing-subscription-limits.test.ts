@@ -90,3 +90,37 @@ describe("archived products", () => {
     expect(expiryOf(session.id)).toBe((periodEnd - 10 * DAY) * 1000);
   });
 });
+
+describe("renewal authority", () => {
+  test("while the vendor holds a license's renewal authority, subscription events are recorded as ignored and leave its expiry, and the subscription's state applies once billing holds it again", async () => {
+    const { subscription, session, periodEnd, license } = await paidSubscription();
+    const vendorExpiry = new Date((nowSec() + 365 * DAY) * 1000).toISOString();
+    const taken = await t.call("PATCH", `/mgmt/v1/licenses/${license.id}`, {
+      key: t.keys.test,
+      body: { renewal_authority: "vendor", expires_at: vendorExpiry },
+    });
+    expect(taken.status).toBe(200);
+
+    const cancel = changeAt(
+      "customer.subscription.updated",
+      subscriptionState(subscription, periodEnd, { cancel_at_period_end: true }),
+      nowSec(),
+    );
+    const renewal = event("invoice.paid", invoice(subscription, periodEnd + 30 * DAY));
+    for (const sent of [cancel, renewal]) {
+      expect((await deliver(sent)).body.data.result).toBe("ignored");
+      expect(recorded(sent.id)?.reason).toBe("vendor_renewal_authority");
+    }
+    expect(expiryOf(session.id)).toBe(Date.parse(vendorExpiry));
+
+    const returned = await t.call("PATCH", `/mgmt/v1/licenses/${license.id}`, {
+      key: t.keys.test,
+      body: { renewal_authority: "external_billing" },
+    });
+    expect(returned.status).toBe(200);
+    // Paid through a second month, but set to cancel at the end of the first: the first's end holds.
+    const later = event("invoice.paid", invoice(subscription, periodEnd + 60 * DAY));
+    expect((await deliver(later)).body.data.result).toBe("succeeded");
+    expect(expiryOf(session.id)).toBe(periodEnd * 1000);
+  });
+});

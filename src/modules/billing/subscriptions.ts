@@ -82,6 +82,9 @@ export class SubscriptionLedger {
     const licenseId = subscription.licenseId as string;
     const license = tx.select().from(licenses).where(eq(licenses.id, licenseId)).get();
     if (!license || license.status === "revoked") return done("ignored", "license_revoked", licenseId);
+    // The vendor took over extending this license (renewal_authority): its expiry is theirs now.
+    // The ledger above still follows the subscription, for when they hand the authority back.
+    if (license.renewalAuthority === "vendor") return done("ignored", "vendor_renewal_authority", licenseId);
     const target = licenseEnd(subscription);
     if ((target?.getTime() ?? null) === (license.expiresAt?.getTime() ?? null)) {
       return done("ignored", "unchanged", licenseId);
