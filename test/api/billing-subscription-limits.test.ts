@@ -9,10 +9,12 @@ import {
   checkout,
   deliver,
   event,
+  ids,
   invoice,
   licensesOfCheckout,
   next,
   nowSec,
+  offering,
   subscriptionState,
   t,
   useBillingContext,
@@ -122,5 +124,31 @@ describe("renewal authority", () => {
     const later = event("invoice.paid", invoice(subscription, periodEnd + 60 * DAY));
     expect((await deliver(later)).body.data.result).toBe("succeeded");
     expect(expiryOf(session.id)).toBe(periodEnd * 1000);
+  });
+});
+
+describe("the plan's longest license", () => {
+  test("an invoice paying through the year 9999 gives the license the plan's longest duration whichever of checkout and invoice comes first", async () => {
+    const price = offering(ids.subscriptionPolicy);
+    const now = t.clock.freeze();
+    try {
+      const longest = now.getTime() + t.workspace.plan().license_duration_max_sec * 1000;
+      // The last period end Stripe's times may have: the end of 9999-12-29.
+      const periodEnd = 253_402_214_399 - DAY;
+      for (const invoiceFirst of [false, true]) {
+        const subscription = next("sub");
+        const session = checkout(price, { subscription });
+        const sent = [
+          event("checkout.session.completed", session),
+          event("invoice.paid", invoice(subscription, periodEnd)),
+        ];
+        for (const e of invoiceFirst ? sent.reverse() : sent) {
+          expect((await deliver(e)).body.data.result).toBe("succeeded");
+        }
+        expect({ invoiceFirst, expiry: expiryOf(session.id) }).toEqual({ invoiceFirst, expiry: longest });
+      }
+    } finally {
+      t.clock.resume();
+    }
   });
 });

@@ -2,6 +2,7 @@ import { eq, sql } from "drizzle-orm";
 import type { ChangeContext, Deps } from "../../deps.ts";
 import { unixSeconds } from "../../domain/clock.ts";
 import { licenseStatus } from "../../domain/license-state.ts";
+import type { PlanDefinition } from "../../domain/plans.ts";
 import type { Environment } from "../../domain/scopes.ts";
 import type { Db } from "../../store/db.ts";
 import { billingSubscriptions, licenses } from "../../store/schema/index.ts";
@@ -30,6 +31,7 @@ export class SubscriptionLedger {
   constructor(
     private readonly deps: Pick<Deps, "db" | "clock" | "ids">,
     private readonly licenses: Pick<LicenseService, "assertProductActive">,
+    private readonly plan: () => PlanDefinition,
   ) {}
 
   invoicePaid(tx: Db, event: ProviderEvent, ctx: ChangeContext): Outcome {
@@ -85,7 +87,8 @@ export class SubscriptionLedger {
     // The vendor took over extending this license (renewal_authority): its expiry is theirs now.
     // The ledger above still follows the subscription, for when they hand the authority back.
     if (license.renewalAuthority === "vendor") return done("ignored", "vendor_renewal_authority", licenseId);
-    const target = licenseEnd(subscription);
+    const now = this.deps.clock.now();
+    const target = withinPlan(licenseEnd(subscription), now, this.plan());
     if ((target?.getTime() ?? null) === (license.expiresAt?.getTime() ?? null)) {
       return done("ignored", "unchanged", licenseId);
     }
@@ -94,7 +97,6 @@ export class SubscriptionLedger {
     // that only takes time away still applies.
     const lengthens = license.expiresAt !== null && (target === null || target > license.expiresAt);
     if (lengthens) this.licenses.assertProductActive(license);
-    const now = this.deps.clock.now();
     const next = { ...license, expiresAt: target, updatedAt: now, version: license.version + 1 };
     const before = licenseStatus(license, now);
     const after = licenseStatus(next, now);
@@ -204,4 +206,15 @@ export function licenseEnd(
   const { endsAt } = subscription;
   if (!endsAt) return granted;
   return granted && granted.getTime() < endsAt.getTime() ? granted : endsAt;
+}
+
+/**
+ * The plan's longest license (`license_duration_max_sec`) holds for billing as for the Management
+ * API, but a paid purchase or renewal is not refused over it: the expiry is cut to the longest the
+ * plan allows from now. No expiry stays none, as the Management API allows.
+ */
+export function withinPlan(end: Date | null, now: Date, plan: PlanDefinition): Date | null {
+  if (end === null) return null;
+  const longest = now.getTime() + plan.license_duration_max_sec * 1000;
+  return end.getTime() > longest ? new Date(longest) : end;
 }

@@ -30,7 +30,7 @@ import {
   str,
   withinTolerance,
 } from "./stripe.ts";
-import { licenseEnd, SubscriptionLedger } from "./subscriptions.ts";
+import { licenseEnd, SubscriptionLedger, withinPlan } from "./subscriptions.ts";
 
 const FETCH_TIMEOUT_MS = 10_000;
 const PAID = new Set(["paid", "no_payment_required"]);
@@ -68,7 +68,7 @@ export class BillingWebhookService {
     private readonly plan: () => PlanDefinition,
     private readonly mail: MailOutbox | undefined,
   ) {
-    this.subscriptions = new SubscriptionLedger(deps, licenses);
+    this.subscriptions = new SubscriptionLedger(deps, licenses, plan);
   }
 
   private readonly subscriptions: SubscriptionLedger;
@@ -235,12 +235,16 @@ export class BillingWebhookService {
     const subscriptionId = session.mode === "subscription" ? idOf(session.subscription) : undefined;
     const startingEnd = this.startingEnd(offering, now);
     const subscription = subscriptionId ? this.subscriptions.get(subscriptionId, ctx.environment) : undefined;
-    // The same rule as every later subscription event, so the events' order does not matter.
-    const expiresAt = licenseEnd({
-      paidThrough: subscription?.paidThrough ?? null,
-      endsAt: subscription?.endsAt ?? null,
-      startingEnd,
-    });
+    // The same rules as every later subscription event, so the events' order does not matter.
+    const expiresAt = withinPlan(
+      licenseEnd({
+        paidThrough: subscription?.paidThrough ?? null,
+        endsAt: subscription?.endsAt ?? null,
+        startingEnd,
+      }),
+      now,
+      this.plan(),
+    );
     if (expiresAt && expiresAt.getTime() <= now.getTime()) return done("failed", "subscription_ended");
 
     const buyer = readBuyer(session);
