@@ -1,6 +1,15 @@
 import { randomBytes } from "node:crypto";
-import { closeSync, fsyncSync, openSync, renameSync, statSync, unlinkSync, writeSync } from "node:fs";
-import { resolve } from "node:path";
+import {
+  closeSync,
+  fsyncSync,
+  openSync,
+  realpathSync,
+  renameSync,
+  statSync,
+  unlinkSync,
+  writeSync,
+} from "node:fs";
+import { basename, dirname, join, resolve, sep } from "node:path";
 import { eq } from "drizzle-orm";
 import { parseDateTime } from "../domain/datetime.ts";
 import { DEFAULT_BODY_LIMIT, parseJsonBytes, tooLarge } from "../http/body.ts";
@@ -107,6 +116,47 @@ class PackageFile {
   }
 }
 
+/** Where a path leads once its directory's links are followed; the path itself without that directory. */
+function located(path: string): string {
+  try {
+    return join(realpathSync(dirname(path)), basename(path));
+  } catch {
+    return path;
+  }
+}
+
+/** The same file by device and inode, so links and other spellings count; by location if one is missing. */
+function sameFile(a: string, b: string): boolean {
+  try {
+    const [first, second] = [statSync(a), statSync(b)];
+    return first.dev === second.dev && first.ino === second.ino;
+  } catch {
+    return located(a) === located(b);
+  }
+}
+
+/**
+ * The package's destination, checked before anything is issued: replacing the request file loses
+ * what the recovery advice says to run again with, and a file in the data directory may be the
+ * keystore or the store, whose replacement destroys the install. `path` is resolved.
+ */
+function refuseOut(path: string, shown: string, requestPath: string, dataDir: string): void {
+  if (sameFile(path, requestPath)) throw new CliError(`cannot write ${shown}: it is the request file`);
+  let dataReal: string;
+  try {
+    dataReal = realpathSync(dataDir);
+  } catch {
+    // No data directory: opening the keystore refuses that, and nothing in it can be replaced.
+    return;
+  }
+  // The rename replaces the entry in the package's directory, so that directory decides.
+  const where = dirname(located(path));
+  if (where === dataReal || where.startsWith(join(dataReal, sep)))
+    throw new CliError(
+      `cannot write ${shown}: it is in the data directory ${dataDir}, which holds only the service's own files`,
+    );
+}
+
 const describe = (error: ApiError): string => {
   const fields = error.details.errors as Record<string, string[]> | undefined;
   const extra = fields
@@ -159,11 +209,12 @@ export const offlineIssueCommand: Command = {
     // apart from a request file the route refuses (exit 1).
     if (typeof expiresAt === "string" && parseDateTime(expiresAt) === null)
       throw new UsageError(`--expires-at ${EXPIRES_AT_RULE}`);
+    const requestPath = resolve(context.cwd, requestFile);
     let requestBytes: Uint8Array | null;
     try {
       // Bytes, not text: a "utf8" read would turn invalid UTF-8 into U+FFFD, which the route
       // refuses. No further than the route's limit: a huge file (or a device) is never held whole.
-      requestBytes = readBoundedFile(resolve(context.cwd, requestFile), DEFAULT_BODY_LIMIT);
+      requestBytes = readBoundedFile(requestPath, DEFAULT_BODY_LIMIT);
     } catch (error) {
       throw new CliError(`cannot read ${requestFile}: ${(error as Error).message}`);
     }
@@ -176,12 +227,14 @@ export const offlineIssueCommand: Command = {
       if (error instanceof ApiError) throw new CliError(`${requestFile}: ${describe(error)}`);
       throw error;
     }
+    const outPath = resolve(context.cwd, outFile);
+    refuseOut(outPath, outFile, requestPath, line.config.dataDir);
 
     return withKeystoreDeps(line, (deps) => {
       const license = deps.db.select().from(licenses).where(eq(licenses.id, licenseId)).get();
       if (!license) throw new CliError(`no license ${licenseId}`);
       const services = createServices(deps, { baseUrl: line.config.baseUrl });
-      const file = new PackageFile(resolve(context.cwd, outFile), outFile);
+      const file = new PackageFile(outPath, outFile);
       const path = file.path;
       let issued: ReturnType<typeof services.offlinePackages.issue>;
       try {
