@@ -1,17 +1,8 @@
-import { randomBytes } from "node:crypto";
-import {
-  closeSync,
-  fsyncSync,
-  openSync,
-  realpathSync,
-  renameSync,
-  statSync,
-  unlinkSync,
-  writeSync,
-} from "node:fs";
+import { realpathSync, statSync } from "node:fs";
 import { basename, dirname, join, resolve, sep } from "node:path";
 import { eq } from "drizzle-orm";
 import { parseDateTime } from "../domain/datetime.ts";
+import { AtomicFile, FileWriteError } from "../fs/atomic-file.ts";
 import { DEFAULT_BODY_LIMIT, parseJsonBytes, tooLarge } from "../http/body.ts";
 import { checkBody } from "../http/envelope.ts";
 import { ApiError } from "../http/errors.ts";
@@ -46,74 +37,6 @@ function bodyFrom(requestBytes: Uint8Array, expiresAt: string | undefined): Offl
     request,
     ...(expiresAt === undefined ? {} : { expires_at: expiresAt }),
   });
-}
-
-/** The reason without the temp file's name, which the operator never gave. */
-function whyNot(error: unknown): string {
-  const code = (error as NodeJS.ErrnoException).code;
-  if (code === "ENOENT" || code === "ENOTDIR") return "its directory does not exist";
-  if (code === "EACCES" || code === "EPERM" || code === "EROFS") return "its directory is not writable";
-  return (error as Error).message;
-}
-
-/**
- * The package's file, written as temp file, fsync, rename so a file under its name is always
- * whole. The temp file is created before the package is issued: issuing takes a machine slot and
- * is audited, so a destination that cannot be written (no such directory, no permission, a
- * directory in its place) is refused while nothing has been issued yet.
- */
-class PackageFile {
-  private readonly temp: string;
-  private readonly fd: number;
-
-  constructor(
-    readonly path: string,
-    shown: string,
-  ) {
-    let isDirectory = false;
-    try {
-      isDirectory = statSync(path).isDirectory();
-    } catch {
-      // Nothing there yet, or not visible: creating the temp file beside it tells which.
-    }
-    // The rename at the end would fail on a directory, after the package was issued.
-    if (isDirectory) throw new CliError(`cannot write ${shown}: it is a directory`);
-    this.temp = `${path}.tmp-${randomBytes(6).toString("hex")}`;
-    try {
-      this.fd = openSync(this.temp, "wx", 0o644);
-    } catch (error) {
-      throw new CliError(`cannot write ${shown}: ${whyNot(error)}`);
-    }
-  }
-
-  write(bytes: Uint8Array): void {
-    try {
-      try {
-        writeSync(this.fd, bytes);
-        fsyncSync(this.fd);
-      } finally {
-        closeSync(this.fd);
-      }
-      renameSync(this.temp, this.path);
-    } catch (error) {
-      this.discard();
-      throw error;
-    }
-  }
-
-  /** When nothing is issued: closes and removes the temp file, leaving the destination as it was. */
-  abandon(): void {
-    closeSync(this.fd);
-    this.discard();
-  }
-
-  private discard(): void {
-    try {
-      unlinkSync(this.temp);
-    } catch {
-      // Gone already, or never written: nothing to clean up.
-    }
-  }
 }
 
 /** Where a path leads once its directory's links are followed; the path itself without that directory. */
@@ -234,7 +157,16 @@ export const offlineIssueCommand: Command = {
       const license = deps.db.select().from(licenses).where(eq(licenses.id, licenseId)).get();
       if (!license) throw new CliError(`no license ${licenseId}`);
       const services = createServices(deps, { baseUrl: line.config.baseUrl });
-      const file = new PackageFile(outPath, outFile);
+      // The temp file is created before the package is issued: issuing takes a machine slot and
+      // is audited, so a destination that cannot be written (no such directory, no permission, a
+      // directory in its place) is refused while nothing has been issued yet.
+      let file: AtomicFile;
+      try {
+        file = new AtomicFile(outPath);
+      } catch (error) {
+        if (error instanceof FileWriteError) throw new CliError(`cannot write ${outFile}: ${error.message}`);
+        throw error;
+      }
       const path = file.path;
       let issued: ReturnType<typeof services.offlinePackages.issue>;
       try {
@@ -244,12 +176,13 @@ export const offlineIssueCommand: Command = {
           requestId: null,
         });
       } catch (error) {
-        file.abandon();
+        file.discard();
         if (error instanceof ApiError) throw new CliError(describe(error));
         throw error;
       }
       try {
         file.write(issued.bytes);
+        file.commit();
       } catch (error) {
         // The package is stored and its slot taken by now; the same request gives the same bytes
         // again (docs/api.md, offline packages), so the operator can repeat the command elsewhere.
@@ -257,7 +190,7 @@ export const offlineIssueCommand: Command = {
           typeof expiresAt === "string" ? "the same request file and --expires-at" : "the same request file";
         throw new CliError(
           `offline package ${issued.id} for license ${license.id} is issued but could not be written to ${path}: ` +
-            `${whyNot(error)}. Run the command again with ${same} (and another --out if needed): ` +
+            `${(error as Error).message}. Run the command again with ${same} (and another --out if needed): ` +
             "it writes the same package and issues nothing new.",
         );
       }

@@ -2,6 +2,7 @@ import { existsSync, realpathSync } from "node:fs";
 import { resolve } from "node:path";
 import { parseSealingKeyLine, sealFile } from "../crypto/sealed-file.ts";
 import { ENTITLEMENT_NAME, ENTITLEMENT_NAME_RULE } from "../domain/entitlements.ts";
+import { FileWriteError } from "../fs/atomic-file.ts";
 import { UsageError } from "./args.ts";
 import { CliError, type Command, JSON_OPTION, out } from "./shared.ts";
 
@@ -55,6 +56,7 @@ export const sealCommand: Command = {
     try {
       result = await sealFile(inPath, outPath, key, typeof entitlement === "string" ? { entitlement } : {});
     } catch (error) {
+      if (error instanceof FileWriteError) throw new CliError(`cannot write ${output}: ${error.message}`);
       throw new CliError(`cannot seal ${input}: ${(error as Error).message}`);
     }
     if (line.flags.json === true) {

@@ -156,6 +156,28 @@ describe("licensing offline issue", () => {
     expect(readFileSync(join(work, "again.zip")).equals(readFileSync(join(work, "package.zip")))).toBe(true);
   });
 
+  test("a 250-character --out name is written; one longer than the system allows is refused before anything is issued", async () => {
+    const long = `${"p".repeat(246)}.zip`;
+    const run = await issue("request.json", long, "--json");
+    expect([run.code, run.stderr, JSON.parse(run.stdout).replayed]).toEqual([0, "", true]);
+    expect(readFileSync(join(work, long)).equals(readFileSync(join(work, "package.zip")))).toBe(true);
+
+    const before = storeDigest(store.sqlite);
+    const tooLong = `${"p".repeat(256)}.zip`;
+    writeFileSync(
+      join(work, "too-long.json"),
+      JSON.stringify(
+        await device().createOfflineRequest({ machineInfo: { ...MACHINE, hostname: "too-long" } }),
+      ),
+    );
+    expect(await issue("too-long.json", tooLong)).toEqual({
+      code: 1,
+      stdout: "",
+      stderr: `licensing offline issue: cannot write ${tooLong}: its name is too long\n`,
+    });
+    expect(storeDigest(store.sqlite)).toBe(before);
+  });
+
   test("the service's refusals come back as one line and exit 1; a missing flag is a usage error", async () => {
     writeFileSync(join(work, "bad.json"), JSON.stringify({ format: "service-offline-request-v1" }));
     const bad = await issue("bad.json", "x.zip");
@@ -193,6 +215,7 @@ describe("licensing offline issue", () => {
       ),
     );
     mkdirSync(join(work, "a-directory.zip"));
+    const files = readdirSync(work);
     const before = storeDigest(store.sqlite);
     const outs = [join("no-such-dir", "package.zip"), "a-directory.zip"];
     const runs = [];
@@ -213,7 +236,7 @@ describe("licensing offline issue", () => {
     expect(written.code).toBe(0);
     expect(JSON.parse(written.stdout)).toMatchObject({ replayed: false });
     // Nor do the refusals before this one leave the temp file the package was to be written to.
-    expect(readdirSync(work).filter((name) => name.includes(".tmp-"))).toEqual([]);
+    expect(readdirSync(work).sort()).toEqual([...files, "unwritten.zip"].sort());
   });
 
   test("offline issue refuses an --out inside the data directory and leaves the keystore and the store as they were", async () => {
@@ -302,6 +325,7 @@ describe("licensing offline issue", () => {
       );
       const target = join(work, "locked.zip");
       writeFileSync(target, "an older package");
+      const files = readdirSync(work);
       const packageCount = () =>
         (store.sqlite.query("SELECT count(*) AS n FROM offline_packages").get() as { n: number }).n;
       const before = packageCount();
@@ -320,7 +344,7 @@ describe("licensing offline issue", () => {
       );
       expect(failed.stderr).toContain("with the same request file and --expires-at");
       // The temp file is gone and the file in the way is untouched.
-      expect(readdirSync(work).filter((name) => name.includes(".tmp-"))).toEqual([]);
+      expect(readdirSync(work)).toEqual(files);
       expect(readFileSync(target, "utf8")).toBe("an older package");
 
       const again = await issue(
