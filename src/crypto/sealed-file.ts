@@ -1,5 +1,5 @@
 import { createCipheriv, hkdfSync, randomBytes } from "node:crypto";
-import { closeSync, openSync, readSync } from "node:fs";
+import { type FileHandle, open } from "node:fs/promises";
 import { ENTITLEMENT_NAME, ENTITLEMENT_NAME_RULE } from "../domain/entitlements.ts";
 import { AtomicFile } from "../fs/atomic-file.ts";
 import { b64u, sha256Hex } from "./encoding.ts";
@@ -200,13 +200,17 @@ export async function newSealedHeader(
   return { header, line: canonicalize(header), dek };
 }
 
-/** Reads up to `buffer.length` bytes, fewer only at the end of the file. */
-function readFull(fd: number, buffer: Buffer): number {
+/**
+ * Reads up to `buffer.length` bytes, fewer only at the end of the file. Awaited, not sync: the
+ * input may be a pipe that waits for its writer, and a signal's handler (which removes the partial
+ * output) runs only when the event loop turns.
+ */
+async function readFull(input: FileHandle, buffer: Buffer): Promise<number> {
   let filled = 0;
   while (filled < buffer.length) {
-    const n = readSync(fd, buffer, filled, buffer.length - filled, null);
-    if (n === 0) break;
-    filled += n;
+    const { bytesRead } = await input.read(buffer, filled, buffer.length - filled, null);
+    if (bytesRead === 0) break;
+    filled += bytesRead;
   }
   return filled;
 }
@@ -224,7 +228,7 @@ export async function sealFile(
 ): Promise<{ header: SealedHeader; headerSha256: string; plaintextBytes: number; chunks: number }> {
   const { header, line, dek } = await newSealedHeader(key, options);
   const payload = payloadKey(dek, b64u.decode(header.payload_salt));
-  const inFd = openSync(input, "r");
+  const source = await open(input, "r");
   let file: AtomicFile | undefined;
   try {
     file = new AtomicFile(output);
@@ -232,11 +236,11 @@ export async function sealFile(
     // One chunk is held back until the next read shows whether it is the last.
     let current = Buffer.alloc(SEALED_CHUNK_SIZE);
     let next = Buffer.alloc(SEALED_CHUNK_SIZE);
-    let currentLength = readFull(inFd, current);
+    let currentLength = await readFull(source, current);
     let index = 0;
     let total = 0;
     for (;;) {
-      const nextLength = currentLength < SEALED_CHUNK_SIZE ? 0 : readFull(inFd, next);
+      const nextLength = currentLength < SEALED_CHUNK_SIZE ? 0 : await readFull(source, next);
       const last = nextLength === 0;
       file.write(encryptChunk(payload, index, last, current.subarray(0, currentLength)));
       total += currentLength;
@@ -251,6 +255,6 @@ export async function sealFile(
     file?.discard();
     throw error;
   } finally {
-    closeSync(inFd);
+    await source.close();
   }
 }

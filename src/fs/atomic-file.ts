@@ -1,5 +1,6 @@
 import { randomBytes } from "node:crypto";
 import { closeSync, fsyncSync, openSync, renameSync, statSync, unlinkSync, writeSync } from "node:fs";
+import { constants } from "node:os";
 import { dirname, join } from "node:path";
 import { getSystemErrorMap } from "node:util";
 
@@ -104,4 +105,29 @@ export class AtomicFile {
       // Removed by someone else: nothing of ours is left.
     }
   }
+}
+
+/**
+ * Until the returned function is called, SIGINT and SIGTERM remove the temp files not yet renamed
+ * or removed and end the process with the shell's status for the signal (130, 143). By default
+ * they end it at once, and a long write (a seal of gigabytes) leaves its partial file behind. The
+ * handler runs when the event loop turns, so the writer must await (its reads, say) as it goes.
+ */
+export function removeTempFilesOnSignals(): () => void {
+  const stop = (signal: NodeJS.Signals) => {
+    for (const temp of pending) {
+      try {
+        unlinkSync(temp);
+      } catch {
+        // Gone already: nothing left to remove.
+      }
+    }
+    process.exit(128 + constants.signals[signal]);
+  };
+  process.on("SIGINT", stop);
+  process.on("SIGTERM", stop);
+  return () => {
+    process.off("SIGINT", stop);
+    process.off("SIGTERM", stop);
+  };
 }

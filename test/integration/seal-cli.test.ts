@@ -8,6 +8,7 @@ import {
   readdirSync,
   readFileSync,
   rmSync,
+  statSync,
   writeFileSync,
   writeSync,
 } from "node:fs";
@@ -33,6 +34,8 @@ const LINE = sealingKeyLine(
   b64u.decode(publicText.slice("p256:".length)),
 );
 const MAIN = join(import.meta.dir, "../../src/main.ts");
+/** For the tests that start processes: Bun's start-up, and a wait of up to 10 s for their files. */
+const PROCESS_TIMEOUT_MS = 20_000;
 
 /** A fresh directory in the work dir, holding `plain.bin`. */
 function folder(name: string): string {
@@ -89,6 +92,47 @@ describe("where licensing seal writes", () => {
     expect(readdirSync(dir).sort()).toEqual([other, "out.sealed", "plain.bin"].sort());
   });
 
+  test.each([
+    ["SIGINT", 130],
+    ["SIGTERM", 143],
+  ] as const)(
+    "a seal interrupted by %s leaves no temp file and exits %d",
+    async (signal, status) => {
+      const dir = folder(signal);
+      const fifo = join(dir, "slow.fifo");
+      expect(Bun.spawnSync(["mkfifo", fifo]).exitCode).toBe(0);
+      const writer = openSync(fifo, "r+");
+      const child = Bun.spawn(
+        [process.execPath, MAIN, "seal", "--sealing-key", LINE, "slow.fifo", "out.sealed"],
+        {
+          cwd: dir,
+          stdout: "pipe",
+          stderr: "pipe",
+          env: { PATH: Bun.env.PATH },
+        },
+      );
+      try {
+        // Chunks written, and more to come: the partial output is on disk beside out.sealed.
+        writeSync(writer, new Uint8Array(200_000));
+        const partial = () => readdirSync(dir).filter((name) => !["plain.bin", "slow.fifo"].includes(name));
+        const deadline = Date.now() + 10_000;
+        while (Date.now() < deadline) {
+          const [temp] = partial();
+          if (temp !== undefined && statSync(join(dir, temp)).size > 65_536) break;
+          await Bun.sleep(20);
+        }
+        expect(partial()).toHaveLength(1);
+        child.kill(signal);
+        await child.exited;
+      } finally {
+        closeSync(writer);
+      }
+      expect(readdirSync(dir).sort()).toEqual(["plain.bin", "slow.fifo"]);
+      expect([child.exitCode, child.signalCode]).toEqual([status, null]);
+    },
+    PROCESS_TIMEOUT_MS,
+  );
+
   // unshare -p -f starts each run as PID 1 of its own PID namespace, as a container does.
   const canUnshare =
     Bun.spawnSync(["unshare", "-p", "-f", "true"], { stdout: "ignore", stderr: "ignore" }).exitCode === 0;
@@ -143,5 +187,6 @@ describe("where licensing seal writes", () => {
       expect(fileIdOf(join(dir, "out.sealed"))).toBe(JSON.parse(firstRun.stdout).file_id);
       expect(readdirSync(dir).sort()).toEqual(["out.sealed", "plain.bin", "slow.fifo"]);
     },
+    PROCESS_TIMEOUT_MS,
   );
 });
