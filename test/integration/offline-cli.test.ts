@@ -6,6 +6,7 @@ import {
   readdirSync,
   readFileSync,
   rmSync,
+  symlinkSync,
   writeFileSync,
 } from "node:fs";
 import { tmpdir } from "node:os";
@@ -155,6 +156,28 @@ describe("licensing offline issue", () => {
     expect(readFileSync(join(work, "again.zip")).equals(readFileSync(join(work, "package.zip")))).toBe(true);
   });
 
+  test("a 250-character --out name is written; one longer than the system allows is refused before anything is issued", async () => {
+    const long = `${"p".repeat(246)}.zip`;
+    const run = await issue("request.json", long, "--json");
+    expect([run.code, run.stderr, JSON.parse(run.stdout).replayed]).toEqual([0, "", true]);
+    expect(readFileSync(join(work, long)).equals(readFileSync(join(work, "package.zip")))).toBe(true);
+
+    const before = storeDigest(store.sqlite);
+    const tooLong = `${"p".repeat(256)}.zip`;
+    writeFileSync(
+      join(work, "too-long.json"),
+      JSON.stringify(
+        await device().createOfflineRequest({ machineInfo: { ...MACHINE, hostname: "too-long" } }),
+      ),
+    );
+    expect(await issue("too-long.json", tooLong)).toEqual({
+      code: 1,
+      stdout: "",
+      stderr: `licensing offline issue: cannot write ${tooLong}: its name is too long\n`,
+    });
+    expect(storeDigest(store.sqlite)).toBe(before);
+  });
+
   test("the service's refusals come back as one line and exit 1; a missing flag is a usage error", async () => {
     writeFileSync(join(work, "bad.json"), JSON.stringify({ format: "service-offline-request-v1" }));
     const bad = await issue("bad.json", "x.zip");
@@ -192,6 +215,7 @@ describe("licensing offline issue", () => {
       ),
     );
     mkdirSync(join(work, "a-directory.zip"));
+    const files = readdirSync(work);
     const before = storeDigest(store.sqlite);
     const outs = [join("no-such-dir", "package.zip"), "a-directory.zip"];
     const runs = [];
@@ -212,7 +236,70 @@ describe("licensing offline issue", () => {
     expect(written.code).toBe(0);
     expect(JSON.parse(written.stdout)).toMatchObject({ replayed: false });
     // Nor do the refusals before this one leave the temp file the package was to be written to.
-    expect(readdirSync(work).filter((name) => name.includes(".tmp-"))).toEqual([]);
+    expect(readdirSync(work).sort()).toEqual([...files, "unwritten.zip"].sort());
+  });
+
+  test("offline issue refuses an --out inside the data directory and leaves the keystore and the store as they were", async () => {
+    writeFileSync(
+      join(work, "inside.json"),
+      JSON.stringify(
+        await device().createOfflineRequest({ machineInfo: { ...MACHINE, hostname: "inside" } }),
+      ),
+    );
+    symlinkSync(dataDir, join(work, "data-link"));
+    // The store's own files change under the open connection; its rows are what must not.
+    const state = () => ({
+      names: readdirSync(dataDir).sort(),
+      keystore: readFileSync(join(dataDir, "keystore.json"), "utf8"),
+      store: storeDigest(store.sqlite),
+    });
+    const before = state();
+    const outs = [
+      join(dataDir, "keystore.json"),
+      "data/../data/licensing.db",
+      "data-link/keystore.json",
+      "data/package.zip",
+    ];
+    for (const out of outs) {
+      const run = await issue("inside.json", out);
+      expect({ out, ...run }).toEqual({
+        out,
+        code: 1,
+        stdout: "",
+        stderr: `licensing offline issue: cannot write ${out}: it is in the data directory ${dataDir}, which holds only the service's own files\n`,
+      });
+    }
+    // No package row, audit event or machine slot either.
+    expect(state()).toEqual(before);
+  });
+
+  test("offline issue refuses an --out that is the request file, however it is spelled, and leaves the request as it was; an older package there is still replaced", async () => {
+    const request = JSON.stringify(
+      await device().createOfflineRequest({ machineInfo: { ...MACHINE, hostname: "same" } }),
+    );
+    writeFileSync(join(work, "same.json"), request);
+    symlinkSync(join(work, "same.json"), join(work, "same-link.json"));
+    symlinkSync(work, join(work, "work-link"));
+    const before = storeDigest(store.sqlite);
+    const outs = ["same.json", "no-such-dir/../same.json", "same-link.json", "work-link/same.json"];
+    for (const out of outs) {
+      const run = await issue("same.json", out);
+      expect({ out, ...run }).toEqual({
+        out,
+        code: 1,
+        stdout: "",
+        stderr: `licensing offline issue: cannot write ${out}: it is the request file\n`,
+      });
+    }
+    expect(readFileSync(join(work, "same.json"), "utf8")).toBe(request);
+    expect(storeDigest(store.sqlite)).toBe(before);
+
+    // A file written before is an ordinary destination: the documented recovery (the same request
+    // again) must be able to replace it.
+    writeFileSync(join(work, "same.zip"), "an older package");
+    const again = await issue("request.json", "same.zip", "--json");
+    expect([again.code, JSON.parse(again.stdout).replayed]).toEqual([0, true]);
+    expect(readFileSync(join(work, "same.zip")).equals(readFileSync(join(work, "package.zip")))).toBe(true);
   });
 
   // An immutable file (chattr +i) refuses the rename over it even to root: the one way to make
@@ -238,6 +325,7 @@ describe("licensing offline issue", () => {
       );
       const target = join(work, "locked.zip");
       writeFileSync(target, "an older package");
+      const files = readdirSync(work);
       const packageCount = () =>
         (store.sqlite.query("SELECT count(*) AS n FROM offline_packages").get() as { n: number }).n;
       const before = packageCount();
@@ -256,7 +344,7 @@ describe("licensing offline issue", () => {
       );
       expect(failed.stderr).toContain("with the same request file and --expires-at");
       // The temp file is gone and the file in the way is untouched.
-      expect(readdirSync(work).filter((name) => name.includes(".tmp-"))).toEqual([]);
+      expect(readdirSync(work)).toEqual(files);
       expect(readFileSync(target, "utf8")).toBe("an older package");
 
       const again = await issue(
