@@ -18,6 +18,7 @@ import {
   JSON_OPTION,
   out,
   readBoundedFile,
+  serviceBaseUrl,
   withKeystoreDeps,
 } from "./shared.ts";
 
@@ -100,7 +101,7 @@ const describe = (error: ApiError): string => {
 export const offlineIssueCommand: Command = {
   name: "offline issue",
   summary:
-    "Issue a device-bound offline package from the data directory, without a server or network (air-gapped). Give the same --base-url as the server so certificates name the same issuer.",
+    "Issue a device-bound offline package from the data directory, without a server or network (air-gapped). Certificates name the base URL the last server on this data directory ran with as their issuer, unless --base-url is given.",
   usage:
     "licensing offline issue --license ID --request FILE --out FILE.zip [--expires-at ISO] [--json] [--data-dir DIR] [--base-url URL]",
   configKeys: ["dataDir", "passphraseFile", "baseUrl"],
@@ -156,7 +157,8 @@ export const offlineIssueCommand: Command = {
     return withKeystoreDeps(line, (deps) => {
       const license = deps.db.select().from(licenses).where(eq(licenses.id, licenseId)).get();
       if (!license) throw new CliError(`no license ${licenseId}`);
-      const services = createServices(deps, { baseUrl: line.config.baseUrl });
+      // The issuer its certificates name: the server's own unless --base-url says otherwise.
+      const services = createServices(deps, { baseUrl: serviceBaseUrl(line.config, deps) });
       // The temp file is created before the package is issued: issuing takes a machine slot and
       // is audited, so a destination that cannot be written (no such directory, no permission, a
       // directory in its place) is refused while nothing has been issued yet.

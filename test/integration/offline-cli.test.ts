@@ -15,8 +15,11 @@ import { createApp } from "../../src/app.ts";
 import { initialise } from "../../src/cli/init.ts";
 import { resolveConfig } from "../../src/config.ts";
 import { DEFAULT_BODY_LIMIT } from "../../src/http/body.ts";
+import { silentLogger } from "../../src/http/logger.ts";
 import { LicensingClient, MemoryStorage } from "../../src/sdk/index.ts";
-import { buildDeps, openKeystore } from "../../src/server.ts";
+import { PACKAGE_ENTRIES } from "../../src/sdk/offline.ts";
+import { readStoredZip } from "../../src/sdk/zip.ts";
+import { buildDeps, openKeystore, startServer } from "../../src/server.ts";
 import { openStore, type Store } from "../../src/store/db.ts";
 import { runInProcess } from "../support/in-process-cli.ts";
 import { managementRequest } from "../support/management-request.ts";
@@ -35,6 +38,7 @@ let store: Store;
 let app: ReturnType<typeof createApp>;
 let liveKey: string;
 let ids: { productId: string; licenseId: string; licenseKey: string };
+let policyId: string;
 // biome-ignore lint/suspicious/noExplicitAny: the integration config is JSON from the API.
 let config: any;
 
@@ -110,6 +114,7 @@ beforeAll(async () => {
       .bytes,
   ).data;
   ids = { productId: product.public_id, licenseId: license.public_id, licenseKey: license.key };
+  policyId = policy.public_id;
   config = json((await api("GET", `/mgmt/v1/products/${product.public_id}/integration-config`)).bytes).data
     .config;
 });
@@ -512,5 +517,52 @@ describe("licensing seal", () => {
       });
     }
     expect(existsSync(join(work, "named.sealed"))).toBe(false);
+  });
+});
+
+describe("the issuer", () => {
+  test("without --base-url its certificate names as issuer the base URL the last server on the data directory ran with", async () => {
+    const issuerOf = (zip: Uint8Array) => {
+      const jwt = new TextDecoder().decode(readStoredZip(zip, PACKAGE_ENTRIES).get("license.jwt"));
+      return JSON.parse(Buffer.from(jwt.split(".")[1] ?? "", "base64url").toString()).iss;
+    };
+    const passphrase = readFileSync(join(dataDir, "keystore.passphrase"), "utf8").trim();
+    const serverConfig = resolveConfig(
+      { "data-dir": dataDir, "base-url": "https://licensing.example.com" },
+      {},
+      work,
+    );
+    await startServer({ config: { ...serverConfig, port: 0 }, passphrase, logger: silentLogger }).shutdown(
+      "test",
+    );
+    // A license of its own: the tests above used the first one's machine slots.
+    const license = json(
+      (await api("POST", "/mgmt/v1/licenses", { product_id: ids.productId, policy_id: policyId })).bytes,
+    ).data;
+    for (const [name, flags, issuer] of [
+      ["recorded", [], "https://licensing.example.com"],
+      ["given", ["--base-url", BASE], BASE],
+    ] as const) {
+      const viaCli = device();
+      writeFileSync(
+        join(work, `${name}.json`),
+        JSON.stringify(await viaCli.createOfflineRequest({ machineInfo: MACHINE })),
+      );
+      const run = await cli([
+        "offline",
+        "issue",
+        "--data-dir",
+        dataDir,
+        ...flags,
+        "--license",
+        license.public_id,
+        "--request",
+        `${name}.json`,
+        "--out",
+        `${name}.zip`,
+      ]);
+      expect(run.code).toBe(0);
+      expect(issuerOf(new Uint8Array(readFileSync(join(work, `${name}.zip`))))).toBe(issuer);
+    }
   });
 });
