@@ -7,7 +7,12 @@ import { assertIfMatch, type IfMatch } from "../../http/preconditions.ts";
 import type { Db } from "../../store/db.ts";
 import { licenseUsers, recoveryCodes } from "../../store/schema/index.ts";
 import { recordAudit } from "../events/service.ts";
-import { APPROVAL_CODE_PATTERN, bumpRevision, type PasskeyService } from "./passkeys.ts";
+import {
+  APPROVAL_CODE_PATTERN,
+  bumpRevision,
+  endRegistrationLinks,
+  type PasskeyService,
+} from "./passkeys.ts";
 import { type LicenseUserRow, licenseUserEtag, type NamedUserService } from "./service.ts";
 
 /**
@@ -150,7 +155,9 @@ export class TwoFactorService {
     this.deps.db.transaction((tx) => {
       const current = this.users.get(userId, ctx.environment);
       assertIfMatch(ifMatch, licenseUserEtag(current));
-      if (current.totpStatus === "none" && this.passkeys.count(userId) === 0) return;
+      // A link sent before would register a passkey after this, and turn two-factor back on.
+      const linksEnded = endRegistrationLinks(tx, userId);
+      if (current.totpStatus === "none" && this.passkeys.count(userId) === 0 && linksEnded === 0) return;
       this.passkeys.deleteAll(tx, userId);
       tx.update(licenseUsers)
         .set({
