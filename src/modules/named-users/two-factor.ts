@@ -207,12 +207,16 @@ export class TwoFactorService {
    */
   verify(tx: Writer, user: LicenseUserRow, code: string, verificationId: string): SecondFactorResult {
     let accepted = false;
+    // A pending enrolment is not two-factor yet (api.md: pending until confirmed; nobody has shown
+    // the authenticator holds the secret): its codes count only at the vendor's confirm, and its
+    // recovery codes not at all until then.
+    const totpOn = user.totpStatus === "enabled";
     if (APPROVAL_CODE_PATTERN.test(code)) {
       accepted = this.passkeys.redeem(tx, verificationId, code);
       if (accepted)
         tx.update(licenseUsers).set({ secondFactorFailures: 0 }).where(eq(licenseUsers.id, user.id)).run();
     } else if (/^[0-9]{6}$/.test(code)) {
-      const step = this.totpStep(user, code);
+      const step = totpOn ? this.totpStep(user, code) : null;
       if (step !== null) {
         accepted = true;
         tx.update(licenseUsers)
@@ -220,7 +224,7 @@ export class TwoFactorService {
           .where(eq(licenseUsers.id, user.id))
           .run();
       }
-    } else {
+    } else if (totpOn) {
       const hash = this.deps.secrets.lookupHash(normalizeRecovery(code), recoveryPurpose(user.id));
       const used = tx
         .update(recoveryCodes)
