@@ -316,6 +316,22 @@ describe("confirm errors", () => {
     expect(response.body.error.code).toBe("NAMED_USER_ASSIGNMENT_UNAVAILABLE");
   });
 
+  test("a code started under the earlier mailbox key (address with environment) still confirms across the upgrade, unless the address changed", async () => {
+    const earlierKey = () =>
+      t.deps.sqlite.run("UPDATE email_verifications SET address_hash = ?", [
+        t.deps.secrets.lookupHash(`live\0${f.email.toLowerCase()}`, "email-verification-address"),
+      ]);
+    const across = await started();
+    earlierKey();
+    expect((await confirmVerification(t, device, across.id, across.code)).status).toBe(200);
+
+    const { id, code } = await started();
+    earlierKey();
+    await t.call("PATCH", `/mgmt/v1/license-users/${f.userId}`, { body: { email: `moved.${f.email}` } });
+    const moved = await confirmVerification(t, device, id, code);
+    expect([moved.status, moved.body.error.code]).toEqual([403, "NAMED_USER_ASSIGNMENT_UNAVAILABLE"]);
+  });
+
   test("an assignment removed between confirm and activation refuses the activation", async () => {
     const token = await tokenFor();
     await t.call("DELETE", `/mgmt/v1/license-assignments/${f.assignmentId}`);
