@@ -1,8 +1,8 @@
-import { randomBytes } from "node:crypto";
-import { closeSync, fsyncSync, openSync, renameSync, statSync, unlinkSync, writeSync } from "node:fs";
-import { resolve } from "node:path";
+import { realpathSync, statSync } from "node:fs";
+import { basename, dirname, join, resolve, sep } from "node:path";
 import { eq } from "drizzle-orm";
 import { parseDateTime } from "../domain/datetime.ts";
+import { AtomicFile, FileWriteError } from "../fs/atomic-file.ts";
 import { DEFAULT_BODY_LIMIT, parseJsonBytes, tooLarge } from "../http/body.ts";
 import { checkBody } from "../http/envelope.ts";
 import { ApiError } from "../http/errors.ts";
@@ -18,6 +18,7 @@ import {
   JSON_OPTION,
   out,
   readBoundedFile,
+  serviceBaseUrl,
   withKeystoreDeps,
 } from "./shared.ts";
 
@@ -39,72 +40,45 @@ function bodyFrom(requestBytes: Uint8Array, expiresAt: string | undefined): Offl
   });
 }
 
-/** The reason without the temp file's name, which the operator never gave. */
-function whyNot(error: unknown): string {
-  const code = (error as NodeJS.ErrnoException).code;
-  if (code === "ENOENT" || code === "ENOTDIR") return "its directory does not exist";
-  if (code === "EACCES" || code === "EPERM" || code === "EROFS") return "its directory is not writable";
-  return (error as Error).message;
+/** Where a path leads once its directory's links are followed; the path itself without that directory. */
+function located(path: string): string {
+  try {
+    return join(realpathSync(dirname(path)), basename(path));
+  } catch {
+    return path;
+  }
+}
+
+/** The same file by device and inode, so links and other spellings count; by location if one is missing. */
+function sameFile(a: string, b: string): boolean {
+  try {
+    const [first, second] = [statSync(a), statSync(b)];
+    return first.dev === second.dev && first.ino === second.ino;
+  } catch {
+    return located(a) === located(b);
+  }
 }
 
 /**
- * The package's file, written as temp file, fsync, rename so a file under its name is always
- * whole. The temp file is created before the package is issued: issuing takes a machine slot and
- * is audited, so a destination that cannot be written (no such directory, no permission, a
- * directory in its place) is refused while nothing has been issued yet.
+ * The package's destination, checked before anything is issued: replacing the request file loses
+ * what the recovery advice says to run again with, and a file in the data directory may be the
+ * keystore or the store, whose replacement destroys the install. `path` is resolved.
  */
-class PackageFile {
-  private readonly temp: string;
-  private readonly fd: number;
-
-  constructor(
-    readonly path: string,
-    shown: string,
-  ) {
-    let isDirectory = false;
-    try {
-      isDirectory = statSync(path).isDirectory();
-    } catch {
-      // Nothing there yet, or not visible: creating the temp file beside it tells which.
-    }
-    // The rename at the end would fail on a directory, after the package was issued.
-    if (isDirectory) throw new CliError(`cannot write ${shown}: it is a directory`);
-    this.temp = `${path}.tmp-${randomBytes(6).toString("hex")}`;
-    try {
-      this.fd = openSync(this.temp, "wx", 0o644);
-    } catch (error) {
-      throw new CliError(`cannot write ${shown}: ${whyNot(error)}`);
-    }
+function refuseOut(path: string, shown: string, requestPath: string, dataDir: string): void {
+  if (sameFile(path, requestPath)) throw new CliError(`cannot write ${shown}: it is the request file`);
+  let dataReal: string;
+  try {
+    dataReal = realpathSync(dataDir);
+  } catch {
+    // No data directory: opening the keystore refuses that, and nothing in it can be replaced.
+    return;
   }
-
-  write(bytes: Uint8Array): void {
-    try {
-      try {
-        writeSync(this.fd, bytes);
-        fsyncSync(this.fd);
-      } finally {
-        closeSync(this.fd);
-      }
-      renameSync(this.temp, this.path);
-    } catch (error) {
-      this.discard();
-      throw error;
-    }
-  }
-
-  /** When nothing is issued: closes and removes the temp file, leaving the destination as it was. */
-  abandon(): void {
-    closeSync(this.fd);
-    this.discard();
-  }
-
-  private discard(): void {
-    try {
-      unlinkSync(this.temp);
-    } catch {
-      // Gone already, or never written: nothing to clean up.
-    }
-  }
+  // The rename replaces the entry in the package's directory, so that directory decides.
+  const where = dirname(located(path));
+  if (where === dataReal || where.startsWith(join(dataReal, sep)))
+    throw new CliError(
+      `cannot write ${shown}: it is in the data directory ${dataDir}, which holds only the service's own files`,
+    );
 }
 
 const describe = (error: ApiError): string => {
@@ -127,7 +101,7 @@ const describe = (error: ApiError): string => {
 export const offlineIssueCommand: Command = {
   name: "offline issue",
   summary:
-    "Issue a device-bound offline package from the data directory, without a server or network (air-gapped). Give the same --base-url as the server so certificates name the same issuer.",
+    "Issue a device-bound offline package from the data directory, without a server or network (air-gapped). Certificates name the base URL the last server on this data directory ran with as their issuer, unless --base-url is given.",
   usage:
     "licensing offline issue --license ID --request FILE --out FILE.zip [--expires-at ISO] [--json] [--data-dir DIR] [--base-url URL]",
   configKeys: ["dataDir", "passphraseFile", "baseUrl"],
@@ -159,11 +133,12 @@ export const offlineIssueCommand: Command = {
     // apart from a request file the route refuses (exit 1).
     if (typeof expiresAt === "string" && parseDateTime(expiresAt) === null)
       throw new UsageError(`--expires-at ${EXPIRES_AT_RULE}`);
+    const requestPath = resolve(context.cwd, requestFile);
     let requestBytes: Uint8Array | null;
     try {
       // Bytes, not text: a "utf8" read would turn invalid UTF-8 into U+FFFD, which the route
       // refuses. No further than the route's limit: a huge file (or a device) is never held whole.
-      requestBytes = readBoundedFile(resolve(context.cwd, requestFile), DEFAULT_BODY_LIMIT);
+      requestBytes = readBoundedFile(requestPath, DEFAULT_BODY_LIMIT);
     } catch (error) {
       throw new CliError(`cannot read ${requestFile}: ${(error as Error).message}`);
     }
@@ -176,12 +151,24 @@ export const offlineIssueCommand: Command = {
       if (error instanceof ApiError) throw new CliError(`${requestFile}: ${describe(error)}`);
       throw error;
     }
+    const outPath = resolve(context.cwd, outFile);
+    refuseOut(outPath, outFile, requestPath, line.config.dataDir);
 
     return withKeystoreDeps(line, (deps) => {
       const license = deps.db.select().from(licenses).where(eq(licenses.id, licenseId)).get();
       if (!license) throw new CliError(`no license ${licenseId}`);
-      const services = createServices(deps, { baseUrl: line.config.baseUrl });
-      const file = new PackageFile(resolve(context.cwd, outFile), outFile);
+      // The issuer its certificates name: the server's own unless --base-url says otherwise.
+      const services = createServices(deps, { baseUrl: serviceBaseUrl(line.config, deps) });
+      // The temp file is created before the package is issued: issuing takes a machine slot and
+      // is audited, so a destination that cannot be written (no such directory, no permission, a
+      // directory in its place) is refused while nothing has been issued yet.
+      let file: AtomicFile;
+      try {
+        file = new AtomicFile(outPath);
+      } catch (error) {
+        if (error instanceof FileWriteError) throw new CliError(`cannot write ${outFile}: ${error.message}`);
+        throw error;
+      }
       const path = file.path;
       let issued: ReturnType<typeof services.offlinePackages.issue>;
       try {
@@ -191,12 +178,13 @@ export const offlineIssueCommand: Command = {
           requestId: null,
         });
       } catch (error) {
-        file.abandon();
+        file.discard();
         if (error instanceof ApiError) throw new CliError(describe(error));
         throw error;
       }
       try {
         file.write(issued.bytes);
+        file.commit();
       } catch (error) {
         // The package is stored and its slot taken by now; the same request gives the same bytes
         // again (docs/api.md, offline packages), so the operator can repeat the command elsewhere.
@@ -204,7 +192,7 @@ export const offlineIssueCommand: Command = {
           typeof expiresAt === "string" ? "the same request file and --expires-at" : "the same request file";
         throw new CliError(
           `offline package ${issued.id} for license ${license.id} is issued but could not be written to ${path}: ` +
-            `${whyNot(error)}. Run the command again with ${same} (and another --out if needed): ` +
+            `${(error as Error).message}. Run the command again with ${same} (and another --out if needed): ` +
             "it writes the same package and issues nothing new.",
         );
       }

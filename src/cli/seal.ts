@@ -2,6 +2,7 @@ import { existsSync, realpathSync } from "node:fs";
 import { resolve } from "node:path";
 import { parseSealingKeyLine, sealFile } from "../crypto/sealed-file.ts";
 import { ENTITLEMENT_NAME, ENTITLEMENT_NAME_RULE } from "../domain/entitlements.ts";
+import { FileWriteError, removeTempFilesOnSignals } from "../fs/atomic-file.ts";
 import { UsageError } from "./args.ts";
 import { CliError, type Command, JSON_OPTION, out } from "./shared.ts";
 
@@ -52,10 +53,15 @@ export const sealCommand: Command = {
     if (existsSync(outPath) && realpathSync(outPath) === realpathSync(inPath))
       throw new CliError("the output must be another file than the input");
     let result: Awaited<ReturnType<typeof sealFile>>;
+    // Ctrl-C or SIGTERM half-way through a large file removes the partial output.
+    const stopRemovingOnSignals = removeTempFilesOnSignals();
     try {
       result = await sealFile(inPath, outPath, key, typeof entitlement === "string" ? { entitlement } : {});
     } catch (error) {
+      if (error instanceof FileWriteError) throw new CliError(`cannot write ${output}: ${error.message}`);
       throw new CliError(`cannot seal ${input}: ${(error as Error).message}`);
+    } finally {
+      stopRemovingOnSignals();
     }
     if (line.flags.json === true) {
       out(

@@ -1,6 +1,7 @@
 import { createCipheriv, hkdfSync, randomBytes } from "node:crypto";
-import { closeSync, fsyncSync, openSync, readSync, renameSync, unlinkSync, writeSync } from "node:fs";
+import { type FileHandle, open } from "node:fs/promises";
 import { ENTITLEMENT_NAME, ENTITLEMENT_NAME_RULE } from "../domain/entitlements.ts";
+import { AtomicFile } from "../fs/atomic-file.ts";
 import { b64u, sha256Hex } from "./encoding.ts";
 import { HPKE_ENC_BYTES, hpkeSeal, WRAPPED_KEY_BYTES } from "./hpke.ts";
 import { canonicalize } from "./jcs.ts";
@@ -199,20 +200,25 @@ export async function newSealedHeader(
   return { header, line: canonicalize(header), dek };
 }
 
-/** Reads up to `buffer.length` bytes, fewer only at the end of the file. */
-function readFull(fd: number, buffer: Buffer): number {
+/**
+ * Reads up to `buffer.length` bytes, fewer only at the end of the file. Awaited, not sync: the
+ * input may be a pipe that waits for its writer, and a signal's handler (which removes the partial
+ * output) runs only when the event loop turns.
+ */
+async function readFull(input: FileHandle, buffer: Buffer): Promise<number> {
   let filled = 0;
   while (filled < buffer.length) {
-    const n = readSync(fd, buffer, filled, buffer.length - filled, null);
-    if (n === 0) break;
-    filled += n;
+    const { bytesRead } = await input.read(buffer, filled, buffer.length - filled, null);
+    if (bytesRead === 0) break;
+    filled += bytesRead;
   }
   return filled;
 }
 
 /**
  * Seals the file `input` into `output`, streaming: two chunk buffers whatever the file's size.
- * The output appears under its name only when complete (temp file, fsync, rename).
+ * The output appears under its name only when complete ({@link AtomicFile}); a failure to write it
+ * is a FileWriteError.
  */
 export async function sealFile(
   input: string,
@@ -222,42 +228,33 @@ export async function sealFile(
 ): Promise<{ header: SealedHeader; headerSha256: string; plaintextBytes: number; chunks: number }> {
   const { header, line, dek } = await newSealedHeader(key, options);
   const payload = payloadKey(dek, b64u.decode(header.payload_salt));
-  const inFd = openSync(input, "r");
-  const temp = `${output}.tmp-${process.pid}`;
-  let outFd: number | undefined;
+  const source = await open(input, "r");
+  let file: AtomicFile | undefined;
   try {
-    outFd = openSync(temp, "wx", 0o644);
-    writeSync(outFd, `${SEALED_MAGIC}${line}\n`);
+    file = new AtomicFile(output);
+    file.write(Buffer.from(`${SEALED_MAGIC}${line}\n`));
     // One chunk is held back until the next read shows whether it is the last.
     let current = Buffer.alloc(SEALED_CHUNK_SIZE);
     let next = Buffer.alloc(SEALED_CHUNK_SIZE);
-    let currentLength = readFull(inFd, current);
+    let currentLength = await readFull(source, current);
     let index = 0;
     let total = 0;
     for (;;) {
-      const nextLength = currentLength < SEALED_CHUNK_SIZE ? 0 : readFull(inFd, next);
+      const nextLength = currentLength < SEALED_CHUNK_SIZE ? 0 : await readFull(source, next);
       const last = nextLength === 0;
-      writeSync(outFd, encryptChunk(payload, index, last, current.subarray(0, currentLength)));
+      file.write(encryptChunk(payload, index, last, current.subarray(0, currentLength)));
       total += currentLength;
       index++;
       if (last) break;
       [current, next] = [next, current];
       currentLength = nextLength;
     }
-    fsyncSync(outFd);
-    closeSync(outFd);
-    outFd = undefined;
-    renameSync(temp, output);
+    file.commit();
     return { header, headerSha256: headerSha256(line), plaintextBytes: total, chunks: index };
   } catch (error) {
-    if (outFd !== undefined) closeSync(outFd);
-    try {
-      unlinkSync(temp);
-    } catch {
-      // Never created (the open failed), nothing to clean up.
-    }
+    file?.discard();
     throw error;
   } finally {
-    closeSync(inFd);
+    await source.close();
   }
 }

@@ -45,11 +45,12 @@ export function stderrLines(
   write: (fd: number, bytes: Uint8Array) => number = writeSync,
 ): (line: string, urgent: boolean) => void {
   let pending: string[] = [];
+  const out = new LineWriter(fd, write);
   const flush = () => {
     if (pending.length === 0) return;
     const bytes = Buffer.from(pending.join(""));
     pending = [];
-    writeAll(fd, bytes, write);
+    out.write(bytes);
   };
   process.on("exit", flush);
   return (line, urgent) => {
@@ -60,26 +61,60 @@ export function stderrLines(
 }
 
 const pause = new Int32Array(new SharedArrayBuffer(4));
+/** How long one flush may wait for a pipe whose reader is behind (it holds the only thread). */
+const MAX_WAIT_MS = 100;
 
 /**
- * Every byte, in order: a write to a pipe may take only part of them, or none for a moment
- * (EAGAIN, a non-blocking pipe whose reader is behind), and the rest of a line written later
- * would be cut off mid-line by the next. A reader stuck for a second loses the rest.
+ * Every byte, in order, while stderr takes them: a write to a pipe may take only part of them, or
+ * none for a moment (EAGAIN, a non-blocking pipe whose reader is behind), and the rest of a line
+ * written later would be cut off by the next. A flush waits at most MAX_WAIT_MS for a reader
+ * that takes nothing; once one gave up, later flushes wait for nothing (each would hold every request
+ * up) and drop their lines until a write goes through again, which first ends the line cut off.
  */
-function writeAll(fd: number, bytes: Uint8Array, write: (fd: number, bytes: Uint8Array) => number): void {
-  let offset = 0;
-  let waits = 0;
-  while (offset < bytes.length) {
-    try {
-      offset += write(fd, bytes.subarray(offset));
-    } catch (error) {
-      if ((error as { code?: string }).code === "EAGAIN" && waits++ < 1_000) {
-        Atomics.wait(pause, 0, 0, 1);
+class LineWriter {
+  /** A flush gave up: the reader is stuck, and the last line out may be cut off. */
+  private stuck = false;
+  private midLine = false;
+
+  constructor(
+    private readonly fd: number,
+    private readonly writeTo: (fd: number, bytes: Uint8Array) => number,
+  ) {}
+
+  write(bytes: Uint8Array): void {
+    if (this.midLine && !this.writeAll(Buffer.from("\n"))) return;
+    this.writeAll(bytes);
+  }
+
+  /** False when it gave up; what it wrote of `bytes` then is cut off mid-line. */
+  private writeAll(bytes: Uint8Array): boolean {
+    let offset = 0;
+    let waited = 0;
+    while (offset < bytes.length) {
+      let written = 0;
+      try {
+        written = this.writeTo(this.fd, bytes.subarray(offset));
+      } catch (error) {
+        // stderr closed (a detached process): nothing sensible to do with a log line.
+        if ((error as { code?: string }).code !== "EAGAIN") return this.gaveUp(offset > 0);
+      }
+      if (written > 0) {
+        offset += written;
+        this.stuck = false;
+        waited = 0;
         continue;
       }
-      // stderr closed (a detached process): nothing sensible to do with a log line.
-      return;
+      if (this.stuck || waited++ >= MAX_WAIT_MS) return this.gaveUp(offset > 0);
+      Atomics.wait(pause, 0, 0, 1);
     }
+    this.midLine = false;
+    return true;
+  }
+
+  private gaveUp(cutOff: boolean): false {
+    this.stuck = true;
+    if (cutOff) this.midLine = true;
+    return false;
   }
 }
 

@@ -83,11 +83,12 @@ export class WebhookDispatcher {
   private readonly attempting = new Set<string>();
   private readonly running = new Set<Promise<void>>();
   private total = 0;
-  /**
-   * How each endpoint's last attempt by this process went (true: failed). An endpoint not in it
-   * yet counts as failing while it has a retry due (an earlier process saw it fail).
-   */
+  /** How each endpoint's last attempt by this process went (true: failed). */
   private readonly lastFailed = new Map<string, boolean>();
+  /** When this process last claimed for each endpoint, as a count of claims: failing ones take turns by it. */
+  private readonly lastTried = new Map<string, number>();
+  private tries = 0;
+  private readonly statements: ReturnType<typeof dispatchStatements>;
   /** Attempts in flight to failing endpoints: at most half the pool (see dispatchDue). */
   private failingTotal = 0;
   /** Set by start(): claims more at once when an attempt gives its slot back. */
@@ -103,6 +104,7 @@ export class WebhookDispatcher {
     this.clock = options.clock ?? deps.clock;
     this.sender = new WebhookSender(deps.secrets, options);
     this.retryDelays = options.retryDelaysSec ?? WEBHOOK_RETRY_DELAYS_SEC;
+    this.statements = dispatchStatements(deps.sqlite);
   }
 
   /** Claims every due delivery there is room for and waits for those attempts; resolves with how many were made. */
@@ -234,44 +236,47 @@ export class WebhookDispatcher {
     // each, and at most half the pool together: eight endpoints that hang could otherwise hold all
     // sixteen slots for 10 s at a time, and every healthy endpoint would wait behind them.
     const failingShare = Math.max(1, Math.floor(global / 2));
-    // The endpoint whose work has waited longest goes first.
-    const endpoints = this.deps.sqlite
-      .query<{ endpoint_id: string; retrying: number }, [number]>(
-        `SELECT endpoint_id, max(attempts > schedule_start) AS retrying FROM webhook_deliveries
-         WHERE (status = 'pending' AND next_attempt_at <= ?1) OR (status = 'delivering' AND claimed_until <= ?1)
-         GROUP BY endpoint_id ORDER BY min(next_attempt_at), endpoint_id`,
-      )
-      .all(now);
+    const s = this.statements;
+    // Each endpoint's oldest due delivery, a seek each (this runs whenever an attempt ends); and
+    // the deliveries whose claim lapsed (a process that died mid-attempt), few by nature.
+    const oldest = new Map<string, number>();
+    for (const { id } of s.endpoints.all()) {
+      const at = s.oldestPending.get(id, now)?.at;
+      if (at !== undefined) oldest.set(id, at);
+    }
+    for (const { endpoint_id: id, at } of s.lapsedByEndpoint.all(now))
+      oldest.set(id, Math.min(at, oldest.get(id) ?? at));
+    // Healthy endpoints first, the one waiting longest first; failing ones after them, taking turns
+    // (the one this process tried least recently first), so a failing endpoint's backlog never
+    // keeps its slot from another.
+    const failing = (id: string) => this.lastFailed.get(id) === true;
+    const rank = (id: string, at: number): [number, number, number] =>
+      failing(id) ? [1, this.lastTried.get(id) ?? 0, at] : [0, at, 0];
+    const order = [...oldest]
+      .map(([id, at]) => ({ id, rank: rank(id, at) }))
+      .sort((x, y) => x.rank[0] - y.rank[0] || x.rank[1] - y.rank[1] || x.rank[2] - y.rank[2]);
     const started: Promise<void>[] = [];
-    const claim = this.deps.sqlite.query<unknown, [number, number, number, string]>(
-      `UPDATE webhook_deliveries SET status = 'delivering', claimed_until = ?2, updated_at = ?3
-       WHERE id = ?4 AND
-         ((status = 'pending' AND next_attempt_at <= ?1) OR (status = 'delivering' AND claimed_until <= ?1))`,
-    );
     // Derived from the attempt's timeout, never set apart from it: a claim shorter than the attempt
     // would let another process send a second copy while the first is still on its way.
     const claimMs = (this.options.timeoutMs ?? ATTEMPT_TIMEOUT_MS) + CLAIM_MARGIN_MS;
-    for (const { endpoint_id: endpointId, retrying } of endpoints) {
-      const failing = this.lastFailed.get(endpointId) ?? retrying === 1;
+    for (const { id: endpointId } of order) {
+      const isFailing = failing(endpointId);
       const room = Math.min(
-        (failing ? 1 : perEndpoint) - (this.inFlight.get(endpointId) ?? 0),
+        (isFailing ? 1 : perEndpoint) - (this.inFlight.get(endpointId) ?? 0),
         global - this.total,
-        failing ? failingShare - this.failingTotal : global,
+        isFailing ? failingShare - this.failingTotal : global,
       );
       if (room <= 0) continue;
-      const due = this.deps.sqlite
-        .query<{ id: string }, [number, string, number]>(
-          `SELECT id FROM webhook_deliveries WHERE endpoint_id = ?2 AND
-           ((status = 'pending' AND next_attempt_at <= ?1) OR (status = 'delivering' AND claimed_until <= ?1))
-           ORDER BY next_attempt_at, id LIMIT ?3`,
-        )
-        .all(now, endpointId, room);
+      const due = [...s.pendingDue.all(endpointId, now, room), ...s.lapsedDue.all(endpointId, now, room)]
+        .sort((x, y) => x.at - y.at || (x.id < y.id ? -1 : x.id > y.id ? 1 : 0))
+        .slice(0, room);
       for (const { id } of due) {
         // Its own attempt still running (the store clock moved past the claim, as the test clock
         // can): claiming it again would send a second copy in parallel.
         if (this.attempting.has(id)) continue;
-        if (claim.run(now, now + claimMs, now, id).changes !== 1) continue;
-        started.push(this.track(endpointId, id, failing, this.attempt(id)));
+        if (s.claim.run(now, now + claimMs, now, id).changes !== 1) continue;
+        this.lastTried.set(endpointId, ++this.tries);
+        started.push(this.track(endpointId, id, isFailing, this.attempt(id)));
       }
     }
     return started;
@@ -398,4 +403,37 @@ export class WebhookDispatcher {
       });
     }
   }
+}
+
+interface DueRow {
+  id: string;
+  at: number;
+}
+
+/** The dispatcher's reads and its claim, each by index (webhook_deliveries_endpoint_due, _due). */
+function dispatchStatements(sqlite: Deps["sqlite"]) {
+  return {
+    endpoints: sqlite.query<{ id: string }, []>("SELECT id FROM webhook_endpoints"),
+    oldestPending: sqlite.query<{ at: number }, [string, number]>(
+      `SELECT next_attempt_at AS at FROM webhook_deliveries
+       WHERE endpoint_id = ?1 AND status = 'pending' AND next_attempt_at <= ?2 ORDER BY next_attempt_at LIMIT 1`,
+    ),
+    lapsedByEndpoint: sqlite.query<{ endpoint_id: string; at: number }, [number]>(
+      `SELECT endpoint_id, min(next_attempt_at) AS at FROM webhook_deliveries
+       WHERE status = 'delivering' AND claimed_until <= ?1 GROUP BY endpoint_id`,
+    ),
+    pendingDue: sqlite.query<DueRow, [string, number, number]>(
+      `SELECT id, next_attempt_at AS at FROM webhook_deliveries
+       WHERE endpoint_id = ?1 AND status = 'pending' AND next_attempt_at <= ?2 ORDER BY next_attempt_at, id LIMIT ?3`,
+    ),
+    lapsedDue: sqlite.query<DueRow, [string, number, number]>(
+      `SELECT id, next_attempt_at AS at FROM webhook_deliveries
+       WHERE endpoint_id = ?1 AND status = 'delivering' AND claimed_until <= ?2 ORDER BY next_attempt_at, id LIMIT ?3`,
+    ),
+    claim: sqlite.query<unknown, [number, number, number, string]>(
+      `UPDATE webhook_deliveries SET status = 'delivering', claimed_until = ?2, updated_at = ?3
+       WHERE id = ?4 AND
+         ((status = 'pending' AND next_attempt_at <= ?1) OR (status = 'delivering' AND claimed_until <= ?1))`,
+    ),
+  };
 }

@@ -120,6 +120,22 @@ describe("send limits", () => {
     await start();
     expect(mailsTo(f.email)).toBe(21);
   });
+
+  test("the mailbox is one across environments: a code mailed through live holds back test's for 120 s, and 20 a day in all", async () => {
+    const testSide = await namedUserFixture(t, { key: t.keys.test, email: f.email });
+    await start();
+    await start(new TestDevice(), f.email, testSide);
+    expect(mailsTo(f.email)).toBe(1);
+    t.clock.advance(121);
+    await start(new TestDevice(), f.email, testSide);
+    expect(mailsTo(f.email)).toBe(2);
+    // Alternating, 721 s apart: within the hourly limit, so only the daily one can stop them.
+    for (let i = 0; i < 30; i++) {
+      t.clock.advance(721);
+      await start(new TestDevice(), f.email, i % 2 === 0 ? f : testSide);
+    }
+    expect(mailsTo(f.email)).toBe(20);
+  });
 });
 
 describe("the limits do not tell an address with a user from one without", () => {

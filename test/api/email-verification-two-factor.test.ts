@@ -1,4 +1,5 @@
 import { afterEach, beforeEach, describe, expect, test } from "bun:test";
+import { Secret, TOTP } from "otpauth";
 import { TestDevice } from "../support/device.ts";
 import { createTestContext, type TestContext } from "../support/harness.ts";
 import {
@@ -8,6 +9,7 @@ import {
   namedUserFixture,
   startedWithMailedCode,
 } from "../support/named-users.ts";
+import { SoftAuthenticator } from "../support/passkey.ts";
 import { activate } from "../support/runtime.ts";
 import { deliverMail, startSmtpServer, type TestSmtpServer } from "../support/smtp.ts";
 
@@ -97,6 +99,46 @@ describe("two-factor at confirm", () => {
     expect((await t.call("GET", `/mgmt/v1/license-users/${f.userId}`)).body.data.two_factor.status).toBe(
       "enabled",
     );
+  });
+
+  test("a TOTP enrolment not yet confirmed is no second factor: its codes and recovery codes are refused until the vendor confirms it", async () => {
+    // A passkey makes two-factor required while the TOTP enrolment is pending.
+    const link = await t.call(
+      "POST",
+      `/mgmt/v1/license-users/${f.userId}/two-factor/passkeys/registration-link`,
+    );
+    const token = link.body.data.url.split("#")[1];
+    const options = await t.call("POST", "/passkeys/v1/register/options", { key: null, body: { token } });
+    const passkey = new SoftAuthenticator("p256").create(options.body.data.challenge);
+    const registered = await t.call("POST", "/passkeys/v1/register", {
+      key: null,
+      body: { token, ...passkey },
+    });
+    expect(registered.status).toBe(201);
+    const enrolment = await t.call("POST", `/mgmt/v1/license-users/${f.userId}/two-factor/totp`);
+    const totp = new TOTP({ secret: Secret.fromBase32(enrolment.body.data.secret), digits: 6, period: 30 });
+    const codeNow = () => totp.generate({ timestamp: t.clock.now().getTime() });
+    const recovery = enrolment.body.data.recovery_codes[0] as string;
+
+    const { id, code } = await started();
+    for (const second of [codeNow(), recovery]) {
+      const refused = await confirmVerification(t, device, id, code, { second_factor_code: second });
+      expect([refused.status, refused.body.error.code]).toEqual([401, "TWO_FACTOR_INVALID"]);
+    }
+    // The vendor's confirm takes a code of the pending secret; from then on it signs in.
+    const confirmed = await t.call("POST", `/mgmt/v1/license-users/${f.userId}/two-factor/totp/confirm`, {
+      body: { code: codeNow() },
+    });
+    expect([confirmed.status, confirmed.body.data.two_factor.status]).toEqual([200, "enabled"]);
+    t.clock.advance(30);
+    expect((await confirmVerification(t, device, id, code, { second_factor_code: codeNow() })).status).toBe(
+      200,
+    );
+    const next = await started();
+    const withRecovery = await confirmVerification(t, device, next.id, next.code, {
+      second_factor_code: recovery,
+    });
+    expect(withRecovery.status).toBe(200);
   });
 
   test("ten wrong second factors in a row lock two-factor (403 TWO_FACTOR_LOCKED) until the vendor unlocks", async () => {

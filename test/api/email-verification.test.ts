@@ -127,6 +127,23 @@ describe("the whole named-user flow", () => {
     );
     expect((await activate(t, second, f, { body: { named_user_token: token } })).status).toBe(201);
   });
+  test("a replay of an activation that succeeded returns the stored answer without looking at a token, and spends none", async () => {
+    const idempotencyKey = "named-user-activation-retried-01";
+    const first = await activate(t, device, f, {
+      body: { named_user_token: await tokenFor() },
+      idempotencyKey,
+    });
+    expect(first.status).toBe(201);
+    // A retry after a lost answer: the first request spent its token, and no new one is needed.
+    const fresh = await tokenFor();
+    for (const body of [{}, { named_user_token: "nut_garbage" }, { named_user_token: fresh }]) {
+      const replay = await activate(t, device, f, { body, idempotencyKey });
+      expect([replay.status, replay.headers.get("idempotent-replayed")]).toEqual([201, "true"]);
+      expect(replay.body.data.activation_id).toBe(first.body.data.activation_id);
+    }
+    expect((await activate(t, device, f)).body.error.code).toBe("NAMED_USER_TOKEN_INVALID");
+    expect((await activate(t, device, f, { body: { named_user_token: fresh } })).status).toBe(201);
+  });
 });
 
 describe("rule 6: a code only when everything holds, the same 202 either way", () => {
@@ -314,6 +331,22 @@ describe("confirm errors", () => {
     const response = await confirmVerification(t, device, id, code);
     expect(response.status).toBe(403);
     expect(response.body.error.code).toBe("NAMED_USER_ASSIGNMENT_UNAVAILABLE");
+  });
+
+  test("a code started under the earlier mailbox key (address with environment) still confirms across the upgrade, unless the address changed", async () => {
+    const earlierKey = () =>
+      t.deps.sqlite.run("UPDATE email_verifications SET address_hash = ?", [
+        t.deps.secrets.lookupHash(`live\0${f.email.toLowerCase()}`, "email-verification-address"),
+      ]);
+    const across = await started();
+    earlierKey();
+    expect((await confirmVerification(t, device, across.id, across.code)).status).toBe(200);
+
+    const { id, code } = await started();
+    earlierKey();
+    await t.call("PATCH", `/mgmt/v1/license-users/${f.userId}`, { body: { email: `moved.${f.email}` } });
+    const moved = await confirmVerification(t, device, id, code);
+    expect([moved.status, moved.body.error.code]).toEqual([403, "NAMED_USER_ASSIGNMENT_UNAVAILABLE"]);
   });
 
   test("an assignment removed between confirm and activation refuses the activation", async () => {

@@ -141,6 +141,76 @@ describe("registration", () => {
     expect((await t.call("GET", `/mgmt/v1/license-users/${f.userId}`)).body.data.two_factor.passkeys).toBe(0);
   });
 
+  test.each([
+    ["turns two-factor off", () => t.call("DELETE", `/mgmt/v1/license-users/${f.userId}/two-factor`)],
+    [
+      "changes the user's address",
+      () => t.call("PATCH", `/mgmt/v1/license-users/${f.userId}`, { body: { email: "new.ada@example.com" } }),
+    ],
+    [
+      "disables the user and enables them again",
+      async () => {
+        await t.call("DELETE", `/mgmt/v1/license-users/${f.userId}`);
+        return t.call("PATCH", `/mgmt/v1/license-users/${f.userId}`, { body: { status: "active" } });
+      },
+    ],
+  ] as const)(
+    "a link sent before the vendor %s registers nothing, even with its options fetched",
+    async (_, act) => {
+      const unopened = await registrationToken();
+      const opened = await registrationToken();
+      const options = await post("/passkeys/v1/register/options", { token: opened });
+      expect((await act()).status).toBeLessThan(300);
+      const late = await post("/passkeys/v1/register", {
+        token: opened,
+        ...new SoftAuthenticator("p256").create(options.body.data.challenge),
+      });
+      expect([late.status, late.body.error.code]).toEqual([404, "NOT_FOUND"]);
+      expect((await post("/passkeys/v1/register/options", { token: unopened })).status).toBe(404);
+      expect((await t.call("GET", `/mgmt/v1/license-users/${f.userId}`)).body.data.two_factor.passkeys).toBe(
+        0,
+      );
+    },
+  );
+
+  test("registering checks the user again: one disabled after the options by a write that left the link (an older version's) registers nothing", async () => {
+    const token = await registrationToken();
+    const options = await post("/passkeys/v1/register/options", { token });
+    t.deps.sqlite.run("UPDATE license_users SET status = 'disabled' WHERE id = ?", [f.userId]);
+    const late = await post("/passkeys/v1/register", {
+      token,
+      ...new SoftAuthenticator("p256").create(options.body.data.challenge),
+    });
+    expect([late.status, late.body.error.code]).toEqual([404, "NOT_FOUND"]);
+    expect((await t.call("GET", `/mgmt/v1/license-users/${f.userId}`)).body.data.two_factor.passkeys).toBe(0);
+  });
+
+  test("turning two-factor off ends a link left over beside a registered passkey, so the user signs in without one", async () => {
+    expect((await register(new SoftAuthenticator("p256"))).status).toBe(201);
+    const leftOver = await registrationToken();
+    expect((await t.call("DELETE", `/mgmt/v1/license-users/${f.userId}/two-factor`)).status).toBe(204);
+    const options = await post("/passkeys/v1/register/options", { token: leftOver });
+    expect(options.status).toBe(404);
+    const device = new TestDevice();
+    const { id, code } = await started(device);
+    expect((await confirmVerification(t, device, id, code)).status).toBe(200);
+  });
+
+  test("a registration is in the audit log as license_user.passkey_registered, by the license user", async () => {
+    const registered = await register(new SoftAuthenticator("p256"));
+    expect(registered.status).toBe(201);
+    const events = await t.call("GET", "/mgmt/v1/events");
+    const event = events.body.data.find(
+      (e: { type: string }) => e.type === "license_user.passkey_registered",
+    );
+    expect(event).toMatchObject({
+      actor: { type: "license_user", id: f.userId },
+      target: { type: "license_user", id: f.userId, environment: "live" },
+      data: { passkey_id: registered.body.data.passkey_id },
+      request_id: registered.headers.get("x-request-id"),
+    });
+  });
+
   test("the pages are served self-contained with a strict Content-Security-Policy", async () => {
     for (const path of ["/passkeys/v1/register", "/passkeys/v1/approve"]) {
       const page = await t.call("GET", path, { key: null });

@@ -6,6 +6,7 @@ import {
   readdirSync,
   readFileSync,
   rmSync,
+  symlinkSync,
   writeFileSync,
 } from "node:fs";
 import { tmpdir } from "node:os";
@@ -14,8 +15,11 @@ import { createApp } from "../../src/app.ts";
 import { initialise } from "../../src/cli/init.ts";
 import { resolveConfig } from "../../src/config.ts";
 import { DEFAULT_BODY_LIMIT } from "../../src/http/body.ts";
+import { silentLogger } from "../../src/http/logger.ts";
 import { LicensingClient, MemoryStorage } from "../../src/sdk/index.ts";
-import { buildDeps, openKeystore } from "../../src/server.ts";
+import { PACKAGE_ENTRIES } from "../../src/sdk/offline.ts";
+import { readStoredZip } from "../../src/sdk/zip.ts";
+import { buildDeps, openKeystore, startServer } from "../../src/server.ts";
 import { openStore, type Store } from "../../src/store/db.ts";
 import { runInProcess } from "../support/in-process-cli.ts";
 import { managementRequest } from "../support/management-request.ts";
@@ -34,6 +38,7 @@ let store: Store;
 let app: ReturnType<typeof createApp>;
 let liveKey: string;
 let ids: { productId: string; licenseId: string; licenseKey: string };
+let policyId: string;
 // biome-ignore lint/suspicious/noExplicitAny: the integration config is JSON from the API.
 let config: any;
 
@@ -109,6 +114,7 @@ beforeAll(async () => {
       .bytes,
   ).data;
   ids = { productId: product.public_id, licenseId: license.public_id, licenseKey: license.key };
+  policyId = policy.public_id;
   config = json((await api("GET", `/mgmt/v1/products/${product.public_id}/integration-config`)).bytes).data
     .config;
 });
@@ -155,6 +161,28 @@ describe("licensing offline issue", () => {
     expect(readFileSync(join(work, "again.zip")).equals(readFileSync(join(work, "package.zip")))).toBe(true);
   });
 
+  test("a 250-character --out name is written; one longer than the system allows is refused before anything is issued", async () => {
+    const long = `${"p".repeat(246)}.zip`;
+    const run = await issue("request.json", long, "--json");
+    expect([run.code, run.stderr, JSON.parse(run.stdout).replayed]).toEqual([0, "", true]);
+    expect(readFileSync(join(work, long)).equals(readFileSync(join(work, "package.zip")))).toBe(true);
+
+    const before = storeDigest(store.sqlite);
+    const tooLong = `${"p".repeat(256)}.zip`;
+    writeFileSync(
+      join(work, "too-long.json"),
+      JSON.stringify(
+        await device().createOfflineRequest({ machineInfo: { ...MACHINE, hostname: "too-long" } }),
+      ),
+    );
+    expect(await issue("too-long.json", tooLong)).toEqual({
+      code: 1,
+      stdout: "",
+      stderr: `licensing offline issue: cannot write ${tooLong}: its name is too long\n`,
+    });
+    expect(storeDigest(store.sqlite)).toBe(before);
+  });
+
   test("the service's refusals come back as one line and exit 1; a missing flag is a usage error", async () => {
     writeFileSync(join(work, "bad.json"), JSON.stringify({ format: "service-offline-request-v1" }));
     const bad = await issue("bad.json", "x.zip");
@@ -192,6 +220,7 @@ describe("licensing offline issue", () => {
       ),
     );
     mkdirSync(join(work, "a-directory.zip"));
+    const files = readdirSync(work);
     const before = storeDigest(store.sqlite);
     const outs = [join("no-such-dir", "package.zip"), "a-directory.zip"];
     const runs = [];
@@ -212,7 +241,70 @@ describe("licensing offline issue", () => {
     expect(written.code).toBe(0);
     expect(JSON.parse(written.stdout)).toMatchObject({ replayed: false });
     // Nor do the refusals before this one leave the temp file the package was to be written to.
-    expect(readdirSync(work).filter((name) => name.includes(".tmp-"))).toEqual([]);
+    expect(readdirSync(work).sort()).toEqual([...files, "unwritten.zip"].sort());
+  });
+
+  test("offline issue refuses an --out inside the data directory and leaves the keystore and the store as they were", async () => {
+    writeFileSync(
+      join(work, "inside.json"),
+      JSON.stringify(
+        await device().createOfflineRequest({ machineInfo: { ...MACHINE, hostname: "inside" } }),
+      ),
+    );
+    symlinkSync(dataDir, join(work, "data-link"));
+    // The store's own files change under the open connection; its rows are what must not.
+    const state = () => ({
+      names: readdirSync(dataDir).sort(),
+      keystore: readFileSync(join(dataDir, "keystore.json"), "utf8"),
+      store: storeDigest(store.sqlite),
+    });
+    const before = state();
+    const outs = [
+      join(dataDir, "keystore.json"),
+      "data/../data/licensing.db",
+      "data-link/keystore.json",
+      "data/package.zip",
+    ];
+    for (const out of outs) {
+      const run = await issue("inside.json", out);
+      expect({ out, ...run }).toEqual({
+        out,
+        code: 1,
+        stdout: "",
+        stderr: `licensing offline issue: cannot write ${out}: it is in the data directory ${dataDir}, which holds only the service's own files\n`,
+      });
+    }
+    // No package row, audit event or machine slot either.
+    expect(state()).toEqual(before);
+  });
+
+  test("offline issue refuses an --out that is the request file, however it is spelled, and leaves the request as it was; an older package there is still replaced", async () => {
+    const request = JSON.stringify(
+      await device().createOfflineRequest({ machineInfo: { ...MACHINE, hostname: "same" } }),
+    );
+    writeFileSync(join(work, "same.json"), request);
+    symlinkSync(join(work, "same.json"), join(work, "same-link.json"));
+    symlinkSync(work, join(work, "work-link"));
+    const before = storeDigest(store.sqlite);
+    const outs = ["same.json", "no-such-dir/../same.json", "same-link.json", "work-link/same.json"];
+    for (const out of outs) {
+      const run = await issue("same.json", out);
+      expect({ out, ...run }).toEqual({
+        out,
+        code: 1,
+        stdout: "",
+        stderr: `licensing offline issue: cannot write ${out}: it is the request file\n`,
+      });
+    }
+    expect(readFileSync(join(work, "same.json"), "utf8")).toBe(request);
+    expect(storeDigest(store.sqlite)).toBe(before);
+
+    // A file written before is an ordinary destination: the documented recovery (the same request
+    // again) must be able to replace it.
+    writeFileSync(join(work, "same.zip"), "an older package");
+    const again = await issue("request.json", "same.zip", "--json");
+    expect([again.code, JSON.parse(again.stdout).replayed]).toEqual([0, true]);
+    expect(readFileSync(join(work, "same.zip")).equals(readFileSync(join(work, "package.zip")))).toBe(true);
   });
 
   // An immutable file (chattr +i) refuses the rename over it even to root: the one way to make
@@ -238,6 +330,7 @@ describe("licensing offline issue", () => {
       );
       const target = join(work, "locked.zip");
       writeFileSync(target, "an older package");
+      const files = readdirSync(work);
       const packageCount = () =>
         (store.sqlite.query("SELECT count(*) AS n FROM offline_packages").get() as { n: number }).n;
       const before = packageCount();
@@ -256,7 +349,7 @@ describe("licensing offline issue", () => {
       );
       expect(failed.stderr).toContain("with the same request file and --expires-at");
       // The temp file is gone and the file in the way is untouched.
-      expect(readdirSync(work).filter((name) => name.includes(".tmp-"))).toEqual([]);
+      expect(readdirSync(work)).toEqual(files);
       expect(readFileSync(target, "utf8")).toBe("an older package");
 
       const again = await issue(
@@ -424,5 +517,52 @@ describe("licensing seal", () => {
       });
     }
     expect(existsSync(join(work, "named.sealed"))).toBe(false);
+  });
+});
+
+describe("the issuer", () => {
+  test("without --base-url its certificate names as issuer the base URL the last server on the data directory ran with", async () => {
+    const issuerOf = (zip: Uint8Array) => {
+      const jwt = new TextDecoder().decode(readStoredZip(zip, PACKAGE_ENTRIES).get("license.jwt"));
+      return JSON.parse(Buffer.from(jwt.split(".")[1] ?? "", "base64url").toString()).iss;
+    };
+    const passphrase = readFileSync(join(dataDir, "keystore.passphrase"), "utf8").trim();
+    const serverConfig = resolveConfig(
+      { "data-dir": dataDir, "base-url": "https://licensing.example.com" },
+      {},
+      work,
+    );
+    await startServer({ config: { ...serverConfig, port: 0 }, passphrase, logger: silentLogger }).shutdown(
+      "test",
+    );
+    // A license of its own: the tests above used the first one's machine slots.
+    const license = json(
+      (await api("POST", "/mgmt/v1/licenses", { product_id: ids.productId, policy_id: policyId })).bytes,
+    ).data;
+    for (const [name, flags, issuer] of [
+      ["recorded", [], "https://licensing.example.com"],
+      ["given", ["--base-url", BASE], BASE],
+    ] as const) {
+      const viaCli = device();
+      writeFileSync(
+        join(work, `${name}.json`),
+        JSON.stringify(await viaCli.createOfflineRequest({ machineInfo: MACHINE })),
+      );
+      const run = await cli([
+        "offline",
+        "issue",
+        "--data-dir",
+        dataDir,
+        ...flags,
+        "--license",
+        license.public_id,
+        "--request",
+        `${name}.json`,
+        "--out",
+        `${name}.zip`,
+      ]);
+      expect(run.code).toBe(0);
+      expect(issuerOf(new Uint8Array(readFileSync(join(work, `${name}.zip`))))).toBe(issuer);
+    }
   });
 });

@@ -1,5 +1,6 @@
 import { describe, expect, test } from "bun:test";
 import type { DispatcherOptions } from "../../src/jobs/webhook-dispatcher.ts";
+import { queryPlan, sqlPreparedDuring } from "../support/query-plan.ts";
 import {
   customerCreated,
   deliveries,
@@ -200,38 +201,74 @@ describe("sharing the attempts in flight", () => {
           return new Response("ok");
         };
       }
-      const failing = hanging.map((r) => subscribe(r.url(), ["customer.created"]).row.id);
-      const healthy = subscribe(receiver.url(), ["customer.created"]);
+      for (const r of hanging) subscribe(r.url(), ["customer.created"]);
+      subscribe(receiver.url(), ["customer.created"]);
       for (const name of ["A", "B", "C"]) await customerCreated(name);
-      // What an earlier process left: each hanging endpoint failed its first attempt, and the
-      // retry is due now; the healthy endpoint's deliveries are due too.
-      const placeholders = failing.map(() => "?").join(",");
-      t.deps.sqlite
-        .query(`UPDATE webhook_deliveries SET attempts = 1 WHERE endpoint_id IN (${placeholders})`)
-        .run(...failing);
-      const d = dispatcher({ perEndpointConcurrency: 2, globalConcurrency: 4 });
-      const pass = d.runOnce();
-      // Two of the four slots go to the failing endpoints (one each), two to the healthy one.
-      while (receiver.received.length < 2) await Bun.sleep(5);
-      await Bun.sleep(50);
-      const hangingInFlight = hanging.map((r) => r.inFlight);
-      expect(hangingInFlight.reduce((a, b) => a + b, 0)).toBe(2);
-      expect(Math.max(...hangingInFlight)).toBe(1);
-      expect(receiver.received).toHaveLength(2);
-      release();
-      await pass;
-      await d.idle();
-      while ((await d.runOnce()) > 0);
-      expect((await deliveries(healthy.row.id)).map((x) => x.status)).toEqual([
-        "succeeded",
-        "succeeded",
-        "succeeded",
-      ]);
+      // Retries due at once and attempts cut off after 100 ms: every pass finds work everywhere.
+      const d = dispatcher({
+        perEndpointConcurrency: 2,
+        globalConcurrency: 8,
+        timeoutMs: 100,
+        retryDelaysSec: [0, 0, 0, 0, 0, 0, 0],
+      });
+      // Until every hanging receiver has been tried (and failed) once.
+      while (hanging.some((r) => r.received.length === 0)) await d.runOnce();
+      const counts = () => hanging.map((r) => r.received.length);
+      for (const name of ["D", "E"]) await customerCreated(name);
+      const healthyBefore = receiver.received.length;
+      const before = counts();
+      await d.runOnce();
+      const tried = counts().map((n, i) => n - (before[i] ?? 0));
+      // Half of the eight slots for the failing six, one each; the healthy one's two new events meanwhile.
+      expect(tried.reduce((sum, n) => sum + n, 0)).toBe(4);
+      expect(Math.max(...tried)).toBe(1);
+      expect(receiver.received.length - healthyBefore).toBe(2);
     } finally {
       release();
       for (const r of hanging) r.stop();
     }
   });
+});
+
+test("a failing endpoint with a long backlog takes turns with another failing one instead of taking the slot pass after pass", async () => {
+  const [long, short] = [new Receiver(), new Receiver()];
+  try {
+    for (const r of [long, short]) r.behaviour = () => new Response("down", { status: 503 });
+    subscribe(long.url(), ["customer.created"]);
+    for (let i = 0; i < 10; i++) await customerCreated(`Old ${i}`);
+    subscribe(short.url(), ["customer.created"]);
+    await customerCreated("New");
+    // One slot for failing endpoints; retries due at once.
+    const d = dispatcher({ globalConcurrency: 2, retryDelaysSec: [0, 0, 0, 0, 0, 0, 0] });
+    while (long.received.length === 0 || short.received.length === 0) await d.runOnce();
+    // Both have failed. The long backlog's older deliveries would come first every time; turns
+    // give each endpoint the slot in turn.
+    const order: string[] = [];
+    for (let pass = 0; pass < 4; pass++) {
+      const before = [long.received.length, short.received.length];
+      await d.runOnce();
+      if (long.received.length > (before[0] ?? 0)) order.push("long");
+      if (short.received.length > (before[1] ?? 0)) order.push("short");
+    }
+    expect(order.filter((name) => name === "short")).toHaveLength(2);
+    expect(order.filter((name) => name === "long")).toHaveLength(2);
+  } finally {
+    long.stop();
+    short.stop();
+  }
+});
+
+test("the dispatcher finds due deliveries by index, never by reading every due row (it asks whenever an attempt ends)", async () => {
+  const { sql } = await sqlPreparedDuring(t.deps.sqlite, () => dispatcher());
+  const reads = sql.filter((text) => /^\s*SELECT[\s\S]*FROM webhook_deliveries/.test(text));
+  expect(reads).toHaveLength(4);
+  for (const text of reads) {
+    const plan = queryPlan(t.deps.sqlite, text);
+    expect(plan).toMatch(
+      /^SEARCH webhook_deliveries USING (COVERING )?INDEX webhook_deliveries_(endpoint_due|due) \(/,
+    );
+    expect(plan).not.toContain("TEMP B-TREE FOR ORDER BY");
+  }
 });
 
 describe("the outbound address check", () => {

@@ -12,16 +12,21 @@ export interface NamedUserFixture extends RuntimeFixture {
   email: string;
 }
 
-/** A named-user product, policy and license, with one user assigned to the license. */
+/** A named-user product, policy and license, with one user assigned to the license (live, unless `key` is another). */
 export async function namedUserFixture(
   t: TestContext,
-  options: { email?: string; policy?: Record<string, unknown> } = {},
+  options: { email?: string; policy?: Record<string, unknown>; key?: string } = {},
 ): Promise<NamedUserFixture> {
-  const fixture = await runtimeFixture(t, { policy: { identity_mode: "named_user", ...options.policy } });
+  const { key } = options;
+  const fixture = await runtimeFixture(t, {
+    policy: { identity_mode: "named_user", ...options.policy },
+    key,
+  });
   const email = options.email ?? `ada.${Math.random().toString(36).slice(2, 8)}@example.com`;
-  const user = await t.call("POST", "/mgmt/v1/license-users", { body: { email, name: "Ada" } });
+  const user = await t.call("POST", "/mgmt/v1/license-users", { key, body: { email, name: "Ada" } });
   if (user.status !== 201) throw new Error(`user: ${user.text}`);
   const assignment = await t.call("POST", `/mgmt/v1/licenses/${fixture.licenseId}/assignments`, {
+    key,
     body: { user_id: user.body.data.public_id },
   });
   if (assignment.status !== 201) throw new Error(`assignment: ${assignment.text}`);

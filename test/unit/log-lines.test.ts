@@ -102,3 +102,30 @@ test("a closed stderr drops the lines without throwing", () => {
   const logger = jsonLogger("info", stderrLines(fd, closed));
   expect(() => logger.log("error", "store failed")).not.toThrow();
 });
+
+test("a reader that takes nothing holds one flush up at most 100 ms; later flushes drop their lines at once, and the line cut off is ended when it reads again", () => {
+  fd = openSync(path, "w"); // closed after each test; this one writes to no file
+  const received: string[] = [];
+  let reader: "takes 10 bytes" | "stuck" | "reading" = "takes 10 bytes";
+  let tries = 0;
+  const pipe = (_fd: number, bytes: Uint8Array) => {
+    tries++;
+    if (reader === "stuck")
+      throw Object.assign(new Error("EAGAIN: resource temporarily unavailable"), { code: "EAGAIN" });
+    const taken = reader === "takes 10 bytes" ? bytes.subarray(0, 10) : bytes;
+    if (reader === "takes 10 bytes") reader = "stuck";
+    received.push(new TextDecoder().decode(taken));
+    return taken.length;
+  };
+  const write = stderrLines(99, pipe);
+  write("first line, longer than ten bytes\n", true);
+  // It waited (1 ms a try) for a reader that took nothing, then gave up.
+  expect(tries).toBeGreaterThan(50);
+  expect(tries).toBeLessThanOrEqual(102);
+  tries = 0;
+  write("second line\n", true);
+  expect(tries).toBe(1);
+  reader = "reading";
+  write("third line\n", true);
+  expect(received.join("")).toBe("first line\nthird line\n");
+});

@@ -54,10 +54,11 @@ const ALLOWED: Reviewed[] = [
     ["src/http/idempotency.ts", "earlier.fingerprint !== fingerprint"],
   ),
   ...reviewed(
-    "two server-held values: a verification's stored address hash and the hash of the user's stored address (no client input)",
+    "two server-held values: a verification's stored address hash and the hash of the user's stored address, under the current key or the one before it (no client input)",
+    ["src/modules/email-verifications/service.ts", "row.addressHash === this.addressHashOf(emailNormalized)"],
     [
       "src/modules/email-verifications/service.ts",
-      "row.addressHash !== this.addressHashOf(row.environment, user.emailNormalized)",
+      'row.addressHash === this.deps.secrets.lookupHash(older, "email-verification-address")',
     ],
   ),
   ...reviewed("the hash of a migration's SQL, public and compared at start-up", [

@@ -164,6 +164,17 @@ describe("destinations", () => {
     expect(teams.attachments[0]?.content.body[0]?.text).toBe(line);
   });
 
+  test("each kind of actor is named the way a reader knows it", () => {
+    const by = (actor: Record<string, string>) =>
+      (chatMessage("slack", { ...event, data: { ...event.data, actor } }) as { text: string }).text.split(
+        " · ",
+      )[2];
+    expect(by({ type: "cli", id: "root" })).toBe("from the command line");
+    expect(by({ type: "device", id: "a".repeat(64) })).toBe("by a device");
+    expect(by({ type: "billing", id: "stripe" })).toBe("by the billing integration");
+    expect(by({ type: "license_user", id: "usr_01M8" })).toBe("by license user usr_01M8");
+  });
+
   test("a Discord message stays within Discord's 2000 characters", () => {
     const long = {
       ...event,

@@ -10,12 +10,13 @@ import type { Database } from "bun:sqlite";
  *   that one answers alike. The same counted starts carry the wrong-code budget. Starts with
  *   another license key are another subject: a key of a license the user is not on spends nothing
  *   of theirs (one they are on mails them, and so fills their mailbox).
- * - Per address (a mailbox): codes really mailed, across subjects, so a user assigned to several
- *   licenses still gets at most these many. It decides whether a counted start mails, and nothing
- *   else: sends happen only for users, so if it decided what a start counts or replaces, a start
- *   that mailed through one license key would show in another subject of the same address (a
- *   made-up key will do) whether the address is that license's user. Only sends count, so starts
- *   for unknown addresses cannot spend a user's mailbox either.
+ * - Per address (a mailbox): codes really mailed, across subjects and both environments (one
+ *   mailbox, whichever environment's user it is), so a user assigned to several licenses, or a
+ *   live and a test user of one address, still get at most these many. It decides whether a
+ *   counted start mails, and nothing else: sends happen only for users, so if it decided what a
+ *   start counts or replaces, a start that mailed through one license key would show in another
+ *   subject of the same address (a made-up key will do) whether the address is that license's
+ *   user. Only sends count, so starts for unknown addresses cannot spend a user's mailbox either.
  *
  * Looser than trials' (spec §8: 3 per hour, 5 per day per product), because a user may sign in on
  * several devices a day; tight enough that a mailbox gets at most 20 codes a day.

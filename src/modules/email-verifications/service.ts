@@ -4,7 +4,6 @@ import type { Deps } from "../../deps.ts";
 import { canonicalLicenseKey } from "../../domain/license-key.ts";
 import { licenseStatus } from "../../domain/license-state.ts";
 import { hasFeature, type PlanDefinition } from "../../domain/plans.ts";
-import type { Environment } from "../../domain/scopes.ts";
 import {
   CODE_LENGTH,
   CODE_TTL_SEC,
@@ -113,7 +112,7 @@ export class EmailVerificationService {
     const code = generateCode();
     const expiresAt = new Date(now.getTime() + CODE_TTL_SEC * 1000);
     const subject = `${product.id}\0${canonicalLicenseKey(body.license_key) ?? body.license_key}\0${email.normalized}`;
-    const addressHash = this.addressHashOf(product.environment, email.normalized);
+    const addressHash = this.addressHashOf(email.normalized);
     const row: VerificationRow = {
       id,
       environment: product.environment,
@@ -338,9 +337,25 @@ export class EmailVerificationService {
     });
   }
 
-  /** The mailbox limits' key, and what ties a verification to the address its code was mailed to. */
-  private addressHashOf(environment: Environment, emailNormalized: string): string {
-    return this.deps.secrets.lookupHash(`${environment}\0${emailNormalized}`, "email-verification-address");
+  /**
+   * The mailbox limits' key, and what ties a verification to the address its code was mailed to:
+   * the address alone, since one mailbox gets codes from both environments (trial sends count so).
+   */
+  private addressHashOf(emailNormalized: string): string {
+    return this.deps.secrets.lookupHash(emailNormalized, "email-verification-mailbox");
+  }
+
+  /**
+   * Whether the code went to this address. A row written before the key dropped the environment
+   * carries the older key: accepted too, so a sign-in under way across the upgrade still confirms
+   * (a code lasts 10 minutes; the older rows only age out of the mailbox counts, over a day).
+   */
+  private mailedTo(row: VerificationRow, emailNormalized: string): boolean {
+    const older = `${row.environment}\0${emailNormalized}`;
+    return (
+      row.addressHash === this.addressHashOf(emailNormalized) ||
+      row.addressHash === this.deps.secrets.lookupHash(older, "email-verification-address")
+    );
   }
 
   /**
@@ -363,7 +378,7 @@ export class EmailVerificationService {
     if (
       assignment?.status !== "active" ||
       user?.status !== "active" ||
-      row.addressHash !== this.addressHashOf(row.environment, user.emailNormalized) ||
+      !this.mailedTo(row, user.emailNormalized) ||
       !license ||
       licenseStatus(license, now) !== "active" ||
       policy?.identityMode !== "named_user"

@@ -1,5 +1,6 @@
 import { Type } from "@sinclair/typebox";
 import { Elysia } from "elysia";
+import { requestState } from "../../http/request-state.ts";
 import { dataOf, IdField } from "../../http/schemas.ts";
 import type { Services } from "../../services.ts";
 import { APPROVE_PAGE, REGISTER_PAGE } from "./passkey-pages.ts";
@@ -81,9 +82,9 @@ export const passkeysController = ({ passkeys }: Services) =>
     })
     .post(
       "/register",
-      ({ body, set }) => {
+      ({ body, request, set }) => {
         set.status = 201;
-        return { data: passkeys.register(body) };
+        return { data: passkeys.register(body, requestState.get(request)?.requestId ?? null) };
       },
       {
         body: "passkey.registration",

@@ -130,10 +130,14 @@ export class PasskeyService {
     });
   }
 
-  register(body: RegistrationBody) {
+  /** `requestId` ties the audit event to the request: the user acts through the vendor's link, with no API key. */
+  register(body: RegistrationBody, requestId: string | null) {
     return this.deps.db.transaction((tx) => {
       const link = this.openLink(tx, body.token);
       if (!link.challenge) throw new ApiError("INVALID_REQUEST", "Ask for registration options first.");
+      // Asked again, not trusted from the options call: the vendor may have disabled the user since.
+      const user = tx.select().from(licenseUsers).where(eq(licenseUsers.id, link.userId)).get();
+      if (user?.status !== "active") throw linkGone();
       let verified: ReturnType<typeof verifyRegistration>;
       try {
         verified = verifyRegistration({
@@ -178,6 +182,17 @@ export class PasskeyService {
         .run();
       // The user object shows its passkey count: an If-Match read before this must go stale.
       bumpRevision(tx, link.userId, now);
+      // A new second factor, like the vendor's two-factor changes; the user made it, not an API key.
+      recordAudit(
+        tx,
+        this.deps,
+        { actor: { type: "license_user", id: user.id }, environment: user.environment, requestId },
+        {
+          type: "license_user.passkey_registered",
+          target: { type: "license_user", id: user.id },
+          data: { passkey_id: id },
+        },
+      );
       return { passkey_id: id, user_id: link.userId, created_at: now.toISOString() };
     });
   }
@@ -333,6 +348,19 @@ export class PasskeyService {
     }
     return { userId: verification.userId, approval, expiresAt: verification.expiresAt };
   }
+}
+
+/**
+ * Ends every registration link the user was sent, with its options' challenge: called when the
+ * vendor turns two-factor off, changes the user's address (a mailbox lost or taken over) or
+ * disables the user, none of which a link sent before may undo by registering a passkey later.
+ */
+export function endRegistrationLinks(tx: Pick<Db, "delete">, userId: string): number {
+  return tx
+    .delete(passkeyRegistrations)
+    .where(eq(passkeyRegistrations.userId, userId))
+    .returning({ userId: passkeyRegistrations.userId })
+    .all().length;
 }
 
 /**

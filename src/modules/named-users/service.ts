@@ -20,6 +20,7 @@ import {
 import { recordAudit } from "../events/service.ts";
 import { archived } from "../products/service.ts";
 import type { LicenseUserCreateBody, LicenseUserUpdateBody } from "./model.ts";
+import { endRegistrationLinks } from "./passkeys.ts";
 
 export type LicenseUserRow = typeof licenseUsers.$inferSelect;
 export type AssignmentRow = typeof licenseAssignments.$inferSelect;
@@ -211,6 +212,9 @@ export class NamedUserService {
         if (other && other !== id) throw emailTaken();
       }
       tx.update(licenseUsers).set(next).where(eq(licenseUsers.id, id)).run();
+      // A registration link went to the old address, or to a user the vendor has just shut out.
+      if (changes.emailNormalized !== undefined || changes.status === "disabled")
+        endRegistrationLinks(tx, id);
       recordAudit(tx, this.deps, ctx, {
         type:
           next.status === "disabled" && current.status === "active"

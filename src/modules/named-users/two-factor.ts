@@ -7,7 +7,12 @@ import { assertIfMatch, type IfMatch } from "../../http/preconditions.ts";
 import type { Db } from "../../store/db.ts";
 import { licenseUsers, recoveryCodes } from "../../store/schema/index.ts";
 import { recordAudit } from "../events/service.ts";
-import { APPROVAL_CODE_PATTERN, bumpRevision, type PasskeyService } from "./passkeys.ts";
+import {
+  APPROVAL_CODE_PATTERN,
+  bumpRevision,
+  endRegistrationLinks,
+  type PasskeyService,
+} from "./passkeys.ts";
 import { type LicenseUserRow, licenseUserEtag, type NamedUserService } from "./service.ts";
 
 /**
@@ -150,7 +155,9 @@ export class TwoFactorService {
     this.deps.db.transaction((tx) => {
       const current = this.users.get(userId, ctx.environment);
       assertIfMatch(ifMatch, licenseUserEtag(current));
-      if (current.totpStatus === "none" && this.passkeys.count(userId) === 0) return;
+      // A link sent before would register a passkey after this, and turn two-factor back on.
+      const linksEnded = endRegistrationLinks(tx, userId);
+      if (current.totpStatus === "none" && this.passkeys.count(userId) === 0 && linksEnded === 0) return;
       this.passkeys.deleteAll(tx, userId);
       tx.update(licenseUsers)
         .set({
@@ -200,12 +207,16 @@ export class TwoFactorService {
    */
   verify(tx: Writer, user: LicenseUserRow, code: string, verificationId: string): SecondFactorResult {
     let accepted = false;
+    // A pending enrolment is not two-factor yet (api.md: pending until confirmed; nobody has shown
+    // the authenticator holds the secret): its codes count only at the vendor's confirm, and its
+    // recovery codes not at all until then.
+    const totpOn = user.totpStatus === "enabled";
     if (APPROVAL_CODE_PATTERN.test(code)) {
       accepted = this.passkeys.redeem(tx, verificationId, code);
       if (accepted)
         tx.update(licenseUsers).set({ secondFactorFailures: 0 }).where(eq(licenseUsers.id, user.id)).run();
     } else if (/^[0-9]{6}$/.test(code)) {
-      const step = this.totpStep(user, code);
+      const step = totpOn ? this.totpStep(user, code) : null;
       if (step !== null) {
         accepted = true;
         tx.update(licenseUsers)
@@ -213,7 +224,7 @@ export class TwoFactorService {
           .where(eq(licenseUsers.id, user.id))
           .run();
       }
-    } else {
+    } else if (totpOn) {
       const hash = this.deps.secrets.lookupHash(normalizeRecovery(code), recoveryPurpose(user.id));
       const used = tx
         .update(recoveryCodes)

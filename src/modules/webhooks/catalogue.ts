@@ -39,6 +39,7 @@ export const AUDIT_EVENT_TYPES = [
   "license_user.two_factor_disabled",
   "license_user.two_factor_unlocked",
   "license_user.passkey_link_created",
+  "license_user.passkey_registered",
   "license_assignment.created",
   "license_assignment.removed",
   "billing_integration.configured",

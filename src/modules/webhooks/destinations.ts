@@ -127,6 +127,9 @@ export function describeEvent(event: EventSummary): string {
   if (actor?.type === "api_key" && typeof actor.name === "string") parts.push(`by API key "${actor.name}"`);
   else if (actor?.type === "cli") parts.push("from the command line");
   else if (actor?.type === "device") parts.push("by a device");
+  else if (actor?.type === "billing") parts.push("by the billing integration");
+  else if (actor?.type === "license_user" && typeof actor.id === "string")
+    parts.push(`by license user ${actor.id}`);
   parts.push(`at ${event.timestamp}`);
   return parts.join(" · ");
 }

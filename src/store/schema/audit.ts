@@ -8,6 +8,8 @@ export type Actor =
   | { type: "billing"; id: string }
   /** A device acting through the Runtime API, e.g. a trial sign-up (`id` is its signing-key thumbprint). */
   | { type: "device"; id: string }
+  /** A license user acting through a link the vendor sent them (a passkey registration). */
+  | { type: "license_user"; id: string }
   | { type: "system" };
 
 export const auditEvents = sqliteTable(

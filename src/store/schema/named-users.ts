@@ -91,7 +91,10 @@ export const emailVerifications = sqliteTable(
     attempts: integer("attempts").notNull().default(0),
     /** Wrong codes among the attempts (not second factors): the subject's budget counts them across its counted verifications. */
     codeFailures: integer("code_failures").notNull().default(0),
-    /** HMAC of environment and address (lookup key): the mailbox limits count by it. Null on rows from before. */
+    /**
+     * HMAC of the address (lookup key), one mailbox across environments: the mailbox limits count
+     * by it. Rows written before it was one keyed it with the environment; older ones have none.
+     */
     addressHash: text("address_hash"),
     /** Whether a code was mailed (rule 6 held and the send limits allowed). */
     sent: integer("sent", { mode: "boolean" }).notNull().default(false),

@@ -72,6 +72,9 @@ export const webhookDeliveries = sqliteTable(
   (t) => [
     index("webhook_deliveries_due").on(t.status, t.nextAttemptAt),
     index("webhook_deliveries_endpoint").on(t.endpointId, t.environment, t.id),
+    // The dispatcher finds each endpoint's due deliveries, oldest first, by a seek: it runs
+    // whenever an attempt ends, and a scan of every due row took 18 ms at 50,000 (migration 0039).
+    index("webhook_deliveries_endpoint_due").on(t.endpointId, t.status, t.nextAttemptAt, t.id),
     // Purging old events checks (foreign key) that no delivery still names them.
     index("webhook_deliveries_event").on(t.eventId),
   ],

@@ -1,0 +1,133 @@
+import { randomBytes } from "node:crypto";
+import { closeSync, fsyncSync, openSync, renameSync, statSync, unlinkSync, writeSync } from "node:fs";
+import { constants } from "node:os";
+import { dirname, join } from "node:path";
+import { getSystemErrorMap } from "node:util";
+
+/**
+ * A file an {@link AtomicFile} could not write. The message is the reason alone, never the temp
+ * file's name (which the operator never gave): the caller names the file as the operator gave it.
+ */
+export class FileWriteError extends Error {
+  constructor(message: string, options?: ErrorOptions) {
+    super(message, options);
+    this.name = "FileWriteError";
+  }
+}
+
+function reasonFor(error: unknown): string {
+  const { code, errno } = error as NodeJS.ErrnoException;
+  if (code === "ENOENT" || code === "ENOTDIR") return "its directory does not exist";
+  if (code === "EACCES" || code === "EPERM" || code === "EROFS") return "its directory is not writable";
+  if (code === "ENAMETOOLONG") return "its name is too long";
+  // The system's description ("no space left on device"): Node's message names the path.
+  const described = errno === undefined ? undefined : getSystemErrorMap().get(errno)?.[1];
+  return described ?? (error as Error).message;
+}
+
+const writeError = (error: unknown) => new FileWriteError(reasonFor(error), { cause: error });
+
+/** Temp files created and not yet renamed or removed: what a signal leaves to clean up. */
+const pending = new Set<string>();
+
+/**
+ * A file that appears under its name only whole: written to a temp file beside it, fsynced, then
+ * renamed over it (one directory, so one file system and an atomic rename). The temp file's name
+ * is short, so a destination name near the system's limit still fits, and random and created
+ * exclusively, so two runs writing one destination never share it (in containers every run may be
+ * PID 1); only a temp file this object created is ever removed.
+ */
+export class AtomicFile {
+  private readonly temp: string;
+  private fd: number | null;
+
+  /** Creates the temp file, or refuses (FileWriteError) a destination that cannot be written. */
+  constructor(readonly path: string) {
+    let isDirectory = false;
+    try {
+      isDirectory = statSync(path).isDirectory();
+    } catch (error) {
+      // Nothing there yet is the usual case. Anything else (a name too long) would fail the
+      // rename, after all the writing.
+      if ((error as NodeJS.ErrnoException).code !== "ENOENT") throw writeError(error);
+    }
+    // The rename at the end would fail on a directory.
+    if (isDirectory) throw new FileWriteError("it is a directory");
+    this.temp = join(dirname(path), `.licensing-${randomBytes(8).toString("hex")}.tmp`);
+    try {
+      this.fd = openSync(this.temp, "wx", 0o644);
+    } catch (error) {
+      throw writeError(error);
+    }
+    pending.add(this.temp);
+  }
+
+  /** Appends `bytes`; on failure the temp file is removed. */
+  write(bytes: Uint8Array): void {
+    if (this.fd === null) throw new Error("the file was already committed or discarded");
+    try {
+      for (let done = 0; done < bytes.length; ) done += writeSync(this.fd, bytes, done);
+    } catch (error) {
+      this.discard();
+      throw writeError(error);
+    }
+  }
+
+  /** fsync, close, rename: the file is in place, whole. On failure the temp file is removed. */
+  commit(): void {
+    if (this.fd === null) throw new Error("the file was already committed or discarded");
+    try {
+      fsyncSync(this.fd);
+      closeSync(this.fd);
+      this.fd = null;
+      renameSync(this.temp, this.path);
+    } catch (error) {
+      this.discard();
+      throw writeError(error);
+    }
+    pending.delete(this.temp);
+  }
+
+  /** Closes and removes the temp file, leaving the destination as it was; again, it does nothing. */
+  discard(): void {
+    if (this.fd !== null) {
+      try {
+        closeSync(this.fd);
+      } catch {
+        // Closed is all that matters here.
+      }
+      this.fd = null;
+    }
+    if (!pending.delete(this.temp)) return;
+    try {
+      unlinkSync(this.temp);
+    } catch {
+      // Removed by someone else: nothing of ours is left.
+    }
+  }
+}
+
+/**
+ * Until the returned function is called, SIGINT and SIGTERM remove the temp files not yet renamed
+ * or removed and end the process with the shell's status for the signal (130, 143). By default
+ * they end it at once, and a long write (a seal of gigabytes) leaves its partial file behind. The
+ * handler runs when the event loop turns, so the writer must await (its reads, say) as it goes.
+ */
+export function removeTempFilesOnSignals(): () => void {
+  const stop = (signal: NodeJS.Signals) => {
+    for (const temp of pending) {
+      try {
+        unlinkSync(temp);
+      } catch {
+        // Gone already: nothing left to remove.
+      }
+    }
+    process.exit(128 + constants.signals[signal]);
+  };
+  process.on("SIGINT", stop);
+  process.on("SIGTERM", stop);
+  return () => {
+    process.off("SIGINT", stop);
+    process.off("SIGTERM", stop);
+  };
+}

@@ -1,0 +1,192 @@
+import { afterAll, describe, expect, test } from "bun:test";
+import { generateKeyPairSync } from "node:crypto";
+import {
+  closeSync,
+  mkdirSync,
+  mkdtempSync,
+  openSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+  writeSync,
+} from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { b64u } from "../../src/crypto/encoding.ts";
+import { keyIdOf, publicKeyText } from "../../src/crypto/keys.ts";
+import { sealingKeyLine } from "../../src/crypto/sealed-file.ts";
+import { runInProcess } from "../support/in-process-cli.ts";
+
+/**
+ * How `licensing seal` puts its output in place: a temp file beside it, renamed when whole. Some
+ * tests run the real entry point in child processes, since what matters there is several runs at
+ * once (and, in containers, every run may be PID 1).
+ */
+const work = mkdtempSync(join(tmpdir(), "seal-cli-"));
+afterAll(() => rmSync(work, { recursive: true, force: true }));
+
+const publicText = publicKeyText(generateKeyPairSync("ec", { namedCurve: "P-256" }).publicKey);
+const LINE = sealingKeyLine(
+  "prod_01JZ8X4M6Q2T9V3B7N5K1R0W8Y",
+  keyIdOf(publicText),
+  b64u.decode(publicText.slice("p256:".length)),
+);
+const MAIN = join(import.meta.dir, "../../src/main.ts");
+/** For the tests that start processes: Bun's start-up, and a wait of up to 10 s for their files. */
+const PROCESS_TIMEOUT_MS = 20_000;
+
+/** A fresh directory in the work dir, holding `plain.bin`. */
+function folder(name: string): string {
+  const dir = join(work, name);
+  mkdirSync(dir);
+  writeFileSync(join(dir, "plain.bin"), "some plaintext");
+  return dir;
+}
+
+const seal = (dir: string, input: string, output: string, ...more: string[]) =>
+  runInProcess(["seal", "--sealing-key", LINE, ...more, input, output], dir);
+
+/** The file id in a sealed file's header. */
+const fileIdOf = (path: string) => /"file_id":"([^"]+)"/.exec(readFileSync(path, "latin1"))?.[1];
+
+describe("where licensing seal writes", () => {
+  test("a 250-character output name is written", async () => {
+    const dir = folder("long");
+    const name = `${"s".repeat(243)}.sealed`;
+    const run = await seal(dir, "plain.bin", name);
+    expect([run.code, run.stderr]).toEqual([0, ""]);
+    expect(readdirSync(dir).sort()).toEqual([name, "plain.bin"].sort());
+  });
+
+  test("an output it cannot write is named as given, never by a temp file", async () => {
+    const dir = folder("unwritable");
+    mkdirSync(join(dir, "a-directory"));
+    const outs = [
+      ["no-such-dir/out.sealed", "its directory does not exist"],
+      ["a-directory", "it is a directory"],
+      [`${"s".repeat(256)}.sealed`, "its name is too long"],
+    ];
+    for (const [out, reason] of outs) {
+      const run = await seal(dir, "plain.bin", out ?? "");
+      expect(run).toEqual({
+        code: 1,
+        stdout: "",
+        stderr: `licensing seal: cannot write ${out}: ${reason}\n`,
+      });
+    }
+    expect(readdirSync(dir).sort()).toEqual(["a-directory", "plain.bin"]);
+    expect(readdirSync(join(dir, "a-directory"))).toEqual([]);
+  });
+
+  test("a file beside the output named like another run's temp file is neither in the way nor removed", async () => {
+    const dir = folder("stale");
+    // The name an earlier version gave its temp file, with this process's PID: another run's
+    // file, or one left by a run that was killed, is not this run's to remove.
+    const other = `out.sealed.tmp-${process.pid}`;
+    writeFileSync(join(dir, other), "another run's partial output");
+    const run = await seal(dir, "plain.bin", "out.sealed");
+    expect([run.code, run.stderr]).toEqual([0, ""]);
+    expect(readFileSync(join(dir, other), "utf8")).toBe("another run's partial output");
+    expect(readdirSync(dir).sort()).toEqual([other, "out.sealed", "plain.bin"].sort());
+  });
+
+  test.each([
+    ["SIGINT", 130],
+    ["SIGTERM", 143],
+  ] as const)(
+    "a seal interrupted by %s leaves no temp file and exits %d",
+    async (signal, status) => {
+      const dir = folder(signal);
+      const fifo = join(dir, "slow.fifo");
+      expect(Bun.spawnSync(["mkfifo", fifo]).exitCode).toBe(0);
+      const writer = openSync(fifo, "r+");
+      const child = Bun.spawn(
+        [process.execPath, MAIN, "seal", "--sealing-key", LINE, "slow.fifo", "out.sealed"],
+        {
+          cwd: dir,
+          stdout: "pipe",
+          stderr: "pipe",
+          env: { PATH: Bun.env.PATH },
+        },
+      );
+      try {
+        // Chunks written, and more to come: the partial output is on disk beside out.sealed.
+        writeSync(writer, new Uint8Array(200_000));
+        const partial = () => readdirSync(dir).filter((name) => !["plain.bin", "slow.fifo"].includes(name));
+        const deadline = Date.now() + 10_000;
+        while (Date.now() < deadline) {
+          const [temp] = partial();
+          if (temp !== undefined && statSync(join(dir, temp)).size > 65_536) break;
+          await Bun.sleep(20);
+        }
+        expect(partial()).toHaveLength(1);
+        child.kill(signal);
+        await child.exited;
+      } finally {
+        closeSync(writer);
+      }
+      expect(readdirSync(dir).sort()).toEqual(["plain.bin", "slow.fifo"]);
+      expect([child.exitCode, child.signalCode]).toEqual([status, null]);
+    },
+    PROCESS_TIMEOUT_MS,
+  );
+
+  // unshare -p -f starts each run as PID 1 of its own PID namespace, as a container does.
+  const canUnshare =
+    Bun.spawnSync(["unshare", "-p", "-f", "true"], { stdout: "ignore", stderr: "ignore" }).exitCode === 0;
+
+  test.skipIf(!canUnshare)(
+    "two seals to one output, both in progress, do not remove each other's temp file",
+    async () => {
+      const dir = folder("together");
+      const fifo = join(dir, "slow.fifo");
+      expect(Bun.spawnSync(["mkfifo", fifo]).exitCode).toBe(0);
+      // Read-write: opening never waits for the other end, and the first run's input stays open
+      // (no end of file) until this test closes it.
+      const writer = openSync(fifo, "r+");
+      const sealAsPid1 = (input: string) =>
+        Bun.spawn(
+          [
+            "unshare",
+            "-p",
+            "-f",
+            process.execPath,
+            MAIN,
+            "seal",
+            "--sealing-key",
+            LINE,
+            "--json",
+            input,
+            "out.sealed",
+          ],
+          { cwd: dir, stdout: "pipe", stderr: "pipe", env: { PATH: Bun.env.PATH } },
+        );
+      const finished = async (child: ReturnType<typeof sealAsPid1>) => ({
+        code: await child.exited,
+        stdout: await new Response(child.stdout).text(),
+        stderr: await new Response(child.stderr).text(),
+      });
+      const first = sealAsPid1("slow.fifo");
+      let second: Awaited<ReturnType<typeof finished>>;
+      try {
+        // The first run is in progress once its temp file is there.
+        const deadline = Date.now() + 10_000;
+        while (readdirSync(dir).length < 3 && Date.now() < deadline) await Bun.sleep(20);
+        expect(readdirSync(dir)).toHaveLength(3);
+        second = await finished(sealAsPid1("plain.bin"));
+        writeSync(writer, "the first run's plaintext");
+      } finally {
+        closeSync(writer);
+      }
+      const firstRun = await finished(first);
+      expect([second.code, second.stderr]).toEqual([0, ""]);
+      expect([firstRun.code, firstRun.stderr]).toEqual([0, ""]);
+      // Both wrote whole files; the one that finished last is in place, and no temp file is left.
+      expect(fileIdOf(join(dir, "out.sealed"))).toBe(JSON.parse(firstRun.stdout).file_id);
+      expect(readdirSync(dir).sort()).toEqual(["out.sealed", "plain.bin", "slow.fifo"]);
+    },
+    PROCESS_TIMEOUT_MS,
+  );
+});
