@@ -6,6 +6,7 @@ import { WebhookService } from "../../src/modules/webhooks/service.ts";
 import { auditEvents, billingEvents } from "../../src/store/schema/index.ts";
 import {
   ACTOR,
+  changeAt,
   checkout,
   deliver,
   event,
@@ -15,6 +16,7 @@ import {
   next,
   nowSec,
   offering,
+  subscriptionState,
   t,
   useBillingContext,
 } from "../support/billing.ts";
@@ -135,27 +137,8 @@ describe("subscriptions", () => {
 });
 
 describe("subscription events out of order", () => {
-  type SubscriptionEventType = "customer.subscription.updated" | "customer.subscription.deleted";
   const expiryOf = (sessionId: string) => licensesOfCheckout(sessionId)[0]?.expiresAt?.getTime();
-
-  /** The subscription object in one state, as Stripe's 2025-03+ API shows it (period end on the items). */
-  const state = (subscription: string, periodEnd: number, fields: Record<string, unknown> = {}) => ({
-    id: subscription,
-    object: "subscription",
-    status: "active",
-    cancel_at: null,
-    cancel_at_period_end: false,
-    items: { object: "list", data: [{ id: "si_1", current_period_end: periodEnd }] },
-    ...fields,
-  });
-
-  /** An event Stripe created at `created` (provider time), whenever it is delivered. */
-  const changeAt = (
-    type: SubscriptionEventType,
-    object: Record<string, unknown>,
-    created: number,
-    id = next("evt"),
-  ) => ({ ...event(type, object), id, created });
+  const state = subscriptionState;
 
   /** A bought subscription with its first period paid. */
   async function subscribed() {

@@ -123,6 +123,29 @@ export const invoice = (subscription: string, periodEnd: number) => ({
   },
 });
 
+/** A subscription in one state, as Stripe's 2025-03+ API shows it (period end on the items). */
+export const subscriptionState = (
+  subscription: string,
+  periodEnd: number,
+  fields: Record<string, unknown> = {},
+) => ({
+  id: subscription,
+  object: "subscription",
+  status: "active",
+  cancel_at: null,
+  cancel_at_period_end: false,
+  items: { object: "list", data: [{ id: "si_1", current_period_end: periodEnd }] },
+  ...fields,
+});
+
+/** A subscription event Stripe created at `created` (provider time), whenever it is delivered. */
+export const changeAt = (
+  type: "customer.subscription.updated" | "customer.subscription.deleted",
+  object: Record<string, unknown>,
+  created: number,
+  id = next("evt"),
+) => ({ ...event(type, object), id, created });
+
 export const licensesOfCheckout = (sessionId: string) =>
   t.deps.db
     .select()

@@ -2,10 +2,12 @@ import { eq, sql } from "drizzle-orm";
 import type { ChangeContext, Deps } from "../../deps.ts";
 import { unixSeconds } from "../../domain/clock.ts";
 import { licenseStatus } from "../../domain/license-state.ts";
+import type { PlanDefinition } from "../../domain/plans.ts";
 import type { Environment } from "../../domain/scopes.ts";
 import type { Db } from "../../store/db.ts";
 import { billingSubscriptions, licenses } from "../../store/schema/index.ts";
 import { recordAudit } from "../events/service.ts";
+import type { LicenseService } from "../licenses/service.ts";
 import { done, type Outcome } from "./outcome.ts";
 import {
   invoicePeriodEnd,
@@ -26,7 +28,11 @@ export type SubscriptionRow = typeof billingSubscriptions.$inferSelect;
  * follows from it. Rows may exist before their license: the provider does not order its events.
  */
 export class SubscriptionLedger {
-  constructor(private readonly deps: Pick<Deps, "db" | "clock" | "ids">) {}
+  constructor(
+    private readonly deps: Pick<Deps, "db" | "clock" | "ids">,
+    private readonly licenses: Pick<LicenseService, "assertProductActive">,
+    private readonly plan: () => PlanDefinition,
+  ) {}
 
   invoicePaid(tx: Db, event: ProviderEvent, ctx: ChangeContext): Outcome {
     const subscriptionId = invoiceSubscriptionId(event.object);
@@ -37,7 +43,7 @@ export class SubscriptionLedger {
     const paidThrough = new Date(Math.max(periodEnd * 1000, current?.paidThrough?.getTime() ?? 0));
     const next = this.upsert(tx, ctx.environment, subscriptionId, { paidThrough });
     if (!next.licenseId) return done("succeeded", "awaiting_checkout");
-    return this.applyEnd(tx, next, event, ctx, "extend");
+    return this.applyEnd(tx, next, event, ctx);
   }
 
   /**
@@ -66,30 +72,31 @@ export class SubscriptionLedger {
       ...(stale ? {} : { stateEventAt: new Date(created * 1000), stateEventId: event.id }),
     });
     if (!next.licenseId) return done("succeeded", "awaiting_checkout");
-    return this.applyEnd(tx, next, event, ctx, "set");
+    return this.applyEnd(tx, next, event, ctx);
   }
 
   /**
-   * Moves the license's expiry to what the subscription now grants. An invoice only ever extends;
-   * a subscription change may shorten (cancellation) or restore (cancellation undone).
+   * Moves the license's expiry to what the subscription now grants, computed from everything known
+   * about it rather than from the expiry the last event left: so the events' order does not matter,
+   * and a first paid invoice replaces the checkout's starting expiry, shorter or not.
    */
-  private applyEnd(
-    tx: Db,
-    subscription: SubscriptionRow,
-    event: ProviderEvent,
-    ctx: ChangeContext,
-    mode: "extend" | "set",
-  ): Outcome {
+  private applyEnd(tx: Db, subscription: SubscriptionRow, event: ProviderEvent, ctx: ChangeContext): Outcome {
     const licenseId = subscription.licenseId as string;
     const license = tx.select().from(licenses).where(eq(licenses.id, licenseId)).get();
     if (!license || license.status === "revoked") return done("ignored", "license_revoked", licenseId);
-    const target = licenseEnd(subscription);
-    if (!target) return done("ignored", "no_paid_period", licenseId);
-    const current = license.expiresAt?.getTime() ?? Number.POSITIVE_INFINITY;
-    if (target.getTime() === current || (mode === "extend" && target.getTime() < current)) {
+    // The vendor took over extending this license (renewal_authority): its expiry is theirs now.
+    // The ledger above still follows the subscription, for when they hand the authority back.
+    if (license.renewalAuthority === "vendor") return done("ignored", "vendor_renewal_authority", licenseId);
+    const now = this.deps.clock.now();
+    const target = withinPlan(licenseEnd(subscription), now, this.plan());
+    if ((target?.getTime() ?? null) === (license.expiresAt?.getTime() ?? null)) {
       return done("ignored", "unchanged", licenseId);
     }
-    const now = this.deps.clock.now();
+    // An archived product's licenses take no more time, as through the Management API; the refusal
+    // undoes the whole event, so it is recorded as failed and applied again if resent. A change
+    // that only takes time away still applies.
+    const lengthens = license.expiresAt !== null && (target === null || target > license.expiresAt);
+    if (lengthens) this.licenses.assertProductActive(license);
     const next = { ...license, expiresAt: target, updatedAt: now, version: license.version + 1 };
     const before = licenseStatus(license, now);
     const after = licenseStatus(next, now);
@@ -101,7 +108,7 @@ export class SubscriptionLedger {
         expiresAt: target,
         updatedAt: now,
         version: next.version,
-        ...(endsNow ? { expiryAnnounced: target } : {}),
+        ...(endsNow && target ? { expiryAnnounced: target } : {}),
       })
       .where(eq(licenses.id, licenseId))
       .run();
@@ -144,7 +151,7 @@ export class SubscriptionLedger {
     changes: Partial<
       Pick<
         SubscriptionRow,
-        "licenseId" | "paidThrough" | "endsAt" | "stateEventAt" | "stateEventId" | "ended"
+        "licenseId" | "paidThrough" | "endsAt" | "startingEnd" | "stateEventAt" | "stateEventId" | "ended"
       >
     >,
   ): SubscriptionRow {
@@ -155,6 +162,7 @@ export class SubscriptionLedger {
       licenseId: current?.licenseId ?? null,
       paidThrough: current?.paidThrough ?? null,
       endsAt: current?.endsAt ?? null,
+      startingEnd: current?.startingEnd ?? null,
       stateEventAt: current?.stateEventAt ?? null,
       stateEventId: current?.stateEventId ?? null,
       ended: current?.ended ?? false,
@@ -184,14 +192,29 @@ function olderThanApplied(created: number, eventId: string, applied: Subscriptio
 }
 
 /**
- * What a subscription grants: up to its scheduled end when it is cancelled, else the paid period
- * plus a day's grace for the renewal's webhook; null when nothing is known yet.
+ * What a subscription grants its license (null: no expiry): the paid period plus a day's grace for
+ * the renewal's webhook once a paid invoice is known, else the expiry its checkout started it with;
+ * a scheduled or past end only ever cuts that short. A cancellation date never grants time that
+ * was not paid for, however early it arrives.
  */
-export function licenseEnd(subscription: SubscriptionRow): Date | null {
-  const paid = subscription.paidThrough
+export function licenseEnd(
+  subscription: Pick<SubscriptionRow, "paidThrough" | "endsAt" | "startingEnd">,
+): Date | null {
+  const granted = subscription.paidThrough
     ? new Date(subscription.paidThrough.getTime() + RENEWAL_GRACE_SEC * 1000)
-    : null;
-  if (subscription.endsAt)
-    return paid && paid.getTime() < subscription.endsAt.getTime() ? paid : subscription.endsAt;
-  return paid;
+    : subscription.startingEnd;
+  const { endsAt } = subscription;
+  if (!endsAt) return granted;
+  return granted && granted.getTime() < endsAt.getTime() ? granted : endsAt;
+}
+
+/**
+ * The plan's longest license (`license_duration_max_sec`) holds for billing as for the Management
+ * API, but a paid purchase or renewal is not refused over it: the expiry is cut to the longest the
+ * plan allows from now. No expiry stays none, as the Management API allows.
+ */
+export function withinPlan(end: Date | null, now: Date, plan: PlanDefinition): Date | null {
+  if (end === null) return null;
+  const longest = now.getTime() + plan.license_duration_max_sec * 1000;
+  return end.getTime() > longest ? new Date(longest) : end;
 }

@@ -1,20 +1,22 @@
 import { eq } from "drizzle-orm";
 import type { ChangeContext, Deps } from "../../deps.ts";
 import { unixSeconds } from "../../domain/clock.ts";
+import { defaultExpiry } from "../../domain/license-state.ts";
 import { hasFeature, type PlanDefinition } from "../../domain/plans.ts";
 import type { Environment } from "../../domain/scopes.ts";
 import { ApiError } from "../../http/errors.ts";
 import type { MailOutbox } from "../../mail/outbox.ts";
 import type { Db } from "../../store/db.ts";
-import { billingCheckouts, billingEvents, billingIntegrations, customers } from "../../store/schema/index.ts";
+import { billingCheckouts, billingEvents, billingIntegrations, policies } from "../../store/schema/index.ts";
 import type { CustomerService } from "../customers/service.ts";
 import type { LicenseRow, LicenseService } from "../licenses/service.ts";
+import { settingsOf } from "../policies/service.ts";
 import type { ProductService } from "../products/service.ts";
+import { customerForBuyer, readBuyer } from "./buyers.ts";
 import type { ClaimService } from "./claims.ts";
 import { done, type Outcome, type Result } from "./outcome.ts";
 import { type BillingService, type IntegrationRow, type OfferingRow, planLacksBilling } from "./service.ts";
 import {
-  checkoutBuyer,
   checkoutPriceIds,
   idOf,
   isObject,
@@ -28,7 +30,7 @@ import {
   str,
   withinTolerance,
 } from "./stripe.ts";
-import { licenseEnd, SubscriptionLedger } from "./subscriptions.ts";
+import { licenseEnd, SubscriptionLedger, withinPlan } from "./subscriptions.ts";
 
 const FETCH_TIMEOUT_MS = 10_000;
 const PAID = new Set(["paid", "no_payment_required"]);
@@ -66,7 +68,7 @@ export class BillingWebhookService {
     private readonly plan: () => PlanDefinition,
     private readonly mail: MailOutbox | undefined,
   ) {
-    this.subscriptions = new SubscriptionLedger(deps);
+    this.subscriptions = new SubscriptionLedger(deps, licenses, plan);
   }
 
   private readonly subscriptions: SubscriptionLedger;
@@ -231,23 +233,28 @@ export class BillingWebhookService {
     if (!offering) return done("failed", "unknown_price");
     const now = this.deps.clock.now();
     const subscriptionId = session.mode === "subscription" ? idOf(session.subscription) : undefined;
+    const startingEnd = this.startingEnd(offering, now);
     const subscription = subscriptionId ? this.subscriptions.get(subscriptionId, ctx.environment) : undefined;
-    const paidEnd = subscription ? licenseEnd(subscription) : null;
-    if (paidEnd && paidEnd.getTime() <= now.getTime()) return done("failed", "subscription_ended");
-    const expiresAt =
-      paidEnd ??
-      (offering.licenseDurationDays !== null
-        ? new Date(now.getTime() + offering.licenseDurationDays * 86_400_000)
-        : undefined);
+    // The same rules as every later subscription event, so the events' order does not matter.
+    const expiresAt = withinPlan(
+      licenseEnd({
+        paidThrough: subscription?.paidThrough ?? null,
+        endsAt: subscription?.endsAt ?? null,
+        startingEnd,
+      }),
+      now,
+      this.plan(),
+    );
+    if (expiresAt && expiresAt.getTime() <= now.getTime()) return done("failed", "subscription_ended");
 
-    const buyer = checkoutBuyer(session);
-    const customerId = buyer.email || buyer.name ? this.customerFor(buyer, ctx) : null;
+    const buyer = readBuyer(session);
+    const customerId = customerForBuyer(this.deps, this.customers, buyer, ctx);
     const license = this.licenses.create(
       {
         product_id: offering.productId,
         policy_id: offering.policyId,
         customer_id: customerId,
-        ...(expiresAt !== undefined ? { expires_at: expiresAt.toISOString() } : {}),
+        expires_at: expiresAt?.toISOString() ?? null,
         ...(subscriptionId ? { renewal_authority: "external_billing" as const } : {}),
         metadata: {
           billing_provider: "stripe",
@@ -269,7 +276,7 @@ export class BillingWebhookService {
       })
       .run();
     if (subscriptionId)
-      this.subscriptions.upsert(tx, ctx.environment, subscriptionId, { licenseId: license.id });
+      this.subscriptions.upsert(tx, ctx.environment, subscriptionId, { licenseId: license.id, startingEnd });
     // Stripe's checkout locale, when the buyer's browser chose one, picks the email's language.
     const locale = str(session.locale);
     this.deliver(
@@ -280,6 +287,17 @@ export class BillingWebhookService {
       offering,
     );
     return done("succeeded", null, license.id);
+  }
+
+  /**
+   * The expiry a bought license starts with (null: none): the offering's duration, else the
+   * policy's default, as the Management API would give it.
+   */
+  private startingEnd(offering: OfferingRow, now: Date): Date | null {
+    if (offering.licenseDurationDays !== null)
+      return new Date(now.getTime() + offering.licenseDurationDays * 86_400_000);
+    const policy = this.deps.db.select().from(policies).where(eq(policies.id, offering.policyId)).get();
+    return policy ? defaultExpiry(settingsOf(policy), now) : null;
   }
 
   /** The buyer's key goes out by email: a single-use claim link, or the key itself when secure claims are off. */
@@ -304,26 +322,6 @@ export class BillingWebhookService {
         ...(integration.secureClaims ? { claim_url: claimUrl } : { license_key: claim.licenseKey }),
       },
     });
-  }
-
-  private customerFor(
-    buyer: { email?: string; name?: string; providerCustomerId?: string },
-    ctx: ChangeContext,
-  ): string {
-    const byRef = buyer.providerCustomerId
-      ? this.deps.db.select().from(customers).where(eq(customers.externalRef, buyer.providerCustomerId)).get()
-      : undefined;
-    const byEmail = !byRef && buyer.email ? this.customers.findByEmail(buyer.email) : undefined;
-    const existing = byRef ?? byEmail;
-    if (existing && existing.status === "active") return existing.id;
-    return this.customers.create(
-      {
-        name: buyer.name,
-        email: buyer.email,
-        ...(buyer.providerCustomerId ? { external_ref: buyer.providerCustomerId } : {}),
-      },
-      ctx,
-    ).id;
   }
 
   private eventRow(eventId: string) {

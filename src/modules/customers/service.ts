@@ -12,8 +12,8 @@ export type CustomerRow = typeof customers.$inferSelect;
 
 /**
  * The address as stored: canonical (domain lower-cased, IDN as punycode) when it parses. The
- * controller refuses anything else (`emailField`); an internal caller (billing, with the buyer's
- * address from the provider) keeps its text rather than failing a paid order over its form.
+ * controller refuses anything else (`emailField`), and billing drops a buyer's address that does
+ * not parse (billing/buyers.ts); text that still gets here is kept rather than failing a change.
  */
 const storedEmail = (email: string): string => parseEmailAddress(email)?.address ?? email;
 
@@ -61,9 +61,13 @@ export class CustomerService {
       .all();
   }
 
-  /** A customer with this address (see `emailIs`), for the billing integration's buyers. */
-  findByEmail(email: string): CustomerRow | undefined {
-    return this.deps.db.select().from(customers).where(emailIs(email)).get();
+  /** An active customer with this address (see `emailIs`), for the billing integration's buyers. */
+  findActiveByEmail(email: string): CustomerRow | undefined {
+    return this.deps.db
+      .select()
+      .from(customers)
+      .where(and(emailIs(email), eq(customers.status, "active")))
+      .get();
   }
 
   get(id: string): CustomerRow {

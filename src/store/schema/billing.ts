@@ -87,6 +87,12 @@ export const billingSubscriptions = sqliteTable(
     /** Set when the provider says the subscription ends (at period end, or now). */
     endsAt: timestamp("ends_at"),
     /**
+     * The expiry its checkout started the license with (null once there is a license: none), which
+     * holds until a paid invoice is known. Kept so that a cancellation undone before the first
+     * invoice restores it, whatever order the events came in.
+     */
+    startingEnd: timestamp("starting_end"),
+    /**
      * The provider's `created` time and id of the newest subscription change applied. The provider
      * does not order its events: a change older than this one arrives late and is ignored.
      */
