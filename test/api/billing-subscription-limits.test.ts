@@ -1,7 +1,7 @@
 import { describe, expect, test } from "bun:test";
 import { eq } from "drizzle-orm";
 import { RENEWAL_GRACE_SEC } from "../../src/modules/billing/subscriptions.ts";
-import { billingEvents } from "../../src/store/schema/index.ts";
+import { billingEvents, billingSubscriptions } from "../../src/store/schema/index.ts";
 import {
   ACTOR,
   billing,
@@ -61,7 +61,7 @@ async function paidSubscription() {
 const expiryOf = (sessionId: string) => licensesOfCheckout(sessionId)[0]?.expiresAt?.getTime();
 
 describe("archived products", () => {
-  test("a renewal or an undone cancellation of an archived product's license is recorded as failed with PRODUCT_ARCHIVED, while a cancellation still ends it", async () => {
+  test("a renewal or an undone cancellation leaves an archived product's license as it was (recorded as ignored), while a cancellation still ends it", async () => {
     const { product, subscription, session, periodEnd } = await paidSubscription();
     expect((await t.call("DELETE", `/mgmt/v1/products/${product.id}`, { key: t.keys.test })).status).toBe(
       204,
@@ -69,10 +69,10 @@ describe("archived products", () => {
 
     const renewal = event("invoice.paid", invoice(subscription, periodEnd + 30 * DAY));
     const refused = await deliver(renewal);
-    expect([refused.status, refused.body.data.result]).toEqual([200, "failed"]);
-    expect(recorded(renewal.id)).toMatchObject({ result: "failed", reason: "PRODUCT_ARCHIVED" });
+    expect([refused.status, refused.body.data.result]).toEqual([200, "ignored"]);
+    expect(recorded(renewal.id)).toMatchObject({ result: "ignored", reason: "product_archived" });
     const status = await t.call("GET", "/mgmt/v1/billing-integration", { key: t.keys.test });
-    expect(status.body.data.last_event).toMatchObject({ id: renewal.id, reason: "PRODUCT_ARCHIVED" });
+    expect(status.body.data.last_event).toMatchObject({ id: renewal.id, reason: "product_archived" });
     expect(expiryOf(session.id)).toBe((periodEnd + RENEWAL_GRACE_SEC) * 1000);
 
     // Taking time away stays allowed, as suspending and revoking do through the API.
@@ -87,14 +87,42 @@ describe("archived products", () => {
       subscriptionState(subscription, periodEnd),
       created + 10,
     );
-    expect((await deliver(undo)).body.data.result).toBe("failed");
-    expect(recorded(undo.id)?.reason).toBe("PRODUCT_ARCHIVED");
+    expect((await deliver(undo)).body.data.result).toBe("ignored");
+    expect(recorded(undo.id)?.reason).toBe("product_archived");
     expect(expiryOf(session.id)).toBe((periodEnd - 10 * DAY) * 1000);
+  });
+
+  test("an end that comes after the vendor shortened the license is kept in the subscription's record, not refused as a lengthening", async () => {
+    const { product, subscription, session, periodEnd, license } = await paidSubscription();
+    const shortened = new Date((nowSec() + 2 * DAY) * 1000);
+    const patched = await t.call("PATCH", `/mgmt/v1/licenses/${license.id}`, {
+      key: t.keys.test,
+      body: { expires_at: shortened.toISOString() },
+    });
+    expect(patched.status).toBe(200);
+    expect((await t.call("DELETE", `/mgmt/v1/products/${product.id}`, { key: t.keys.test })).status).toBe(
+      204,
+    );
+    const cancel = changeAt(
+      "customer.subscription.updated",
+      subscriptionState(subscription, periodEnd, { cancel_at_period_end: true }),
+      nowSec(),
+    );
+    // The period's end is after the vendor's: the license keeps the earlier one.
+    expect((await deliver(cancel)).body.data.result).toBe("ignored");
+    expect(expiryOf(session.id)).toBe(shortened.getTime());
+    const record = t.deps.db
+      .select()
+      .from(billingSubscriptions)
+      .where(eq(billingSubscriptions.subscriptionId, subscription))
+      .get();
+    expect(record?.endsAt?.getTime()).toBe(periodEnd * 1000);
+    expect(record?.stateEventId).toBe(cancel.id);
   });
 });
 
 describe("renewal authority", () => {
-  test("while the vendor holds a license's renewal authority, subscription events are recorded as ignored and leave its expiry, and the subscription's state applies once billing holds it again", async () => {
+  test("while the vendor holds a license's renewal authority, subscription events are recorded as ignored and leave its expiry, and handing it back applies what the subscription grants", async () => {
     const { subscription, session, periodEnd, license } = await paidSubscription();
     const vendorExpiry = new Date((nowSec() + 365 * DAY) * 1000).toISOString();
     const taken = await t.call("PATCH", `/mgmt/v1/licenses/${license.id}`, {
@@ -115,15 +143,57 @@ describe("renewal authority", () => {
     }
     expect(expiryOf(session.id)).toBe(Date.parse(vendorExpiry));
 
+    // Handed back: paid through a second month, but set to cancel at the end of the first, so the
+    // first's end holds, at once and after later events.
     const returned = await t.call("PATCH", `/mgmt/v1/licenses/${license.id}`, {
       key: t.keys.test,
       body: { renewal_authority: "external_billing" },
     });
     expect(returned.status).toBe(200);
-    // Paid through a second month, but set to cancel at the end of the first: the first's end holds.
+    expect(returned.body.data.expires_at).toBe(new Date(periodEnd * 1000).toISOString());
     const later = event("invoice.paid", invoice(subscription, periodEnd + 60 * DAY));
-    expect((await deliver(later)).body.data.result).toBe("succeeded");
+    expect((await deliver(later)).body.data.result).toBe("ignored");
     expect(expiryOf(session.id)).toBe(periodEnd * 1000);
+  });
+
+  test("a subscription that ended while the vendor held the authority ends the license when it is handed back", async () => {
+    const { subscription, session, periodEnd, license } = await paidSubscription();
+    const vendorExpiry = new Date((nowSec() + 365 * DAY) * 1000).toISOString();
+    await t.call("PATCH", `/mgmt/v1/licenses/${license.id}`, {
+      key: t.keys.test,
+      body: { renewal_authority: "vendor", expires_at: vendorExpiry },
+    });
+    const endedAt = nowSec() - 60;
+    const deleted = changeAt(
+      "customer.subscription.deleted",
+      subscriptionState(subscription, periodEnd, { status: "canceled", ended_at: endedAt }),
+      nowSec(),
+    );
+    expect((await deliver(deleted)).body.data.result).toBe("ignored");
+    expect(expiryOf(session.id)).toBe(Date.parse(vendorExpiry));
+    // No event comes after a deletion: handing the authority back is what applies it.
+    const returned = await t.call("PATCH", `/mgmt/v1/licenses/${license.id}`, {
+      key: t.keys.test,
+      body: { renewal_authority: "external_billing" },
+    });
+    expect(returned.status).toBe(200);
+    expect(returned.body.data.status).toBe("expired");
+    expect(expiryOf(session.id)).toBe(endedAt * 1000);
+  });
+
+  test("handing the authority back with an expires_at of the vendor's own keeps that one", async () => {
+    const { session, license } = await paidSubscription();
+    await t.call("PATCH", `/mgmt/v1/licenses/${license.id}`, {
+      key: t.keys.test,
+      body: { renewal_authority: "vendor" },
+    });
+    const own = new Date((nowSec() + 90 * DAY) * 1000).toISOString();
+    const returned = await t.call("PATCH", `/mgmt/v1/licenses/${license.id}`, {
+      key: t.keys.test,
+      body: { renewal_authority: "external_billing", expires_at: own },
+    });
+    expect(returned.status).toBe(200);
+    expect(expiryOf(session.id)).toBe(Date.parse(own));
   });
 });
 

@@ -196,6 +196,17 @@ describe("registration", () => {
     expect((await confirmVerification(t, device, id, code)).status).toBe(200);
   });
 
+  test("turning two-factor off where only an expired link is left changes nothing: no event, the same ETag", async () => {
+    await registrationToken();
+    t.clock.advance(25 * 3600);
+    const before = await t.call("GET", `/mgmt/v1/license-users/${f.userId}`);
+    expect((await t.call("DELETE", `/mgmt/v1/license-users/${f.userId}/two-factor`)).status).toBe(204);
+    const after = await t.call("GET", `/mgmt/v1/license-users/${f.userId}`);
+    expect(after.headers.get("etag")).toBe(before.headers.get("etag"));
+    const events = (await t.call("GET", "/mgmt/v1/events")).body.data as { type: string }[];
+    expect(events.filter((e) => e.type === "license_user.two_factor_disabled")).toEqual([]);
+  });
+
   test("a registration is in the audit log as license_user.passkey_registered, by the license user", async () => {
     const registered = await register(new SoftAuthenticator("p256"));
     expect(registered.status).toBe(201);

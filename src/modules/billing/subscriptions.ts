@@ -30,7 +30,7 @@ export type SubscriptionRow = typeof billingSubscriptions.$inferSelect;
 export class SubscriptionLedger {
   constructor(
     private readonly deps: Pick<Deps, "db" | "clock" | "ids">,
-    private readonly licenses: Pick<LicenseService, "assertProductActive">,
+    private readonly licenses: Pick<LicenseService, "productIsActive">,
     private readonly plan: () => PlanDefinition,
   ) {}
 
@@ -92,11 +92,12 @@ export class SubscriptionLedger {
     if ((target?.getTime() ?? null) === (license.expiresAt?.getTime() ?? null)) {
       return done("ignored", "unchanged", licenseId);
     }
-    // An archived product's licenses take no more time, as through the Management API; the refusal
-    // undoes the whole event, so it is recorded as failed and applied again if resent. A change
-    // that only takes time away still applies.
+    // An archived product's licenses take no more time, as through the Management API: billing
+    // may only take time away. The subscription's record above is kept (an end among it stays
+    // known), so once the product is active again its next event grants what the record says.
     const lengthens = license.expiresAt !== null && (target === null || target > license.expiresAt);
-    if (lengthens) this.licenses.assertProductActive(license);
+    if (lengthens && !this.licenses.productIsActive(license))
+      return done("ignored", "product_archived", licenseId);
     const next = { ...license, expiresAt: target, updatedAt: now, version: license.version + 1 };
     const before = licenseStatus(license, now);
     const after = licenseStatus(next, now);
@@ -206,6 +207,24 @@ export function licenseEnd(
   const { endsAt } = subscription;
   if (!endsAt) return granted;
   return granted && granted.getTime() < endsAt.getTime() ? granted : endsAt;
+}
+
+/**
+ * What the subscription behind a license grants it now (undefined: no subscription made it): for a
+ * license whose renewal authority the vendor hands back to billing.
+ */
+export function subscriptionGrant(
+  tx: Db,
+  licenseId: string,
+  now: Date,
+  plan: PlanDefinition,
+): Date | null | undefined {
+  const row = tx
+    .select()
+    .from(billingSubscriptions)
+    .where(eq(billingSubscriptions.licenseId, licenseId))
+    .get();
+  return row ? withinPlan(licenseEnd(row), now, plan) : undefined;
 }
 
 /**

@@ -12,6 +12,7 @@ import { bodyReference } from "../../http/references.ts";
 import { checkMetadataKeys } from "../../http/schemas.ts";
 import { preparedRowReader } from "../../store/prepared-select.ts";
 import { licenses, policies } from "../../store/schema/index.ts";
+import { subscriptionGrant } from "../billing/subscriptions.ts";
 import type { CustomerService } from "../customers/service.ts";
 import { recordAudit } from "../events/service.ts";
 import type { PolicyRow, PolicyService } from "../policies/service.ts";
@@ -220,6 +221,15 @@ export class LicenseService {
 
       const { changes, fields } = fieldChanges(current, body, expiry);
       if (changes.expiresAt !== undefined) checkExpiry(changes.expiresAt, now, this.plan());
+      // Renewal authority handed back to billing: the license takes what its subscription grants
+      // now, an end that came while the vendor held it included (no later event would bring it).
+      if (changes.renewalAuthority === "external_billing" && expiry === undefined) {
+        const granted = subscriptionGrant(tx, id, now, this.plan());
+        if (granted !== undefined && granted?.getTime() !== current.expiresAt?.getTime()) {
+          changes.expiresAt = granted;
+          fields.push("expires_at");
+        }
+      }
 
       const events: string[] = [];
       if (body.status_action === "suspended" && current.status !== "suspended") {
@@ -268,6 +278,17 @@ export class LicenseService {
    */
   assertProductActive(license: LicenseRow): void {
     this.products.getActive(license.productId, license.environment);
+  }
+
+  /** False for a license of an archived product, which takes no more time from billing either. */
+  productIsActive(license: LicenseRow): boolean {
+    try {
+      this.assertProductActive(license);
+      return true;
+    } catch (error) {
+      if (error instanceof ApiError && error.code === "PRODUCT_ARCHIVED") return false;
+      throw error;
+    }
   }
 
   /** Revocation is terminal. Revoking twice is harmless; a stale If-Match still refuses. */

@@ -355,12 +355,15 @@ export class PasskeyService {
  * vendor turns two-factor off, changes the user's address (a mailbox lost or taken over) or
  * disables the user, none of which a link sent before may undo by registering a passkey later.
  */
-export function endRegistrationLinks(tx: Pick<Db, "delete">, userId: string): number {
+export function endRegistrationLinks(tx: Pick<Db, "delete">, userId: string, now: Date): number {
+  // Every row goes; only links that still worked count as something ended (used and expired ones
+  // are kept until then, and ending them changes nothing the vendor could see).
   return tx
     .delete(passkeyRegistrations)
     .where(eq(passkeyRegistrations.userId, userId))
-    .returning({ userId: passkeyRegistrations.userId })
-    .all().length;
+    .returning({ usedAt: passkeyRegistrations.usedAt, expiresAt: passkeyRegistrations.expiresAt })
+    .all()
+    .filter((link) => link.usedAt === null && link.expiresAt.getTime() > now.getTime()).length;
 }
 
 /**

@@ -214,7 +214,7 @@ export class NamedUserService {
       tx.update(licenseUsers).set(next).where(eq(licenseUsers.id, id)).run();
       // A registration link went to the old address, or to a user the vendor has just shut out.
       if (changes.emailNormalized !== undefined || changes.status === "disabled")
-        endRegistrationLinks(tx, id);
+        endRegistrationLinks(tx, id, this.deps.clock.now());
       recordAudit(tx, this.deps, ctx, {
         type:
           next.status === "disabled" && current.status === "active"

@@ -156,7 +156,7 @@ export class TwoFactorService {
       const current = this.users.get(userId, ctx.environment);
       assertIfMatch(ifMatch, licenseUserEtag(current));
       // A link sent before would register a passkey after this, and turn two-factor back on.
-      const linksEnded = endRegistrationLinks(tx, userId);
+      const linksEnded = endRegistrationLinks(tx, userId, this.deps.clock.now());
       if (current.totpStatus === "none" && this.passkeys.count(userId) === 0 && linksEnded === 0) return;
       this.passkeys.deleteAll(tx, userId);
       tx.update(licenseUsers)
