@@ -88,24 +88,11 @@ describe("the delivery order does not decide a subscription license's expiry", (
     expect(expiries).toEqual(everyOrder(3, (periodEnd + RENEWAL_GRACE_SEC) * 1000));
   });
 
-  test("a monthly subscription on a yearly policy expires with its paid period whichever of checkout and invoice comes first", async () => {
-    const price = offering(yearlyPolicy());
-    const periodEnd = nowSec() + 30 * DAY;
-    const expiries = await expiryByOrder((subscription) => {
-      const session = checkout(price, { subscription });
-      return {
-        session,
-        events: [
-          event("checkout.session.completed", session),
-          event("invoice.paid", invoice(subscription, periodEnd)),
-        ],
-      };
-    });
-    expect(expiries).toEqual(everyOrder(2, (periodEnd + RENEWAL_GRACE_SEC) * 1000));
-  });
-
-  test("a subscription sold through a perpetual policy expires with its paid period whichever of checkout and invoice comes first", async () => {
-    const price = offering(ids.policy);
+  test.each([
+    ["a monthly subscription on a yearly policy", () => yearlyPolicy()],
+    ["a subscription sold through a perpetual policy", () => ids.policy],
+  ])("%s expires with its paid period whichever of checkout and invoice comes first", async (_, policy) => {
+    const price = offering(policy());
     const periodEnd = nowSec() + 30 * DAY;
     const expiries = await expiryByOrder((subscription) => {
       const session = checkout(price, { subscription });
