@@ -1,5 +1,6 @@
 import { describe, expect, test } from "bun:test";
 import { eq } from "drizzle-orm";
+import { customerWithRef } from "../../src/modules/billing/buyers.ts";
 import { customers, mailOutbox } from "../../src/store/schema/index.ts";
 import {
   checkout,
@@ -73,6 +74,16 @@ describe("returning buyers", () => {
     const first = await bought({ email: `${next("back")}@example.com`, name: "Ada Buyer" }, stripeCustomer);
     expect(first).not.toBeNull();
     expect(await bought({}, stripeCustomer)).toBe(first);
+  });
+
+  test("the buyer is found by the Stripe customer id through an index, not a scan of every customer", () => {
+    const { sql, params } = customerWithRef(t.deps.db, "cus_seek").toSQL();
+    const plan = t.deps.sqlite
+      .query<{ detail: string }, (string | number)[]>(`EXPLAIN QUERY PLAN ${sql}`)
+      .all(...(params as (string | number)[]))
+      .map((step) => step.detail)
+      .join(" | ");
+    expect(plan).toBe("SEARCH customers USING INDEX customers_external_ref (external_ref=?)");
   });
 
   test("after the buyer's customer is archived, their next purchases share one new customer", async () => {

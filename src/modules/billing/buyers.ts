@@ -70,13 +70,7 @@ export function customerForBuyer(
   ctx: ChangeContext,
 ): string | null {
   const ref = buyer.providerCustomerId;
-  const byRef = ref
-    ? deps.db
-        .select()
-        .from(customers)
-        .where(and(eq(customers.externalRef, ref), eq(customers.status, "active")))
-        .get()
-    : undefined;
+  const byRef = ref ? customerWithRef(deps.db, ref).get() : undefined;
   if (byRef) return byRef.id;
   const byEmail = buyer.email ? service.findActiveByEmail(buyer.email) : undefined;
   if (byEmail) return byEmail.id;
@@ -84,3 +78,10 @@ export function customerForBuyer(
   return service.create({ name: buyer.name, email: buyer.email, ...(ref ? { external_ref: ref } : {}) }, ctx)
     .id;
 }
+
+/** The active customer with this `external_ref` (migration 0041 indexes it). */
+export const customerWithRef = (db: Deps["db"], ref: string) =>
+  db
+    .select()
+    .from(customers)
+    .where(and(eq(customers.externalRef, ref), eq(customers.status, "active")));

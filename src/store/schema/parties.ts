@@ -20,7 +20,12 @@ export const customers = sqliteTable(
   // The list's email filter compares case-insensitively (`lower(email) = lower(?)`), which an
   // index on the plain column cannot serve: every filtered list read the whole table until
   // migration 0024 put the index on the expression the filter uses.
-  (t) => [index("customers_email_lower").on(sql`lower(${t.email})`)],
+  (t) => [
+    index("customers_email_lower").on(sql`lower(${t.email})`),
+    // Each Stripe checkout finds its buyer by the Stripe customer id kept here (billing/buyers.ts):
+    // without it, a scan of every customer per purchase (migration 0041).
+    index("customers_external_ref").on(t.externalRef),
+  ],
 );
 
 export const resellers = sqliteTable("resellers", {
