@@ -1,3 +1,6 @@
+/** Resolves after the event loop has turned once: what a long job awaits between its steps. */
+export const nextTurn = (): Promise<void> => new Promise<void>((resolve) => setImmediate(resolve));
+
 /**
  * A count taken one chunk at a time, with a turn of the event loop between chunks. One statement
  * that counts a million rows holds the only JavaScript thread for 60-800 ms, and every heartbeat
@@ -11,7 +14,7 @@ export async function countInSteps(step: () => number | null): Promise<number> {
   let total = 0;
   for (let counted = step(); counted !== null; counted = step()) {
     total += counted;
-    await new Promise<void>((resolve) => setImmediate(resolve));
+    await nextTurn();
   }
   return total;
 }

@@ -9,7 +9,7 @@ import { checkoutBuyer, type Json } from "./stripe.ts";
 
 /** The API's rule for names, which a buyer's name is made to follow before it is stored. */
 const NAME = NameField();
-const NAME_MAX = 200;
+const NAME_MAX = NAME.maxLength as number;
 /**
  * Terminal control sequences, in their 7-bit (ESC [, ESC ]) and 8-bit (CSI, OSC) forms: CSI up to
  * its final byte, OSC (such as an OSC 8 hyperlink) up to its terminator. Removed whole, so that no

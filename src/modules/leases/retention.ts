@@ -1,5 +1,6 @@
 import type { Deps } from "../../deps.ts";
 import { idBefore } from "../../domain/ids.ts";
+import { nextTurn } from "../../store/stepped-count.ts";
 import { leaseExpiriesSettledThrough } from "../webhooks/expiries.ts";
 import { MonthCounts } from "./month-counts.ts";
 
@@ -130,7 +131,7 @@ export class LeaseRetention {
     let purged = 0;
     this.heldBackBy = null;
     for (;;) {
-      await new Promise<void>((resolve) => setImmediate(resolve));
+      await nextTurn();
       if (options.stopped?.()) break;
       let step: ReturnType<LeaseRetention["step"]>;
       try {

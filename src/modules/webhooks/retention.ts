@@ -1,5 +1,6 @@
 import type { Deps } from "../../deps.ts";
 import { idBefore } from "../../domain/ids.ts";
+import { nextTurn } from "../../store/stepped-count.ts";
 
 /** Finished deliveries (with their attempts) stay readable in the delivery log this long. */
 export const DELIVERY_RETENTION_DAYS = 30;
@@ -63,7 +64,7 @@ export async function purgeFinishedDeliveries(
     const { deliveries, more } = purgeFinishedChunk(deps, options.retentionDays, options.chunk);
     removed += deliveries;
     if (!more) break;
-    await new Promise<void>((resolve) => setImmediate(resolve));
+    await nextTurn();
   }
   return removed;
 }
