@@ -152,14 +152,20 @@ const activationCounts = (sqlite: ReturnType<typeof openStore>["sqlite"]) =>
     )
     .all();
 
-test("the activation-count check catches a 0011 without its backfill", () => {
-  const at = MIGRATIONS.findIndex((m) => m.tag === "0011_activation_counts");
+/** A fresh store (removed after the file) at the schema just before migration `tag`, and where that is in the journal. */
+function storeBefore(tag: string) {
+  const at = MIGRATIONS.findIndex((m) => m.tag === tag);
   expect(at).toBeGreaterThan(0);
   const dir = mkdtempSync(join(tmpdir(), "licensing-every-schema-"));
   dirs.push(dir);
   const store = openStore(join(dir, "licensing.db"));
+  migrate(store.sqlite, MIGRATIONS.slice(0, at));
+  return store;
+}
+
+test("the activation-count check catches a 0011 without its backfill", () => {
+  const store = storeBefore("0011_activation_counts");
   try {
-    migrate(store.sqlite, MIGRATIONS.slice(0, at));
     fillStore(store.sqlite, exemplar);
     const withoutBackfill = MIGRATIONS.map((m) =>
       m.tag === "0011_activation_counts"
@@ -168,6 +174,47 @@ test("the activation-count check catches a 0011 without its backfill", () => {
     );
     migrate(store.sqlite, withoutBackfill);
     expect(activationCounts(store.sqlite).filter((row) => row.kept !== row.actual).length).toBeGreaterThan(0);
+  } finally {
+    store.close();
+  }
+});
+
+test("0040 starts each subscription at its license's expiry at the upgrade: none for a license that never expires or none made yet", () => {
+  // Migration 0040 keeps each subscription's starting expiry, which its license carried alone
+  // before: the license's expiry at the upgrade is the best record there is.
+  const store = storeBefore("0040_billing_subscription_start");
+  try {
+    const sqlite = store.sqlite;
+    // Only the columns these rows need: the product and policy they name are not the point here.
+    sqlite.run("PRAGMA foreign_keys = OFF");
+    const license = sqlite.prepare<unknown, [string, number | null]>(
+      `INSERT INTO licenses (id, environment, product_id, policy_id, key_ciphertext, key_lookup, license_type,
+         status, renewal_authority, entitlements, metadata, version, created_at, updated_at, expires_at)
+       VALUES (?1, 'live', 'prod_x', 'pol_x', 'c', ?1, 'subscription', 'active', 'external_billing', '{}', '{}', 1, 0, 0, ?2)`,
+    );
+    const subscription = sqlite.prepare<unknown, [string, string | null]>(
+      `INSERT INTO billing_subscriptions (environment, subscription_id, license_id, paid_through, ends_at, updated_at)
+       VALUES ('live', ?, ?, NULL, NULL, 0)`,
+    );
+    const expiry = Date.UTC(2027, 5, 1);
+    license.run("lic_expiring", expiry);
+    license.run("lic_perpetual", null);
+    subscription.run("sub_expiring", "lic_expiring");
+    subscription.run("sub_perpetual", "lic_perpetual");
+    subscription.run("sub_awaiting_checkout", null);
+    sqlite.run("PRAGMA foreign_keys = ON");
+
+    migrate(sqlite);
+    const starts = sqlite
+      .query<{ subscription_id: string; starting_end: number | null }, []>(
+        "SELECT subscription_id, starting_end FROM billing_subscriptions ORDER BY subscription_id",
+      )
+      .all();
+    expect(starts).toEqual([
+      { subscription_id: "sub_awaiting_checkout", starting_end: null },
+      { subscription_id: "sub_expiring", starting_end: expiry },
+      { subscription_id: "sub_perpetual", starting_end: null },
+    ]);
   } finally {
     store.close();
   }
