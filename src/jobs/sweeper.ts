@@ -9,8 +9,9 @@ export const SWEEP_INTERVAL_MS = 10 * 60 * 1000;
  * records, runtime events past their 7 days, old device nonces, products whose signing keys are
  * still pending, retired keys whose retention ended, compromised sealing keys' private halves
  * that an interrupted command left in the keystore, and email verifications (with their passkey
- * approvals and named-user tokens) older than two days. Each step is independent; one failing
- * does not stop the others. Finished leases go in their own pass (`sweepLeases`).
+ * approvals and named-user tokens) older than two days, and spent or expired passkey registration
+ * links. Each step is independent; one failing does not stop the others. Finished leases go in
+ * their own pass (`sweepLeases`).
  */
 export function sweepOnce(services: Services, logger: Logger): Record<string, number> {
   const steps: Record<string, () => number> = {
@@ -22,6 +23,7 @@ export function sweepOnce(services: Services, logger: Logger): Record<string, nu
     compromised_sealing_keys: () => services.sealedFiles.completeCompromises(),
     // Unauthenticated starts write these; two days covers the 24-hour send limits and code budget.
     email_verifications: () => services.emailVerifications.purge(),
+    passkey_links: () => services.passkeys.purgeLinks(),
     usage_meter: () => {
       services.usageMeter.flush();
       return 0;

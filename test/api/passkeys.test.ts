@@ -1,8 +1,11 @@
 import { afterEach, beforeEach, describe, expect, test } from "bun:test";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
+import { silentLogger } from "../../src/http/logger.ts";
+import { sweepOnce } from "../../src/jobs/sweeper.ts";
+import { createServices } from "../../src/services.ts";
 import { TestDevice } from "../support/device.ts";
-import { createTestContext, type TestContext } from "../support/harness.ts";
+import { BASE_URL, createTestContext, type TestContext } from "../support/harness.ts";
 import {
   confirmVerification,
   type NamedUserFixture,
@@ -205,6 +208,45 @@ describe("registration", () => {
     expect(after.headers.get("etag")).toBe(before.headers.get("etag"));
     const events = (await t.call("GET", "/mgmt/v1/events")).body.data as { type: string }[];
     expect(events.filter((e) => e.type === "license_user.two_factor_disabled")).toEqual([]);
+  });
+
+  test("a new registration link ends the one before it: the older token is 404, the new one registers, and the event counts one ended", async () => {
+    const older = await registrationToken();
+    const newer = await registrationToken();
+    expect((await post("/passkeys/v1/register/options", { token: older })).status).toBe(404);
+    const options = await post("/passkeys/v1/register/options", { token: newer });
+    expect(options.status).toBe(200);
+    const registered = await post("/passkeys/v1/register", {
+      token: newer,
+      ...new SoftAuthenticator("p256").create(options.body.data.challenge),
+    });
+    expect(registered.status).toBe(201);
+    const events = (await t.call("GET", "/mgmt/v1/events")).body.data as { type: string; data: unknown }[];
+    const created = events.filter((e) => e.type === "license_user.passkey_link_created").map((e) => e.data);
+    // Newest first: the second link ended the first; the first ended nothing.
+    expect(created).toEqual([{ links_ended: 1 }, { links_ended: 0 }]);
+  });
+
+  test("the sweep deletes spent and expired registration links and keeps a live one, which still registers", async () => {
+    const userWith = async (email: string) => {
+      const user = await t.call("POST", "/mgmt/v1/license-users", { body: { email } });
+      expect(user.status).toBe(201);
+      return user.body.data.public_id as string;
+    };
+    const expiring = await userWith("expiring@example.com");
+    const waiting = await userWith("waiting@example.com");
+    expect((await register(new SoftAuthenticator("p256"))).status).toBe(201);
+    await registrationToken(expiring);
+    t.clock.advance(25 * 3600);
+    const live = await registrationToken(waiting);
+    const links = () =>
+      t.deps.sqlite.query("SELECT user_id FROM passkey_registrations ORDER BY user_id").all() as {
+        user_id: string;
+      }[];
+    expect(links().length).toBe(3);
+    const done = sweepOnce(createServices(t.deps, { baseUrl: BASE_URL }), silentLogger);
+    expect([done.passkey_links, links()]).toEqual([2, [{ user_id: waiting }]]);
+    expect((await post("/passkeys/v1/register/options", { token: live })).status).toBe(200);
   });
 
   test("a registration is in the audit log as license_user.passkey_registered, by the license user", async () => {

@@ -251,7 +251,10 @@ const managementRoutes = ({ namedUsers, twoFactor, passkeys, licenses, idempoten
       {
         scope: "licenses:write",
         response: { 201: "passkey.registration_link" },
-        detail: { summary: "A single-use link (24 h) for the user to register a passkey; send it to them" },
+        detail: {
+          summary:
+            "A single-use link (24 h) for the user to register a passkey; send it to them. It ends any link sent before.",
+        },
       },
     )
     .post(

@@ -1,5 +1,5 @@
 import { randomBytes, randomInt } from "node:crypto";
-import { and, count, eq, isNull, sql } from "drizzle-orm";
+import { and, count, eq, isNotNull, isNull, lte, or, sql } from "drizzle-orm";
 import { constantTimeEqual } from "../../crypto/constant-time.ts";
 import {
   type RelyingParty,
@@ -86,8 +86,12 @@ export class PasskeyService {
     if (user.status !== "active")
       throw new ApiError("INVALID_TRANSITION", "The user is disabled.", { from: "disabled" });
     const token = randomBytes(32).toString("base64url");
-    const expiresAt = new Date(this.deps.clock.now().getTime() + REGISTRATION_LINK_TTL_SEC * 1000);
+    const now = this.deps.clock.now();
+    const expiresAt = new Date(now.getTime() + REGISTRATION_LINK_TTL_SEC * 1000);
     this.deps.db.transaction((tx) => {
+      // One live link per user: a vendor sends a new one when the last went astray, and the
+      // lost one must stop working then, not a day later.
+      const linksEnded = endRegistrationLinks(tx, userId, now);
       tx.insert(passkeyRegistrations)
         .values({
           tokenHash: this.hash(token, "passkey-registration"),
@@ -100,6 +104,7 @@ export class PasskeyService {
       recordAudit(tx, this.deps, ctx, {
         type: "license_user.passkey_link_created",
         target: { type: "license_user", id: userId },
+        data: { links_ended: linksEnded },
       });
     });
     return { url: `${this.baseUrl}/passkeys/v1/register#${token}`, expires_at: expiresAt.toISOString() };
@@ -294,6 +299,24 @@ export class PasskeyService {
     return used.length === 1;
   }
 
+  /**
+   * Deletes registration links that can no longer be used (spent, or past their 24 hours): each
+   * `registrationLink` call writes one, so without this the table would only grow. An ended
+   * link and a missing one answer the same 410. Returns how many went.
+   */
+  purgeLinks(): number {
+    return this.deps.db
+      .delete(passkeyRegistrations)
+      .where(
+        or(
+          isNotNull(passkeyRegistrations.usedAt),
+          lte(passkeyRegistrations.expiresAt, this.deps.clock.now()),
+        ),
+      )
+      .returning({ tokenHash: passkeyRegistrations.tokenHash })
+      .all().length;
+  }
+
   deleteAll(tx: Writer, userId: string): void {
     tx.delete(passkeys).where(eq(passkeys.userId, userId)).run();
   }
@@ -353,11 +376,12 @@ export class PasskeyService {
 /**
  * Ends every registration link the user was sent, with its options' challenge: called when the
  * vendor turns two-factor off, changes the user's address (a mailbox lost or taken over) or
- * disables the user, none of which a link sent before may undo by registering a passkey later.
+ * disables the user, none of which a link sent before may undo by registering a passkey later,
+ * and when the vendor makes a new link.
  */
 export function endRegistrationLinks(tx: Pick<Db, "delete">, userId: string, now: Date): number {
   // Every row goes; only links that still worked count as something ended (used and expired ones
-  // are kept until then, and ending them changes nothing the vendor could see).
+  // wait for the sweeper's purge, and ending them changes nothing the vendor could see).
   return tx
     .delete(passkeyRegistrations)
     .where(eq(passkeyRegistrations.userId, userId))

@@ -169,13 +169,21 @@ export const passkeys = sqliteTable(
 );
 
 /** Single-use links a vendor sends a user to register a passkey; only an HMAC of the token is kept. */
-export const passkeyRegistrations = sqliteTable("passkey_registrations", {
-  tokenHash: text("token_hash").primaryKey(),
-  userId: text("user_id").notNull(),
-  challenge: text("challenge"),
-  expiresAt: timestamp("expires_at").notNull(),
-  usedAt: timestamp("used_at"),
-});
+export const passkeyRegistrations = sqliteTable(
+  "passkey_registrations",
+  {
+    tokenHash: text("token_hash").primaryKey(),
+    userId: text("user_id").notNull(),
+    challenge: text("challenge"),
+    expiresAt: timestamp("expires_at").notNull(),
+    usedAt: timestamp("used_at"),
+  },
+  // Links are ended per user (a new link, two-factor off, an address change) and purged by age.
+  (t) => [
+    index("passkey_registrations_user").on(t.userId),
+    index("passkey_registrations_expiry").on(t.expiresAt),
+  ],
+);
 
 /**
  * Passkey approval of one email verification (spec §4.2 rule 7): the link's secret (HMAC), the
