@@ -36,6 +36,16 @@ let largeBodiesInFlight = 0;
 const BODYLESS = new Set(["GET", "HEAD", "OPTIONS"]);
 
 /**
+ * Which strings a body may hold. `strict` (every route of ours): no lone surrogates, no NUL.
+ * `provider` (the billing provider's signed events): any, since a paid purchase must not be refused
+ * on every retry over a character in a field we never read; the event reader checks each string
+ * it takes (billing/stripe.ts `str`) and cleans the buyer's name.
+ */
+export type TextRule = "strict" | "provider";
+
+export const textRuleFor = (path: string): TextRule => (isBillingWebhookPath(path) ? "provider" : "strict");
+
+/**
  * Reads and parses a JSON body under a byte limit. Empty bodies parse to `undefined`; the route's
  * schema then decides whether a body was required.
  */
@@ -43,6 +53,7 @@ export async function parseJsonBody(
   request: Request,
   limit = DEFAULT_BODY_LIMIT,
   keepRaw: (bytes: Uint8Array) => void = () => {},
+  textRule: TextRule = "strict",
 ): Promise<unknown> {
   if (BODYLESS.has(request.method)) return undefined;
   const declared = request.headers.get("content-length");
@@ -79,7 +90,7 @@ export async function parseJsonBody(
       },
     );
   }
-  return parseJsonBytes(bytes);
+  return parseJsonBytes(bytes, "", textRule);
 }
 
 /**
@@ -89,7 +100,7 @@ export async function parseJsonBody(
  * `at` is where the value sits in the body, for the paths of field errors (`request` for the
  * offline request file, which the route takes as the body's `request` member).
  */
-export function parseJsonBytes(bytes: Uint8Array, at = ""): unknown {
+export function parseJsonBytes(bytes: Uint8Array, at = "", textRule: TextRule = "strict"): unknown {
   let text: string;
   try {
     text = UTF8.decode(bytes);
@@ -104,7 +115,7 @@ export function parseJsonBytes(bytes: Uint8Array, at = ""): unknown {
       parse_error: error instanceof Error ? error.message : String(error),
     });
   }
-  const problem = inspect(parsed, text, at);
+  const problem = inspect(parsed, text, at, textRule === "strict");
   if (problem?.kind === "duplicate") {
     throw new ApiError(
       "INVALID_REQUEST",
@@ -162,10 +173,10 @@ const pathOf = (visit: Visit | null, root: string): string => {
  * hidden `Symbol.toPrimitive`, invisible to JSON, key listing and validation, so they print as any
  * other object; the fields themselves stay, and are refused as unknown or mistyped like any other.
  */
-function inspect(body: unknown, text: string, root: string): Problem | null {
+function inspect(body: unknown, text: string, root: string, strictText: boolean): Problem | null {
   // A value that is a member of the body (the request file) starts one level down, as in the body.
   const top: Visit = { value: body, depth: root ? 2 : 1, parent: null, key: "" };
-  const leaf = leafProblem(body);
+  const leaf = leafProblem(body, strictText);
   if (leaf) return problemAt(leaf, top, root);
   // Only objects and arrays are visited; their primitive members are checked where they stand,
   // so a body of half a million numbers costs a loop, not half a million visits.
@@ -185,7 +196,7 @@ function inspect(body: unknown, text: string, root: string): Problem | null {
           else if (visit.depth + 1 > MAX_DEPTH) return { kind: "depth" };
           continue;
         }
-        const problem = leafProblem(item);
+        const problem = leafProblem(item, strictText);
         if (problem) return problemAt(problem, { value: item, depth: 0, parent: visit, key: i }, root);
       }
       continue;
@@ -195,14 +206,14 @@ function inspect(body: unknown, text: string, root: string): Problem | null {
     }
     const record = node as Record<string, unknown>;
     for (const key in record) {
-      if (!key.isWellFormed() || key.includes("\0")) return { kind: "unicode", path: pathOf(visit, root) };
+      if (strictText && !wellFormedText(key)) return { kind: "unicode", path: pathOf(visit, root) };
       members++;
       const value = record[key];
       if (typeof value === "object" && value !== null) {
         stack.push({ value, depth: visit.depth + 1, parent: visit, key });
         continue;
       }
-      const problem = leafProblem(value);
+      const problem = leafProblem(value, strictText);
       if (problem) return problemAt(problem, { value, depth: 0, parent: visit, key }, root);
     }
   }
@@ -216,11 +227,14 @@ function inspect(body: unknown, text: string, root: string): Problem | null {
  * a lone surrogate (it cannot be encoded as UTF-8, so no two parties could agree on its JCS form)
  * or a NUL (it ends the text early for every C-string consumer: logs, exports, terminals, drivers).
  */
-function leafProblem(value: unknown): "number" | "unicode" | null {
+function leafProblem(value: unknown, strictText: boolean): "number" | "unicode" | null {
   if (typeof value === "number") return Number.isFinite(value) ? null : "number";
-  if (typeof value === "string") return value.isWellFormed() && !value.includes("\0") ? null : "unicode";
+  if (typeof value === "string" && strictText) return wellFormedText(value) ? null : "unicode";
   return null;
 }
+
+/** Text every party reads alike: encodable as UTF-8 (no lone surrogate) and without a NUL. */
+export const wellFormedText = (text: string): boolean => text.isWellFormed() && !text.includes("\0");
 
 const problemAt = (kind: "number" | "unicode", visit: Visit, root: string): Problem => ({
   kind,

@@ -4,7 +4,7 @@ import type { IdGenerator } from "../domain/ids.ts";
 import type { Scope } from "../domain/scopes.ts";
 import type { ApiKeyService } from "../modules/api-keys/service.ts";
 import { insufficientScope } from "./auth.ts";
-import { bodyLimitFor, parseJsonBody, refuseUnexpectedBody } from "./body.ts";
+import { bodyLimitFor, parseJsonBody, refuseUnexpectedBody, textRuleFor } from "./body.ts";
 import { type ErrorEnvelope, errorBody, toApiError } from "./envelope.ts";
 import { ApiError, type SignedFor } from "./errors.ts";
 import type { Logger } from "./logger.ts";
@@ -70,9 +70,14 @@ export function httpConventions(deps: ConventionDeps) {
       // A caller without the route's scope hears 403 before its body is read, parsed or measured.
       const scope = missingScope(state, request.method, route);
       if (scope) throw insufficientScope(scope);
-      const parsed = parseJsonBody(request, bodyLimitFor(path), (bytes) => {
-        if (state) state.rawBody = bytes;
-      });
+      const parsed = parseJsonBody(
+        request,
+        bodyLimitFor(path),
+        (bytes) => {
+          if (state) state.rawBody = bytes;
+        },
+        textRuleFor(path),
+      );
       return deps.bodylessRoute?.(request.method, route) ? parsed.then(refuseUnexpectedBody) : parsed;
     })
     .onTransform({ as: "global" }, ({ request, route }) => {

@@ -66,6 +66,24 @@ describe("the buyer's details", () => {
     const mailed = t.deps.db.select().from(mailOutbox).where(eq(mailOutbox.recipient, "not-an-email")).all();
     expect(mailed).toEqual([]);
   });
+
+  test("a NUL or a lone surrogate anywhere in the event does not refuse the purchase: the name is cleaned, the address with one dropped", async () => {
+    const id = await bought({
+      email: `ada\u0000${next("nul")}@example.com`,
+      name: "Ada\u0000Lovelace \ud800",
+      address: { line1: "\udc00 1 Main St\u0000" },
+    });
+    expect(customerRow(id)).toMatchObject({ name: "Ada Lovelace \ufffd", email: null });
+  });
+
+  test("on our own routes, a NUL is still refused with 422", async () => {
+    const created = await t.call("POST", "/mgmt/v1/customers", {
+      key: t.keys.test,
+      body: { name: "Ada\u0000Lovelace" },
+      headers: t.idem(),
+    });
+    expect([created.status, created.body.error.code]).toEqual([422, "VALIDATION_FAILED"]);
+  });
 });
 
 describe("returning buyers", () => {

@@ -49,7 +49,13 @@ export function readBuyer(session: Json): Buyer {
 }
 
 export function buyerName(raw: string): string | undefined {
-  const oneLine = raw.replace(ESCAPE_SEQUENCE, "").replace(CONTROL_RUN, " ").replace(/\s+/g, " ").trim();
+  // A lone surrogate (the webhook's body may hold one) becomes U+FFFD, which UTF-8 can carry.
+  const oneLine = raw
+    .toWellFormed()
+    .replace(ESCAPE_SEQUENCE, "")
+    .replace(CONTROL_RUN, " ")
+    .replace(/\s+/g, " ")
+    .trim();
   let name = oneLine.slice(0, NAME_MAX);
   // Cutting between the halves of a surrogate pair would leave half a character.
   if (/[\ud800-\udbff]$/.test(name)) name = name.slice(0, -1);

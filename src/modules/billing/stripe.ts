@@ -1,4 +1,5 @@
 import { createHmac, timingSafeEqual } from "node:crypto";
+import { wellFormedText } from "../../http/body.ts";
 
 /** Stripe's own tolerance: a signed delivery older (or newer) than this is refused as a replay. */
 export const SIGNATURE_TOLERANCE_SEC = 300;
@@ -72,7 +73,16 @@ export type Json = Record<string, unknown>;
 export const isObject = (value: unknown): value is Json =>
   typeof value === "object" && value !== null && !Array.isArray(value);
 
+/**
+ * A non-empty string field. The webhook's body may hold any text (http/body.ts, the `provider`
+ * rule), so one with a lone surrogate or a NUL reads as not found: no such id, type or address is
+ * Stripe's, and none may reach the store. The buyer's name is read with `text` and cleaned.
+ */
 export const str = (value: unknown): string | undefined =>
+  typeof value === "string" && value !== "" && wellFormedText(value) ? value : undefined;
+
+/** Any non-empty string, for a field that is cleaned before use (the buyer's name: billing/buyers.ts). */
+const text = (value: unknown): string | undefined =>
   typeof value === "string" && value !== "" ? value : undefined;
 
 /**
@@ -137,7 +147,7 @@ export function checkoutBuyer(session: Json): { email?: string; name?: string; p
   const details = isObject(session.customer_details) ? session.customer_details : {};
   return {
     email: str(details.email) ?? str(session.customer_email),
-    name: str(details.name),
+    name: text(details.name),
     providerCustomerId: idOf(session.customer),
   };
 }
