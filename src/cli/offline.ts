@@ -61,11 +61,20 @@ function sameFile(a: string, b: string): boolean {
 
 /**
  * The package's destination, checked before anything is issued: replacing the request file loses
- * what the recovery advice says to run again with, and a file in the data directory may be the
- * keystore or the store, whose replacement destroys the install. `path` is resolved.
+ * what the recovery advice says to run again with, replacing the passphrase file (often kept
+ * outside the data directory) locks the keystore for good, and a file in the data directory may
+ * be the keystore or the store, whose replacement destroys the install. `path` is resolved.
  */
-function refuseOut(path: string, shown: string, requestPath: string, dataDir: string): void {
+function refuseOut(
+  path: string,
+  shown: string,
+  requestPath: string,
+  config: { dataDir: string; passphraseFile: string | null },
+): void {
   if (sameFile(path, requestPath)) throw new CliError(`cannot write ${shown}: it is the request file`);
+  if (config.passphraseFile && sameFile(path, config.passphraseFile))
+    throw new CliError(`cannot write ${shown}: it is the keystore's passphrase file`);
+  const dataDir = config.dataDir;
   let dataReal: string;
   try {
     dataReal = realpathSync(dataDir);
@@ -152,7 +161,7 @@ export const offlineIssueCommand: Command = {
       throw error;
     }
     const outPath = resolve(context.cwd, outFile);
-    refuseOut(outPath, outFile, requestPath, line.config.dataDir);
+    refuseOut(outPath, outFile, requestPath, line.config);
 
     return withKeystoreDeps(line, (deps) => {
       const license = deps.db.select().from(licenses).where(eq(licenses.id, licenseId)).get();

@@ -32,17 +32,22 @@ const pending = new Set<string>();
 
 /**
  * A file that appears under its name only whole: written to a temp file beside it, fsynced, then
- * renamed over it (one directory, so one file system and an atomic rename). The temp file's name
+ * renamed over it (one directory, so one file system and an atomic rename), and the directory
+ * fsynced, so a file reported written is still there after a power loss. The temp file's name
  * is short, so a destination name near the system's limit still fits, and random and created
  * exclusively, so two runs writing one destination never share it (in containers every run may be
- * PID 1); only a temp file this object created is ever removed.
+ * PID 1); only a temp file this object created is ever removed. `mode` is the new file's
+ * permissions (0600 for what holds a secret).
  */
 export class AtomicFile {
   private readonly temp: string;
   private fd: number | null;
 
   /** Creates the temp file, or refuses (FileWriteError) a destination that cannot be written. */
-  constructor(readonly path: string) {
+  constructor(
+    readonly path: string,
+    mode = 0o644,
+  ) {
     let isDirectory = false;
     try {
       isDirectory = statSync(path).isDirectory();
@@ -55,7 +60,7 @@ export class AtomicFile {
     if (isDirectory) throw new FileWriteError("it is a directory");
     this.temp = join(dirname(path), `.licensing-${randomBytes(8).toString("hex")}.tmp`);
     try {
-      this.fd = openSync(this.temp, "wx", 0o644);
+      this.fd = openSync(this.temp, "wx", mode);
     } catch (error) {
       throw writeError(error);
     }
@@ -86,6 +91,7 @@ export class AtomicFile {
       throw writeError(error);
     }
     pending.delete(this.temp);
+    syncDirectory(dirname(this.path));
   }
 
   /** Closes and removes the temp file, leaving the destination as it was; again, it does nothing. */
@@ -104,6 +110,26 @@ export class AtomicFile {
     } catch {
       // Removed by someone else: nothing of ours is left.
     }
+  }
+}
+
+/**
+ * Makes a rename in `dir` durable. The file is whole and in place already, so a directory that
+ * cannot be opened for it (some file systems refuse) is not a failed write.
+ */
+function syncDirectory(dir: string): void {
+  let fd: number;
+  try {
+    fd = openSync(dir, "r");
+  } catch {
+    return;
+  }
+  try {
+    fsyncSync(fd);
+  } catch {
+    // As above: the rename happened; only its durability across a power loss is not confirmed.
+  } finally {
+    closeSync(fd);
   }
 }
 

@@ -1,7 +1,8 @@
-import { mkdirSync, renameSync, writeFileSync } from "node:fs";
+import { mkdirSync } from "node:fs";
 import { join } from "node:path";
 import nodemailer from "nodemailer";
 import type Mail from "nodemailer/lib/mailer";
+import { AtomicFile } from "../fs/atomic-file.ts";
 
 export interface OutgoingMail {
   /** The outbox row id: the Message-ID and the .eml file name derive from it, so a resend is recognisable. */
@@ -100,7 +101,7 @@ export function smtpTransport(smtpUrl: string, options: SmtpTransportOptions = {
 /**
  * The default when no SMTP server is configured: each mail becomes `<dir>/<id>.eml`, so a fresh
  * install works without a mail server and an operator can read (or forward) what would have gone
- * out. Written to a temporary name and renamed, so a reader never sees half a file and a resend
+ * out. Written whole or not at all (AtomicFile), so a reader never sees half a file and a resend
  * after a crash replaces rather than duplicates.
  */
 export function fileTransport(dir: string): MailTransport {
@@ -110,10 +111,10 @@ export function fileTransport(dir: string): MailTransport {
     async send(mail) {
       const info = await transporter.sendMail(message(mail));
       mkdirSync(dir, { recursive: true, mode: 0o700 });
-      const target = join(dir, `${mail.id}.eml`);
-      const temporary = `${target}.tmp`;
-      writeFileSync(temporary, info.message as Buffer, { mode: 0o600 });
-      renameSync(temporary, target);
+      // 0600: a mail may hold a sign-in code or a claim link.
+      const file = new AtomicFile(join(dir, `${mail.id}.eml`), 0o600);
+      file.write(info.message as Buffer);
+      file.commit();
     },
     close: () => transporter.close(),
   };

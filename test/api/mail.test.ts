@@ -1,5 +1,5 @@
 import { afterEach, beforeEach, expect, test } from "bun:test";
-import { readdirSync, readFileSync } from "node:fs";
+import { readdirSync, readFileSync, statSync } from "node:fs";
 import { createServer, type Socket } from "node:net";
 import { join } from "node:path";
 import { eq } from "drizzle-orm";
@@ -232,6 +232,8 @@ test("without SMTP the default transport writes each mail as an .eml file under 
   });
   expect(await worker.runOnce()).toBe(1);
   expect(readdirSync(dir)).toEqual([`${id}.eml`]);
+  // A mail may hold a sign-in code: its owner alone reads it.
+  expect(statSync(join(dir, `${id}.eml`)).mode & 0o777).toBe(0o600);
   const eml = readFileSync(join(dir, `${id}.eml`), "utf8");
   expect(eml).toContain("To: ada@example.com");
   expect(eml).toContain("From: Acme <no-reply@acme.test>");

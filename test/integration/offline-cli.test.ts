@@ -307,6 +307,24 @@ describe("licensing offline issue", () => {
     expect(readFileSync(join(work, "same.zip")).equals(readFileSync(join(work, "package.zip")))).toBe(true);
   });
 
+  test("offline issue refuses an --out that is the keystore's passphrase file kept outside the data directory, which stays as it was", async () => {
+    const passphrase = readFileSync(join(dataDir, "keystore.passphrase"));
+    writeFileSync(join(work, "outside.passphrase"), passphrase, { mode: 0o600 });
+    symlinkSync(join(work, "outside.passphrase"), join(work, "passphrase-link"));
+    const before = storeDigest(store.sqlite);
+    for (const out of ["outside.passphrase", "passphrase-link"]) {
+      const run = await issue("request.json", out, "--passphrase-file", "outside.passphrase");
+      expect({ out, ...run }).toEqual({
+        out,
+        code: 1,
+        stdout: "",
+        stderr: `licensing offline issue: cannot write ${out}: it is the keystore's passphrase file\n`,
+      });
+    }
+    expect(readFileSync(join(work, "outside.passphrase")).equals(passphrase)).toBe(true);
+    expect(storeDigest(store.sqlite)).toBe(before);
+  });
+
   // An immutable file (chattr +i) refuses the rename over it even to root: the one way to make
   // the write fail after the package is issued without reaching into the command.
   const chattr = (flag: "+i" | "-i", path: string) =>
