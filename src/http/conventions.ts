@@ -5,7 +5,7 @@ import type { Scope } from "../domain/scopes.ts";
 import type { ApiKeyService } from "../modules/api-keys/service.ts";
 import { insufficientScope } from "./auth.ts";
 import { bodyLimitFor, parseJsonBody, refuseUnexpectedBody, textRuleFor } from "./body.ts";
-import { type ErrorEnvelope, errorBody, toApiError } from "./envelope.ts";
+import { type ErrorEnvelope, errorBody, isStoreDamage, toApiError } from "./envelope.ts";
 import { ApiError, type SignedFor } from "./errors.ts";
 import type { Logger } from "./logger.ts";
 import { checkPageQuery } from "./pagination.ts";
@@ -94,7 +94,15 @@ export function httpConventions(deps: ConventionDeps) {
       const requestId = state?.requestId ?? "req_unknown";
       // Read once the answer is final: the runtime allowance depends on the code (runtime-limits.ts).
       if (state) state.errorCode = apiError.code;
-      if (apiError.code === "INTERNAL_ERROR") {
+      if (apiError.code === "INTERNAL_ERROR" && isStoreDamage(error)) {
+        deps.logger.log("error", "store damaged", {
+          request_id: requestId,
+          error: (error as Error).message,
+          // docs/operations.md, "Backups and restore": backup runs the integrity check.
+          advice:
+            "the store file is damaged: stop the service, check it with `licensing backup`, and restore the last good backup",
+        });
+      } else if (apiError.code === "INTERNAL_ERROR") {
         deps.logger.log("error", "unhandled error", {
           request_id: requestId,
           error: error instanceof Error ? error.message : String(error),

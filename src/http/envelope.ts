@@ -45,6 +45,13 @@ export function toApiError(error: unknown, elysiaCode: unknown, request?: Reques
 const STORE_UNAVAILABLE = /^SQLITE_(FULL|IOERR|BUSY|LOCKED|READONLY)/;
 
 /**
+ * The store's file damaged (a page SQLite cannot read as what it should be): the answer is the
+ * 500 of any unexpected failure, but the log says what it is and what to do, apart from bugs.
+ */
+export const isStoreDamage = (error: unknown): boolean =>
+  error instanceof SQLiteError && /^SQLITE_(CORRUPT|NOTADB)/.test(error.code ?? "");
+
+/**
  * A route's body schema, checked outside the route (the command line's offline request): the
  * value when it fits, else the same 422 and field errors the route's own check answers.
  */
