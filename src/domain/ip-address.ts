@@ -1,7 +1,7 @@
 /**
  * IP address literals read by value, for the checks that must not be fooled by spelling: the
  * webhook address check (modules/webhooks/address.ts), the rate limiter's buckets
- * (http/client-address.ts) and the listen address's wildcard check (config.ts).
+ * (http/client-address.ts) and the listen address's wildcard check (config-values.ts).
  */
 
 /** A dotted-quad IPv4 address as a 32-bit number; null when it is not one. */

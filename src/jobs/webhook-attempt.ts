@@ -49,7 +49,7 @@ export interface SenderOptions {
  * One delivery attempt over HTTP: the body (signed with Standard Webhooks, or a team-chat
  * message), the receiver's address checked and pinned against DNS rebinding, no redirects, a
  * timeout, and the outcome in words that never repeat the URL (a team-chat URL is a secret).
- * The dispatcher decides when to attempt and records what came of it.
+ * The dispatcher decides when to attempt; webhook-queue.ts records what came of it.
  */
 export class WebhookSender {
   constructor(

@@ -6,12 +6,18 @@ import { onEnqueue } from "../modules/webhooks/enqueue.ts";
 import { announceExpiries } from "../modules/webhooks/expiries.ts";
 import { purgeFinishedDeliveries } from "../modules/webhooks/retention.ts";
 import { cancelPending } from "../modules/webhooks/service.ts";
-import { ATTEMPT_TIMEOUT_MS, type AttemptResult, type AttemptRow, WebhookSender } from "./webhook-attempt.ts";
+import { ATTEMPT_TIMEOUT_MS, type AttemptResult, WebhookSender } from "./webhook-attempt.ts";
+import {
+  type ClaimedRow,
+  dispatchStatements,
+  loadClaimed,
+  queueDepth,
+  recordAttempt,
+  WEBHOOK_RETRY_DELAYS_SEC,
+} from "./webhook-queue.ts";
 
-/** Seconds before the 1st … 7th retry (DESIGN §5); after the last, the delivery is failed (~28 h in all). */
-export const WEBHOOK_RETRY_DELAYS_SEC = [5, 300, 1800, 7200, 18_000, 36_000, 36_000];
-/** Each delay is stretched or shrunk by up to this fraction, so retries of many events do not arrive in lockstep. */
-export const RETRY_JITTER = 0.1;
+export { RETRY_JITTER, WEBHOOK_RETRY_DELAYS_SEC } from "./webhook-queue.ts";
+
 export const PER_ENDPOINT_CONCURRENCY = 2;
 export const GLOBAL_CONCURRENCY = 16;
 /**
@@ -54,19 +60,6 @@ export interface DispatcherOptions {
   /** Tests only, never reachable from configuration: a CA to trust besides the system's (a test TLS receiver). */
   extraCa?: string;
 }
-
-interface ClaimedRow extends AttemptRow {
-  id: string;
-  environment: string;
-  attempts: number;
-  schedule_start: number;
-  endpoint_status: "active" | "disabled" | "stopped";
-}
-
-/*
- * "Due" in the queries below: pending and its time has come, or claimed by an attempt whose claim
- * lapsed (a process that died mid-attempt).
- */
 
 /**
  * Delivers the webhook outbox (DESIGN §5): at least once, in the order events were queued per
@@ -201,13 +194,7 @@ export class WebhookDispatcher {
 
   /** Deliveries waiting (pending, or claimed and in flight): the queue depth for /metrics. */
   queueDepth(): number {
-    return (
-      this.deps.sqlite
-        .query<{ n: number }, []>(
-          "SELECT count(*) AS n FROM webhook_deliveries WHERE status IN ('pending', 'delivering')",
-        )
-        .get()?.n ?? 0
-    );
+    return queueDepth(this.deps.sqlite);
   }
 
   /** Prometheus lines for the metrics registry. */
@@ -305,20 +292,8 @@ export class WebhookDispatcher {
     return done;
   }
 
-  private load(id: string): ClaimedRow | null {
-    return this.deps.sqlite
-      .query<ClaimedRow, [string]>(
-        `SELECT d.id, d.endpoint_id, d.event_id, d.environment, d.attempts, d.schedule_start, e.payload,
-           w.kind, w.url_ciphertext, w.status AS endpoint_status, w.secret_ciphertext,
-           w.previous_secret_ciphertext, w.previous_secret_expires_at
-         FROM webhook_deliveries d JOIN webhook_events e ON e.id = d.event_id
-         JOIN webhook_endpoints w ON w.id = d.endpoint_id WHERE d.id = ?`,
-      )
-      .get(id);
-  }
-
   private async attempt(id: string): Promise<void> {
-    const row = this.load(id);
+    const row = loadClaimed(this.deps.sqlite, id);
     if (!row) return;
     const startedAt = this.clock.now();
     if (row.endpoint_status !== "active") {
@@ -332,65 +307,14 @@ export class WebhookDispatcher {
   }
 
   private record(row: ClaimedRow, result: AttemptResult, startedAt: Date, durationMs: number): void {
-    const number = row.attempts + 1;
     const now = this.clock.now().getTime();
-    this.counters.attempts++;
-    if (result.outcome !== "succeeded") this.counters.failedAttempts++;
     this.lastFailed.set(row.endpoint_id, result.outcome !== "succeeded");
-    const retryIndex = number - row.schedule_start - 1;
-    const delaySec = this.retryDelays[retryIndex];
-    let status: "succeeded" | "failed" | "pending" | "cancelled";
-    let next = now;
-    if (result.outcome === "succeeded") status = "succeeded";
-    else if (result.outcome === "failed" && result.gone) status = "failed";
-    else if (delaySec === undefined) status = "failed";
-    else {
-      status = "pending";
-      const jitter = 1 + ((this.options.random ?? Math.random)() * 2 - 1) * RETRY_JITTER;
-      next = now + Math.round(delaySec * 1000 * jitter);
-    }
-    const error = result.outcome === "succeeded" ? null : result.error;
-    this.deps.sqlite
-      .transaction(() => {
-        this.deps.sqlite
-          .query<unknown, [string, string, number, number, number, string, number | null, string | null]>(
-            `INSERT INTO webhook_attempts (id, delivery_id, number, started_at, duration_ms, outcome, response_status, error)
-           VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
-          )
-          .run(
-            `wha_${this.deps.ids.ulid(now)}`,
-            row.id,
-            number,
-            startedAt.getTime(),
-            durationMs,
-            result.outcome,
-            result.status,
-            error,
-          );
-        // Only while still claimed: a stop or a 410 meanwhile cancelled it, and that stands.
-        this.deps.sqlite
-          .query<
-            unknown,
-            [string, number, number, number | null, string | null, number, number | null, string]
-          >(
-            `UPDATE webhook_deliveries SET status = ?, attempts = ?, next_attempt_at = ?, last_response_status = ?,
-             last_error = ?, updated_at = ?, completed_at = ?, claimed_until = NULL
-           WHERE id = ? AND status = 'delivering'`,
-          )
-          .run(status, number, next, result.status, error, now, status === "pending" ? null : now, row.id);
-        if (result.outcome === "failed" && result.gone) {
-          this.deps.sqlite
-            .query<unknown, [number, string]>(
-              `UPDATE webhook_endpoints SET status = 'disabled', disabled_reason = 'gone', updated_at = ?,
-               revision = revision + 1 WHERE id = ? AND status = 'active'`,
-            )
-            .run(now, row.endpoint_id);
-          cancelPending(this.deps, row.endpoint_id, new Date(now));
-          this.counters.disabledEndpoints++;
-        }
-      })
-      .immediate();
-    if (status === "failed") this.counters.failedDeliveries++;
+    const { number, status, error } = recordAttempt(
+      this.deps,
+      { row, result, startedAt, durationMs, now },
+      { delaysSec: this.retryDelays, random: this.options.random ?? Math.random },
+      this.counters,
+    );
     if (result.outcome !== "succeeded") {
       // Never the URL: for team chat it is a secret.
       this.options.logger.log("warn", "webhook attempt failed", {
@@ -403,37 +327,4 @@ export class WebhookDispatcher {
       });
     }
   }
-}
-
-interface DueRow {
-  id: string;
-  at: number;
-}
-
-/** The dispatcher's reads and its claim, each by index (webhook_deliveries_endpoint_due, _due). */
-function dispatchStatements(sqlite: Deps["sqlite"]) {
-  return {
-    endpoints: sqlite.query<{ id: string }, []>("SELECT id FROM webhook_endpoints"),
-    oldestPending: sqlite.query<{ at: number }, [string, number]>(
-      `SELECT next_attempt_at AS at FROM webhook_deliveries
-       WHERE endpoint_id = ?1 AND status = 'pending' AND next_attempt_at <= ?2 ORDER BY next_attempt_at LIMIT 1`,
-    ),
-    lapsedByEndpoint: sqlite.query<{ endpoint_id: string; at: number }, [number]>(
-      `SELECT endpoint_id, min(next_attempt_at) AS at FROM webhook_deliveries
-       WHERE status = 'delivering' AND claimed_until <= ?1 GROUP BY endpoint_id`,
-    ),
-    pendingDue: sqlite.query<DueRow, [string, number, number]>(
-      `SELECT id, next_attempt_at AS at FROM webhook_deliveries
-       WHERE endpoint_id = ?1 AND status = 'pending' AND next_attempt_at <= ?2 ORDER BY next_attempt_at, id LIMIT ?3`,
-    ),
-    lapsedDue: sqlite.query<DueRow, [string, number, number]>(
-      `SELECT id, next_attempt_at AS at FROM webhook_deliveries
-       WHERE endpoint_id = ?1 AND status = 'delivering' AND claimed_until <= ?2 ORDER BY next_attempt_at, id LIMIT ?3`,
-    ),
-    claim: sqlite.query<unknown, [number, number, number, string]>(
-      `UPDATE webhook_deliveries SET status = 'delivering', claimed_until = ?2, updated_at = ?3
-       WHERE id = ?4 AND
-         ((status = 'pending' AND next_attempt_at <= ?1) OR (status = 'delivering' AND claimed_until <= ?1))`,
-    ),
-  };
 }

@@ -1,0 +1,192 @@
+import type { Deps } from "../deps.ts";
+import { cancelPending } from "../modules/webhooks/service.ts";
+import type { AttemptResult, AttemptRow } from "./webhook-attempt.ts";
+
+/**
+ * The webhook outbox as the dispatcher reads and writes it: the queries that find and claim due
+ * deliveries, the row an attempt is made from, and what an attempt's outcome does to the store
+ * (the attempt logged; the delivery succeeded, failed or put back with a jittered retry delay; the
+ * endpoint disabled when its receiver answers 410). Apart from webhook-dispatcher.ts, which
+ * decides which endpoint gets a slot and when, so the fairness rules read without the SQL.
+ */
+
+/** Seconds before the 1st … 7th retry (DESIGN §5); after the last, the delivery is failed (~28 h in all). */
+export const WEBHOOK_RETRY_DELAYS_SEC = [5, 300, 1800, 7200, 18_000, 36_000, 36_000];
+/** Each delay is stretched or shrunk by up to this fraction, so retries of many events do not arrive in lockstep. */
+export const RETRY_JITTER = 0.1;
+
+export interface ClaimedRow extends AttemptRow {
+  id: string;
+  environment: string;
+  attempts: number;
+  schedule_start: number;
+  endpoint_status: "active" | "disabled" | "stopped";
+}
+
+/** Counters for /metrics, of this process's attempts; the dispatcher holds them. */
+export interface DeliveryCounters {
+  attempts: number;
+  failedAttempts: number;
+  failedDeliveries: number;
+  disabledEndpoints: number;
+}
+
+/** When a failed delivery is tried again: the delays (WEBHOOK_RETRY_DELAYS_SEC) and the jitter's source. */
+export interface RetrySchedule {
+  delaysSec: readonly number[];
+  /** A number in [0, 1). */
+  random: () => number;
+}
+
+/** One attempt as it was made, to be recorded. */
+export interface MadeAttempt {
+  row: ClaimedRow;
+  result: AttemptResult;
+  startedAt: Date;
+  durationMs: number;
+  /** The store clock when the attempt ended, in ms. */
+  now: number;
+}
+
+/** What recording an attempt did, for the dispatcher's log. */
+export interface RecordedAttempt {
+  /** The attempt's number, counting every attempt of the delivery. */
+  number: number;
+  /** The status the delivery was moved to (a delivery cancelled meanwhile stays cancelled). */
+  status: "succeeded" | "failed" | "pending" | "cancelled";
+  error: string | null;
+}
+
+/*
+ * "Due" in the queries below: pending and its time has come, or claimed by an attempt whose claim
+ * lapsed (a process that died mid-attempt).
+ */
+
+interface DueRow {
+  id: string;
+  at: number;
+}
+
+/** The dispatcher's reads and its claim, each by index (webhook_deliveries_endpoint_due, _due). */
+export function dispatchStatements(sqlite: Deps["sqlite"]) {
+  return {
+    endpoints: sqlite.query<{ id: string }, []>("SELECT id FROM webhook_endpoints"),
+    oldestPending: sqlite.query<{ at: number }, [string, number]>(
+      `SELECT next_attempt_at AS at FROM webhook_deliveries
+       WHERE endpoint_id = ?1 AND status = 'pending' AND next_attempt_at <= ?2 ORDER BY next_attempt_at LIMIT 1`,
+    ),
+    lapsedByEndpoint: sqlite.query<{ endpoint_id: string; at: number }, [number]>(
+      `SELECT endpoint_id, min(next_attempt_at) AS at FROM webhook_deliveries
+       WHERE status = 'delivering' AND claimed_until <= ?1 GROUP BY endpoint_id`,
+    ),
+    pendingDue: sqlite.query<DueRow, [string, number, number]>(
+      `SELECT id, next_attempt_at AS at FROM webhook_deliveries
+       WHERE endpoint_id = ?1 AND status = 'pending' AND next_attempt_at <= ?2 ORDER BY next_attempt_at, id LIMIT ?3`,
+    ),
+    lapsedDue: sqlite.query<DueRow, [string, number, number]>(
+      `SELECT id, next_attempt_at AS at FROM webhook_deliveries
+       WHERE endpoint_id = ?1 AND status = 'delivering' AND claimed_until <= ?2 ORDER BY next_attempt_at, id LIMIT ?3`,
+    ),
+    claim: sqlite.query<unknown, [number, number, number, string]>(
+      `UPDATE webhook_deliveries SET status = 'delivering', claimed_until = ?2, updated_at = ?3
+       WHERE id = ?4 AND
+         ((status = 'pending' AND next_attempt_at <= ?1) OR (status = 'delivering' AND claimed_until <= ?1))`,
+    ),
+  };
+}
+
+/** A claimed delivery with its event and endpoint, all an attempt needs; null when it no longer exists. */
+export function loadClaimed(sqlite: Deps["sqlite"], id: string): ClaimedRow | null {
+  return sqlite
+    .query<ClaimedRow, [string]>(
+      `SELECT d.id, d.endpoint_id, d.event_id, d.environment, d.attempts, d.schedule_start, e.payload,
+           w.kind, w.url_ciphertext, w.status AS endpoint_status, w.secret_ciphertext,
+           w.previous_secret_ciphertext, w.previous_secret_expires_at
+         FROM webhook_deliveries d JOIN webhook_events e ON e.id = d.event_id
+         JOIN webhook_endpoints w ON w.id = d.endpoint_id WHERE d.id = ?`,
+    )
+    .get(id);
+}
+
+/** Deliveries waiting (pending, or claimed and in flight): the queue depth for /metrics. */
+export function queueDepth(sqlite: Deps["sqlite"]): number {
+  return (
+    sqlite
+      .query<{ n: number }, []>(
+        "SELECT count(*) AS n FROM webhook_deliveries WHERE status IN ('pending', 'delivering')",
+      )
+      .get()?.n ?? 0
+  );
+}
+
+/**
+ * Logs the attempt and moves its delivery on, in one transaction: succeeded; failed after the last
+ * retry or on a 410 (which also disables the endpoint and cancels its other deliveries); else
+ * pending again after the next retry delay. Counts it in `counters`.
+ */
+export function recordAttempt(
+  deps: Pick<Deps, "sqlite" | "ids">,
+  attempt: MadeAttempt,
+  retries: RetrySchedule,
+  counters: DeliveryCounters,
+): RecordedAttempt {
+  const { row, result, startedAt, durationMs, now } = attempt;
+  const number = row.attempts + 1;
+  counters.attempts++;
+  if (result.outcome !== "succeeded") counters.failedAttempts++;
+  const retryIndex = number - row.schedule_start - 1;
+  const delaySec = retries.delaysSec[retryIndex];
+  let status: RecordedAttempt["status"];
+  let next = now;
+  if (result.outcome === "succeeded") status = "succeeded";
+  else if (result.outcome === "failed" && result.gone) status = "failed";
+  else if (delaySec === undefined) status = "failed";
+  else {
+    status = "pending";
+    const jitter = 1 + (retries.random() * 2 - 1) * RETRY_JITTER;
+    next = now + Math.round(delaySec * 1000 * jitter);
+  }
+  const error = result.outcome === "succeeded" ? null : result.error;
+  deps.sqlite
+    .transaction(() => {
+      deps.sqlite
+        .query<unknown, [string, string, number, number, number, string, number | null, string | null]>(
+          `INSERT INTO webhook_attempts (id, delivery_id, number, started_at, duration_ms, outcome, response_status, error)
+           VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
+        )
+        .run(
+          `wha_${deps.ids.ulid(now)}`,
+          row.id,
+          number,
+          startedAt.getTime(),
+          durationMs,
+          result.outcome,
+          result.status,
+          error,
+        );
+      // Only while still claimed: a stop or a 410 meanwhile cancelled it, and that stands.
+      deps.sqlite
+        .query<
+          unknown,
+          [string, number, number, number | null, string | null, number, number | null, string]
+        >(
+          `UPDATE webhook_deliveries SET status = ?, attempts = ?, next_attempt_at = ?, last_response_status = ?,
+             last_error = ?, updated_at = ?, completed_at = ?, claimed_until = NULL
+           WHERE id = ? AND status = 'delivering'`,
+        )
+        .run(status, number, next, result.status, error, now, status === "pending" ? null : now, row.id);
+      if (result.outcome === "failed" && result.gone) {
+        deps.sqlite
+          .query<unknown, [number, string]>(
+            `UPDATE webhook_endpoints SET status = 'disabled', disabled_reason = 'gone', updated_at = ?,
+               revision = revision + 1 WHERE id = ? AND status = 'active'`,
+          )
+          .run(now, row.endpoint_id);
+        cancelPending(deps, row.endpoint_id, new Date(now));
+        counters.disabledEndpoints++;
+      }
+    })
+    .immediate();
+  if (status === "failed") counters.failedDeliveries++;
+  return { number, status, error };
+}
