@@ -209,7 +209,8 @@ describe("team-chat destinations", () => {
       "teams",
       "https://prod-42.westeurope.logic.azure.com:443/workflows/abc/triggers/manual/paths/invoke?sig=SIGNATURE",
     ],
-    ["teams", "https://contoso.webhook.office.com/webhookb2/abc@def/IncomingWebhook/123/456"],
+    // The last segment is the secret part the test looks for: long enough not to occur by chance in ids.
+    ["teams", "https://contoso.webhook.office.com/webhookb2/abc@def/IncomingWebhook/123/f00dSECRETc0de"],
     [
       "teams",
       "https://default1234.56.environment.api.powerplatform.com/powerautomate/automations/direct/workflows/wf77?sig=SIGNATURE",
@@ -428,5 +429,49 @@ describe("POST /mgmt/v1/webhooks/{id}/rotate-secret", () => {
     refused.push((await rotate("overlap_sec=5", "text/plain")).status);
     expect(refused).toEqual([422, 422, 422, 422, 400, 400]);
     expect(storeDigest(t.deps.sqlite)).toEqual(before);
+  });
+});
+
+describe("the webhooks plan feature", () => {
+  test("on a plan without webhooks, creating an endpoint is 403 PLAN_ENTITLEMENT_REQUIRED naming the feature, and nothing is stored", async () => {
+    t.workspace.setPlan("free");
+    const before = storeDigest(t.deps.sqlite);
+    const refused = await create();
+    expect([refused.status, refused.body.error.code, refused.body.error.details]).toEqual([
+      403,
+      "PLAN_ENTITLEMENT_REQUIRED",
+      { entitlement: "webhooks" },
+    ]);
+    expect(storeDigest(t.deps.sqlite)).toBe(before);
+  });
+
+  test("after a downgrade an endpoint can be read, renamed, rotated and stopped, but not widened; no event is queued until the plan has webhooks again", async () => {
+    const id = (await create()).body.data.public_id as string;
+    const product = (name: string, code: string) =>
+      t.call("POST", "/mgmt/v1/products", { body: { name, code }, headers: t.idem() });
+    // The endpoint's own webhook.created.
+    expect(count("webhook_deliveries")).toBe(1);
+    t.workspace.setPlan("free");
+
+    expect((await product("Quiet", "quiet")).status).toBe(201);
+    expect(count("webhook_deliveries")).toBe(1);
+
+    const path = `/mgmt/v1/webhooks/${id}`;
+    expect((await t.call("GET", path)).status).toBe(200);
+    expect((await t.call("PATCH", path, { body: { name: "Renamed" } })).status).toBe(200);
+    for (const body of [{ url: "https://other.example.com/hook" }, { events: ["license.created"] }]) {
+      const widened = await t.call("PATCH", path, { body });
+      expect({ body, status: widened.status, code: widened.body.error?.code }).toEqual({
+        body,
+        status: 403,
+        code: "PLAN_ENTITLEMENT_REQUIRED",
+      });
+    }
+    expect((await t.call("POST", `${path}/rotate-secret`, { body: {} })).status).toBe(200);
+
+    t.workspace.setPlan("personal");
+    expect((await product("Heard", "heard")).status).toBe(201);
+    expect(count("webhook_deliveries")).toBe(2);
+    expect((await t.call("DELETE", path)).status).toBe(204);
   });
 });

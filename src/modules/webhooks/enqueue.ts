@@ -1,5 +1,6 @@
 import type { Database } from "bun:sqlite";
 import type { Deps } from "../../deps.ts";
+import { DEFAULT_PLAN_CODE, hasFeature, planByCode } from "../../domain/plans.ts";
 import type { Environment } from "../../domain/scopes.ts";
 import { subscribes } from "./catalogue.ts";
 
@@ -48,8 +49,19 @@ function subscribedEndpoints(sqlite: Database, type: string): string[] {
   const rows = sqlite
     .query<EndpointRow, []>("SELECT id, events FROM webhook_endpoints WHERE status = 'active'")
     .all();
-  if (rows.length === 0) return [];
+  if (rows.length === 0 || !planHasWebhooks(sqlite)) return [];
   return rows.filter((row) => subscribes(JSON.parse(row.events) as string[], type)).map((row) => row.id);
+}
+
+/**
+ * Read from the store at each event (only when an endpoint is active) and each endpoint change: a
+ * plan changed by `licensing plan set` stops or resumes queueing at once. Deliveries queued before
+ * stay due.
+ */
+export function planHasWebhooks(sqlite: Database): boolean {
+  const row = sqlite.query<{ code: string }, []>("SELECT plan_code AS code FROM workspace LIMIT 1").get();
+  const plan = planByCode(row?.code ?? DEFAULT_PLAN_CODE);
+  return plan !== undefined && hasFeature(plan, "webhooks");
 }
 
 /** Whether any active endpoint would receive `type`; lets scans skip work nobody listens to. */

@@ -67,7 +67,7 @@ export const webhooksController = ({ webhooks, webhookDeliveries, idempotency, p
         detail: {
           summary: "Create a webhook endpoint; the signing secret is in this response only",
           description:
-            "A repeat with the same Idempotency-Key and body replays this response, secret included, and creates nothing.",
+            "A repeat with the same Idempotency-Key and body replays this response, secret included, and creates nothing. A plan without the webhooks feature: 403 PLAN_ENTITLEMENT_REQUIRED (details.entitlement: webhooks).",
         },
       },
     )
@@ -103,6 +103,8 @@ export const webhooksController = ({ webhooks, webhookDeliveries, idempotency, p
         response: { 200: "webhook.response" },
         detail: {
           summary: "Change a webhook endpoint's name, URL or events, or re-enable it (If-Match: the ETag)",
+          description:
+            "A plan without the webhooks feature may rename an endpoint only: a new URL, events or re-enabling is 403 PLAN_ENTITLEMENT_REQUIRED.",
         },
       },
     )

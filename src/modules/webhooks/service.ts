@@ -8,6 +8,7 @@ import { webhookEndpoints } from "../../store/schema/index.ts";
 import { recordAudit } from "../events/service.ts";
 import { isKnownEvent } from "./catalogue.ts";
 import { type DestinationKind, parseDestination } from "./destinations.ts";
+import { planHasWebhooks } from "./enqueue.ts";
 import { DEFAULT_OVERLAP_SEC, type WebhookCreateBody, type WebhookUpdateBody } from "./model.ts";
 import { newSecret } from "./signing.ts";
 
@@ -25,6 +26,11 @@ export interface WebhookOptions {
   allowPrivateNetworks: boolean;
 }
 
+export const planLacksWebhooks = () =>
+  new ApiError("PLAN_ENTITLEMENT_REQUIRED", "The workspace plan does not include webhooks.", {
+    entitlement: "webhooks",
+  });
+
 const PUBLIC_KIND: Record<DestinationKind, "webhook" | "slack" | "discord" | "teams"> = {
   standard: "webhook",
   slack: "slack",
@@ -34,7 +40,9 @@ const PUBLIC_KIND: Record<DestinationKind, "webhook" | "slack" | "discord" | "te
 
 /**
  * Webhook endpoints (spec §4.3): shared by live and test; with live products in the workspace, a
- * test key may read them but not create, change or stop them.
+ * test key may read them but not create, change or stop them. A plan without the `webhooks`
+ * feature may read, rename, stop and rotate the secret of endpoints (tidying up and security
+ * never wait for a plan), but not create one or widen what one receives.
  */
 export class WebhookService {
   constructor(
@@ -84,6 +92,7 @@ export class WebhookService {
 
   /** The endpoint and its secret, which is shown here and never again. */
   create(body: WebhookCreateBody, ctx: ChangeContext): { row: EndpointRow; secret: string | null } {
+    this.assertEntitled();
     const errors = new FieldErrorCollector();
     const destination = parseDestination(body.url, this.options.allowPrivateNetworks, errors);
     const events = this.checkEvents(body.events ?? ["*"], errors);
@@ -165,6 +174,7 @@ export class WebhookService {
         fields.push("status");
       }
       if (fields.length === 0) return current;
+      if (fields.some((field) => field !== "name")) this.assertEntitled();
       const next: EndpointRow = {
         ...current,
         ...changes,
@@ -264,6 +274,10 @@ export class WebhookService {
   }
 
   /** Spec §5.1: a test key cannot create, change or stop endpoints once the workspace has live products. */
+  private assertEntitled(): void {
+    if (!planHasWebhooks(this.deps.sqlite)) throw planLacksWebhooks();
+  }
+
   private assertMayChange(ctx: ChangeContext): void {
     if (ctx.environment !== "test") return;
     const live = this.deps.sqlite
