@@ -149,3 +149,57 @@ test("the usage report's seat count reads the leases a chunk of their id index a
     "SEARCH l USING INDEX sqlite_autoindex_leases_1 (id>? AND id<?) | SEARCH c USING INDEX sqlite_autoindex_licenses_1 (id=?)",
   );
 });
+
+test("a past month's active licenses stay as they were at its end after licenses are reinstated, renewed or suspended since", async () => {
+  const DAY = 86_400;
+  const toNextMonth = (day: number) => {
+    const now = t.clock.now();
+    const target = Date.UTC(now.getUTCFullYear(), now.getUTCMonth() + 1, day);
+    t.clock.advance(Math.ceil((target - now.getTime()) / 1000));
+  };
+  const iso = (inDays: number) => new Date(t.clock.now().getTime() + inDays * DAY * 1000).toISOString();
+  const license = async (body: Record<string, unknown> = {}) => {
+    const created = await t.call("POST", "/mgmt/v1/licenses", {
+      body: { product_id: fx.productId, policy_id: fx.policyId, ...body },
+      headers: t.idem(),
+    });
+    expect(created.status).toBe(201);
+    return created.body.data.public_id as string;
+  };
+  const patch = async (id: string, body: Record<string, unknown>) =>
+    expect((await t.call("PATCH", `/mgmt/v1/licenses/${id}`, { body })).status).toBe(200);
+  const activeIn = async (period: string) =>
+    (await t.call("GET", `/mgmt/v1/reports/usage?period=${period}`)).body.data.active_licenses as number;
+
+  toNextMonth(2);
+  const month = t.clock.now().toISOString().slice(0, 7);
+  const suspendedAtEnd = await license();
+  const expiredAtEnd = await license({ expires_at: iso(10) });
+  const suspendedSince = await license();
+  const renewedTwice = await license({ expires_at: iso(40) });
+  const backInMonth = await license();
+  t.clock.advance(20 * DAY);
+  await patch(suspendedAtEnd, { status_action: "suspended" });
+  await patch(backInMonth, { status_action: "suspended" });
+  t.clock.advance(DAY);
+  await patch(backInMonth, { status_action: "active" });
+  toNextMonth(2);
+  const asItWas = await activeIn(month);
+  const nowBefore = await activeIn("current_month");
+
+  await patch(suspendedAtEnd, { status_action: "active" });
+  await patch(expiredAtEnd, { expires_at: iso(30) });
+  await patch(suspendedSince, { status_action: "suspended" });
+  t.clock.advance(DAY);
+  await patch(renewedTwice, { expires_at: iso(60) });
+  await patch(renewedTwice, { expires_at: iso(90) });
+
+  expect(await activeIn(month)).toBe(asItWas);
+  // The current month shows the changes: two back, one gone.
+  expect(await activeIn("current_month")).toBe(nowBefore + 1);
+  // Later changes in a month add no history: one row per license and month.
+  const kept = t.deps.sqlite
+    .query("SELECT count(*) AS n FROM license_state_history WHERE license_id = ?")
+    .get(renewedTwice) as { n: number };
+  expect(kept.n).toBe(1);
+});

@@ -193,9 +193,24 @@ test("an empty environment reports zeros", async () => {
   });
 });
 
-test("each chunk of a figure seeks its covering index, never the table", async () => {
+test("each chunk of a figure seeks its covering index, never the table; a month with licenses changed since seeks their history by license", async () => {
   const { sql } = await sqlPreparedDuring(t.deps.sqlite, () => new UsageReportService(t.deps));
-  const plans = sql.map((text) => queryPlan(t.deps.sqlite, text));
+  const all = sql.map((text) => queryPlan(t.deps.sqlite, text));
+  const history = all.filter((plan) => plan.includes("license_state_history"));
+  // Whether any license changed after the moment counted: one seek of the change-time index.
+  expect(history.filter((plan) => !plan.includes("SEARCH l "))).toEqual([
+    "SEARCH license_state_history USING COVERING INDEX license_state_history_changed (changed_at>?)",
+  ]);
+  // Licenses as they were: the window's index range, each license's first later change by key.
+  expect(history.filter((plan) => plan.includes("SEARCH l "))).toEqual([
+    [
+      "SEARCH l USING INDEX licenses_env_lifetime (environment=? AND created_at>? AND created_at<?)",
+      "SEARCH h USING INDEX sqlite_autoindex_license_state_history_1 (license_id=? AND changed_at=?) LEFT-JOIN",
+      "CORRELATED SCALAR SUBQUERY 1",
+      "SEARCH p USING COVERING INDEX sqlite_autoindex_license_state_history_1 (license_id=? AND changed_at>?)",
+    ].join(" | "),
+  ]);
+  const plans = all.filter((plan) => !history.includes(plan));
   expect(plans.filter((plan) => plan.includes("licenses_env_lifetime"))).toHaveLength(2);
   expect(plans.filter((plan) => plan.includes("activations_env_activated"))).toHaveLength(3);
   for (const plan of plans) {

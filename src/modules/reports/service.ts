@@ -72,6 +72,23 @@ export class UsageReportService {
          AND (revoked_at IS NULL OR revoked_at > ?4) AND (suspended_at IS NULL OR suspended_at > ?4)
          AND (expires_at IS NULL OR expires_at > ?4)`,
       ),
+      // Licenses made in [?2, ?3), not revoked by ?4, and neither suspended nor expired at ?4 as they
+      // were then: from the state before their first change after ?4 where one was kept
+      // (license_state_history), else from the row. Revocation is final, so the row tells it.
+      licensesActiveThen: sqlite.prepare<Counted, [...Window, number]>(
+        `SELECT count(*) AS n FROM licenses l
+         LEFT JOIN license_state_history h ON h.license_id = l.id AND h.changed_at =
+           (SELECT min(p.changed_at) FROM license_state_history p WHERE p.license_id = l.id AND p.changed_at > ?4)
+         WHERE l.environment = ?1 AND l.created_at >= ?2 AND l.created_at < ?3
+         AND (l.revoked_at IS NULL OR l.revoked_at > ?4)
+         AND (CASE WHEN h.license_id IS NULL THEN l.suspended_at ELSE h.suspended_at END IS NULL
+           OR CASE WHEN h.license_id IS NULL THEN l.suspended_at ELSE h.suspended_at END > ?4)
+         AND (CASE WHEN h.license_id IS NULL THEN l.expires_at ELSE h.expires_at END IS NULL
+           OR CASE WHEN h.license_id IS NULL THEN l.expires_at ELSE h.expires_at END > ?4)`,
+      ),
+      changedSince: sqlite.prepare<{ one: number }, [number]>(
+        "SELECT 1 AS one FROM license_state_history WHERE changed_at > ?1 LIMIT 1",
+      ),
       activationEdge: sqlite.prepare<Edge, [...Window, number]>(
         `SELECT activated_at AS t FROM activations WHERE environment = ?1 AND activated_at >= ?2 AND activated_at < ?3
          ORDER BY activated_at LIMIT 1 OFFSET ?4`,
@@ -98,7 +115,9 @@ export class UsageReportService {
       s.licenseEdge.get(environment, from, end, skip)?.t ?? null;
     const made = (from: number, to: number) => s.activationsMade.get(environment, from, to)?.n ?? 0;
     const held = (from: number, to: number) => s.activationsHeld.get(environment, from, to, at)?.n ?? 0;
-    const active = (from: number, to: number) => s.licensesActive.get(environment, from, to, at)?.n ?? 0;
+    // Only a license changed after `at` needs its history (never so for the current month).
+    const counted = s.changedSince.get(at) ? s.licensesActiveThen : s.licensesActive;
+    const active = (from: number, to: number) => counted.get(environment, from, to, at)?.n ?? 0;
     const { start, end } = resolved;
     // One count after another, not all at once: each is already spread over the event loop.
     const newActivations = await countInSteps(

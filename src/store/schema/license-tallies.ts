@@ -1,4 +1,5 @@
-import { integer, primaryKey, sqliteTable, text } from "drizzle-orm/sqlite-core";
+import { index, integer, primaryKey, sqliteTable, text } from "drizzle-orm/sqlite-core";
+import { timestamp } from "./columns.ts";
 
 /**
  * Licenses that are not revoked, per environment and license type, kept by triggers on `licenses`
@@ -16,4 +17,28 @@ export const licenseTallies = sqliteTable(
     unrevoked: integer("unrevoked").notNull().default(0),
   },
   (t) => [primaryKey({ columns: [t.environment, t.licenseType] })],
+);
+
+/**
+ * What a license's suspension and expiry were before a change, kept by a trigger on `licenses`
+ * (migration 0043_license_state_history): the usage report's `active_licenses` for a past month
+ * asks whether each license was suspended or expired at the month's end, and a reinstatement or a
+ * renewal since overwrote the answer in `licenses`. Only the first change of each calendar month
+ * (UTC, of `updated_at`) is kept per license: a month end's state is the one before the first
+ * change after it, so later changes in the same month add nothing (a monthly renewal is one row a
+ * month). `license_id` is not a foreign key: the row outlives nothing it refers to.
+ */
+export const licenseStateHistory = sqliteTable(
+  "license_state_history",
+  {
+    licenseId: text("license_id").notNull(),
+    changedAt: timestamp("changed_at").notNull(),
+    suspendedAt: timestamp("suspended_at"),
+    expiresAt: timestamp("expires_at"),
+  },
+  (t) => [
+    primaryKey({ columns: [t.licenseId, t.changedAt] }),
+    // Whether any license changed after a moment: a report of the current month skips the history.
+    index("license_state_history_changed").on(t.changedAt),
+  ],
 );
