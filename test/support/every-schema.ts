@@ -49,7 +49,11 @@ export const columnsOf = (sqlite: Database, table: string): ColumnInfo[] =>
 const foreignKeysOf = (sqlite: Database, table: string): ForeignKey[] =>
   sqlite.query<ForeignKey, []>(`PRAGMA foreign_key_list(${quote(table)})`).all();
 
-/** Tables that triggers write (e.g. counts kept per license): rows appear there by themselves. */
+/**
+ * Tables that insert triggers write (e.g. counts kept per license): rows appear there by
+ * themselves when the tables they follow are filled. A table only update triggers write (a
+ * license's state history) is filled like any other: filling inserts, it never updates.
+ */
 export function triggerKeptTables(sqlite: Database): Set<string> {
   const kept = new Set<string>();
   const triggers = sqlite
@@ -57,6 +61,7 @@ export function triggerKeptTables(sqlite: Database): Set<string> {
     .all();
   for (const { sql } of triggers) {
     const begin = sql.search(/\bBEGIN\b/i);
+    if (!/\b(?:AFTER|BEFORE)\s+INSERT\b/i.test(sql.slice(0, begin))) continue;
     // A trigger that writes the table it is on (policies' revision) keeps nothing derived.
     const own = /\bON\s+[`"[]?(\w+)/i.exec(sql.slice(0, begin))?.[1];
     const body = sql.slice(begin);
