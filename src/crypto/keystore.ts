@@ -250,6 +250,37 @@ export class Keystore {
   }
 
   /**
+   * The entry `id`, added from `make()` unless the file holds one already: for entries any process
+   * may be the first to need (the online key master). Checked under the lock against the file as
+   * it is now, so a server and a command started together both end up with the one entry, where
+   * `add` would refuse the second as existing. Answers the entry's secret.
+   */
+  ensure(id: string, make: () => { metadata: EntryMetadata; secret: Uint8Array }): Uint8Array {
+    if (!this.secrets.has(id)) {
+      withLock(
+        `${this.path}.lock`,
+        () => {
+          if (existsSync(this.path)) this.refresh();
+          if (this.secrets.has(id)) return;
+          const item = make();
+          if (item.metadata.id !== id) throw new Error(`ensure(${id}) was given entry ${item.metadata.id}`);
+          const previous = [...this.sealed];
+          try {
+            this.stage(item.metadata, item.secret);
+            this.persist();
+          } catch (error) {
+            this.secrets.delete(id);
+            this.sealed = previous;
+            throw error;
+          }
+        },
+        () => new KeystoreError("malformed", `the keystore is locked by another process (${this.path}.lock)`),
+      );
+    }
+    return this.secret(id);
+  }
+
+  /**
    * Removes entries for good and rewrites the file atomically, under the same lock as `add`, from
    * the file as it is now. Only for keys the store has already given up (a compromised sealing
    * key): the caller commits that first, so a crash in between leaves a key that is still held

@@ -3,6 +3,12 @@ import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, wr
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Keystore, KeystoreError, type KeystoreErrorReason } from "../../src/crypto/keystore.ts";
+import { SecretBox } from "../../src/crypto/secret-box.ts";
+import { AdjustableClock } from "../../src/domain/clock.ts";
+import { IdGenerator } from "../../src/domain/ids.ts";
+import { ONLINE_MASTER_ID, TrustService } from "../../src/modules/trust/service.ts";
+import { openStore } from "../../src/store/db.ts";
+import { migrate } from "../../src/store/migrate.ts";
 
 const PASSPHRASE = "a keystore passphrase for tests";
 const FAST = { scryptN: 1024 };
@@ -195,9 +201,6 @@ describe("adding entries", () => {
     expect(store.entries().map((e) => e.id)).toEqual(["data-key", "root-live", "root-test"]);
   });
 
-  // Known bug: Keystore.add's rollback deletes the secret of every item in the batch, including an
-  // existing entry whose id the batch reused, so the open keystore loses its data key in memory.
-  // Flip to `test` once add() only forgets the ids it staged.
   test("a failed add keeps the secrets of the entries that were already there", () => {
     const store = Keystore.create(path, PASSPHRASE, FAST);
     expect(() => store.add([entry("signing-1"), entry("data-key")])).toThrow(KeystoreError);
@@ -237,6 +240,44 @@ describe("two processes on one keystore", () => {
     expect(reopened.has("from-cli")).toBe(true);
     expect(reopened.has("from-server")).toBe(true);
     expect(readdirSync(dir).filter((name) => name.endsWith(".lock"))).toEqual([]);
+  });
+
+  test("ensure from two open copies makes the entry once: the second copy reads the first's instead of refusing it as existing", () => {
+    const server = Keystore.create(path, PASSPHRASE, FAST);
+    const cli = Keystore.open(path, PASSPHRASE);
+    const made = cli.ensure("shared", () => entryNamed("shared"));
+    let madeAgain = false;
+    const read = server.ensure("shared", () => {
+      madeAgain = true;
+      return { ...entryNamed("shared"), secret: new Uint8Array([9, 9, 9]) };
+    });
+    expect(madeAgain).toBe(false);
+    expect([...read]).toEqual([...made]);
+    expect([...Keystore.open(path, PASSPHRASE).secret("shared")]).toEqual([1, 2, 3]);
+  });
+
+  test("a TrustService started beside another process's first one uses the online key master that process made", () => {
+    const first = Keystore.create(path, PASSPHRASE, FAST);
+    const second = Keystore.open(path, PASSPHRASE);
+    const store = openStore(join(dir, "licensing.db"));
+    try {
+      migrate(store.sqlite);
+      const deps = (keystore: Keystore) => ({
+        db: store.db,
+        sqlite: store.sqlite,
+        clock: new AdjustableClock(),
+        ids: new IdGenerator(),
+        secrets: new SecretBox(first.secret("data-key")),
+        keystore,
+      });
+      new TrustService(deps(first));
+      // Opened before the first made the master: its own copy does not have it yet.
+      expect(second.has(ONLINE_MASTER_ID)).toBe(false);
+      new TrustService(deps(second));
+      expect([...second.secret(ONLINE_MASTER_ID)]).toEqual([...first.secret(ONLINE_MASTER_ID)]);
+    } finally {
+      store.close();
+    }
   });
 
   test("a lock left by a killed process is taken over at once, not after the 30 s stale age", () => {

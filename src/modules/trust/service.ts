@@ -19,7 +19,7 @@ export { type Retirement, type Rotation, SigningKeyError } from "./lifecycle.ts"
 /** Online keys rotate daily; each delegation is valid for two periods so rotation never leaves a gap. */
 export const ONLINE_KEY_PERIOD_SEC = 86_400;
 const DELEGATION_LIFETIME_SEC = 2 * ONLINE_KEY_PERIOD_SEC;
-const ONLINE_MASTER_ID = "online-key-master";
+export const ONLINE_MASTER_ID = "online-key-master";
 
 interface RootKey {
   keyId: string;
@@ -77,21 +77,17 @@ export class TrustService {
       const publicKey = publicKeyText(createPublicKey(privateKey));
       this.roots.set(environment, { keyId: keyIdOf(publicKey), publicKey, privateKey });
     }
-    if (!deps.keystore.has(ONLINE_MASTER_ID)) {
-      deps.keystore.add([
-        {
-          metadata: {
-            id: ONLINE_MASTER_ID,
-            kind: "online_key",
-            environment: null,
-            alg: "hkdf-sha256",
-            created_at: deps.clock.now().toISOString(),
-          },
-          secret: randomBytes(32),
-        },
-      ]);
-    }
-    this.onlineMaster = deps.keystore.secret(ONLINE_MASTER_ID);
+    // The first process to need it makes it; one started at the same moment reads the same one.
+    this.onlineMaster = deps.keystore.ensure(ONLINE_MASTER_ID, () => ({
+      metadata: {
+        id: ONLINE_MASTER_ID,
+        kind: "online_key",
+        environment: null,
+        alg: "hkdf-sha256",
+        created_at: deps.clock.now().toISOString(),
+      },
+      secret: randomBytes(32),
+    }));
     this.lifecycle = new KeyLifecycle(deps, {
       rootKey: (environment) => {
         const root = this.roots.get(environment);
