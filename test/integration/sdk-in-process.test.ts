@@ -196,3 +196,47 @@ describe("the SDK refuses real responses that were altered in transit", () => {
     expect((await sdkError(later.heartbeat())).code).toBe("BUNDLE_SEQUENCE_ROLLBACK");
   });
 });
+
+describe("signing-key rotation and outages", () => {
+  test("a fail-open device that fetched the bundle after a default rotation keeps its network grace through an outage", async () => {
+    const open = await runtimeFixture(t, {
+      policy: {
+        cert_ttl_sec: 86_400,
+        heartbeat_sec: 43_200,
+        fail_mode: "open",
+        network_grace_sec: 3 * 86_400,
+      },
+    });
+    const openConfig = (await t.call("GET", `/mgmt/v1/products/${open.productId}/integration-config`)).body
+      .data.config;
+    let down = false;
+    const app = new LicensingClient({
+      config: openConfig,
+      fetch: (async (url: string, init?: RequestInit) => {
+        if (down) throw new TypeError("fetch failed: the service is unreachable");
+        return t.app.handle(new Request(url, init));
+      }) as never,
+      now: () => t.clock.now().getTime(),
+    });
+    await app.activate({ licenseKey: open.licenseKey, machineInfo });
+    t.clock.advance(60);
+    // The certificate's key is retired with the default retention, and the device learns of it.
+    new TrustService(t.deps).rotate(open.productId);
+    t.clock.advance(2 * 3600);
+    await app.serverTime();
+    expect((await app.trustBundle()).signing_keys.map((k) => k.status)).toEqual(["retired", "active"]);
+    down = true;
+    const exp = (await app.licenseInfo()).expiresAt as number;
+    for (const [after, state] of [
+      [-60, "valid"],
+      [3600, "grace"],
+      [3 * 86_400 - 60, "grace"],
+      [3 * 86_400, "invalid"],
+    ] as const) {
+      t.clock.advance(exp + after - Math.floor(t.clock.now().getTime() / 1000));
+      const info = await app.licenseInfo();
+      expect([after, info.state]).toEqual([after, state]);
+      if (state === "invalid") expect(info.reason).toBe("expired");
+    }
+  });
+});
