@@ -300,6 +300,23 @@ describe("what the SDK does with a verified package", () => {
     });
   });
 
+  test("a package's trust bundle is no confirmation from the service: online answers wait for a bundle refetch that succeeds", async () => {
+    let bundleDown = true;
+    const fetch = ((url: string, init?: RequestInit) =>
+      bundleDown && url.includes("/trust-bundle")
+        ? Promise.resolve(new Response('{"error":{"code":"INTERNAL","message":"down"}}', { status: 503 }))
+        : t.app.handle(new Request(url, init))) as typeof globalThis.fetch;
+    const { app, bytes } = await issued(sdkClient(t, config, { fetch }));
+    await app.loadOfflinePackage(bytes);
+    // The package may be months old when loaded, and its bundle with it.
+    const refused = await refusal(app.heartbeat());
+    expect(refused.code).toBe("BUNDLE_UNCONFIRMED");
+    expect(refused.details.confirmed_at).toBeNull();
+    expect(await app.licenseState()).toBe("valid");
+    bundleDown = false;
+    expect((await app.heartbeat()).licenseStatus).toBe("active");
+  });
+
   test("a hybrid device holds its slot while its package lasts, and can later check in online", async () => {
     const { app, bytes } = await issued();
     await app.loadOfflinePackage(bytes);
