@@ -70,20 +70,26 @@ export class TrustManager {
     private readonly maxUnconfirmedMs: number = DEFAULT_TRUST_BUNDLE_MAX_UNCONFIRMED_MS,
   ) {}
 
-  /** The cached bundle, re-verified, without any network use; undefined when none is usable. */
+  /**
+   * The cached bundle, re-verified, without any network use; undefined when none is usable.
+   * Throws STORAGE_UNAVAILABLE when the storage adapter fails to read it (cachedMemo).
+   */
   async cached(): Promise<TrustBundle | undefined> {
     return (await this.cachedMemo())?.bundle;
   }
 
+  /**
+   * Unreadable contents (STORAGE_CORRUPT) or a bundle that no longer verifies count as none, and
+   * are fetched again; a read the storage adapter fails is STORAGE_UNAVAILABLE, never taken for no
+   * bundle (which would let a locked file lift what the stored bundle says: a compromised key).
+   */
   private async cachedMemo(): Promise<Memo | undefined> {
     if (this.memo) return this.memo;
-    const stored = await this.state.getJson<StoredBundle>("bundle").catch(() => undefined);
+    const stored = await this.state.getJsonOrNone<StoredBundle>("bundle");
     if (!stored || typeof stored.fetched_at_ms !== "number") return undefined;
+    const highestSequence = await this.state.bundleSequence();
     try {
-      const verified = verifyTrustBundle(stored.signed, {
-        config: this.config,
-        highestSequence: await this.state.bundleSequence(),
-      });
+      const verified = verifyTrustBundle(stored.signed, { config: this.config, highestSequence });
       // A bundle stored before confirmations were recorded counts as never confirmed: its
       // fetched_at_ms was also written when an offline package's (possibly old) bundle was taken,
       // so it does not say the service vouched for it. The next online answer refetches first.
