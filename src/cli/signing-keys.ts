@@ -73,7 +73,7 @@ export const signingKeysListCommand: Command = {
 export const signingKeysRotateCommand: Command = {
   name: "signing-keys rotate",
   summary:
-    "Give a product a new signing key. The old one is retired and stays in the trust bundle for --retain-days (default: until every certificate and offline package it signed has expired).",
+    "Give a product a new signing key. The old one is retired and stays in the trust bundle for --retain-days (default: until every certificate it signed, network grace included, and every offline package it signed has expired).",
   usage: "licensing signing-keys rotate --product ID [--retain-days N] [--json] [--data-dir DIR]",
   configKeys: KEYSTORE_CONFIG_KEYS,
   options: [
@@ -116,6 +116,11 @@ export const signingKeysRotateCommand: Command = {
         // Say what set the date, so an operator can tell what keeps a key listed for years.
         if (retainSec === undefined)
           lines.push(retentionReason(retired.unexpired_offline_packages, retired.not_after));
+        const usableUntil = retired.certificates_usable_until;
+        if (usableUntil !== null && usableUntil > retired.not_after)
+          lines.push(
+            `Warning: certificates signed by ${retired.key_id} may stay usable until ${isoSeconds(usableUntil)} (the longest cert_ttl_sec of the product's policies, plus network_grace_sec where a policy fails open); devices that fetch the new trust bundle take them for invalid from ${isoSeconds(retired.not_after)} on, grace or not, so one that cannot reach the service for a new certificate stops working then. Leave out --retain-days to keep the key listed that long.`,
+          );
         const lost = retired.invalidated_offline_packages;
         if (lost.count > 0)
           lines.push(
@@ -177,7 +182,7 @@ function retentionReason(pinning: InvalidatedPackages, notAfter: number): string
     pinning.count > 0
       ? `; the ${packages(pinning.count)} it signed expire by ${isoSeconds(pinning.latest_expires_at ?? notAfter)}`
       : `; it signed no unexpired offline package ${revoked}`;
-  return `That covers the longest certificate the product's policies sign${packagesToo}.`;
+  return `That covers the longest certificate the product's policies sign, network grace included${packagesToo}.`;
 }
 
 const packages = (count: number) => `${count} unexpired offline package${count === 1 ? "" : "s"}`;

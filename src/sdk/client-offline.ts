@@ -100,6 +100,9 @@ export class OfflineCapableClient extends ClientCore {
         config: this.config,
         device: { signingPublicKey: keys.signing.publicKey, kemPublicKey: keys.kem.publicKey },
         ...(await this.trustedBundle()),
+        // The floor too: with the stored bundle gone (a crash between the two writes), the
+        // package's older bundle must not bring back a key this device knows is compromised.
+        highestSequence: await this.state.bundleSequence(),
       });
       const { manifest, certificate } = verified;
       // Not by this clock alone: one set back would take an expired package. A verified time
@@ -239,13 +242,18 @@ export class OfflineCapableClient extends ClientCore {
     }
   }
 
-  /** The stored certificate's claims when it verifies for this activation; undefined otherwise. */
+  /**
+   * The stored certificate's claims when it verifies for this activation; undefined otherwise. A
+   * read the storage fails is thrown, never taken for no certificate (which would skip the check
+   * the newer certificate is for).
+   */
   private async storedCertificateClaims(activationId: string, fallback: TrustBundle) {
     const jws = await this.state.get("certificate");
     if (jws === undefined) return undefined;
+    const keys = await this.deviceKeys();
+    const bundle = (await this.trust.cached()) ?? fallback;
     try {
-      const keys = await this.deviceKeys();
-      return this.verifyCert(jws, (await this.trust.cached()) ?? fallback, keys, activationId).claims;
+      return this.verifyCert(jws, bundle, keys, activationId).claims;
     } catch {
       return undefined;
     }

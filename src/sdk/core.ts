@@ -23,7 +23,7 @@ import { newNonce } from "./proof.ts";
 import { Runtime, type RuntimeResponse } from "./runtime.ts";
 import { ClientState, type MachineInfo, type StoredActivation, type StoredDenial } from "./state.ts";
 import { MemoryStorage, type Storage } from "./storage.ts";
-import { TrustManager } from "./trust.ts";
+import { checkMaxUnconfirmedMs, TrustManager } from "./trust.ts";
 import { isRecord, isString, serialized, unixSeconds } from "./util.ts";
 import type { TrustBundle } from "./verify.ts";
 
@@ -54,6 +54,13 @@ export interface LicensingClientOptions {
   random?: () => number;
   /** Refetch the trust bundle when the cached one is older than this (default 1 hour). */
   trustBundleMaxAgeMs?: number;
+  /**
+   * Verify signed online answers with a trust bundle only while the service confirmed it (a
+   * successful refetch) within this many ms; past that, with the refetch failing, they are
+   * refused with BUNDLE_UNCONFIRMED. Default DEFAULT_TRUST_BUNDLE_MAX_UNCONFIRMED_MS (7 days), at
+   * most MAX_TRUST_BUNDLE_UNCONFIRMED_MS (30 days). The offline state is not affected.
+   */
+  trustBundleMaxUnconfirmedMs?: number;
   backoff?: BackoffOptions;
 }
 
@@ -158,6 +165,7 @@ export class ClientCore {
       this.state,
       this.now,
       options.trustBundleMaxAgeMs ?? 3_600_000,
+      checkMaxUnconfirmedMs(options.trustBundleMaxUnconfirmedMs),
     );
     this.runtime = new Runtime(
       this.config,

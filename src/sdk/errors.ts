@@ -34,6 +34,7 @@ export type SdkErrorCode =
   | "BUNDLE_SIGNATURE_INVALID"
   | "BUNDLE_ENVIRONMENT_MISMATCH"
   | "BUNDLE_SEQUENCE_ROLLBACK"
+  | "BUNDLE_UNCONFIRMED"
   // product signing keys
   | "KEY_UNKNOWN"
   | "KEY_COMPROMISED"

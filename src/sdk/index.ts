@@ -128,6 +128,7 @@ export {
 } from "./sealed.ts";
 export type { MachineInfo } from "./state.ts";
 export { LocalStorageAdapter, MemoryStorage, type Storage, type WebStorageLike } from "./storage.ts";
+export { DEFAULT_TRUST_BUNDLE_MAX_UNCONFIRMED_MS, MAX_TRUST_BUNDLE_UNCONFIRMED_MS } from "./trust.ts";
 export {
   type BundleKey,
   type Delegation,

@@ -134,6 +134,13 @@ export interface VerifyOfflinePackageOptions {
   device: { signingPublicKey: string; kemPublicKey: string };
   /** A newer bundle the device already verified; used when the package's is older. */
   trustedBundle?: TrustBundle;
+  /**
+   * The highest bundle sequence this device has accepted (its stored floor; 0 when none). Without
+   * a trusted bundle at least that new, the package's own bundle must reach it: a device that
+   * learned of a compromised key must not take an older bundle that still trusts it, even when
+   * the bundle it stored is gone.
+   */
+  highestSequence?: number;
 }
 
 /** Checks an offline package end to end; throws SdkError (kind "verification") at the first failure. */
@@ -152,16 +159,19 @@ export function verifyOfflinePackage(
   const entry = (name: (typeof PACKAGE_ENTRIES)[number]) => entries.get(name) as Uint8Array;
 
   // 1. root -> bundle. A package keeps the bundle of its issue, which a later config may call too
-  // old; a newer bundle the device already trusts (itself at or above the config's minimum) then
-  // stands in for it, so the package's own bundle need only be genuine. Without one, the
-  // package's bundle must meet the minimum itself.
+  // old; a newer bundle the device already trusts (itself at or above the config's minimum and
+  // the device's floor) then stands in for it, so the package's own bundle need only be genuine.
+  // Without one, the package's bundle must meet the minimum and the floor itself.
+  const floor = opts.highestSequence ?? 0;
   const trusted =
-    opts.trustedBundle && opts.trustedBundle.sequence >= opts.config.minimumBundleSequence
+    opts.trustedBundle &&
+    opts.trustedBundle.sequence >= opts.config.minimumBundleSequence &&
+    opts.trustedBundle.sequence >= floor
       ? opts.trustedBundle
       : undefined;
   const signedBundle = verifyTrustBundle(json(entry("trust-bundle.json"), "trust-bundle.json"), {
     config: trusted ? { ...opts.config, minimumBundleSequence: 0 } : opts.config,
-    highestSequence: 0,
+    highestSequence: trusted ? 0 : floor,
   });
   const bundle = trusted && trusted.sequence > signedBundle.bundle.sequence ? trusted : signedBundle.bundle;
 

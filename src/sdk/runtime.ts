@@ -178,7 +178,9 @@ export class Runtime {
   ): Promise<{ envelope: VerifiedEnvelope; rest: { assertion: ResponseAssertion; bundle: TrustBundle } }> {
     const receivedAtMs = this.now();
     const onItsWayMs = this.monotonicNow() - sent.monotonicMs;
-    let bundle = await this.trust.current();
+    // Only with a bundle the service confirmed lately (trust.ts forAnswer): a device whose
+    // refetches fail must not go on taking answers signed under a key compromised since.
+    let bundle = await this.trust.forAnswer();
     let envelope: VerifiedEnvelope;
     const opts = { productId: this.config.productId, nonce, status: res.status, payloadField };
     try {

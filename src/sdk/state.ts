@@ -43,8 +43,15 @@ export interface StoredHeartbeat {
 export interface StoredBundle {
   /** The `data` of the trust-bundle response exactly as received. */
   signed: unknown;
-  /** Local clock (ms) when it was fetched. */
+  /** Local clock (ms) when it was fetched (or taken from an offline package). */
   fetched_at_ms: number;
+  /**
+   * When the service last confirmed the bundle held (ms; a successful refetch, read on the local
+   * clock but never behind the stored time marks): signed online answers are verified with it
+   * only for a while after (trust.ts). Absent in bundles stored by older SDKs, and after an
+   * offline package's bundle was taken on a device that never fetched one: never confirmed.
+   */
+  confirmed_at_ms?: number;
 }
 
 export const ITEMS = [

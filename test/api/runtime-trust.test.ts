@@ -90,6 +90,40 @@ describe("key rotation", () => {
     expect(activated.body.signing_delegation.delegation.parent_key_id).toBe(newKey);
   });
 
+  test("by default a retired key stays listed as long as a certificate of the product's policies stays usable: cert_ttl_sec, plus network_grace_sec where the policy fails open", async () => {
+    const open = await runtimeFixture(t, {
+      policy: {
+        cert_ttl_sec: 86_400,
+        heartbeat_sec: 43_200,
+        fail_mode: "open",
+        network_grace_sec: 3 * 86_400,
+      },
+    });
+    // A longer certificate, but failing closed: its grace never applies (the certificate says 0).
+    const closed = await t.call("POST", "/mgmt/v1/policies", {
+      body: {
+        product_id: open.productId,
+        name: "Closed",
+        cert_ttl_sec: 2 * 86_400,
+        heartbeat_sec: 43_200,
+        fail_mode: "closed",
+        network_grace_sec: 10 * 86_400,
+      },
+      headers: t.idem(),
+    });
+    expect(closed.status).toBe(201);
+    const oldKey = open.bundle.signing_keys[0]?.key_id;
+    t.clock.freeze();
+    const rotation = commandLineTrust().rotate(open.productId);
+    expect(rotation.retired?.key_id).toBe(oldKey);
+    expect(rotation.retired?.not_after).toBe(nowSec(t) + 4 * 86_400);
+    expect(rotation.retired?.certificates_usable_until).toBe(nowSec(t) + 4 * 86_400);
+    const listed = (await bundleOf(open.productId)).bundle.signing_keys.find(
+      (k: { key_id: string }) => k.key_id === oldKey,
+    );
+    expect(listed).toMatchObject({ status: "retired", not_after: nowSec(t) + 4 * 86_400 });
+  });
+
   test("a retired key leaves the bundle once its retention has passed", async () => {
     const trust = commandLineTrust();
     trust.rotate(fx.productId, { retainSec: 3600 });

@@ -6,7 +6,7 @@ import { type PlanDefinition, planByCode } from "../../src/domain/plans.ts";
 import { ApiError } from "../../src/http/errors.ts";
 import { OfflinePackageService } from "../../src/modules/offline/service.ts";
 import { TrustService } from "../../src/modules/trust/service.ts";
-import { resolveConfig, SdkError, verifyOfflinePackage } from "../../src/sdk/index.ts";
+import { MemoryStorage, resolveConfig, SdkError, verifyOfflinePackage } from "../../src/sdk/index.ts";
 import { readStoredZip } from "../../src/sdk/zip.ts";
 import { buildDeps, openKeystore } from "../../src/server.ts";
 import { createServices } from "../../src/services.ts";
@@ -298,6 +298,92 @@ describe("what the SDK does with a verified package", () => {
       expect(error.code).toBe("BUNDLE_SEQUENCE_ROLLBACK");
       expect(await newer.activationId()).toBeUndefined();
     });
+  });
+
+  describe("a device that learned of a compromised key, and a package whose bundle still trusts it", () => {
+    /** A package signed by the first key, then that key declared compromised and the device told. */
+    async function compromisedSince(storage: MemoryStorage) {
+      const { app, bytes } = await issued(sdkClient(t, config, { storage }));
+      const trust = new TrustService(t.deps);
+      const leaked = trust.signingKeys(fx.productId)[0]?.keyId as string;
+      trust.rotate(fx.productId);
+      trust.retire(leaked, { compromised: true });
+      expect((await app.trustBundle()).sequence).toBe(3);
+      return { app, bytes };
+    }
+    const bundleItem = () => `svc.v1.live.${fx.productId}.bundle`;
+
+    test("refuses the package by the stored bundle-sequence floor when the stored bundle is gone", async () => {
+      const storage = new MemoryStorage();
+      const { app, bytes } = await compromisedSince(storage);
+      // A crash between the two writes of a bundle leaves the floor and no bundle.
+      await storage.delete(bundleItem());
+      const restarted = sdkClient(t, config, { storage });
+      const refused = await refusal(restarted.loadOfflinePackage(bytes, { machineInfo: MACHINE }));
+      expect(refused.code).toBe("BUNDLE_SEQUENCE_ROLLBACK");
+      expect(await restarted.activationId()).toBeUndefined();
+      // The pure check takes the floor as well.
+      const keys = await app.deviceKeys();
+      const opts = {
+        config: resolveConfig(config),
+        device: { signingPublicKey: keys.signing.publicKey, kemPublicKey: keys.kem.publicKey },
+      };
+      expect(verifyOfflinePackage(bytes, opts).manifest.license_id).toBe(fx.licenseId);
+      expect(() => verifyOfflinePackage(bytes, { ...opts, highestSequence: 3 })).toThrow(
+        expect.objectContaining({ code: "BUNDLE_SEQUENCE_ROLLBACK" }),
+      );
+    });
+
+    test("a storage adapter that fails to read the stored bundle is STORAGE_UNAVAILABLE, never taken for no bundle", async () => {
+      let locked = false;
+      const storage = new (class extends MemoryStorage {
+        override async get(key: string) {
+          if (locked && key === bundleItem()) throw new Error("EBUSY: the file is locked");
+          return super.get(key);
+        }
+      })();
+      const { bytes } = await compromisedSince(storage);
+      const restarted = sdkClient(t, config, { storage });
+      locked = true;
+      const refused = await refusal(restarted.loadOfflinePackage(bytes, { machineInfo: MACHINE }));
+      expect([refused.code, refused.kind]).toEqual(["STORAGE_UNAVAILABLE", "storage"]);
+      locked = false;
+      expect(await restarted.activationId()).toBeUndefined();
+      expect((await refusal(restarted.loadOfflinePackage(bytes))).code).toBe("PACKAGE_SIGNATURE_INVALID");
+    });
+  });
+
+  test("the license state of a device whose stored bundle cannot be read is STORAGE_UNAVAILABLE, not an invalid certificate", async () => {
+    let locked = false;
+    const storage = new (class extends MemoryStorage {
+      override async get(key: string) {
+        if (locked && key.endsWith(".bundle")) throw new Error("EBUSY: the file is locked");
+        return super.get(key);
+      }
+    })();
+    await sdkClient(t, config, { storage }).activate({ licenseKey: fx.licenseKey, machineInfo: MACHINE });
+    const restarted = sdkClient(t, config, { storage });
+    locked = true;
+    expect((await refusal(restarted.licenseInfo())).code).toBe("STORAGE_UNAVAILABLE");
+    locked = false;
+    expect(await restarted.licenseState()).toBe("valid");
+  });
+
+  test("a package's trust bundle is no confirmation from the service: online answers wait for a bundle refetch that succeeds", async () => {
+    let bundleDown = true;
+    const fetch = ((url: string, init?: RequestInit) =>
+      bundleDown && url.includes("/trust-bundle")
+        ? Promise.resolve(new Response('{"error":{"code":"INTERNAL","message":"down"}}', { status: 503 }))
+        : t.app.handle(new Request(url, init))) as typeof globalThis.fetch;
+    const { app, bytes } = await issued(sdkClient(t, config, { fetch }));
+    await app.loadOfflinePackage(bytes);
+    // The package may be months old when loaded, and its bundle with it.
+    const refused = await refusal(app.heartbeat());
+    expect(refused.code).toBe("BUNDLE_UNCONFIRMED");
+    expect(refused.details.confirmed_at).toBeNull();
+    expect(await app.licenseState()).toBe("valid");
+    bundleDown = false;
+    expect((await app.heartbeat()).licenseStatus).toBe("active");
   });
 
   test("a hybrid device holds its slot while its package lasts, and can later check in online", async () => {

@@ -1,4 +1,9 @@
 import { afterEach, beforeEach, describe, expect, test } from "bun:test";
+import { createPublicKey, generateKeyPairSync, type KeyObject } from "node:crypto";
+import { signDelegation, signedResponseText } from "../../src/crypto/envelope.ts";
+import { signCompactJws } from "../../src/crypto/jws.ts";
+import { keyIdOf, privateKeyFromPkcs8, publicKeyText } from "../../src/crypto/keys.ts";
+import { productSigningEntryId } from "../../src/crypto/keystore.ts";
 import { TrustService } from "../../src/modules/trust/service.ts";
 import { LicensingClient, MemoryStorage, SdkError } from "../../src/sdk/index.ts";
 import { createTestContext, type TestContext } from "../support/harness.ts";
@@ -194,5 +199,198 @@ describe("the SDK refuses real responses that were altered in transit", () => {
     rewrite = (url) => (url.includes("/trust-bundle") ? { body: older, status: 200 } : undefined);
     t.clock.advance(2 * 3600);
     expect((await sdkError(later.heartbeat())).code).toBe("BUNDLE_SEQUENCE_ROLLBACK");
+  });
+});
+
+describe("signing-key rotation and outages", () => {
+  test("a fail-open device that fetched the bundle after a default rotation keeps its network grace through an outage", async () => {
+    const open = await runtimeFixture(t, {
+      policy: {
+        cert_ttl_sec: 86_400,
+        heartbeat_sec: 43_200,
+        fail_mode: "open",
+        network_grace_sec: 3 * 86_400,
+      },
+    });
+    const openConfig = (await t.call("GET", `/mgmt/v1/products/${open.productId}/integration-config`)).body
+      .data.config;
+    let down = false;
+    const app = new LicensingClient({
+      config: openConfig,
+      fetch: (async (url: string, init?: RequestInit) => {
+        if (down) throw new TypeError("fetch failed: the service is unreachable");
+        return t.app.handle(new Request(url, init));
+      }) as never,
+      now: () => t.clock.now().getTime(),
+    });
+    await app.activate({ licenseKey: open.licenseKey, machineInfo });
+    t.clock.advance(60);
+    // The certificate's key is retired with the default retention, and the device learns of it.
+    new TrustService(t.deps).rotate(open.productId);
+    t.clock.advance(2 * 3600);
+    await app.serverTime();
+    expect((await app.trustBundle()).signing_keys.map((k) => k.status)).toEqual(["retired", "active"]);
+    down = true;
+    const exp = (await app.licenseInfo()).expiresAt as number;
+    for (const [after, state] of [
+      [-60, "valid"],
+      [3600, "grace"],
+      [3 * 86_400 - 60, "grace"],
+      [3 * 86_400, "invalid"],
+    ] as const) {
+      t.clock.advance(exp + after - Math.floor(t.clock.now().getTime() / 1000));
+      const info = await app.licenseInfo();
+      expect([after, info.state]).toEqual([after, state]);
+      if (state === "invalid") expect(info.reason).toBe("expired");
+    }
+  });
+});
+
+describe("a trust bundle the service no longer confirms", () => {
+  const DAY = 86_400;
+  const blockBundle: Rewrite = (url) =>
+    url.includes("/trust-bundle")
+      ? { body: JSON.stringify({ error: { code: "INTERNAL", message: "down", details: {} } }), status: 503 }
+      : undefined;
+  /** The device's own clock: the test clock, put back or forward by `skewMs`. */
+  let skewMs = 0;
+  const device = (storage = new MemoryStorage()) =>
+    new LicensingClient({
+      config,
+      fetch: inProcessFetch as never,
+      now: () => t.clock.now().getTime() + skewMs,
+      storage,
+    });
+  beforeEach(() => {
+    skewMs = 0;
+  });
+
+  /**
+   * Someone holding a leaked product signing key in the middle: the server's real heartbeat
+   * answer, re-signed under a delegation of that key, with a certificate of its own making (ten
+   * more years, an entitlement the license lacks).
+   */
+  function forgedWith(leaked: KeyObject, leakedKeyId: string): Rewrite {
+    return (url, text, status) => {
+      if (!url.includes("/heartbeat") || status !== 200) return blockBundle(url, text, status);
+      const genuine = JSON.parse(text);
+      const assertion = genuine.response_assertion;
+      const claims = JSON.parse(Buffer.from(genuine.data.certificate.split(".")[1], "base64url").toString());
+      const certificate = signCompactJws(
+        { alg: "EdDSA", kid: leakedKeyId, typ: "service-license+jwt" },
+        {
+          ...claims,
+          exp: claims.exp + 10 * 365 * DAY,
+          license: { ...claims.license, entitlements: { pro: true } },
+        },
+        leaked,
+      );
+      const online = generateKeyPairSync("ed25519").privateKey;
+      const onlinePublic = publicKeyText(createPublicKey(online));
+      const delegation = signDelegation(
+        {
+          v: 1,
+          purpose: "runtime-response",
+          product_id: fx.productId,
+          parent_key_id: leakedKeyId,
+          online_key_id: keyIdOf(onlinePublic),
+          public_key: onlinePublic,
+          issued_at: assertion.server_time - 60,
+          expires_at: assertion.server_time + DAY,
+        },
+        leaked,
+      );
+      const signer = {
+        productId: fx.productId,
+        keyId: keyIdOf(onlinePublic),
+        parentKeyId: leakedKeyId,
+        privateKey: online,
+        delegation,
+      };
+      const body = signedResponseText(signer, {
+        requestId: assertion.request_id,
+        nonce: assertion.nonce,
+        serverTime: assertion.server_time,
+        status,
+        body: { ...genuine.data, certificate },
+      });
+      return { body, status };
+    };
+  }
+
+  test("signed answers are refused with BUNDLE_UNCONFIRMED once the bundle has gone 7 days without a successful refetch, while the stored certificate keeps working", async () => {
+    const app = device();
+    await app.activate({ licenseKey: fx.licenseKey, machineInfo });
+    const confirmedAt = Math.floor(t.clock.now().getTime() / 1000);
+    rewrite = blockBundle;
+    t.clock.advance(6 * DAY);
+    // Confirmed 6 days ago: the cached bundle still stands in for the refetch that fails.
+    expect((await app.heartbeat()).licenseStatus).toBe("active");
+    t.clock.advance(DAY + 60);
+    const refused = await sdkError(app.heartbeat());
+    expect(refused.code).toBe("BUNDLE_UNCONFIRMED");
+    expect(refused.kind).toBe("verification");
+    expect(refused.retryable).toBe(true);
+    expect(refused.details).toEqual({ confirmed_at: confirmedAt, max_unconfirmed_sec: 7 * DAY });
+    expect((refused.cause as SdkError).status).toBe(503);
+    await sdkError(app.serverTime());
+    // An outage does not make a licensed device fail closed: the offline state is untouched.
+    expect(await app.licenseState()).toBe("valid");
+    rewrite = undefined;
+    expect((await app.heartbeat()).licenseStatus).toBe("active");
+    rewrite = blockBundle;
+    t.clock.advance(6 * DAY);
+    expect((await app.heartbeat()).licenseStatus).toBe("active");
+  });
+
+  test("answers forged with a leaked signing key, declared compromised since, are refused once the device's bundle has gone unconfirmed too long, though the bundle is blocked", async () => {
+    const app = device();
+    await app.activate({ licenseKey: fx.licenseKey, machineInfo });
+    const leakedKeyId = (await app.trustBundle()).signing_keys[0]?.key_id as string;
+    const trust = new TrustService(t.deps);
+    trust.rotate(fx.productId);
+    trust.retire(leakedKeyId, { compromised: true });
+    const leaked = privateKeyFromPkcs8(t.deps.keystore.secret(productSigningEntryId(leakedKeyId)));
+    rewrite = forgedWith(leaked, leakedKeyId);
+    t.clock.advance(7 * DAY + 60);
+    expect((await sdkError(app.heartbeat())).code).toBe("BUNDLE_UNCONFIRMED");
+    const info = await app.licenseInfo();
+    expect(info.entitlements.pro).toBeUndefined();
+    expect(info.expiresAt).toBeLessThan(Math.floor(t.clock.now().getTime() / 1000) + 365 * DAY);
+    // Once the bundle gets through, the key shows as compromised.
+    const forge = rewrite;
+    rewrite = (url, text, status) => (url.includes("/trust-bundle") ? undefined : forge(url, text, status));
+    expect((await sdkError(app.heartbeat())).code).toBe("KEY_COMPROMISED");
+    expect((await app.trustBundle()).sequence).toBe(3);
+  });
+
+  test("a bundle stored by an older SDK, without a confirmation time, counts as never confirmed: the next answer refetches it first", async () => {
+    const storage = new MemoryStorage();
+    await device(storage).activate({ licenseKey: fx.licenseKey, machineInfo });
+    const key = `svc.v1.live.${fx.productId}.bundle`;
+    const stored = JSON.parse((await storage.get(key)) as string);
+    expect(typeof stored.confirmed_at_ms).toBe("number");
+    delete stored.confirmed_at_ms;
+    await storage.set(key, JSON.stringify(stored));
+    const upgraded = device(storage);
+    rewrite = blockBundle;
+    const refused = await sdkError(upgraded.heartbeat());
+    expect(refused.code).toBe("BUNDLE_UNCONFIRMED");
+    expect(refused.details.confirmed_at).toBeNull();
+    expect(await upgraded.licenseState()).toBe("valid");
+    rewrite = undefined;
+    const before = t.clock.now().getTime();
+    await upgraded.heartbeat();
+    expect(JSON.parse((await storage.get(key)) as string).confirmed_at_ms).toBeGreaterThanOrEqual(before);
+  });
+
+  test("putting the device's clock back does not make an old confirmation look recent", async () => {
+    const app = device();
+    await app.activate({ licenseKey: fx.licenseKey, machineInfo });
+    rewrite = blockBundle;
+    t.clock.advance(8 * DAY);
+    await app.licenseInfo(); // the device sees its clock at 8 days on
+    skewMs = -7 * DAY * 1000;
+    expect((await sdkError(app.heartbeat())).code).toBe("BUNDLE_UNCONFIRMED");
   });
 });

@@ -260,9 +260,12 @@ describe("how long a retired key stays in the bundle", () => {
     expect((await api("DELETE", `/mgmt/v1/licenses/${revoked}`)).status).toBe(204);
     const before = Math.floor(Date.now() / 1000);
     const run = await cli(["rotate", "--product", productId, "--json"]);
+    const after = Math.floor(Date.now() / 1000);
     const { retired } = JSON.parse(run.stdout);
-    // The longest certificate (the policy's week), not the revoked license's three years.
-    expect(retired.not_after).toBeLessThan(before + 8 * 86_400);
+    // The longest certificate (the policy's week, plus its three days of network grace: it fails
+    // open), not the revoked license's three years.
+    expect(retired.not_after).toBeGreaterThanOrEqual(before + 10 * 86_400);
+    expect(retired.not_after).toBeLessThanOrEqual(after + 10 * 86_400);
     expect(retired.not_after).toBeLessThan(revokedExpiry);
     expect(retired.unexpired_offline_packages).toEqual({ count: 0, latest_expires_at: null });
     expect(retired.invalidated_offline_packages).toEqual({ count: 0, latest_expires_at: null });
@@ -292,6 +295,29 @@ describe("how long a retired key stays in the bundle", () => {
     expect(text.stdout).toContain(
       `Warning: 1 unexpired offline package signed by ${activeKeyBefore(text.stdout)} is valid until ${iso(next)} at the latest`,
     );
+  });
+
+  test("a --retain-days shorter than a certificate's life with its network grace warns until when the certificates stay usable", async () => {
+    const before = Math.floor(Date.now() / 1000);
+    const json = await cli(["rotate", "--product", productId, "--retain-days", "8", "--json"]);
+    const after = Math.floor(Date.now() / 1000);
+    expect(json.code).toBe(0);
+    const { retired } = JSON.parse(json.stdout);
+    // The policy's week of certificate plus three days of grace (it fails open): past the 8 days.
+    expect(retired.certificates_usable_until).toBeGreaterThanOrEqual(before + 10 * 86_400);
+    expect(retired.certificates_usable_until).toBeLessThanOrEqual(after + 10 * 86_400);
+    expect(retired.certificates_usable_until - retired.not_after).toBe(2 * 86_400);
+
+    const text = await cli(["rotate", "--product", productId, "--retain-days", "8"]);
+    expect(text.code).toBe(0);
+    expect(text.stdout).toMatch(
+      new RegExp(
+        `Warning: certificates signed by ${activeKeyBefore(text.stdout)} may stay usable until \\S+ \\(the longest cert_ttl_sec of the product's policies, plus network_grace_sec where a policy fails open\\)`,
+      ),
+    );
+    // Ten days cover them: no warning.
+    const enough = await cli(["rotate", "--product", productId, "--retain-days", "10"]);
+    expect(enough.stdout).not.toContain("Warning: certificates");
   });
 
   test("list prints the key times as ISO dates, and --json keeps them as Unix seconds", async () => {

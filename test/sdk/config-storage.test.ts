@@ -2,8 +2,10 @@ import { describe, expect, test } from "bun:test";
 import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import {
+  DEFAULT_TRUST_BUNDLE_MAX_UNCONFIRMED_MS,
   LicensingClient,
   LocalStorageAdapter,
+  MAX_TRUST_BUNDLE_UNCONFIRMED_MS,
   MemoryStorage,
   resolveConfig,
   type WebStorageLike,
@@ -72,6 +74,31 @@ describe("integration config", () => {
       { ...a.config(), trust_anchor: { ...(a.config().trust_anchor as Json), root_public_key: "p256:AAAA" } },
     ];
     for (const cfg of bad) expect(catchSdk(() => resolveConfig(cfg)).code).toBe("CONFIG_INVALID");
+  });
+});
+
+describe("client options", () => {
+  test("trustBundleMaxUnconfirmedMs takes whole milliseconds from 0 to 30 days; anything else is INVALID_ARGUMENT", () => {
+    const config = new Authority().config();
+    for (const ms of [0, 3_600_000, MAX_TRUST_BUNDLE_UNCONFIRMED_MS])
+      expect(new LicensingClient({ config, trustBundleMaxUnconfirmedMs: ms })).toBeInstanceOf(
+        LicensingClient,
+      );
+    expect(DEFAULT_TRUST_BUNDLE_MAX_UNCONFIRMED_MS).toBe(7 * 86_400_000);
+    expect(MAX_TRUST_BUNDLE_UNCONFIRMED_MS).toBe(30 * 86_400_000);
+    for (const ms of [
+      -1,
+      1.5,
+      Number.NaN,
+      Number.POSITIVE_INFINITY,
+      MAX_TRUST_BUNDLE_UNCONFIRMED_MS + 1,
+      "1000",
+    ]) {
+      const refused = catchSdk(
+        () => new LicensingClient({ config, trustBundleMaxUnconfirmedMs: ms as number }),
+      );
+      expect(refused.code).toBe("INVALID_ARGUMENT");
+    }
   });
 });
 

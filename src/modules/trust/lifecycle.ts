@@ -35,6 +35,14 @@ export interface Rotation {
     unexpired_offline_packages: InvalidatedPackages;
     /** Packages it signed that outlive `not_after`: non-zero only with a shorter retention asked for. */
     invalidated_offline_packages: InvalidatedPackages;
+    /**
+     * Unix seconds: until when an online certificate it signed may stay usable (the longest
+     * `cert_ttl_sec`, plus `network_grace_sec` of a fail-open policy, from now); null when the
+     * product has no policy. Later than `not_after` only with a shorter retention asked for: a
+     * device that fetches the new bundle then takes such a certificate for invalid from
+     * `not_after` on, grace or not.
+     */
+    certificates_usable_until: number | null;
   } | null;
 }
 
@@ -134,6 +142,7 @@ export class KeyLifecycle {
           not_after: notAfter,
           unexpired_offline_packages: retention.packages,
           invalidated_offline_packages: packagesOutliving(this.deps.sqlite, previous.keyId, notAfter),
+          certificates_usable_until: retention.certificatesUsableUntil,
         };
       }
       this.insertKey(productId, fresh);
