@@ -8,9 +8,9 @@ import { bodyLimitFor, parseJsonBody, refuseUnexpectedBody, textRuleFor } from "
 import { type ErrorEnvelope, errorBody, isStoreDamage, toApiError } from "./envelope.ts";
 import { ApiError, type SignedFor } from "./errors.ts";
 import type { Logger } from "./logger.ts";
-import { checkPageQuery } from "./pagination.ts";
+import { checkQuery } from "./pagination.ts";
 import type { GcraLimiter } from "./rate-limit.ts";
-import { routedHook } from "./request-path.ts";
+import { queryIndexHook, routedHook } from "./request-path.ts";
 import { type RequestState, requestState } from "./request-state.ts";
 
 export interface ConventionDeps {
@@ -80,14 +80,23 @@ export function httpConventions(deps: ConventionDeps) {
       );
       return deps.bodylessRoute?.(request.method, route) ? parsed.then(refuseUnexpectedBody) : parsed;
     })
-    .onTransform({ as: "global" }, ({ request, route }) => {
-      // Before a list route's query schema coerces `limit` (pagination.ts), but only for a caller
-      // the route's own check (auth.ts, next) lets in: others hear 401 or 403, learning nothing.
-      if (request.method !== "GET" || !deps.pagedRoute?.(request.method, route)) return;
-      const state = requestState.get(request);
-      if (!state?.caller || missingScope(state, request.method, route)) return;
-      checkPageQuery(request.url);
-    })
+    .onTransform(
+      { as: "global" },
+      queryIndexHook(({ request, route, qi }) => {
+        // Most requests (a device's heartbeat) have no query, and cost no more than this one test.
+        const at = qi ?? request.url.indexOf("?");
+        if (at === -1) return;
+        // Before a list route's query schema coerces `limit` (pagination.ts), but only for a caller
+        // the route's own check (auth.ts, next) lets in: others hear 401 or 403, learning nothing.
+        // Management routes without a caller were refused in onRequest; other routes have none.
+        const state = requestState.get(request);
+        if (state?.caller && missingScope(state, request.method, route)) return;
+        checkQuery(
+          request.url.slice(at + 1),
+          request.method === "GET" && (deps.pagedRoute?.(request.method, route) ?? false),
+        );
+      }),
+    )
     .onError({ as: "global" }, ({ error, code, request, set }) => {
       const apiError = toApiError(error, code, request);
       const state = requestState.get(request);
