@@ -3,7 +3,7 @@ import type { Clock } from "../domain/clock.ts";
 import type { IdGenerator } from "../domain/ids.ts";
 import type { Scope } from "../domain/scopes.ts";
 import type { ApiKeyService } from "../modules/api-keys/service.ts";
-import { insufficientScope } from "./auth.ts";
+import { bearerToken, insufficientScope } from "./auth.ts";
 import { bodyLimitFor, parseJsonBody, refuseUnexpectedBody, textRuleFor } from "./body.ts";
 import { type ErrorEnvelope, errorBody, isStoreDamage, toApiError } from "./envelope.ts";
 import { ApiError, type SignedFor } from "./errors.ts";
@@ -41,7 +41,6 @@ export interface ConventionDeps {
 }
 
 const MANAGEMENT_PREFIX = "/mgmt/";
-const BEARER = /^Bearer ([^\s]+)$/;
 
 /**
  * Everything every route shares, in one place: request ids, management authentication and rate
@@ -140,7 +139,7 @@ function authenticate(
   now: Date,
 ): void {
   const authorization = request.headers.get("authorization");
-  const token = authorization ? BEARER.exec(authorization)?.[1] : undefined;
+  const token = bearerToken(authorization);
   const caller = token ? deps.apiKeys.authenticate(token) : null;
   if (!caller) {
     throw new ApiError(

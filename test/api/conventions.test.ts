@@ -239,6 +239,35 @@ describe("the error envelope", () => {
   });
 });
 
+describe("the Authorization header", () => {
+  test("the Bearer scheme is matched in any case (RFC 9110 §11.1) and may be followed by several spaces", async () => {
+    for (const authorization of [
+      `bearer ${t.keys.live}`,
+      `BEARER ${t.keys.live}`,
+      `bEaReR ${t.keys.live}`,
+      `Bearer   ${t.keys.live}`,
+    ]) {
+      const response = await t.call("GET", "/mgmt/v1/products", { key: null, headers: { authorization } });
+      expect({ authorization, status: response.status }).toEqual({ authorization, status: 200 });
+    }
+  });
+
+  test("another scheme, no space, a tab or anything after the key is still 401", async () => {
+    const key = t.keys.live;
+    for (const authorization of [
+      `Basic ${key}`,
+      `Bearer${key}`,
+      `Bearer\t${key}`,
+      `Bearer ${key} x`,
+      "Bearer ",
+    ]) {
+      const response = await t.call("GET", "/mgmt/v1/products", { key: null, headers: { authorization } });
+      expect({ authorization, status: response.status }).toEqual({ authorization, status: 401 });
+      expect(response.headers.get("www-authenticate")).toBe('Bearer realm="mgmt"');
+    }
+  });
+});
+
 describe("query parameters", () => {
   test("a query parameter sent twice answers 400 on every route, not only lists, naming it with every value", async () => {
     const usage = await t.call("GET", "/mgmt/v1/reports/usage?period=previous_month&period=current_month");
