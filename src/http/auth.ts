@@ -5,6 +5,17 @@ import { ApiError } from "./errors.ts";
 import { requestState } from "./request-state.ts";
 
 /**
+ * `Authorization: Bearer <token>` (RFC 6750 §2.1). The scheme is case-insensitive (RFC 9110
+ * §11.1: `bearer` and `BEARER` are the same), one or more spaces follow it (`1*SP`, §11.6.2), and
+ * the token is the rest, one run of characters without white space.
+ */
+const BEARER = /^Bearer +(\S+)$/i;
+
+/** The token of a Bearer Authorization header, or undefined for any other or none. */
+export const bearerToken = (authorization: string | null): string | undefined =>
+  authorization ? BEARER.exec(authorization)?.[1] : undefined;
+
+/**
  * `scope: "products:read"` on a route: the caller (authenticated before routing) must hold that
  * scope. Checked in `transform`, i.e. before the body is validated, so a caller without the scope
  * learns nothing about the schema. The route then receives `caller`.

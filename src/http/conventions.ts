@@ -3,14 +3,14 @@ import type { Clock } from "../domain/clock.ts";
 import type { IdGenerator } from "../domain/ids.ts";
 import type { Scope } from "../domain/scopes.ts";
 import type { ApiKeyService } from "../modules/api-keys/service.ts";
-import { insufficientScope } from "./auth.ts";
+import { bearerToken, insufficientScope } from "./auth.ts";
 import { bodyLimitFor, parseJsonBody, refuseUnexpectedBody, textRuleFor } from "./body.ts";
 import { type ErrorEnvelope, errorBody, isStoreDamage, toApiError } from "./envelope.ts";
 import { ApiError, type SignedFor } from "./errors.ts";
 import type { Logger } from "./logger.ts";
-import { checkPageQuery } from "./pagination.ts";
+import { checkQuery } from "./pagination.ts";
 import type { GcraLimiter } from "./rate-limit.ts";
-import { routedHook } from "./request-path.ts";
+import { queryIndexHook, routedHook } from "./request-path.ts";
 import { type RequestState, requestState } from "./request-state.ts";
 
 export interface ConventionDeps {
@@ -41,7 +41,6 @@ export interface ConventionDeps {
 }
 
 const MANAGEMENT_PREFIX = "/mgmt/";
-const BEARER = /^Bearer ([^\s]+)$/;
 
 /**
  * Everything every route shares, in one place: request ids, management authentication and rate
@@ -80,14 +79,23 @@ export function httpConventions(deps: ConventionDeps) {
       );
       return deps.bodylessRoute?.(request.method, route) ? parsed.then(refuseUnexpectedBody) : parsed;
     })
-    .onTransform({ as: "global" }, ({ request, route }) => {
-      // Before a list route's query schema coerces `limit` (pagination.ts), but only for a caller
-      // the route's own check (auth.ts, next) lets in: others hear 401 or 403, learning nothing.
-      if (request.method !== "GET" || !deps.pagedRoute?.(request.method, route)) return;
-      const state = requestState.get(request);
-      if (!state?.caller || missingScope(state, request.method, route)) return;
-      checkPageQuery(request.url);
-    })
+    .onTransform(
+      { as: "global" },
+      queryIndexHook(({ request, route, qi }) => {
+        // Most requests (a device's heartbeat) have no query, and cost no more than this one test.
+        const at = qi ?? request.url.indexOf("?");
+        if (at === -1) return;
+        // Before a list route's query schema coerces `limit` (pagination.ts), but only for a caller
+        // the route's own check (auth.ts, next) lets in: others hear 401 or 403, learning nothing.
+        // Management routes without a caller were refused in onRequest; other routes have none.
+        const state = requestState.get(request);
+        if (state?.caller && missingScope(state, request.method, route)) return;
+        checkQuery(
+          request.url.slice(at + 1),
+          request.method === "GET" && (deps.pagedRoute?.(request.method, route) ?? false),
+        );
+      }),
+    )
     .onError({ as: "global" }, ({ error, code, request, set }) => {
       const apiError = toApiError(error, code, request);
       const state = requestState.get(request);
@@ -131,7 +139,7 @@ function authenticate(
   now: Date,
 ): void {
   const authorization = request.headers.get("authorization");
-  const token = authorization ? BEARER.exec(authorization)?.[1] : undefined;
+  const token = bearerToken(authorization);
   const caller = token ? deps.apiKeys.authenticate(token) : null;
   if (!caller) {
     throw new ApiError(

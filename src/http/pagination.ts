@@ -13,7 +13,7 @@ const MAX_PAGE_SIZE = 200;
  * `limit` and `cursor`, shared by every list. Elysia's `t.Integer` (not TypeBox's) because query
  * values arrive as strings and must be coerced before the range check. That coercion is `+value`,
  * which reads `0x10`, `1e1`, `+5` and ` 5` as numbers, and a repeated parameter becomes its last
- * value: `checkPageQuery` refuses both before the schema sees them (src/http/conventions.ts).
+ * value: `checkQuery` refuses both before the schema sees them (src/http/conventions.ts).
  */
 export const pageParams = {
   limit: t.Optional(
@@ -37,21 +37,21 @@ export const PageQuery = t.Object(pageParams);
 const DIGITS = /^[0-9]+$/;
 
 /**
- * A list's query as sent (`url` is the request URL): every parameter at most once (filters
- * too), and `limit` in plain decimal digits, else 400 INVALID_REQUEST as a forged cursor is. A
- * well-formed `limit` outside 1..200 is a value out of range: 422 keyed `limit`.
+ * A request's query as sent (`query` is the URL after its `?`): every parameter at most once, on
+ * every route, else 400 INVALID_REQUEST: the router would keep the last of repeated ones, so
+ * `?product_id=a&product_id=b` would list b's alone and `?period=previous_month&period=current_month`
+ * report the current month, each looking like an answer about what was sent first. On a list
+ * (`paged`), `limit` in plain decimal digits too, else 400 as a forged cursor is; a well-formed
+ * `limit` outside 1..200 is a value out of range: 422 keyed `limit`.
  */
-export function checkPageQuery(url: string): void {
-  const at = url.indexOf("?");
-  if (at === -1) return;
-  const params = new URLSearchParams(url.slice(at + 1));
-  // Any parameter of a list, filters included: the router would keep the last of repeated ones,
-  // so `?product_id=a&product_id=b` would list b's alone and look like an answer about both.
+export function checkQuery(query: string, paged: boolean): void {
+  const params = new URLSearchParams(query);
   for (const name of new Set(params.keys())) {
     const values = params.getAll(name);
     if (values.length > 1)
       throw new ApiError("INVALID_REQUEST", `${name} was sent more than once.`, { [name]: values });
   }
+  if (!paged) return;
   const limit = params.get("limit");
   if (limit === null) return;
   if (!DIGITS.test(limit)) {

@@ -10,7 +10,11 @@ export type IfMatch = { readonly any: true } | { readonly any: false; readonly s
 
 /** etagc = %x21 / %x23-7E / obs-text: any visible character but DQUOTE, no space or control. */
 const ETAGC = /^[\x21\x23-\x7E\x80-\xFF]*$/;
-/** Products and licenses also take their bare `version` (`7` for `"7"`), alone (docs/api.md). */
+/**
+ * Products and licenses also take their bare `version` (`7` for `"7"`), alone (docs/api.md). Any
+ * route reads it so: on a resource with an opaque ETag, or none, it is a stale tag (409), as the
+ * quoted form is, not a malformed header (test/api/policies.test.ts).
+ */
 const BARE_VERSION = /^\d{1,15}$/;
 const isOws = (c: string | undefined) => c === " " || c === "\t";
 
@@ -64,6 +68,21 @@ export function parseIfMatch(header: string | undefined | null): IfMatch | undef
 export function assertIfMatch(ifMatch: IfMatch | undefined, current: string): void {
   if (ifMatch === undefined || ifMatch.any) return;
   if (!ifMatch.strong.includes(current)) throw versionConflict(current);
+}
+
+/**
+ * For a route whose resource has no ETag (a device block, a license assignment, an activation):
+ * no entity-tag can equal its current one, so any If-Match but `*` is false (RFC 9110 §13.1.1)
+ * and the change must not happen: 409 VERSION_CONFLICT, as a stale tag answers elsewhere, with
+ * `current_etag: null`. Without If-Match, or with `*`, the change goes on.
+ */
+export function assertIfMatchWithoutEtag(ifMatch: IfMatch | undefined): void {
+  if (ifMatch === undefined || ifMatch.any) return;
+  throw new ApiError(
+    "VERSION_CONFLICT",
+    "This resource has no ETag, so no entity-tag matches it (only If-Match: * does); nothing was changed.",
+    { current_etag: null },
+  );
 }
 
 export const versionEtag = (version: number): string => `"${version}"`;

@@ -39,3 +39,18 @@ export function routedHook<Result>(
 ): (context: PreContext) => Result {
   return hook as (context: PreContext) => Result;
 }
+
+/**
+ * A hook's context with `qi`, where the query starts in `request.url` (-1: no query). Elysia's
+ * composed handler finds it once for every request while any `onRequest` hook exists (the
+ * conventions' does) and hands it to every hook, though its type does not declare it; undefined
+ * if a later Elysia stops doing so, when the hook must look for the `?` itself.
+ */
+export type WithQueryIndex<Context> = Context & { qi?: number };
+
+/** A hook that reads `qi`, typed as Elysia expects (destructure it, as for `routedHook`). */
+export function queryIndexHook<Context, Result>(
+  hook: (context: WithQueryIndex<Context>) => Result,
+): (context: Context) => Result {
+  return hook as (context: Context) => Result;
+}

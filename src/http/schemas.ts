@@ -117,6 +117,16 @@ export const IdempotencyHeaders = Type.Object({ "idempotency-key": Type.Optional
 /** Creates that must be safe to retry; checked with the other headers, before the body (400). */
 export const RequiredIdempotencyHeaders = Type.Object({ "idempotency-key": IdempotencyKey });
 
+/** The DELETE of a resource without an ETag: If-Match is parsed, and only `*` matches. */
+export const NoEtagIfMatchHeaders = Type.Object({
+  "if-match": Type.Optional(
+    Type.String({
+      description:
+        "This resource has no ETag: `*` matches, any entity-tag answers 409 VERSION_CONFLICT (`current_etag: null`) and changes nothing; a malformed value 400.",
+    }),
+  ),
+});
+
 export const IfMatchHeaders = Type.Object({
   "if-match": Type.Optional(
     Type.String({

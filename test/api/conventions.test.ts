@@ -239,6 +239,82 @@ describe("the error envelope", () => {
   });
 });
 
+describe("the Authorization header", () => {
+  test("the Bearer scheme is matched in any case (RFC 9110 §11.1) and may be followed by several spaces", async () => {
+    for (const authorization of [
+      `bearer ${t.keys.live}`,
+      `BEARER ${t.keys.live}`,
+      `bEaReR ${t.keys.live}`,
+      `Bearer   ${t.keys.live}`,
+    ]) {
+      const response = await t.call("GET", "/mgmt/v1/products", { key: null, headers: { authorization } });
+      expect({ authorization, status: response.status }).toEqual({ authorization, status: 200 });
+    }
+  });
+
+  test("another scheme, no space, a tab or anything after the key is still 401", async () => {
+    const key = t.keys.live;
+    for (const authorization of [
+      `Basic ${key}`,
+      `Bearer${key}`,
+      `Bearer\t${key}`,
+      `Bearer ${key} x`,
+      "Bearer ",
+    ]) {
+      const response = await t.call("GET", "/mgmt/v1/products", { key: null, headers: { authorization } });
+      expect({ authorization, status: response.status }).toEqual({ authorization, status: 401 });
+      expect(response.headers.get("www-authenticate")).toBe('Bearer realm="mgmt"');
+    }
+  });
+});
+
+describe("query parameters", () => {
+  test("a query parameter sent twice answers 400 on every route, not only lists, naming it with every value", async () => {
+    const usage = await t.call("GET", "/mgmt/v1/reports/usage?period=previous_month&period=current_month");
+    expect(usage.status).toBe(400);
+    expect(usage.body.error).toMatchObject({
+      code: "INVALID_REQUEST",
+      message: "period was sent more than once.",
+      details: { period: ["previous_month", "current_month"] },
+    });
+    // The same answer a list gives.
+    const list = await t.call("GET", "/mgmt/v1/products?status=active&status=archived");
+    expect([list.status, list.body.error.message, list.body.error.details]).toEqual([
+      400,
+      "status was sent more than once.",
+      { status: ["active", "archived"] },
+    ]);
+    // A parameter the route does not read, on a management, a runtime and a public route.
+    for (const [method, path] of [
+      ["GET", "/mgmt/v1/plan?x=1&x=1"],
+      ["POST", "/runtime/v1/time?x=1&x=2"],
+      ["GET", "/healthz?x&x"],
+    ] as const) {
+      const response = await t.call(method, path, {
+        key: path.startsWith("/mgmt/") ? undefined : null,
+        body:
+          method === "POST" ? { product_id: "prod_x", nonce: "a-time-nonce-of-enough-length" } : undefined,
+      });
+      expect({ path, status: response.status, details: response.body.error?.details }).toEqual({
+        path,
+        status: 400,
+        details: { x: expect.any(Array) },
+      });
+    }
+    // Sent once, each still answers.
+    expect((await t.call("GET", "/mgmt/v1/reports/usage?period=previous_month")).status).toBe(200);
+    expect((await t.call("GET", "/healthz?x")).status).toBe(200);
+  });
+
+  test("a caller without a key or the route's scope hears 401 or 403 before a repeated parameter", async () => {
+    const path = "/mgmt/v1/reports/usage?period=previous_month&period=current_month";
+    expect((await t.call("GET", path, { key: null })).status).toBe(401);
+    const productsOnly = t.keyFor("live", ["products:read"]);
+    const refused = await t.call("GET", path, { key: productsOnly });
+    expect([refused.status, refused.body.error.code]).toEqual([403, "INSUFFICIENT_SCOPE"]);
+  });
+});
+
 describe("what every request pays for", () => {
   // Elysia reads the hooks' source to decide what every request's handler prepares; a hook that
   // seemed to hand its context to a function made it parse the cookies and the query and copy the

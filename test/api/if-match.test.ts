@@ -1,6 +1,7 @@
 import { afterEach, beforeEach, describe, expect, test } from "bun:test";
 import { factories } from "../support/factories.ts";
 import { createTestContext, type TestContext } from "../support/harness.ts";
+import { seedResources } from "./route-table.ts";
 
 /**
  * One If-Match parser for every route (RFC 9110 §13.1.1): `*`, or a comma-separated list of
@@ -187,5 +188,50 @@ describe("webhooks and resellers (now with an ETag)", () => {
     expect(stale.body.error.details.current_etag).toBe(renamed.headers.get("etag"));
     expect((await t.call("GET", `/mgmt/v1/resellers/${id}`)).body.data.name).toBe("R2");
     expect(auditCount()).toBe(events);
+  });
+});
+
+describe("device blocks, license assignments and activations (no ETag)", () => {
+  test("deleting one with any entity-tag answers 409 and deletes nothing; a malformed If-Match is 400; * deletes", async () => {
+    const ids = seedResources(t).live;
+    const blocked = async () =>
+      (await t.call("GET", "/mgmt/v1/device-blocks")).body.data.some(
+        (b: { id: string }) => b.id === ids.block,
+      );
+    const assigned = async () =>
+      (await t.call("GET", `/mgmt/v1/licenses/${ids.license}/assignments`)).body.data.some(
+        (a: { public_id: string; status: string }) => a.public_id === ids.assignment && a.status === "active",
+      );
+    const activationStatus = async () =>
+      (await t.call("GET", `/mgmt/v1/activations/${ids.activation}`)).body.data.status;
+    expect([await blocked(), await assigned(), await activationStatus()]).toEqual([true, true, "active"]);
+    const paths = [
+      `/mgmt/v1/device-blocks/${ids.block}`,
+      `/mgmt/v1/license-assignments/${ids.assignment}`,
+      `/mgmt/v1/activations/${ids.activation}`,
+    ];
+    const events = auditCount();
+    for (const path of paths) {
+      for (const ifMatch of ['"some-old-tag"', "1", 'W/"1"']) {
+        const response = await t.call("DELETE", path, { headers: { "if-match": ifMatch } });
+        expect({ path, ifMatch, status: response.status }).toEqual({ path, ifMatch, status: 409 });
+        expect(response.body.error).toMatchObject({
+          code: "VERSION_CONFLICT",
+          details: { current_etag: null },
+        });
+      }
+      const malformed = await t.call("DELETE", path, { headers: { "if-match": '"unbalanced' } });
+      expect({ path, status: malformed.status }).toEqual({ path, status: 400 });
+    }
+    expect([await blocked(), await assigned(), await activationStatus()]).toEqual([true, true, "active"]);
+    expect(auditCount()).toBe(events);
+    for (const path of paths) {
+      expect((await t.call("DELETE", path, { headers: { "if-match": "*" } })).status).toBe(204);
+    }
+    expect([await blocked(), await assigned(), await activationStatus()]).toEqual([
+      false,
+      false,
+      "deactivated",
+    ]);
   });
 });

@@ -65,6 +65,28 @@ describe("GET /metrics", () => {
     }
   });
 
+  test("the token is taken whatever the case of the Bearer scheme, and after several spaces; another scheme is not", async () => {
+    const withHeader = (authorization: string) =>
+      http("GET", "/metrics", { key: null, headers: { authorization } });
+    for (const authorization of [`bearer ${TOKEN}`, `BEARER ${TOKEN}`, `bEaReR  ${TOKEN}`]) {
+      expect({ authorization, status: (await withHeader(authorization)).status }).toEqual({
+        authorization,
+        status: 200,
+      });
+    }
+    for (const authorization of [
+      `Basic ${TOKEN}`,
+      `Bearer${TOKEN}`,
+      `Bearer\t${TOKEN}`,
+      `Bearer ${TOKEN} x`,
+    ]) {
+      expect({ authorization, status: (await withHeader(authorization)).status }).toEqual({
+        authorization,
+        status: 401,
+      });
+    }
+  });
+
   test("answers the Prometheus text format, every sample line well-formed", async () => {
     const response = await http("GET", "/metrics", { key: TOKEN });
     expect(response.headers.get("content-type")).toBe("text/plain; version=0.0.4; charset=utf-8");

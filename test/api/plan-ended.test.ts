@@ -105,6 +105,18 @@ describe("after the end", () => {
     expect((await t.call("GET", "/docs/errors", { key: null })).status).toBe(200);
   });
 
+  test("the plan report still answers however the router serves it (HEAD, a trailing slash); other methods on its path do not", async () => {
+    t.workspace.setPlan("business", undefined, { endsAt: inOneHour() });
+    t.clock.advance(HOUR);
+    const slash = await t.call("GET", "/mgmt/v1/plan/");
+    expect(slash.status).toBe(200);
+    expect(slash.body.data.plan.ends_at).not.toBeNull();
+    expect((await t.call("HEAD", "/mgmt/v1/plan")).status).toBe(200);
+    expect((await t.call("HEAD", "/mgmt/v1/plan/")).status).toBe(200);
+    expectPlanEnded(await t.call("POST", "/mgmt/v1/plan", { body: {} }));
+    expectPlanEnded(await t.call("GET", "/mgmt/v1/plan//"));
+  });
+
   test("an unauthenticated or scope-less caller hears 401 or 403 first, not about the plan", async () => {
     t.workspace.setPlan("business", undefined, { endsAt: inOneHour() });
     t.clock.advance(HOUR);

@@ -59,6 +59,33 @@ describe("happy path", () => {
     expect(events()).toBe((before ?? 0) + 1);
   });
 
+  test("reseller.updated lists the changed fields by their API names, as the reseller object shows them", async () => {
+    const id = (await t.call("POST", "/mgmt/v1/resellers", { body: { name: "R" } })).body.data.public_id;
+    const changed = await t.call("PATCH", `/mgmt/v1/resellers/${id}`, {
+      body: {
+        name: "R2",
+        email: "sales@acme.test",
+        external_ref: "crm-1",
+        organization_limit: 3,
+        user_limit: 4,
+        metadata: { region: "eu" },
+        status: "archived",
+      },
+    });
+    expect(changed.status).toBe(200);
+    const events = (await t.call("GET", "/mgmt/v1/events")).body.data as {
+      type: string;
+      target: { id: string };
+      data: { changes?: string[] };
+    }[];
+    const updated = events.find((e) => e.type === "reseller.updated" && e.target.id === id);
+    expect(updated?.data.changes?.sort()).toEqual(
+      ["email", "external_ref", "metadata", "name", "organization_limit", "status", "user_limit"].sort(),
+    );
+    // Every name it lists is a field of the reseller object.
+    for (const name of updated?.data.changes ?? []) expect(Object.keys(changed.body.data)).toContain(name);
+  });
+
   test("an optional Idempotency-Key replays the first create", async () => {
     const headers = { "idempotency-key": "reseller-create-0001" };
     const a = await t.call("POST", "/mgmt/v1/resellers", { body: { name: "R" }, headers });

@@ -105,5 +105,6 @@ export const NAMED_USER_ROUTES: RouteCase[] = [
     scope: "licenses:write",
     resource: "assignment",
     environmentScoped: true,
+    noEtag: true,
   },
 ];

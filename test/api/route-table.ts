@@ -35,6 +35,8 @@ export interface RouteCase {
   variant?: (ids: Ids) => Record<string, unknown>;
   /** The route changes its resource's ETag, so it honours If-Match (docs/api.md "If-Match and ETag"). */
   ifMatch?: true;
+  /** The route deletes a resource without an ETag: it parses If-Match, and only `*` matches. */
+  noEtag?: true;
   /** A list: the prefix of its rows' ids, and `oldest` for the oldest-first one (docs/api.md "Pagination"). */
   list?: { idPrefix: string; order?: "oldest" };
 }
@@ -275,6 +277,7 @@ export const MANAGEMENT_ROUTES: RouteCase[] = [
     scope: "activations:delete",
     resource: "activation",
     environmentScoped: true,
+    noEtag: true,
   },
   {
     method: "GET",
@@ -295,6 +298,7 @@ export const MANAGEMENT_ROUTES: RouteCase[] = [
     scope: "licenses:write",
     resource: "block",
     environmentScoped: true,
+    noEtag: true,
   },
   {
     method: "POST",

@@ -7,8 +7,8 @@ import { concretePath, ETAG_SOURCES, type Ids, MANAGEMENT_ROUTES, seedResources 
 /**
  * The shared security suite: every management route, generated from one table, answers the same
  * way to a missing key, a key without its scope, another environment's resource, a malformed id
- * and an unknown body field; every route that changes a resource's ETag to If-Match; and every
- * list to a cursor it did not issue.
+ * and an unknown body field; every route that changes a resource's ETag to If-Match, and every
+ * deletion of a resource without one; and every list to a cursor it did not issue.
  */
 let t: TestContext;
 let ids: { live: Ids; test: Ids };
@@ -48,7 +48,7 @@ async function readBack(route: (typeof MANAGEMENT_ROUTES)[number]) {
   return { body: response.body, etag: etag as string };
 }
 
-test("the routes that take If-Match are exactly those the table marks, each on a resource with an ETag", async () => {
+test("the routes that take If-Match are exactly those the table marks, each on a resource with an ETag or marked as without one", async () => {
   const doc = (await t.call("GET", "/openapi.json", { key: null })).body as {
     paths: Record<string, Record<string, { parameters?: { in: string; name: string }[] }>>;
   };
@@ -59,7 +59,7 @@ test("the routes that take If-Match are exactly those the table marks, each on a
         documented.push(`${method.toUpperCase()} ${path.replace(/\{(\w+)\}/g, ":$1")}`);
     }
   }
-  const marked = MANAGEMENT_ROUTES.filter((r) => r.ifMatch).map((r) => `${r.method} ${r.path}`);
+  const marked = MANAGEMENT_ROUTES.filter((r) => r.ifMatch || r.noEtag).map((r) => `${r.method} ${r.path}`);
   expect(documented.sort()).toEqual(marked.sort());
   for (const route of MANAGEMENT_ROUTES.filter((r) => r.ifMatch)) {
     expect(route.resource && ETAG_SOURCES[route.resource]).toBeString();
@@ -164,6 +164,25 @@ describe.each(MANAGEMENT_ROUTES.map((r) => [`${r.method} ${r.path}`, r] as const
       const variant = route.variant?.(ids.live) ?? { ...bodyFor(route), name: "Other" };
       const other = await t.call(route.method, pathFor(route), { body: variant, headers });
       expectEnvelope(other, 409, "IDEMPOTENCY_CONFLICT");
+    });
+  }
+
+  if (route.noEtag) {
+    test("its resource has no ETag: any entity-tag answers 409, a malformed If-Match 400, and nothing changes", async () => {
+      const events = auditCount();
+      for (const ifMatch of ['"stale"', "1", 'W/"x"', '"a", "b"']) {
+        const response = await t.call(route.method, pathFor(route), { headers: { "if-match": ifMatch } });
+        expectEnvelope(response, 409, "VERSION_CONFLICT");
+        expect(response.body.error.details).toEqual({ current_etag: null });
+      }
+      for (const ifMatch of ['"unbalanced', "abc", '*, "a"', ""]) {
+        const response = await t.call(route.method, pathFor(route), { headers: { "if-match": ifMatch } });
+        expectEnvelope(response, 400, "INVALID_REQUEST");
+      }
+      expect(auditCount()).toBe(events);
+      // `*` matches what there is: the deletion goes on.
+      expect((await t.call(route.method, pathFor(route), { headers: { "if-match": "*" } })).status).toBe(204);
+      expect(auditCount()).toBe(events + 1);
     });
   }
 

@@ -3,6 +3,7 @@ import type { ChangeContext, Deps } from "../../deps.ts";
 import type { Environment } from "../../domain/scopes.ts";
 import { ApiError } from "../../http/errors.ts";
 import type { PageRequest } from "../../http/pagination.ts";
+import { assertIfMatchWithoutEtag, type IfMatch } from "../../http/preconditions.ts";
 import { activations, policies } from "../../store/schema/index.ts";
 import { recordAudit } from "../events/service.ts";
 import type { LicenseService } from "../licenses/service.ts";
@@ -77,8 +78,9 @@ export class ActivationManagementService {
   }
 
   /** Frees the slot and the activation's seats; the device hears ACTIVATION_DEACTIVATED next time. */
-  forceDeactivate(id: string, ctx: ChangeContext): void {
+  forceDeactivate(id: string, ifMatch: IfMatch | undefined, ctx: ChangeContext): void {
     const row = this.get(id, ctx.environment);
+    assertIfMatchWithoutEtag(ifMatch);
     if (row.status === "deactivated") return;
     this.deps.db.transaction((tx) => {
       this.runtime.end(id, "vendor", this.deps.clock.now(), tx);

@@ -2,7 +2,9 @@ import { Elysia } from "elysia";
 import { managementAuth } from "../../http/auth.ts";
 import { changeContext } from "../../http/context.ts";
 import { PageQuery } from "../../http/pagination.ts";
+import { parseIfMatch } from "../../http/preconditions.ts";
 import { noContent } from "../../http/respond.ts";
+import { NoEtagIfMatchHeaders } from "../../http/schemas.ts";
 import type { Services } from "../../services.ts";
 import { presentActivation } from "./management-service.ts";
 import { activationModels } from "./model.ts";
@@ -45,9 +47,17 @@ export const managementActivationsController = ({ activationAdmin, pages }: Serv
     )
     .delete(
       "/activations/:id",
-      ({ caller, params, request }) => {
-        activationAdmin.forceDeactivate(params.id, changeContext(caller, request));
+      ({ caller, params, headers, request }) => {
+        activationAdmin.forceDeactivate(
+          params.id,
+          parseIfMatch(headers["if-match"]),
+          changeContext(caller, request),
+        );
         return noContent();
       },
-      { scope: "activations:delete", detail: { summary: "Force-deactivate a device" } },
+      {
+        scope: "activations:delete",
+        headers: NoEtagIfMatchHeaders,
+        detail: { summary: "Force-deactivate a device" },
+      },
     );

@@ -4,8 +4,9 @@ import { managementAuth } from "../../http/auth.ts";
 import { changeContext } from "../../http/context.ts";
 import { FieldErrorCollector } from "../../http/errors.ts";
 import { PageQuery } from "../../http/pagination.ts";
+import { parseIfMatch } from "../../http/preconditions.ts";
 import { json, noContent } from "../../http/respond.ts";
-import { DateTime, dataOf, IdField, listOf, Nullable } from "../../http/schemas.ts";
+import { DateTime, dataOf, IdField, listOf, NoEtagIfMatchHeaders, Nullable } from "../../http/schemas.ts";
 import { StringEnum } from "../../http/schemas-enum.ts";
 import type { Services } from "../../services.ts";
 import { presentDeviceBlock } from "./service.ts";
@@ -87,9 +88,13 @@ export const deviceBlocksController = ({ deviceBlocks, licenses, pages }: Servic
     )
     .delete(
       "/:id",
-      ({ caller, params, request }) => {
-        deviceBlocks.remove(params.id, changeContext(caller, request));
+      ({ caller, params, headers, request }) => {
+        deviceBlocks.remove(params.id, parseIfMatch(headers["if-match"]), changeContext(caller, request));
         return noContent();
       },
-      { scope: "licenses:write", detail: { summary: "Lift a block (repeating is harmless)" } },
+      {
+        scope: "licenses:write",
+        headers: NoEtagIfMatchHeaders,
+        detail: { summary: "Lift a block (repeating is harmless)" },
+      },
     );

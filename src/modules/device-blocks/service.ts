@@ -3,6 +3,7 @@ import type { ChangeContext, Deps } from "../../deps.ts";
 import type { Environment } from "../../domain/scopes.ts";
 import { ApiError } from "../../http/errors.ts";
 import type { PageRequest } from "../../http/pagination.ts";
+import { assertIfMatchWithoutEtag, type IfMatch } from "../../http/preconditions.ts";
 import { deviceBlocks } from "../../store/schema/index.ts";
 import { recordAudit } from "../events/service.ts";
 
@@ -106,10 +107,11 @@ export class DeviceBlockService {
    * Lifts a block. The row stays, marked removed, so lifting it again answers 204 and changes
    * nothing, like every other DELETE of the API; an id that never was a block is 404.
    */
-  remove(id: string, ctx: ChangeContext): void {
+  remove(id: string, ifMatch: IfMatch | undefined, ctx: ChangeContext): void {
     this.deps.db.transaction((tx) => {
       const row = tx.select().from(deviceBlocks).where(eq(deviceBlocks.id, id)).get();
       if (!row || row.environment !== ctx.environment) throw ApiError.notFound("device block");
+      assertIfMatchWithoutEtag(ifMatch);
       if (row.removedAt !== null) return;
       tx.update(deviceBlocks).set({ removedAt: this.deps.clock.now() }).where(eq(deviceBlocks.id, id)).run();
       recordAudit(tx, this.deps, ctx, { type: "device_block.removed", target: { type: "device_block", id } });

@@ -1,9 +1,9 @@
 import { createHash, timingSafeEqual } from "node:crypto";
 import { Elysia } from "elysia";
+import { bearerToken } from "../../http/auth.ts";
 import { ApiError } from "../../http/errors.ts";
 import type { Metrics } from "../../http/metrics.ts";
 
-const BEARER = /^Bearer ([^\s]+)$/;
 const digest = (value: string) => createHash("sha256").update(value).digest();
 
 /**
@@ -15,7 +15,7 @@ const digest = (value: string) => createHash("sha256").update(value).digest();
 export const metricsController = (metrics: Metrics, token: string) => {
   const expected = digest(token);
   return new Elysia({ name: "metrics", detail: { hide: true } }).get("/metrics", ({ request }) => {
-    const sent = BEARER.exec(request.headers.get("authorization") ?? "")?.[1];
+    const sent = bearerToken(request.headers.get("authorization"));
     if (sent === undefined || !timingSafeEqual(digest(sent), expected)) {
       throw new ApiError(
         "UNAUTHENTICATED",

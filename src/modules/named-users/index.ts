@@ -4,7 +4,7 @@ import { changeContext } from "../../http/context.ts";
 import { postOnce } from "../../http/idempotency.ts";
 import { parseIfMatch } from "../../http/preconditions.ts";
 import { noContent } from "../../http/respond.ts";
-import { IdempotencyHeaders, IfMatchHeaders } from "../../http/schemas.ts";
+import { IdempotencyHeaders, IfMatchHeaders, NoEtagIfMatchHeaders } from "../../http/schemas.ts";
 import type { Services } from "../../services.ts";
 import { AssignmentListQuery, LicenseUserListQuery, namedUserModels } from "./model.ts";
 import { passkeysController } from "./passkey-routes.ts";
@@ -184,11 +184,15 @@ const managementRoutes = ({ namedUsers, twoFactor, passkeys, licenses, idempoten
     )
     .delete(
       "/license-assignments/:id",
-      ({ caller, params, request }) => {
-        namedUsers.unassign(params.id, changeContext(caller, request));
+      ({ caller, params, headers, request }) => {
+        namedUsers.unassign(params.id, parseIfMatch(headers["if-match"]), changeContext(caller, request));
         return noContent();
       },
-      { scope: "licenses:write", detail: { summary: "Remove a license assignment" } },
+      {
+        scope: "licenses:write",
+        headers: NoEtagIfMatchHeaders,
+        detail: { summary: "Remove a license assignment" },
+      },
     )
     .post(
       "/license-users/:id/two-factor/totp",

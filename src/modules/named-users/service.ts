@@ -6,7 +6,12 @@ import type { Environment } from "../../domain/scopes.ts";
 import { emailField } from "../../http/email-field.ts";
 import { ApiError } from "../../http/errors.ts";
 import type { PageRequest } from "../../http/pagination.ts";
-import { assertIfMatch, type IfMatch, opaqueEtag } from "../../http/preconditions.ts";
+import {
+  assertIfMatch,
+  assertIfMatchWithoutEtag,
+  type IfMatch,
+  opaqueEtag,
+} from "../../http/preconditions.ts";
 import {
   customers,
   licenseAssignments,
@@ -323,10 +328,11 @@ export class NamedUserService {
   }
 
   /** Ends an assignment; the user's devices on the license are refused from their next heartbeat. */
-  unassign(id: string, ctx: ChangeContext): void {
+  unassign(id: string, ifMatch: IfMatch | undefined, ctx: ChangeContext): void {
     this.deps.db.transaction((tx) => {
       const row = tx.select().from(licenseAssignments).where(eq(licenseAssignments.id, id)).get();
       if (!row || row.environment !== ctx.environment) throw ApiError.notFound("license assignment");
+      assertIfMatchWithoutEtag(ifMatch);
       if (row.status === "removed") return;
       tx.update(licenseAssignments)
         .set({ status: "removed", removedAt: this.deps.clock.now() })

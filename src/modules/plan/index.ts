@@ -3,6 +3,7 @@ import { Elysia } from "elysia";
 import { managementAuth } from "../../http/auth.ts";
 import { DateTime, dataOf, Nullable } from "../../http/schemas.ts";
 import type { Services } from "../../services.ts";
+import { PLAN_PATH } from "./plan-route.ts";
 
 const Quota = Type.Object({
   limit: Type.Integer(),
@@ -44,7 +45,7 @@ const PlanReport = Type.Object({
 });
 
 export const planController = ({ planReport }: Services) =>
-  new Elysia({ prefix: "/mgmt/v1/plan", detail: { tags: ["Plan and reports"] } })
+  new Elysia({ prefix: PLAN_PATH, detail: { tags: ["Plan and reports"] } })
     .use(managementAuth)
     .model({ "plan.response": dataOf(PlanReport) })
     .get("", () => ({ data: planReport.report() }), {

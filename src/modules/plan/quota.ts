@@ -1,13 +1,11 @@
 import { nextMonthStart } from "../../domain/months.ts";
 import type { PlanDefinition } from "../../domain/plans.ts";
 import { ApiError } from "../../http/errors.ts";
+import { isPlanReport } from "./plan-route.ts";
 import type { UsageMeter } from "./usage-meter.ts";
 
 export const MANAGEMENT_REQUESTS = "management_requests";
 export const RUNTIME_REQUESTS = "runtime_requests";
-
-/** The one management route the monthly allowance never refuses (spec §4.3). */
-const isExempt = (method: string, path: string) => method === "GET" && path === "/mgmt/v1/plan";
 
 /**
  * A monthly allowance of the plan (`limit` plus `overage`, spec §2.4 `limit_with_overage`),
@@ -48,7 +46,8 @@ class MonthlyAllowance {
 
 /**
  * The monthly Management API allowance: every authenticated management request counts, except
- * GET /mgmt/v1/plan, which keeps answering after the allowance is used up so a vendor can see why.
+ * GET /mgmt/v1/plan (and HEAD, and its path with a trailing slash: plan-route.ts), which keeps
+ * answering after the allowance is used up so a vendor can see why.
  */
 export class ManagementQuota {
   private readonly allowance: MonthlyAllowance;
@@ -58,7 +57,7 @@ export class ManagementQuota {
   }
 
   admit(method: string, path: string, now: Date): void {
-    if (isExempt(method, path)) return;
+    if (isPlanReport(method, path)) return;
     this.allowance.check(now);
     this.allowance.count(now);
   }

@@ -1,5 +1,6 @@
 import { ApiError } from "../../http/errors.ts";
 import { type PlanTerms, planChanges, type WorkspaceService } from "../workspace/service.ts";
+import { isPlanReport } from "./plan-route.ts";
 
 /** How long a plan read by this process is trusted before another process's change is looked for. */
 const MAX_AGE_MS = 1_000;
@@ -27,19 +28,17 @@ export class PlanCache {
   }
 }
 
-/** The one route that answers after the plan has ended, so the vendor can see why (spec §4.1). */
-const isExempt = (method: string, path: string) => method === "GET" && path === "/mgmt/v1/plan";
-
 /**
  * Spec §4.1 and §7.2: once the workspace trial or subscription has ended, every Runtime and
- * Management operation answers 402 PLAN_ENDED, except GET /mgmt/v1/plan.
+ * Management operation answers 402 PLAN_ENDED, except GET /mgmt/v1/plan (and HEAD, and its path
+ * with a trailing slash: plan-route.ts), so the vendor can see why.
  */
 export class PlanGate {
   constructor(private readonly plans: PlanCache) {}
 
   admit(method: string, path: string, now: Date): void {
     const terms = this.plans.current();
-    if (terms.endsAt === null || now.getTime() < terms.endsAt.getTime() || isExempt(method, path)) return;
+    if (terms.endsAt === null || now.getTime() < terms.endsAt.getTime() || isPlanReport(method, path)) return;
     throw new ApiError(
       "PLAN_ENDED",
       terms.trial ? "The workspace trial has ended." : "The workspace subscription has ended.",

@@ -35,6 +35,21 @@ export function presentReseller(row: ResellerRow) {
   };
 }
 
+/**
+ * The API name of each column a change can set, as `data.changes` of `reseller.updated` lists it
+ * (`external_ref`, as the reseller object shows it, never the column's `externalRef`).
+ * `archivedAt` follows `status` and is not listed on its own.
+ */
+const CHANGE_NAMES: Partial<Record<keyof ResellerRow, string>> = {
+  name: "name",
+  email: "email",
+  externalRef: "external_ref",
+  organizationLimit: "organization_limit",
+  userLimit: "user_limit",
+  metadata: "metadata",
+  status: "status",
+};
+
 function validMetadata(metadata: Record<string, unknown> | undefined): void {
   const errors = new FieldErrorCollector();
   checkMetadataKeys(metadata, errors);
@@ -121,7 +136,7 @@ export class ResellerService {
       recordAudit(tx, this.deps, ctx, {
         type: "reseller.updated",
         target: { type: "reseller", id },
-        data: { changes: Object.keys(changes).filter((c) => c !== "archivedAt") },
+        data: { changes: Object.keys(changes).flatMap((c) => CHANGE_NAMES[c as keyof ResellerRow] ?? []) },
       });
       return next;
     });
