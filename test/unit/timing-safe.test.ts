@@ -80,7 +80,7 @@ const VERIFIERS: { file: string; checks: string }[] = [
   { file: "src/domain/verification-code.ts", checks: "emailed verification codes (trials, named users)" },
   { file: "src/modules/trials/service.ts", checks: "a trial confirmation's address (HMAC lookup)" },
   { file: "src/modules/metrics/index.ts", checks: "the metrics token" },
-  { file: "src/crypto/keystore.ts", checks: "the keystore's MAC (the passphrase)" },
+  { file: "src/crypto/keystore-document.ts", checks: "the keystore's MAC (the passphrase)" },
 ];
 
 function sourceFiles(dir: string): string[] {
