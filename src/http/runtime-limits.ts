@@ -42,8 +42,8 @@ export interface RuntimeLimitDeps {
   trustForwardedFor: boolean;
   /** 402 once the workspace plan has ended. */
   planGate: { admit(method: string, path: string, now: Date): void };
-  /** The monthly Runtime allowance. */
-  quota: { check(now: Date): void; count(now: Date): void };
+  /** The monthly Runtime allowance: checked and held at admission, settled once answered. */
+  quota: { check(now: Date): void; hold(): void; settle(now: Date, counts: boolean): void };
   /** The license an activation belongs to (it never changes), or null for an unknown activation. */
   licenseOf(activationId: string): string | null;
 }
@@ -165,9 +165,15 @@ export function runtimeLimits(deps: RuntimeLimitDeps) {
         } else {
           admission.device = admitDevice(request, set.headers, now);
         }
-        if (kind.metering !== "never") deps.quota.check(now);
+        const metered = kind.metering !== "never";
+        if (metered) deps.quota.check(now);
         const state = requestState.get(request);
-        if (state) state.runtime = admission;
+        if (state) {
+          // Counted as used until answered (mapResponse), so calls in flight together cannot
+          // pass the allowance's ceiling.
+          if (metered) deps.quota.hold();
+          state.runtime = admission;
+        }
       }),
     )
     .mapResponse({ as: "global" }, ({ request, responseValue, set }) => {
@@ -192,10 +198,13 @@ export function runtimeLimits(deps: RuntimeLimitDeps) {
       if (device && device.proof === "unchecked") {
         chargeFailure(device.address, device.pair, admission.at.getTime());
       }
-      const replayed =
-        responseValue instanceof Response && responseValue.headers.get("idempotent-replayed") === "true";
-      if (countsTowardAllowance(admission.metering, status, state.errorCode, replayed)) {
-        deps.quota.count(admission.at);
+      if (admission.metering !== "never") {
+        const replayed =
+          responseValue instanceof Response && responseValue.headers.get("idempotent-replayed") === "true";
+        deps.quota.settle(
+          admission.at,
+          countsTowardAllowance(admission.metering, status, state.errorCode, replayed),
+        );
       }
     });
 
