@@ -84,6 +84,13 @@ export class GcraLimiter {
     };
   }
 
+  /** `peek(key, nowMs).allowed` without making the decision: for checks on the hot path. */
+  allows(key: string, nowMs: number): boolean {
+    this.sweep(nowMs);
+    const tat = this.tat.get(key);
+    return tat === undefined || tat + this.intervalMs - this.burstMs <= nowMs;
+  }
+
   /**
    * Counts one request against `key` whatever the bucket holds: a request already answered still
    * used the service. Past a full bucket the debt grows by at most one window, so a key that keeps

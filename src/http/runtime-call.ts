@@ -10,6 +10,6 @@ export function runtimeCall(request: Request): RuntimeCall {
     method: request.method,
     pathAndQuery: pathAndQueryOf(request.url),
     rawBody: state?.rawBody ?? new Uint8Array(0),
-    proven: (nowMs) => state?.runtime?.device?.proven(nowMs),
+    proof: state?.runtime?.device,
   };
 }

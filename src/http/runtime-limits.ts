@@ -1,5 +1,6 @@
 import { Elysia } from "elysia";
 import type { Clock } from "../domain/clock.ts";
+import type { ProofHooks } from "../modules/activations/gate.ts";
 import { addressPartition, clientAddress } from "./client-address.ts";
 import { ApiError } from "./errors.ts";
 import {
@@ -16,21 +17,23 @@ import { classifyRuntimeRequest, type RuntimeMetering } from "./runtime-routes.t
 export interface RuntimeAdmission {
   metering: RuntimeMetering;
   at: Date;
-  /** Device-proof calls only: the buckets to charge once the answer shows whether the proof verified. */
+  /** Device-proof calls only: the windows the proof's outcome is charged to (ProofHooks). */
   device?: DeviceAdmission;
 }
 
-interface DeviceAdmission {
-  address: string;
+/**
+ * Where a device-proof call's proof stands, for the windows: not checked yet (or refused before it
+ * was: charged to the failing-proof windows when answered); refused because those windows were
+ * full when it came to be checked (charged nothing); failed or verified (charged then).
+ */
+type ProofState = "unchecked" | "refused" | "failed" | "verified";
+
+/** A device-proof call let through: the windows its proof's outcome is charged to. */
+export interface DeviceAdmission extends ProofHooks {
+  readonly address: string;
   /** The address-and-activation key of the failing-proof windows; null for an unknown activation. */
-  pair: string | null;
-  /** Set by `proven`: the request's device proof verified, so it was charged to the device. */
-  verified: boolean;
-  /**
-   * Charges the activation's and license's windows, or throws RATE_LIMITED; called by the runtime
-   * gate once the proof has verified and its nonce is spent (RuntimeCall.proven).
-   */
-  proven(nowMs: number): void;
+  readonly pair: string | null;
+  readonly proof: ProofState;
 }
 
 export interface RuntimeLimitDeps {
@@ -39,8 +42,8 @@ export interface RuntimeLimitDeps {
   trustForwardedFor: boolean;
   /** 402 once the workspace plan has ended. */
   planGate: { admit(method: string, path: string, now: Date): void };
-  /** The monthly Runtime allowance. */
-  quota: { check(now: Date): void; count(now: Date): void };
+  /** The monthly Runtime allowance: checked and held at admission, settled once answered. */
+  quota: { check(now: Date): void; hold(): void; settle(now: Date, counts: boolean): void };
   /** The license an activation belongs to (it never changes), or null for an unknown activation. */
   licenseOf(activationId: string): string | null;
 }
@@ -63,6 +66,8 @@ export function countsTowardAllowance(
   if (metering === "activation") return status === 201 && !replayed;
   return errorCode !== "LICENSE_REVOKED" && errorCode !== "LICENSE_EXPIRED";
 }
+
+type DeviceWindows = readonly (readonly [GcraLimiter | null, string | null, string])[];
 
 const limiter = (name: string, setting: RateLimitSetting | null) =>
   setting ? new GcraLimiter({ name, ...setting }) : null;
@@ -99,6 +104,53 @@ export function runtimeLimits(deps: RuntimeLimitDeps) {
     : null;
   const byActivation = limiter("runtime-activation", deps.limits.activation);
   const byLicense = limiter("runtime-license", deps.limits.license);
+  // Failures charged to the failing-proof windows so far. Only these charges fill them (time only
+  // empties them), so a call admitted when the count stood where it still stands would be let in
+  // again: its proof check asks them nothing more (one integer comparison on the heartbeat's path).
+  let failures = 0;
+
+  /**
+   * A device-proof call let through (its ProofHooks), a class so that a request allocates no
+   * closures. A batch that fails is run again (group-commit.ts), so each hook may be called twice.
+   */
+  class Admitted implements DeviceAdmission {
+    proof: ProofState = "unchecked";
+
+    constructor(
+      readonly address: string,
+      readonly pair: string | null,
+      /** The activation's and license's windows with their keys and refusal messages. */
+      private readonly windows: DeviceWindows,
+      /** `failures` when it was admitted. */
+      private readonly seen: number,
+    ) {}
+
+    /**
+     * Calls admitted together passed the same look at the failing-proof windows; those whose
+     * proofs failed since have been charged one by one, so the windows are asked again here,
+     * before the activation is read or a signature checked.
+     */
+    checking(nowMs: number): void {
+      if (this.proof === "failed" || this.proof === "verified" || this.seen === failures) return;
+      this.proof = "refused";
+      refuseFailingProofs(this.address, this.pair, nowMs);
+      this.proof = "unchecked";
+    }
+
+    failed(nowMs: number): void {
+      if (this.proof === "failed") return;
+      this.proof = "failed";
+      chargeFailure(this.address, this.pair, nowMs);
+    }
+
+    proven(nowMs: number): void {
+      if (this.proof === "verified") return;
+      this.proof = "verified";
+      // Asked again: calls admitted together have been charged one by one since.
+      deviceWindows(this.windows, nowMs);
+      for (const [bucket, key] of this.windows) if (bucket && key !== null) bucket.charge(key, nowMs);
+    }
+  }
 
   return new Elysia({ name: "runtime-limits" })
     .onRequest(
@@ -113,9 +165,15 @@ export function runtimeLimits(deps: RuntimeLimitDeps) {
         } else {
           admission.device = admitDevice(request, set.headers, now);
         }
-        if (kind.metering !== "never") deps.quota.check(now);
+        const metered = kind.metering !== "never";
+        if (metered) deps.quota.check(now);
         const state = requestState.get(request);
-        if (state) state.runtime = admission;
+        if (state) {
+          // Counted as used until answered (mapResponse), so calls in flight together cannot
+          // pass the allowance's ceiling.
+          if (metered) deps.quota.hold();
+          state.runtime = admission;
+        }
       }),
     )
     .mapResponse({ as: "global" }, ({ request, responseValue, set }) => {
@@ -132,23 +190,21 @@ export function runtimeLimits(deps: RuntimeLimitDeps) {
           : typeof set.status === "number"
             ? set.status
             : 200;
+      // A request whose proof was never checked (malformed or missing headers, a body refused
+      // before the proof, our own failure) says nothing about who sent it: it goes to the
+      // failing-proof windows of the sender's address, never to the activation it names. One
+      // whose proof was checked was charged then (Admitted).
       const device = admission.device;
-      // A request whose proof never verified (malformed or missing headers, a body refused before
-      // the proof, an unknown activation, a forged or replayed proof, clock skew) says nothing
-      // about who sent it: it goes to the failing-proof windows of the sender's address, never to
-      // the activation it names. A verified one was charged to its device when it verified.
-      if (device && !device.verified) {
-        const nowMs = admission.at.getTime();
-        failedProofs?.charge(device.address, nowMs);
-        if (device.pair !== null) {
-          failedPairs?.charge(device.pair, nowMs);
-          failedLately?.charge(device.pair, nowMs);
-        }
+      if (device && device.proof === "unchecked") {
+        chargeFailure(device.address, device.pair, admission.at.getTime());
       }
-      const replayed =
-        responseValue instanceof Response && responseValue.headers.get("idempotent-replayed") === "true";
-      if (countsTowardAllowance(admission.metering, status, state.errorCode, replayed)) {
-        deps.quota.count(admission.at);
+      if (admission.metering !== "never") {
+        const replayed =
+          responseValue instanceof Response && responseValue.headers.get("idempotent-replayed") === "true";
+        deps.quota.settle(
+          admission.at,
+          countsTowardAllowance(admission.metering, status, state.errorCode, replayed),
+        );
       }
     });
 
@@ -162,15 +218,17 @@ export function runtimeLimits(deps: RuntimeLimitDeps) {
 
   /**
    * A device-proof call is let through while its activation's and license's windows have room,
-   * and charged to them once its answer shows the proof verified (mapResponse above). Failing
-   * calls cost a signature check each (or, for an unknown activation, a primary-key read), so they
-   * are limited too, without letting a sender refuse devices that share its address:
+   * and charged to them once its proof verifies (Admitted.proven). Failing calls cost a signature
+   * check each (or, for an unknown activation, a primary-key read), so they are limited too,
+   * without letting a sender refuse devices that share its address:
    * - per address and activation named (`runtime-activation-unproven`): forging proofs in a
    *   device's name slows that device only from the forger's own address;
    * - per address (`runtime-ip-unproven`), all failures together. Past it, requests naming no
    *   known activation are refused, and a known activation is refused only if it failed from that
    *   address within the last window: one more signature check per known activation per window
    *   at most, while an activation that has not failed there (a genuine device) goes on.
+   * Both are asked here and again as the proof is checked, and charged as it fails, one call at a
+   * time (Admitted), so calls in flight together cannot overrun them.
    */
   function admitDevice(
     request: Request,
@@ -185,29 +243,7 @@ export function runtimeLimits(deps: RuntimeLimitDeps) {
       activationId !== null && (byLicense || failedProofs) ? deps.licenseOf(activationId) : null;
     // Only activations that exist get a key of their own, so made-up ids cannot fill the maps.
     const pair = licenseId !== null ? `${address} ${activationId}` : null;
-    if (failedProofs) {
-      const decision = failedProofs.peek(address, nowMs);
-      if (!decision.allowed) {
-        const lately = pair !== null && failedLately ? failedLately.peek(pair, nowMs) : null;
-        if (lately === null || !lately.allowed) {
-          const retryAfterSec = Math.min(decision.retryAfterSec, lately?.retryAfterSec ?? Infinity);
-          throw refused("Too many requests with failing device proofs from this address.", failedProofs, {
-            ...decision,
-            retryAfterSec,
-          });
-        }
-      }
-    }
-    if (pair !== null && failedPairs) {
-      const decision = failedPairs.peek(pair, nowMs);
-      if (!decision.allowed) {
-        throw refused(
-          "Too many requests with failing device proofs for this activation from this address.",
-          failedPairs,
-          decision,
-        );
-      }
-    }
+    refuseFailingProofs(address, pair, nowMs);
     const windows = [
       [byActivation, activationId, "Too many requests for this activation."],
       [byLicense, licenseId, "Too many requests for this license."],
@@ -215,24 +251,45 @@ export function runtimeLimits(deps: RuntimeLimitDeps) {
     // Refused before the body is read while a window is already full; charged only on `proven`.
     const shown = deviceWindows(windows, nowMs);
     if (shown) Object.assign(headers, shown.limiter.headers(shown.decision));
-    const admission: DeviceAdmission = {
-      address,
-      pair,
-      verified: false,
-      proven(at) {
-        if (admission.verified) return;
-        admission.verified = true;
-        // Asked again: calls admitted together have been charged one by one since.
-        deviceWindows(windows, at);
-        for (const [bucket, key] of windows) if (bucket && key !== null) bucket.charge(key, at);
-      },
-    };
-    return admission;
+    return new Admitted(address, pair, windows, failures);
+  }
+
+  /** Throws while the failing-proof windows refuse a call from `address` naming `pair` (admitDevice). */
+  function refuseFailingProofs(address: string, pair: string | null, nowMs: number): void {
+    if (
+      failedProofs &&
+      !failedProofs.allows(address, nowMs) &&
+      (pair === null || !failedLately || !failedLately.allows(pair, nowMs))
+    ) {
+      const decision = failedProofs.peek(address, nowMs);
+      const lately = pair !== null && failedLately ? failedLately.peek(pair, nowMs) : null;
+      const retryAfterSec = Math.min(decision.retryAfterSec, lately?.retryAfterSec ?? Infinity);
+      throw refused("Too many requests with failing device proofs from this address.", failedProofs, {
+        ...decision,
+        retryAfterSec,
+      });
+    }
+    if (pair !== null && failedPairs && !failedPairs.allows(pair, nowMs)) {
+      throw refused(
+        "Too many requests with failing device proofs for this activation from this address.",
+        failedPairs,
+        failedPairs.peek(pair, nowMs),
+      );
+    }
+  }
+
+  function chargeFailure(address: string, pair: string | null, nowMs: number): void {
+    failures++;
+    failedProofs?.charge(address, nowMs);
+    if (pair !== null) {
+      failedPairs?.charge(pair, nowMs);
+      failedLately?.charge(pair, nowMs);
+    }
   }
 
   /** Throws for the first full window; else the one closest to refusing (what a client needs to see). */
   function deviceWindows(
-    windows: readonly (readonly [GcraLimiter | null, string | null, string])[],
+    windows: DeviceWindows,
     nowMs: number,
   ): { limiter: GcraLimiter; decision: RateLimitDecision } | null {
     let shown: { limiter: GcraLimiter; decision: RateLimitDecision } | null = null;

@@ -1,7 +1,7 @@
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, test } from "bun:test";
 import { machineInfoDigest } from "../../src/modules/activations/machine.ts";
 import { TestDevice } from "../support/device.ts";
-import { createTestContext, type TestContext } from "../support/harness.ts";
+import { type CallResult, createTestContext, type TestContext } from "../support/harness.ts";
 import {
   activatedDevice,
   heartbeatPath,
@@ -195,6 +195,59 @@ describe("the allowance used up", () => {
     });
     expect(full.status).toBe(200);
     expect(await used()).toBe(2);
+  });
+
+  /** Answers by status and, for refusals, by what refused them. */
+  const tally = (answers: CallResult[]) => {
+    const counts: Record<string, number> = {};
+    for (const answer of answers) {
+      const details = answer.body.error?.details;
+      const key = answer.status === 429 ? `429 ${details.quota ?? details.policy}` : String(answer.status);
+      counts[key] = (counts[key] ?? 0) + 1;
+    }
+    return counts;
+  };
+
+  test("check-ins sent at once with five calls left: five are answered and the rest refused, and the month stops at the ceiling", async () => {
+    seedNextMonth(CEILING - 6);
+    const { device, activationId } = await activatedDevice(t, fx);
+    const answers = await Promise.all(Array.from({ length: 20 }, () => beat(device, activationId)));
+    expect(tally(answers)).toEqual({ "200": 5, "429 runtime_requests": 15 });
+    expect(await used()).toBe(CEILING);
+    expect((await time()).status).toBe(429);
+  });
+
+  test("activations sent at once with three calls left: three are created and the rest refused", async () => {
+    seedNextMonth(CEILING - 3);
+    const answers = await Promise.all(
+      Array.from({ length: 10 }, (_, i) =>
+        t.call("POST", "/runtime/v1/activations", {
+          key: null,
+          body: new TestDevice().activationBody({
+            licenseKey: fx.licenseKey,
+            productId: fx.productId,
+            clientTime: Math.floor(t.clock.now().getTime() / 1000),
+          }),
+          headers: { "idempotency-key": `quota-burst-${String(i).padStart(4, "0")}` },
+        }),
+      ),
+    );
+    expect(tally(answers)).toEqual({ "201": 3, "429 runtime_requests": 7 });
+    expect(await used()).toBe(CEILING);
+    const listed = await t.call("GET", `/mgmt/v1/licenses/${fx.licenseId}/activations`);
+    expect(listed.body.data).toHaveLength(3);
+  });
+
+  test("calls in flight count as used until answered; one whose answer does not count gives its place back", async () => {
+    seedNextMonth(CEILING - 2);
+    const { device, activationId } = await activatedDevice(t, fx);
+    await t.call("DELETE", `/mgmt/v1/licenses/${fx.licenseId}`);
+    const answers = await Promise.all(Array.from({ length: 5 }, () => beat(device, activationId)));
+    // Only one place was left, and the first took it while in flight.
+    expect(tally(answers)).toEqual({ "403": 1, "429 runtime_requests": 4 });
+    expect(answers.find((a) => a.status === 403)?.body.error.code).toBe("LICENSE_REVOKED");
+    expect((await time()).status).toBe(200);
+    expect(await used()).toBe(CEILING);
   });
 
   test("a new activation is refused too, and nothing is created", async () => {

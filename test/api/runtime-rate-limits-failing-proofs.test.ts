@@ -1,7 +1,7 @@
 import { afterEach, describe, expect, test } from "bun:test";
 import { machineInfoDigest } from "../../src/modules/activations/machine.ts";
 import { TestDevice } from "../support/device.ts";
-import { createTestContext, type TestContext } from "../support/harness.ts";
+import { type CallResult, createTestContext, type TestContext } from "../support/harness.ts";
 import { expectRateLimited } from "../support/rate-limits.ts";
 import {
   activatedDevice,
@@ -93,6 +93,104 @@ describe("failing device proofs", () => {
       2,
       60,
     );
+  });
+
+  /** Answers by status and, for refusals, by the window that refused them. */
+  const tally = (answers: CallResult[]) => {
+    const counts: Record<string, number> = {};
+    for (const answer of answers) {
+      const key = answer.status === 429 ? `429 ${answer.body.error.details.policy}` : String(answer.status);
+      counts[key] = (counts[key] ?? 0) + 1;
+    }
+    return counts;
+  };
+
+  test("forged proofs sent at once naming one activation get only its failing-proof window of signature checks: of twenty with a window of two, two are checked and eighteen refused", async () => {
+    t = createTestContext({
+      runtimeRateLimits: { ip: { limit: 10, windowSec: 60 }, activation: { limit: 2, windowSec: 60 } },
+    });
+    const fx = await runtimeFixture(t, { policy: { max_machines: 5 } });
+    const victim = await activatedDevice(t, fx);
+    const attacker = new TestDevice();
+    const from = "203.0.113.70";
+    const answers = await Promise.all(
+      Array.from({ length: 20 }, () => heartbeatFrom(attacker, victim.activationId, from)),
+    );
+    expect(tally(answers)).toEqual({ "401": 2, "429 runtime-activation-unproven": 18 });
+    expectRateLimited(
+      answers.find((a) => a.status === 429) as CallResult,
+      "runtime-activation-unproven",
+      2,
+      60,
+    );
+    // The refusals were not charged: the window refills at one check per 30 s, as after two failures.
+    t.clock.advance(30);
+    expect((await heartbeatFrom(attacker, victim.activationId, from)).status).toBe(401);
+    expect((await heartbeatFrom(attacker, victim.activationId, from)).status).toBe(429);
+  });
+
+  test("a captured check-in replayed at once is answered once; the replays get only the failing-proof window of checks", async () => {
+    t = createTestContext({
+      runtimeRateLimits: { ip: { limit: 10, windowSec: 60 }, activation: { limit: 2, windowSec: 60 } },
+    });
+    const fx = await runtimeFixture(t);
+    const { device, activationId } = await activatedDevice(t, fx);
+    const text = JSON.stringify({ machine_info_digest: DIGEST });
+    const path = heartbeatPath(activationId);
+    const headers = {
+      "content-type": "application/json",
+      ...device.proofHeaders("POST", path, activationId, text, { timestamp: nowSec(t) }),
+    };
+    const answers = await Promise.all(
+      Array.from({ length: 10 }, () =>
+        t.call("POST", path, { key: null, rawBody: text, clientAddress: "203.0.113.71", headers }),
+      ),
+    );
+    expect(tally(answers)).toEqual({ "200": 1, "401": 2, "429 runtime-activation-unproven": 7 });
+    for (const replay of answers.filter((a) => a.status === 401))
+      expect(replay.body.error.details.reason).toBe("replayed");
+  });
+
+  test("failing proofs sent at once from one address get only the address's window: made-up ids and a known activation are checked three times in twenty with a window of three, and a genuine device sent among them goes on", async () => {
+    t = createTestContext({ runtimeRateLimits: { ip: { limit: 3, windowSec: 60 } } });
+    const fx = await runtimeFixture(t, { policy: { max_machines: 5 } });
+    const known = await activatedLater(fx);
+    const genuine = await activatedLater(fx);
+    const attacker = new TestDevice();
+    const from = "198.51.100.91";
+    const madeUp = await Promise.all(
+      Array.from({ length: 20 }, (_, i) =>
+        heartbeatFrom(attacker, `act_${String(i).padStart(28, "0")}`, from),
+      ),
+    );
+    expect(tally(madeUp)).toEqual({ "404": 3, "429 runtime-ip-unproven": 17 });
+
+    t.clock.advance(120);
+    const [own, ...forged] = await Promise.all([
+      heartbeatFrom(genuine.device, genuine.activationId, from),
+      ...Array.from({ length: 20 }, () => heartbeatFrom(attacker, known.activationId, from)),
+    ]);
+    // The first failure marks the activation as failed from here: no more checks once the
+    // address's window is used up.
+    expect(tally(forged)).toEqual({ "401": 3, "429 runtime-ip-unproven": 17 });
+    expect(own?.status).toBe(200);
+  });
+
+  test("forged proofs sent at once naming several known activations get at most the address's window plus one check per activation", async () => {
+    t = createTestContext({ runtimeRateLimits: { ip: { limit: 3, windowSec: 60 } } });
+    const fx = await runtimeFixture(t, { policy: { max_machines: 5 } });
+    const known = [await activatedLater(fx), await activatedLater(fx), await activatedLater(fx)];
+    const attacker = new TestDevice();
+    const answers = await Promise.all(
+      Array.from({ length: 30 }, (_, i) =>
+        heartbeatFrom(attacker, known[i % 3]!.activationId, "198.51.100.92"),
+      ),
+    );
+    const checked = answers.filter((a) => a.status === 401).length;
+    // Which activations the first three failures named decides how many get one more: 3 to 5.
+    expect(checked).toBeGreaterThanOrEqual(3);
+    expect(checked).toBeLessThanOrEqual(3 + known.length - 1);
+    expect(tally(answers)["429 runtime-ip-unproven"]).toBe(30 - checked);
   });
 
   test("once an address's failing proofs use up its window, each activation gets at most one failing proof check per window from it", async () => {

@@ -107,6 +107,18 @@ describe("GCRA peek and charge", () => {
     expect(limiter.peek("k", 80_000).allowed).toBe(true);
   });
 
+  test("allows answers what peek does, changing nothing", () => {
+    const limiter = new GcraLimiter({ name: "t", limit: 7, windowSec: 60 });
+    for (let charged = 0; charged < 12; charged++) {
+      for (const at of [0, 1, 8_570, 8_572, 30_000, 60_000, 120_000]) {
+        expect(limiter.allows("k", at)).toBe(limiter.peek("k", at).allowed);
+      }
+      limiter.charge("k", 0);
+    }
+    expect(limiter.allows("other", 0)).toBe(true);
+    expect(limiter.size).toBe(1);
+  });
+
   test("check is peek and charge together", () => {
     const limiter = new GcraLimiter(policy);
     expect([1, 2, 3, 4].map(() => limiter.check("k", 0).allowed)).toEqual([true, true, true, false]);

@@ -20,13 +20,30 @@ export interface RuntimeCall {
   method: string;
   pathAndQuery: string;
   rawBody: Uint8Array;
+  /** The burst windows' side of the device proof (device-proof routes that went through them). */
+  proof?: ProofHooks;
+}
+
+/**
+ * What the burst windows do as a device proof is checked (runtime-limits.ts). `authenticate` calls
+ * them in step with the check, synchronously (in the shared commit's one-at-a-time run where there
+ * is one), so calls sent together are asked and charged one by one: the windows hold exactly,
+ * whatever is in flight.
+ */
+export interface ProofHooks {
   /**
-   * Called once the device proof has verified and its nonce is spent: charges the request to its
-   * activation's and license's burst windows, or throws RATE_LIMITED when they are full. Charging
-   * here, in the shared commit's one-at-a-time run, makes parallel calls count exactly, and only a
-   * verified proof can spend a device's window (runtime-limits.ts).
+   * Before the activation is read and the proof checked: throws RATE_LIMITED while the sender's
+   * failing-proof windows are full (asked again only if failures were charged since admission).
    */
-  proven?: (nowMs: number) => void;
+  checking(nowMs: number): void;
+  /** The proof failed (unknown activation, clock skew, signature, replay): charges those windows. */
+  failed(nowMs: number): void;
+  /**
+   * The proof verified and its nonce is spent: charges the request to its activation's and
+   * license's windows, or throws RATE_LIMITED when they are full. Only a verified proof can spend
+   * a device's window.
+   */
+  proven(nowMs: number): void;
 }
 
 /** What the controller needs to sign a success: the data, and the product and nonce it answers. */
@@ -93,24 +110,35 @@ export class RuntimeGate {
    * the clock window, the signature, then the nonce. Answers 404 for an unknown activation.
    */
   authenticate(activationId: string | null, proof: DeviceProofHeaders, call: RuntimeCall, target: Target) {
-    if (activationId !== null && proof.activationId !== activationId)
-      throw proofInvalid("activation_mismatch");
-    const activation = this.byId.activation(proof.activationId);
-    if (!activation) throw ApiError.notFound("activation");
-    Object.assign(target, {
-      environment: activation.environment,
-      productId: activation.productId,
-      licenseId: activation.licenseId,
-      activationId: activation.id,
-    });
     const now = this.deps.clock.now();
-    this.proofs.verify(
-      proof,
-      { method: call.method, pathAndQuery: call.pathAndQuery, body: call.rawBody },
-      this.deviceKey(activation.deviceSigningKey),
-      unixSeconds(now),
-    );
-    call.proven?.(now.getTime());
+    const nowMs = now.getTime();
+    const hooks = call.proof;
+    hooks?.checking(nowMs);
+    let activation: ActivationRow | undefined;
+    try {
+      if (activationId !== null && proof.activationId !== activationId)
+        throw proofInvalid("activation_mismatch");
+      activation = this.byId.activation(proof.activationId);
+      if (!activation) throw ApiError.notFound("activation");
+      Object.assign(target, {
+        environment: activation.environment,
+        productId: activation.productId,
+        licenseId: activation.licenseId,
+        activationId: activation.id,
+      });
+      this.proofs.verify(
+        proof,
+        { method: call.method, pathAndQuery: call.pathAndQuery, body: call.rawBody },
+        this.deviceKey(activation.deviceSigningKey),
+        unixSeconds(now),
+      );
+    } catch (error) {
+      // Charged now, before the next call of the run is checked. Our own failures (not an
+      // ApiError) are charged if answered: a batch that fails is run again, and may succeed.
+      if (error instanceof ApiError) hooks?.failed(nowMs);
+      throw error;
+    }
+    hooks?.proven(nowMs);
     const license = this.byId.license(activation.licenseId);
     if (!license) throw new Error(`activation ${activation.id} has no license`);
     return {

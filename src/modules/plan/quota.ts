@@ -19,12 +19,15 @@ class MonthlyAllowance {
     private readonly plan: () => PlanDefinition,
   ) {}
 
-  /** Throws 429 RATE_LIMITED once the month's allowance, overage included, is used up. */
-  check(now: Date): void {
+  /**
+   * Throws 429 RATE_LIMITED once the month's allowance, overage included, is used up, taking
+   * `pending` requests that may still count as used.
+   */
+  check(now: Date, pending = 0): void {
     const quota = this.plan().quotas[this.metric];
     if (!quota) return;
     const ceiling = quota.limit + quota.overage;
-    if (this.meter.used(this.metric, now) < ceiling) return;
+    if (this.meter.used(this.metric, now) + pending < ceiling) return;
     const resetsAt = nextMonthStart(now);
     throw new ApiError(
       "RATE_LIMITED",
@@ -67,19 +70,34 @@ export class ManagementQuota {
  * The monthly Runtime API allowance. Unlike management requests, a runtime request is counted
  * only once its answer is known (a LICENSE_REVOKED answer does not count, spec §4.2 rule 1), so
  * checking and counting are separate steps; see src/http/runtime-limits.ts for which answers count.
+ * Between them the request holds a place: requests let through and not answered yet count as used,
+ * so calls in flight together (device calls wait for a shared commit) cannot pass the ceiling.
  */
 export class RuntimeQuota {
   private readonly allowance: MonthlyAllowance;
+  /**
+   * Places held by requests in flight. Not per month: at the turn of a month the last month's few
+   * stand in the new one's way until answered, while that month has nearly all of it left.
+   */
+  private held = 0;
 
   constructor(meter: UsageMeter, plan: () => PlanDefinition) {
     this.allowance = new MonthlyAllowance(RUNTIME_REQUESTS, "Runtime API", meter, plan);
   }
 
+  /** Throws 429 RATE_LIMITED once the allowance is used up, places held included. */
   check(now: Date): void {
-    this.allowance.check(now);
+    this.allowance.check(now, this.held);
   }
 
-  count(now: Date): void {
-    this.allowance.count(now);
+  /** A request let through holds a place until `settle`, which must follow exactly once. */
+  hold(): void {
+    this.held++;
+  }
+
+  /** The answer to a held request is out: gives its place back and counts it if it counts. */
+  settle(now: Date, counts: boolean): void {
+    if (this.held > 0) this.held--;
+    if (counts) this.allowance.count(now);
   }
 }
