@@ -1,59 +1,50 @@
-import { closeSync, openSync, readFileSync, statSync, unlinkSync, writeSync } from "node:fs";
+import { Database } from "bun:sqlite";
+import { readFileSync, statSync, unlinkSync } from "node:fs";
 
 const LOCK_WAIT_MS = 5_000;
-/** A lock older than this was left by a process that died while holding it. */
-const STALE_LOCK_MS = 30_000;
 
 /**
- * An exclusive lock file (O_EXCL) around a keystore write, shared by every process on the data
- * dir. It holds the holder's pid, so a lock left by a process that was killed (kill -9, OOM) is
- * taken over at once instead of blocking keystore writes, and the restarted server, for 30 s.
+ * An exclusive lock around a keystore write, shared by every process on the data dir: SQLite's
+ * own lock (a POSIX record lock) on a small file beside the keystore, as `serve.lock` is. The
+ * kernel holds it for the process and lets go when the process ends in any way (kill -9, OOM), so
+ * nothing is ever stale; and it holds across PID namespaces, where a pid written into a lock file
+ * means nothing (a command in one container and the server in another, each PID 1, sharing the
+ * data volume). A holder is waited for up to 5 s, then `timedOut()` is thrown.
  */
 export function withLock<T>(lockPath: string, work: () => T, timedOut: () => Error): T {
-  const deadline = Date.now() + LOCK_WAIT_MS;
-  for (;;) {
-    try {
-      const fd = openSync(lockPath, "wx", 0o600);
-      try {
-        writeSync(fd, String(process.pid));
-      } finally {
-        closeSync(fd);
-      }
-      break;
-    } catch (error) {
-      if ((error as NodeJS.ErrnoException).code !== "EEXIST") throw error;
-      try {
-        if (lockIsStale(lockPath)) unlinkSync(lockPath);
-      } catch {
-        // The holder released it between our calls; try again.
-      }
-      if (Date.now() > deadline) throw timedOut();
-      Bun.sleepSync(10);
-    }
-  }
+  // A lock file of an older version (a pid in text, created and deleted around each write) is
+  // not a database: one left by a crash is removed. Nothing of this version writes such a file.
+  if (isOldLockFile(lockPath)) unlinkSync(lockPath);
+  const db = new Database(lockPath, { create: true, strict: true });
   try {
-    return work();
+    try {
+      // First: setting the journal mode already waits for a holder's lock.
+      db.run(`PRAGMA busy_timeout = ${LOCK_WAIT_MS}`);
+      // Nothing is ever written to it: without this, each lock left a `-journal` file beside it.
+      db.run("PRAGMA journal_mode = MEMORY");
+      db.run("BEGIN EXCLUSIVE");
+    } catch (error) {
+      if ((error as { code?: string }).code === "SQLITE_BUSY") throw timedOut();
+      throw error;
+    }
+    try {
+      return work();
+    } finally {
+      db.run("ROLLBACK");
+    }
   } finally {
-    unlinkSync(lockPath);
+    db.close();
   }
 }
 
-/**
- * Old enough, or its holder is gone. The holder is a process on this machine (the data dir is
- * local); a lock bearing this process's own pid is stale too, since keystore writes are
- * synchronous and never nest (a container restarts its server with the same pid). A lock without
- * a pid yet (its holder between create and write) is judged by age only.
- */
-function lockIsStale(lockPath: string): boolean {
-  if (Date.now() - statSync(lockPath).mtimeMs > STALE_LOCK_MS) return true;
-  const pid = Number(readFileSync(lockPath, "utf8"));
-  if (!Number.isInteger(pid) || pid <= 0) return false;
-  if (pid === process.pid) return true;
+function isOldLockFile(lockPath: string): boolean {
   try {
-    process.kill(pid, 0);
+    return (
+      statSync(lockPath).size > 0 &&
+      statSync(lockPath).size < 32 &&
+      /^\d*$/.test(readFileSync(lockPath, "utf8"))
+    );
+  } catch {
     return false;
-  } catch (error) {
-    // EPERM: alive, run by another user.
-    return (error as NodeJS.ErrnoException).code === "ESRCH";
   }
 }

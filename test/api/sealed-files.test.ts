@@ -1,5 +1,5 @@
 import { afterEach, beforeEach, describe, expect, test } from "bun:test";
-import { closeSync, openSync, readFileSync, unlinkSync, writeFileSync } from "node:fs";
+import { readFileSync, writeFileSync } from "node:fs";
 import { createApp } from "../../src/app.ts";
 import { keyIdOf } from "../../src/crypto/keys.ts";
 import { Keystore } from "../../src/crypto/keystore.ts";
@@ -9,6 +9,7 @@ import { sweepOnce } from "../../src/jobs/sweeper.ts";
 import { SealingKeyError, SealingKeyLifecycle } from "../../src/modules/sealed-files/lifecycle.ts";
 import { createServices } from "../../src/services.ts";
 import { BASE_URL, createTestContext, type TestContext } from "../support/harness.ts";
+import { holdKeystoreLock } from "../support/keystore-lock.ts";
 
 /** GET/POST /mgmt/v1/products/{id}/sealed-files: status, one-way enabling, and its refusals. */
 let t: TestContext;
@@ -136,8 +137,7 @@ describe("what stops enabling", () => {
   });
 
   test("a keystore held by another process answers 503 SEALED_FILES_KEY_UNAVAILABLE, retryable, and creates nothing", async () => {
-    const lock = `${t.deps.keystore.path}.lock`;
-    closeSync(openSync(lock, "wx"));
+    const release = holdKeystoreLock(t.deps.keystore.path);
     try {
       const response = await t.call("POST", path());
       expect([response.status, response.body.error.code, response.body.error.retryable]).toEqual([
@@ -146,7 +146,7 @@ describe("what stops enabling", () => {
         true,
       ]);
     } finally {
-      unlinkSync(lock);
+      release();
     }
     expect((await t.call("GET", path())).body.data.status).toBe("disabled");
     expect(enabledEvents()).toBe(0);

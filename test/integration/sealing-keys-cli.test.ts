@@ -1,15 +1,5 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import {
-  closeSync,
-  existsSync,
-  mkdtempSync,
-  openSync,
-  readFileSync,
-  renameSync,
-  rmSync,
-  unlinkSync,
-  writeFileSync,
-} from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createApp } from "../../src/app.ts";
@@ -27,6 +17,7 @@ import { createServices } from "../../src/services.ts";
 import { checkStore } from "../../src/store/backup.ts";
 import { openStore, type Store } from "../../src/store/db.ts";
 import { runInProcess } from "../support/in-process-cli.ts";
+import { holdKeystoreLock } from "../support/keystore-lock.ts";
 import { managementRequest } from "../support/management-request.ts";
 import { MACHINE } from "../support/offline.ts";
 
@@ -460,14 +451,14 @@ describe("a compromise whose keystore removal cannot happen", () => {
     const others = keyRows().filter((k) => k.key_id !== target);
     const audits = auditRows().length;
 
-    // Held by a process that does not let go (no pid in it, so not taken over as stale).
+    // Held by a process that does not let go.
     const lock = `${keystorePath}.lock`;
-    closeSync(openSync(lock, "wx"));
+    const release = holdKeystoreLock(keystorePath);
     let run: Awaited<ReturnType<typeof cli>>;
     try {
       run = await cli(["retire", "--product", productId, "--key", target, "--compromised", "--json"]);
     } finally {
-      unlinkSync(lock);
+      release();
     }
     expect(run).toEqual({
       code: 1,
