@@ -26,7 +26,15 @@ import {
 } from "../store/backup.ts";
 import { UsageError } from "./args.ts";
 import { fsyncDir } from "./init.ts";
-import { CliError, type Command, err, JSON_OPTION, out, resolvePassphrase } from "./shared.ts";
+import {
+  CliError,
+  type Command,
+  err,
+  JSON_OPTION,
+  out,
+  readSecretLine,
+  resolvePassphrase,
+} from "./shared.ts";
 
 export const STORE = "licensing.db";
 export const KEYSTORE = "keystore.json";
@@ -75,6 +83,7 @@ export function takeBackup(
     if (options.includePassphrase) {
       writeFileSync(join(staging, PASSPHRASE), `${passphrase}\n`, { mode: 0o600, flag: "wx" });
       fsyncFile(join(staging, PASSPHRASE));
+      proveRestorable(staging, passphrase);
     }
     const files: BackupManifest["files"] = {};
     for (const name of [STORE, KEYSTORE, ...(options.includePassphrase ? [PASSPHRASE] : [])]) {
@@ -100,6 +109,32 @@ export function takeBackup(
     rmSync(staging, { recursive: true, force: true });
     throw error;
   }
+}
+
+/**
+ * The backup's passphrase file, read as restore reads it (trailing line breaks dropped), must open
+ * the backup's keystore copy: a passphrase that ends in CR or LF (possible only from
+ * LICENSING_KEYSTORE_PASSPHRASE, for a keystore sealed before init refused it) does not survive the
+ * file, and a backup that restore cannot open must not be reported as written.
+ */
+function proveRestorable(staging: string, passphrase: string): void {
+  let opens = false;
+  try {
+    const readBack = readSecretLine(join(staging, PASSPHRASE), "the passphrase file");
+    // The same text already opened this keystore copy (openVerified): no second key derivation.
+    if (readBack !== passphrase) Keystore.open(join(staging, KEYSTORE), readBack);
+    opens = true;
+  } catch (error) {
+    if (!(error instanceof KeystoreError || error instanceof CliError)) throw error;
+  }
+  if (opens) return;
+  const why = /[\r\n]$/.test(passphrase)
+    ? "the passphrase ends in a line break (CR or LF), which a passphrase file cannot hold"
+    : "the passphrase read back from the file does not open the keystore";
+  throw new CliError(
+    `cannot include the passphrase: ${why}, so restore could not open this backup; ` +
+      "run the backup without --include-passphrase and keep the passphrase, exactly as it is, elsewhere",
+  );
 }
 
 export function openVerified(path: string, passphrase: string, what: string): Keystore {
