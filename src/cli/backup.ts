@@ -11,7 +11,7 @@ import {
   statSync,
   writeFileSync,
 } from "node:fs";
-import { dirname, isAbsolute, join, normalize } from "node:path";
+import { dirname, join, resolve } from "node:path";
 import pkg from "../../package.json" with { type: "json" };
 import { type Config, dataPaths } from "../config.ts";
 import { Keystore, KeystoreError } from "../crypto/keystore.ts";
@@ -155,8 +155,11 @@ function readOnly<T>(path: string, work: (sqlite: Database) => T): T {
   }
 }
 
-export const resolvePath = (path: string, cwd: string) =>
-  normalize(isAbsolute(path) ? path : join(cwd, path));
+/**
+ * An absolute path without a trailing separator (`OUT/`, as tab completion writes a directory):
+ * backup names its staging folder `${OUT}.partial-*`, which must land beside OUT, not inside it.
+ */
+export const resolvePath = (path: string, cwd: string) => resolve(cwd, path);
 
 export function onePositional(positionals: readonly string[], what: string): string {
   const [first, extra] = positionals;

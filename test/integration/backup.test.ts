@@ -107,6 +107,31 @@ describe("backup", () => {
     expect(readdirSync(scratch)).toEqual(["taken"]);
   });
 
+  test("into OUT/ with a trailing slash writes OUT, whether OUT is new or an empty directory", async () => {
+    const env = { LICENSING_KEYSTORE_PASSPHRASE: PASSPHRASE };
+    const fresh = await runInProcess(["backup", "new/", "--data-dir", t.dir], scratch, env);
+    expect([fresh.code, fresh.stdout]).toEqual([
+      0,
+      expect.stringContaining(`Backup written to ${join(scratch, "new")}:`),
+    ]);
+    mkdirSync(join(scratch, "empty"));
+    const empty = await runInProcess(
+      ["backup", `${join(scratch, "empty")}//`, "--data-dir", t.dir, "--json"],
+      scratch,
+      env,
+    );
+    expect(empty.code).toBe(0);
+    expect(JSON.parse(empty.stdout).backup_dir).toBe(join(scratch, "empty"));
+    for (const out of ["new", "empty"]) {
+      expect(readdirSync(join(scratch, out)).sort()).toEqual([
+        "backup.json",
+        "keystore.json",
+        "licensing.db",
+      ]);
+    }
+    expect(readdirSync(scratch).sort()).toEqual(["empty", "new"]);
+  });
+
   test("with the wrong passphrase fails, because the keystore copy cannot be verified", () => {
     const out = join(scratch, "wrong");
     expectCliError(
@@ -216,6 +241,16 @@ describe("restore", () => {
     const named = await runInProcess(["restore", "backup"], scratch, { LICENSING_DATA_DIR: "named" });
     expect([named.code, named.stderr]).toEqual([0, ""]);
     expect(existsSync(join(scratch, "named", "licensing.db"))).toBe(true);
+  });
+
+  test("takes IN/ and --data-dir D/ with trailing slashes, and names D without one", async () => {
+    takeBackup(configFor(t.dir), join(scratch, "backup"), { includePassphrase: false });
+    const restore = await runInProcess(["restore", "backup/", "--data-dir", "restored/", "--json"], scratch, {
+      LICENSING_KEYSTORE_PASSPHRASE: PASSPHRASE,
+    });
+    expect([restore.code, restore.stderr]).toEqual([0, ""]);
+    expect(JSON.parse(restore.stdout).data_dir).toBe(join(scratch, "restored"));
+    expect(readdirSync(join(scratch, "restored")).sort()).toEqual(["keystore.json", "licensing.db"]);
   });
 
   test("refuses a non-empty target and leaves it as it was", () => {
