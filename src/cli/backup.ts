@@ -6,12 +6,13 @@ import {
   mkdirSync,
   readdirSync,
   readFileSync,
+  realpathSync,
   renameSync,
   rmSync,
   statSync,
   writeFileSync,
 } from "node:fs";
-import { dirname, join, resolve } from "node:path";
+import { basename, dirname, join, resolve, sep } from "node:path";
 import pkg from "../../package.json" with { type: "json" };
 import { type Config, dataPaths } from "../config.ts";
 import { Keystore, KeystoreError } from "../crypto/keystore.ts";
@@ -65,6 +66,7 @@ export function takeBackup(
     if (!existsSync(path))
       throw new CliError(`no ${what} at ${path}; is ${config.dataDir} a data directory?`);
   }
+  refuseInsideDataDir(outDir, config.dataDir);
   const { passphrase } = resolvePassphrase(config, { generate: false });
   if (existsSync(outDir) && (!statSync(outDir).isDirectory() || readdirSync(outDir).length > 0)) {
     throw new CliError(`${outDir} exists and is not an empty directory; choose a new place for the backup`);
@@ -108,6 +110,48 @@ export function takeBackup(
   } catch (error) {
     rmSync(staging, { recursive: true, force: true });
     throw error;
+  }
+}
+
+/**
+ * A backup in the data directory is refused, as `offline issue` refuses a package there: the
+ * directory holds only the service's own files, and some names break the install (a
+ * `.restore-*` folder makes serve refuse to start, `keystore.json.lock` blocks keystore writes).
+ * Links are followed, for OUT and for the data directory, so no other spelling gets past.
+ */
+function refuseInsideDataDir(outDir: string, dataDir: string): void {
+  let dataReal: string;
+  try {
+    dataReal = realpathSync(dataDir);
+  } catch {
+    return;
+  }
+  const where = [located(outDir)];
+  try {
+    where.push(realpathSync(outDir));
+  } catch {
+    // OUT does not exist yet (the usual case): where its entry will be is what counts.
+  }
+  if (where.some((path) => path === dataReal || path.startsWith(join(dataReal, sep)))) {
+    throw new CliError(
+      `cannot write the backup to ${outDir}: it is in the data directory ${dataDir}, which holds only the service's own files`,
+    );
+  }
+}
+
+/** Where a path that may not exist yet leads: its nearest existing ancestor's links followed. */
+function located(path: string): string {
+  const rest: string[] = [];
+  let at = path;
+  for (;;) {
+    try {
+      return join(realpathSync(at), ...rest);
+    } catch {
+      const parent = dirname(at);
+      if (parent === at) return path;
+      rest.unshift(basename(at));
+      at = parent;
+    }
   }
 }
 

@@ -7,6 +7,7 @@ import {
   readdirSync,
   readFileSync,
   rmSync,
+  symlinkSync,
   writeFileSync,
 } from "node:fs";
 import { tmpdir } from "node:os";
@@ -130,6 +131,32 @@ describe("backup", () => {
       ]);
     }
     expect(readdirSync(scratch).sort()).toEqual(["empty", "new"]);
+  });
+
+  test("refuses an OUT in the data directory, by any spelling or link, with one line and writes nothing there", async () => {
+    const env = { LICENSING_KEYSTORE_PASSPHRASE: PASSPHRASE };
+    const before = readdirSync(t.dir).sort();
+    symlinkSync(t.dir, join(scratch, "data-link"));
+    const attempts = [
+      // Names that would break the install: serve refuses a .restore-* folder, keystore writes
+      // wait forever on a keystore.json.lock directory.
+      { out: join(t.dir, ".restore-nightly"), dataDir: t.dir },
+      { out: join(t.dir, "keystore.json.lock"), dataDir: t.dir },
+      { out: join(t.dir, "not", "yet", "there"), dataDir: t.dir },
+      { out: t.dir, dataDir: t.dir },
+      { out: join(scratch, "data-link", "nightly"), dataDir: t.dir },
+      { out: join(t.dir, "nightly"), dataDir: join(scratch, "data-link") },
+    ];
+    for (const { out, dataDir } of attempts) {
+      const result = await runInProcess(["backup", out, "--data-dir", dataDir], scratch, env);
+      expect(result).toEqual({
+        code: 1,
+        stdout: "",
+        stderr: `licensing backup: cannot write the backup to ${out}: it is in the data directory ${dataDir}, which holds only the service's own files\n`,
+      });
+    }
+    expect(readdirSync(t.dir).sort()).toEqual(before);
+    expect(readdirSync(scratch)).toEqual(["data-link"]);
   });
 
   test("with the wrong passphrase fails, because the keystore copy cannot be verified", () => {
