@@ -280,6 +280,80 @@ describe("restore", () => {
     expect(readdirSync(join(scratch, "restored")).sort()).toEqual(["keystore.json", "licensing.db"]);
   });
 
+  test("says it is the backup's store that is damaged, whether it is not SQLite or its pages are malformed", () => {
+    const out = join(scratch, "backup");
+    takeBackup(configFor(t.dir), out, { includePassphrase: false });
+    const store = readFileSync(join(out, "licensing.db"));
+    const damages: [string, Buffer, string][] = [
+      [
+        "not-sqlite",
+        Buffer.alloc(store.length, 0x41),
+        "the backup's store is not a SQLite database; restore another backup",
+      ],
+      // The schema page overwritten past the 100-byte file header.
+      [
+        "schema-page",
+        Buffer.concat([store.subarray(0, 100), Buffer.alloc(4000, 0x41), store.subarray(4100)]),
+        "the backup's store cannot be used: database disk image is malformed",
+      ],
+      // A page size SQLite does not accept.
+      [
+        "page-size",
+        Buffer.concat([store.subarray(0, 16), Buffer.from([0, 3]), store.subarray(18)]),
+        "the backup's store cannot be used: file is not a database",
+      ],
+    ];
+    for (const [name, bytes, message] of damages) {
+      writeFileSync(join(out, "licensing.db"), bytes);
+      reseal(out);
+      const target = join(scratch, name);
+      let thrown: unknown;
+      try {
+        restoreBackup(configFor(target), out);
+      } catch (error) {
+        thrown = error;
+      }
+      expect((thrown as Error).message).toBe(message);
+      expect(readdirSync(target)).toEqual([]);
+    }
+  });
+
+  test("accepts a target whose only entry is the empty lost+found of a freshly formatted volume, and leaves it there", () => {
+    const out = join(scratch, "backup");
+    takeBackup(configFor(t.dir), out, { includePassphrase: false });
+    const target = join(scratch, "volume");
+    mkdirSync(join(target, "lost+found"), { recursive: true });
+    restoreBackup(configFor(target), out);
+    expect(readdirSync(target).sort()).toEqual(["keystore.json", "licensing.db", "lost+found"]);
+    expect(readdirSync(join(target, "lost+found"))).toEqual([]);
+  });
+
+  test("refuses a target whose lost+found holds files, or is not a directory, or sits beside other files", () => {
+    const out = join(scratch, "backup");
+    takeBackup(configFor(t.dir), out, { includePassphrase: false });
+    const filled = join(scratch, "filled");
+    mkdirSync(join(filled, "lost+found"), { recursive: true });
+    writeFileSync(join(filled, "lost+found", "#1234"), "recovered by fsck");
+    const file = join(scratch, "file");
+    mkdirSync(file);
+    writeFileSync(join(file, "lost+found"), "");
+    const linked = join(scratch, "linked");
+    mkdirSync(linked);
+    mkdirSync(join(scratch, "elsewhere"));
+    symlinkSync(join(scratch, "elsewhere"), join(linked, "lost+found"));
+    const beside = join(scratch, "beside");
+    mkdirSync(join(beside, "lost+found"), { recursive: true });
+    writeFileSync(join(beside, "notes"), "");
+    for (const target of [filled, file, linked, beside]) {
+      const before = readdirSync(target).sort();
+      expectCliError(
+        () => restoreBackup(configFor(target), out),
+        /is not empty; restore only into a new or empty directory/,
+      );
+      expect(readdirSync(target).sort()).toEqual(before);
+    }
+  });
+
   test("refuses a non-empty target and leaves it as it was", () => {
     const out = join(scratch, "backup");
     takeBackup(configFor(t.dir), out, { includePassphrase: false });
