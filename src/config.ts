@@ -1,4 +1,4 @@
-import { isAbsolute, join, normalize } from "node:path";
+import { join, resolve } from "node:path";
 import {
   type FlagValues,
   type OptionSpec,
@@ -284,7 +284,8 @@ export const dataPaths = (dataDir: string) => ({
   serveLock: join(dataDir, "serve.lock"),
 });
 
-const absolute = (path: string, cwd: string): string => normalize(isAbsolute(path) ? path : join(cwd, path));
+/** Absolute and without a trailing separator, so `--data-dir data/` names the same place as `data`. */
+const absolute = (path: string, cwd: string): string => resolve(cwd, path);
 
 /**
  * http://<host>:<port>, unless the host is a wildcard (0.0.0.0, ::, or a spelling of them): that

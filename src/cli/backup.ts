@@ -6,12 +6,13 @@ import {
   mkdirSync,
   readdirSync,
   readFileSync,
+  realpathSync,
   renameSync,
   rmSync,
   statSync,
   writeFileSync,
 } from "node:fs";
-import { dirname, isAbsolute, join, normalize } from "node:path";
+import { basename, dirname, join, resolve, sep } from "node:path";
 import pkg from "../../package.json" with { type: "json" };
 import { type Config, dataPaths } from "../config.ts";
 import { Keystore, KeystoreError } from "../crypto/keystore.ts";
@@ -26,7 +27,15 @@ import {
 } from "../store/backup.ts";
 import { UsageError } from "./args.ts";
 import { fsyncDir } from "./init.ts";
-import { CliError, type Command, err, JSON_OPTION, out, resolvePassphrase } from "./shared.ts";
+import {
+  CliError,
+  type Command,
+  err,
+  JSON_OPTION,
+  out,
+  readSecretLine,
+  resolvePassphrase,
+} from "./shared.ts";
 
 export const STORE = "licensing.db";
 export const KEYSTORE = "keystore.json";
@@ -57,6 +66,7 @@ export function takeBackup(
     if (!existsSync(path))
       throw new CliError(`no ${what} at ${path}; is ${config.dataDir} a data directory?`);
   }
+  refuseInsideDataDir(outDir, config.dataDir);
   const { passphrase } = resolvePassphrase(config, { generate: false });
   if (existsSync(outDir) && (!statSync(outDir).isDirectory() || readdirSync(outDir).length > 0)) {
     throw new CliError(`${outDir} exists and is not an empty directory; choose a new place for the backup`);
@@ -75,6 +85,7 @@ export function takeBackup(
     if (options.includePassphrase) {
       writeFileSync(join(staging, PASSPHRASE), `${passphrase}\n`, { mode: 0o600, flag: "wx" });
       fsyncFile(join(staging, PASSPHRASE));
+      proveRestorable(staging, passphrase);
     }
     const files: BackupManifest["files"] = {};
     for (const name of [STORE, KEYSTORE, ...(options.includePassphrase ? [PASSPHRASE] : [])]) {
@@ -102,6 +113,74 @@ export function takeBackup(
   }
 }
 
+/**
+ * A backup in the data directory is refused, as `offline issue` refuses a package there: the
+ * directory holds only the service's own files, and some names break the install (a
+ * `.restore-*` folder makes serve refuse to start, `keystore.json.lock` blocks keystore writes).
+ * Links are followed, for OUT and for the data directory, so no other spelling gets past.
+ */
+function refuseInsideDataDir(outDir: string, dataDir: string): void {
+  let dataReal: string;
+  try {
+    dataReal = realpathSync(dataDir);
+  } catch {
+    return;
+  }
+  const where = [located(outDir)];
+  try {
+    where.push(realpathSync(outDir));
+  } catch {
+    // OUT does not exist yet (the usual case): where its entry will be is what counts.
+  }
+  if (where.some((path) => path === dataReal || path.startsWith(join(dataReal, sep)))) {
+    throw new CliError(
+      `cannot write the backup to ${outDir}: it is in the data directory ${dataDir}, which holds only the service's own files`,
+    );
+  }
+}
+
+/** Where a path that may not exist yet leads: its nearest existing ancestor's links followed. */
+function located(path: string): string {
+  const rest: string[] = [];
+  let at = path;
+  for (;;) {
+    try {
+      return join(realpathSync(at), ...rest);
+    } catch {
+      const parent = dirname(at);
+      if (parent === at) return path;
+      rest.unshift(basename(at));
+      at = parent;
+    }
+  }
+}
+
+/**
+ * The backup's passphrase file, read as restore reads it (trailing line breaks dropped), must open
+ * the backup's keystore copy: a passphrase that ends in CR or LF (possible only from
+ * LICENSING_KEYSTORE_PASSPHRASE, for a keystore sealed before init refused it) does not survive the
+ * file, and a backup that restore cannot open must not be reported as written.
+ */
+function proveRestorable(staging: string, passphrase: string): void {
+  let opens = false;
+  try {
+    const readBack = readSecretLine(join(staging, PASSPHRASE), "the passphrase file");
+    // The same text already opened this keystore copy (openVerified): no second key derivation.
+    if (readBack !== passphrase) Keystore.open(join(staging, KEYSTORE), readBack);
+    opens = true;
+  } catch (error) {
+    if (!(error instanceof KeystoreError || error instanceof CliError)) throw error;
+  }
+  if (opens) return;
+  const why = /[\r\n]$/.test(passphrase)
+    ? "the passphrase ends in a line break (CR or LF), which a passphrase file cannot hold"
+    : "the passphrase read back from the file does not open the keystore";
+  throw new CliError(
+    `cannot include the passphrase: ${why}, so restore could not open this backup; ` +
+      "run the backup without --include-passphrase and keep the passphrase, exactly as it is, elsewhere",
+  );
+}
+
 export function openVerified(path: string, passphrase: string, what: string): Keystore {
   try {
     return Keystore.open(path, passphrase);
@@ -120,8 +199,11 @@ function readOnly<T>(path: string, work: (sqlite: Database) => T): T {
   }
 }
 
-export const resolvePath = (path: string, cwd: string) =>
-  normalize(isAbsolute(path) ? path : join(cwd, path));
+/**
+ * An absolute path without a trailing separator (`OUT/`, as tab completion writes a directory):
+ * backup names its staging folder `${OUT}.partial-*`, which must land beside OUT, not inside it.
+ */
+export const resolvePath = (path: string, cwd: string) => resolve(cwd, path);
 
 export function onePositional(positionals: readonly string[], what: string): string {
   const [first, extra] = positionals;

@@ -3,6 +3,7 @@ import {
   closeSync,
   copyFileSync,
   existsSync,
+  lstatSync,
   mkdirSync,
   mkdtempSync,
   openSync,
@@ -22,7 +23,7 @@ import {
   MANIFEST_NAME,
   parseManifest,
 } from "../store/backup.ts";
-import { openStore } from "../store/db.ts";
+import { openStore, type Store, unusableStoreFile } from "../store/db.ts";
 import { migrate } from "../store/migrate.ts";
 import { takeServeLock } from "../store/serve-lock.ts";
 import { UsageError } from "./args.ts";
@@ -92,7 +93,7 @@ export function restoreBackup(
     copyFileSync(join(inDir, KEYSTORE), join(staging, KEYSTORE));
     chmodSync(join(staging, KEYSTORE), 0o600);
     const keystore = openVerified(join(staging, KEYSTORE), passphrase, "the backup's keystore");
-    const store = openStore(join(staging, STORE));
+    const store = openBackupStore(join(staging, STORE));
     let applied: string[];
     let schema: string[];
     try {
@@ -125,6 +126,20 @@ export function restoreBackup(
     };
   } finally {
     rmSync(staging, { recursive: true, force: true });
+  }
+}
+
+/**
+ * The backup's store copy, opened for the checks. A file that is not SQLite, or whose pages SQLite
+ * refuses at once, is reported as the backup's store, not with SQLite's bare reason.
+ */
+function openBackupStore(path: string): Store {
+  const unusable = unusableStoreFile(path);
+  if (unusable) throw new CliError(`the backup's store ${unusable}; restore another backup`);
+  try {
+    return openStore(path);
+  } catch (error) {
+    throw new CliError(`the backup's store cannot be used: ${(error as Error).message}`);
   }
 }
 
@@ -192,9 +207,12 @@ function checkTarget(dataDir: string): string[] {
   if (!statSync(dataDir).isDirectory()) throw new CliError(`${dataDir} is not a directory`);
   refuseRunningServer(dataDir);
   const leftovers = leftoverRestores(dataDir);
-  // A server's lock file is all a stopped server leaves that is not data: it does not count.
+  // A server's lock file is all a stopped server leaves that is not data: it does not count, and
+  // neither does the empty lost+found of a freshly formatted volume mounted there.
   const lockName = basename(dataPaths(dataDir).serveLock);
-  const others = readdirSync(dataDir).filter((name) => !leftovers.includes(name) && name !== lockName);
+  const others = readdirSync(dataDir).filter(
+    (name) => !leftovers.includes(name) && name !== lockName && !isFreshLostAndFound(dataDir, name),
+  );
   if (others.length === 0) return leftovers;
   if (leftovers.length > 0) {
     throw new CliError(
@@ -203,6 +221,20 @@ function checkTarget(dataDir: string): string[] {
     );
   }
   throw new CliError(`${dataDir} is not empty; restore only into a new or empty directory`);
+}
+
+/**
+ * `lost+found`, as mkfs makes it at a volume's root: a real directory (not a link) with nothing in
+ * it. One that fsck filled holds someone's files, and the directory is not a fresh volume.
+ */
+function isFreshLostAndFound(dataDir: string, name: string): boolean {
+  if (name !== "lost+found") return false;
+  const path = join(dataDir, name);
+  try {
+    return lstatSync(path).isDirectory() && readdirSync(path).length === 0;
+  } catch {
+    return false;
+  }
 }
 
 /** A server running on the target would serve half a restore, or keep the old data in memory. */

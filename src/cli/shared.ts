@@ -160,7 +160,21 @@ export function resolvePassphrase(
   return { passphrase, file, generated: true };
 }
 
+/**
+ * A passphrase for a new keystore. One from LICENSING_KEYSTORE_PASSPHRASE that ends in a line
+ * break (a secret mounted from a file with its newline, `$(cat file)` keeps none) is refused: a
+ * passphrase file drops trailing CR/LF (readSecretLine), so the keystore would open only from the
+ * variable, never from a file holding the same text, nor from a backup's `--include-passphrase`.
+ * Only new keystores are checked: an existing one keeps opening with the passphrase it was sealed
+ * with, byte for byte.
+ */
 export function checkNewPassphrase(source: PassphraseSource): void {
+  if (source.file === null && /[\r\n]$/.test(source.passphrase)) {
+    throw new CliError(
+      "LICENSING_KEYSTORE_PASSPHRASE ends in a line break (CR or LF), which a passphrase file cannot hold; " +
+        "set it without the trailing line break, or give the passphrase in LICENSING_KEYSTORE_PASSPHRASE_FILE",
+    );
+  }
   if (!source.generated && source.passphrase.length < MIN_NEW_PASSPHRASE) {
     throw new CliError(`the keystore passphrase must be at least ${MIN_NEW_PASSPHRASE} characters long`);
   }

@@ -1,6 +1,6 @@
 import { Database } from "bun:sqlite";
 import { createHash } from "node:crypto";
-import { closeSync, fsyncSync, openSync, readFileSync, statSync } from "node:fs";
+import { closeSync, fsyncSync, openSync, readSync, statSync } from "node:fs";
 import { type Keystore, PRODUCT_SEALING_PREFIX, PRODUCT_SIGNING_PREFIX } from "../crypto/keystore.ts";
 import { SecretBox } from "../crypto/secret-box.ts";
 import { undecryptableValue } from "./data-key.ts";
@@ -136,9 +136,30 @@ export function checkStore(sqlite: Database, keystore: Keystore | null): StoreRe
   return { schema, rows };
 }
 
-export function describeFile(path: string): BackupFile {
-  const bytes = readFileSync(path);
-  return { sha256: createHash("sha256").update(bytes).digest("hex"), bytes: bytes.byteLength };
+/** How much of a file describeFile holds at once. */
+export const DESCRIBE_CHUNK_BYTES = 1024 * 1024;
+
+/**
+ * SHA-256 and size of a file, read in chunks through one reused buffer: memory stays at one chunk
+ * whatever the size of the store (a whole-file read needs the store's size in memory, and fails
+ * past 4 GiB). `chunkBytes` is for tests, to cross chunk boundaries with a small file.
+ */
+export function describeFile(path: string, chunkBytes = DESCRIBE_CHUNK_BYTES): BackupFile {
+  const hash = createHash("sha256");
+  const buffer = Buffer.allocUnsafe(chunkBytes);
+  let bytes = 0;
+  const fd = openSync(path, "r");
+  try {
+    for (;;) {
+      const read = readSync(fd, buffer, 0, chunkBytes, null);
+      if (read === 0) break;
+      hash.update(buffer.subarray(0, read));
+      bytes += read;
+    }
+  } finally {
+    closeSync(fd);
+  }
+  return { sha256: hash.digest("hex"), bytes };
 }
 
 export function fsyncFile(path: string): void {

@@ -7,6 +7,7 @@ import {
   readdirSync,
   readFileSync,
   rmSync,
+  symlinkSync,
   writeFileSync,
 } from "node:fs";
 import { tmpdir } from "node:os";
@@ -105,6 +106,57 @@ describe("backup", () => {
     expectCliError(() => takeBackup(configFor(t.dir), out, { includePassphrase: false }), /not an empty/);
     expect(readdirSync(out)).toEqual(["precious"]);
     expect(readdirSync(scratch)).toEqual(["taken"]);
+  });
+
+  test("into OUT/ with a trailing slash writes OUT, whether OUT is new or an empty directory", async () => {
+    const env = { LICENSING_KEYSTORE_PASSPHRASE: PASSPHRASE };
+    const fresh = await runInProcess(["backup", "new/", "--data-dir", t.dir], scratch, env);
+    expect([fresh.code, fresh.stdout]).toEqual([
+      0,
+      expect.stringContaining(`Backup written to ${join(scratch, "new")}:`),
+    ]);
+    mkdirSync(join(scratch, "empty"));
+    const empty = await runInProcess(
+      ["backup", `${join(scratch, "empty")}//`, "--data-dir", t.dir, "--json"],
+      scratch,
+      env,
+    );
+    expect(empty.code).toBe(0);
+    expect(JSON.parse(empty.stdout).backup_dir).toBe(join(scratch, "empty"));
+    for (const out of ["new", "empty"]) {
+      expect(readdirSync(join(scratch, out)).sort()).toEqual([
+        "backup.json",
+        "keystore.json",
+        "licensing.db",
+      ]);
+    }
+    expect(readdirSync(scratch).sort()).toEqual(["empty", "new"]);
+  });
+
+  test("refuses an OUT in the data directory, by any spelling or link, with one line and writes nothing there", async () => {
+    const env = { LICENSING_KEYSTORE_PASSPHRASE: PASSPHRASE };
+    const before = readdirSync(t.dir).sort();
+    symlinkSync(t.dir, join(scratch, "data-link"));
+    const attempts = [
+      // Names that would break the install: serve refuses a .restore-* folder, keystore writes
+      // wait forever on a keystore.json.lock directory.
+      { out: join(t.dir, ".restore-nightly"), dataDir: t.dir },
+      { out: join(t.dir, "keystore.json.lock"), dataDir: t.dir },
+      { out: join(t.dir, "not", "yet", "there"), dataDir: t.dir },
+      { out: t.dir, dataDir: t.dir },
+      { out: join(scratch, "data-link", "nightly"), dataDir: t.dir },
+      { out: join(t.dir, "nightly"), dataDir: join(scratch, "data-link") },
+    ];
+    for (const { out, dataDir } of attempts) {
+      const result = await runInProcess(["backup", out, "--data-dir", dataDir], scratch, env);
+      expect(result).toEqual({
+        code: 1,
+        stdout: "",
+        stderr: `licensing backup: cannot write the backup to ${out}: it is in the data directory ${dataDir}, which holds only the service's own files\n`,
+      });
+    }
+    expect(readdirSync(t.dir).sort()).toEqual(before);
+    expect(readdirSync(scratch)).toEqual(["data-link"]);
   });
 
   test("with the wrong passphrase fails, because the keystore copy cannot be verified", () => {
@@ -216,6 +268,90 @@ describe("restore", () => {
     const named = await runInProcess(["restore", "backup"], scratch, { LICENSING_DATA_DIR: "named" });
     expect([named.code, named.stderr]).toEqual([0, ""]);
     expect(existsSync(join(scratch, "named", "licensing.db"))).toBe(true);
+  });
+
+  test("takes IN/ and --data-dir D/ with trailing slashes, and names D without one", async () => {
+    takeBackup(configFor(t.dir), join(scratch, "backup"), { includePassphrase: false });
+    const restore = await runInProcess(["restore", "backup/", "--data-dir", "restored/", "--json"], scratch, {
+      LICENSING_KEYSTORE_PASSPHRASE: PASSPHRASE,
+    });
+    expect([restore.code, restore.stderr]).toEqual([0, ""]);
+    expect(JSON.parse(restore.stdout).data_dir).toBe(join(scratch, "restored"));
+    expect(readdirSync(join(scratch, "restored")).sort()).toEqual(["keystore.json", "licensing.db"]);
+  });
+
+  test("says it is the backup's store that is damaged, whether it is not SQLite or its pages are malformed", () => {
+    const out = join(scratch, "backup");
+    takeBackup(configFor(t.dir), out, { includePassphrase: false });
+    const store = readFileSync(join(out, "licensing.db"));
+    const damages: [string, Buffer, string][] = [
+      [
+        "not-sqlite",
+        Buffer.alloc(store.length, 0x41),
+        "the backup's store is not a SQLite database; restore another backup",
+      ],
+      // The schema page overwritten past the 100-byte file header.
+      [
+        "schema-page",
+        Buffer.concat([store.subarray(0, 100), Buffer.alloc(4000, 0x41), store.subarray(4100)]),
+        "the backup's store cannot be used: database disk image is malformed",
+      ],
+      // A page size SQLite does not accept.
+      [
+        "page-size",
+        Buffer.concat([store.subarray(0, 16), Buffer.from([0, 3]), store.subarray(18)]),
+        "the backup's store cannot be used: file is not a database",
+      ],
+    ];
+    for (const [name, bytes, message] of damages) {
+      writeFileSync(join(out, "licensing.db"), bytes);
+      reseal(out);
+      const target = join(scratch, name);
+      let thrown: unknown;
+      try {
+        restoreBackup(configFor(target), out);
+      } catch (error) {
+        thrown = error;
+      }
+      expect((thrown as Error).message).toBe(message);
+      expect(readdirSync(target)).toEqual([]);
+    }
+  });
+
+  test("accepts a target whose only entry is the empty lost+found of a freshly formatted volume, and leaves it there", () => {
+    const out = join(scratch, "backup");
+    takeBackup(configFor(t.dir), out, { includePassphrase: false });
+    const target = join(scratch, "volume");
+    mkdirSync(join(target, "lost+found"), { recursive: true });
+    restoreBackup(configFor(target), out);
+    expect(readdirSync(target).sort()).toEqual(["keystore.json", "licensing.db", "lost+found"]);
+    expect(readdirSync(join(target, "lost+found"))).toEqual([]);
+  });
+
+  test("refuses a target whose lost+found holds files, or is not a directory, or sits beside other files", () => {
+    const out = join(scratch, "backup");
+    takeBackup(configFor(t.dir), out, { includePassphrase: false });
+    const filled = join(scratch, "filled");
+    mkdirSync(join(filled, "lost+found"), { recursive: true });
+    writeFileSync(join(filled, "lost+found", "#1234"), "recovered by fsck");
+    const file = join(scratch, "file");
+    mkdirSync(file);
+    writeFileSync(join(file, "lost+found"), "");
+    const linked = join(scratch, "linked");
+    mkdirSync(linked);
+    mkdirSync(join(scratch, "elsewhere"));
+    symlinkSync(join(scratch, "elsewhere"), join(linked, "lost+found"));
+    const beside = join(scratch, "beside");
+    mkdirSync(join(beside, "lost+found"), { recursive: true });
+    writeFileSync(join(beside, "notes"), "");
+    for (const target of [filled, file, linked, beside]) {
+      const before = readdirSync(target).sort();
+      expectCliError(
+        () => restoreBackup(configFor(target), out),
+        /is not empty; restore only into a new or empty directory/,
+      );
+      expect(readdirSync(target).sort()).toEqual(before);
+    }
   });
 
   test("refuses a non-empty target and leaves it as it was", () => {
