@@ -13,8 +13,7 @@ const work = fs.mkdtempSync(join(tmpdir(), "describe-file-"));
 afterAll(() => fs.rmSync(work, { recursive: true, force: true }));
 afterEach(() => {
   // spyOn replaces a function on node:fs itself: put every one back.
-  for (const name of ["readSync", "readFileSync"] as const) {
-    const fn = fs[name] as unknown as { mockRestore?: () => void };
+  for (const fn of [fs.readSync, fs.readFileSync] as unknown as { mockRestore?: () => void }[]) {
     fn.mockRestore?.();
   }
 });
