@@ -1,8 +1,6 @@
 import { Database } from "bun:sqlite";
 import { readFileSync, statSync, unlinkSync } from "node:fs";
 
-const LOCK_WAIT_MS = 5_000;
-
 /**
  * An exclusive lock around a keystore write, shared by every process on the data dir: SQLite's
  * own lock (a POSIX record lock) on a small file beside the keystore, as `serve.lock` is. The
@@ -19,7 +17,8 @@ export function withLock<T>(lockPath: string, work: () => T, timedOut: () => Err
   try {
     try {
       // First: setting the journal mode already waits for a holder's lock.
-      db.run(`PRAGMA busy_timeout = ${LOCK_WAIT_MS}`);
+      // A holder is waited for up to 5 s (a literal: no SQL here is built from values).
+      db.run("PRAGMA busy_timeout = 5000");
       // Nothing is ever written to it: without this, each lock left a `-journal` file beside it.
       db.run("PRAGMA journal_mode = MEMORY");
       db.run("BEGIN EXCLUSIVE");

@@ -45,6 +45,10 @@ const ALLOWED: Reviewed[] = [
     "src/modules/webhooks/signing.ts",
     "secret.startsWith(SECRET_PREFIX)",
   ]),
+  ...reviewed(
+    "the operator's own keystore passphrase against the file the backup command just wrote it to, on the operator's machine: nothing an attacker can time",
+    ["src/cli/backup.ts", "readBack !== passphrase"],
+  ),
   ...reviewed("a device's public KEM key", [
     "src/modules/offline/service.ts",
     "existing.deviceKemKey !== request.kemKey.text",
