@@ -93,7 +93,13 @@ export const PLANS: Record<string, PlanDefinition> = {
     "Free",
     0,
     ["offline_packages"],
-    { management_requests: 10_000, runtime_requests: 100_000, licenses: 100, trial_licenses: 0 },
+    {
+      management_requests: 10_000,
+      runtime_requests: 100_000,
+      licenses: 100,
+      trial_licenses: 0,
+      webhook_endpoints: 0,
+    },
     {
       activation_sync_min_sec: 3_600,
       revocation_exposure_max_sec: 14 * DAY,
@@ -108,7 +114,13 @@ export const PLANS: Record<string, PlanDefinition> = {
     "Personal",
     1,
     ["email_license_verification", "offline_packages", "webhooks"],
-    { management_requests: 100_000, runtime_requests: 1_000_000, licenses: 1_000, trial_licenses: 0 },
+    {
+      management_requests: 100_000,
+      runtime_requests: 1_000_000,
+      licenses: 1_000,
+      trial_licenses: 0,
+      webhook_endpoints: 10,
+    },
     {
       activation_sync_min_sec: 900,
       revocation_exposure_max_sec: 30 * DAY,
@@ -123,7 +135,13 @@ export const PLANS: Record<string, PlanDefinition> = {
     "Business",
     2,
     FEATURES,
-    { management_requests: 1_000_000, runtime_requests: 20_000_000, licenses: 50_000, trial_licenses: 5_000 },
+    {
+      management_requests: 1_000_000,
+      runtime_requests: 20_000_000,
+      licenses: 50_000,
+      trial_licenses: 5_000,
+      webhook_endpoints: 50,
+    },
     {
       activation_sync_min_sec: 300,
       revocation_exposure_max_sec: 90 * DAY,
@@ -143,6 +161,9 @@ export const PLANS: Record<string, PlanDefinition> = {
       runtime_requests: 1_000_000_000,
       licenses: 10_000_000,
       trial_licenses: 1_000_000,
+      // Every event is written once per endpoint inside the request that caused it: thousands of
+      // endpoints made each write (a device's activation too) hold the thread for 100s of ms.
+      webhook_endpoints: 100,
     },
     {
       activation_sync_min_sec: 60,

@@ -475,3 +475,29 @@ describe("the webhooks plan feature", () => {
     expect((await t.call("DELETE", path)).status).toBe(204);
   });
 });
+
+describe("the plan's webhook_endpoints allowance", () => {
+  test("past it, creating an endpoint is 409 PLAN_QUOTA_EXCEEDED and stores nothing; a stopped one makes room; the plan report counts them", async () => {
+    t.workspace.setPlan("personal");
+    const ids: string[] = [];
+    for (let i = 0; i < 10; i++) {
+      const created = await create({ url: `https://receiver${i}.example.com/hook` });
+      expect(created.status).toBe(201);
+      ids.push(created.body.data.public_id);
+    }
+    const quota = async () => (await t.call("GET", "/mgmt/v1/plan")).body.data.quotas.webhook_endpoints;
+    expect(await quota()).toMatchObject({ limit: 10, used: 10, remaining: 0 });
+    const before = storeDigest(t.deps.sqlite);
+    const refused = await create({ url: "https://one-more.example.com/hook" });
+    expect([refused.status, refused.body.error.code, refused.body.error.details]).toEqual([
+      409,
+      "PLAN_QUOTA_EXCEEDED",
+      { quota: "webhook_endpoints", limit: 10, used: 10 },
+    ]);
+    expect(storeDigest(t.deps.sqlite)).toBe(before);
+
+    expect((await t.call("DELETE", `/mgmt/v1/webhooks/${ids[0]}`)).status).toBe(204);
+    expect(await quota()).toMatchObject({ used: 9, remaining: 1 });
+    expect((await create({ url: "https://one-more.example.com/hook" })).status).toBe(201);
+  });
+});

@@ -2,6 +2,7 @@ import type { Deps } from "../../deps.ts";
 import { nextMonthStart } from "../../domain/months.ts";
 import { FEATURES, minimumPlanFor, PLANS } from "../../domain/plans.ts";
 import { unrevokedLicenses } from "../licenses/tallies.ts";
+import { countEndpoints } from "../webhooks/enqueue.ts";
 import type { PlanTerms } from "../workspace/service.ts";
 import { MANAGEMENT_REQUESTS, RUNTIME_REQUESTS } from "./quota.ts";
 import type { UsageMeter } from "./usage-meter.ts";
@@ -9,7 +10,7 @@ import type { UsageMeter } from "./usage-meter.ts";
 /** The plan report: limits from the plan, usage from the store and the request meter. */
 export class PlanReportService {
   constructor(
-    private readonly deps: Pick<Deps, "db" | "clock">,
+    private readonly deps: Pick<Deps, "db" | "sqlite" | "clock">,
     /** Read afresh: the report is where a vendor checks a plan change took effect. */
     private readonly terms: () => PlanTerms,
     private readonly meter: UsageMeter,
@@ -21,6 +22,7 @@ export class PlanReportService {
     const used: Record<string, number> = {
       licenses: this.countLicenses(),
       trial_licenses: this.countLicenses("trial"),
+      webhook_endpoints: countEndpoints(this.deps.sqlite),
       [MANAGEMENT_REQUESTS]: this.meter.used(MANAGEMENT_REQUESTS, now),
       [RUNTIME_REQUESTS]: this.meter.used(RUNTIME_REQUESTS, now),
     };

@@ -1,6 +1,6 @@
 import type { Database } from "bun:sqlite";
 import type { Deps } from "../../deps.ts";
-import { DEFAULT_PLAN_CODE, hasFeature, planByCode } from "../../domain/plans.ts";
+import { DEFAULT_PLAN_CODE, hasFeature, type PlanDefinition, planByCode } from "../../domain/plans.ts";
 import type { Environment } from "../../domain/scopes.ts";
 import { subscribes } from "./catalogue.ts";
 
@@ -59,10 +59,21 @@ function subscribedEndpoints(sqlite: Database, type: string): string[] {
  * stay due.
  */
 export function planHasWebhooks(sqlite: Database): boolean {
-  const row = sqlite.query<{ code: string }, []>("SELECT plan_code AS code FROM workspace LIMIT 1").get();
-  const plan = planByCode(row?.code ?? DEFAULT_PLAN_CODE);
+  const plan = planOf(sqlite);
   return plan !== undefined && hasFeature(plan, "webhooks");
 }
+
+/** The workspace's plan as the store says now (a `licensing plan set` is seen at once). */
+export function planOf(sqlite: Database): PlanDefinition | undefined {
+  const row = sqlite.query<{ code: string }, []>("SELECT plan_code AS code FROM workspace LIMIT 1").get();
+  return planByCode(row?.code ?? DEFAULT_PLAN_CODE);
+}
+
+/** Endpoints that count toward the plan's `webhook_endpoints`: every one not stopped. */
+export const countEndpoints = (sqlite: Database): number =>
+  sqlite
+    .query<{ n: number }, []>("SELECT count(*) AS n FROM webhook_endpoints WHERE status <> 'stopped'")
+    .get()?.n ?? 0;
 
 /** Whether any active endpoint would receive `type`; lets scans skip work nobody listens to. */
 export const hasSubscriber = (sqlite: Database, type: string): boolean =>

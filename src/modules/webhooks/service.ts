@@ -8,7 +8,7 @@ import { webhookEndpoints } from "../../store/schema/index.ts";
 import { recordAudit } from "../events/service.ts";
 import { isKnownEvent } from "./catalogue.ts";
 import { type DestinationKind, parseDestination } from "./destinations.ts";
-import { planHasWebhooks } from "./enqueue.ts";
+import { countEndpoints, planHasWebhooks, planOf } from "./enqueue.ts";
 import { DEFAULT_OVERLAP_SEC, type WebhookCreateBody, type WebhookUpdateBody } from "./model.ts";
 import { newSecret } from "./signing.ts";
 
@@ -119,6 +119,7 @@ export class WebhookService {
     };
     this.deps.db.transaction((tx) => {
       this.assertMayChange(ctx);
+      this.assertWithinQuota();
       tx.insert(webhookEndpoints).values(row).run();
       recordAudit(tx, this.deps, ctx, {
         type: "webhook.created",
@@ -274,6 +275,20 @@ export class WebhookService {
   }
 
   /** Spec §5.1: a test key cannot create, change or stop endpoints once the workspace has live products. */
+  /** The plan's `webhook_endpoints`: endpoints not stopped (a disabled one may be re-enabled). */
+  private assertWithinQuota(): void {
+    const limit = planOf(this.deps.sqlite)?.quotas.webhook_endpoints?.limit;
+    if (limit === undefined) return;
+    const used = countEndpoints(this.deps.sqlite);
+    if (used >= limit) {
+      throw new ApiError("PLAN_QUOTA_EXCEEDED", `The plan allows ${limit} webhook endpoints.`, {
+        quota: "webhook_endpoints",
+        limit,
+        used,
+      });
+    }
+  }
+
   private assertEntitled(): void {
     if (!planHasWebhooks(this.deps.sqlite)) throw planLacksWebhooks();
   }
