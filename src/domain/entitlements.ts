@@ -7,6 +7,12 @@ export const ENTITLEMENT_NAME = /^[a-z0-9][a-z0-9_.:-]{0,63}$/;
 /** {@link ENTITLEMENT_NAME} in words, for messages: "must be …". */
 export const ENTITLEMENT_NAME_RULE = "1-64 of a-z 0-9 _ . : - starting with a letter or digit";
 export const MAX_ENTITLEMENTS = 200;
+/**
+ * An entitlement map as JSON, at most: it is signed into every certificate and heartbeat answer
+ * and shown in every license of a list, so 60 KB maps made a page of 200 licenses 36 MB. 8 KiB
+ * holds 200 flags or limits with room to spare.
+ */
+export const MAX_ENTITLEMENTS_BYTES = 8 * 1024;
 
 type Report = (field: string, message: string) => void;
 
@@ -27,15 +33,22 @@ function checkValue(path: string, value: unknown, add: Report): void {
   }
 }
 
-/** At most MAX_ENTITLEMENTS names; reported on `field` itself. */
-export function checkEntitlementCount(field: string, names: number, add: Report): void {
-  if (names > MAX_ENTITLEMENTS) add(field, `at most ${MAX_ENTITLEMENTS} entitlements`);
+/** At most MAX_ENTITLEMENTS names and MAX_ENTITLEMENTS_BYTES as JSON; reported on `field` itself. */
+export function checkEntitlementSize(
+  field: string,
+  entitlements: Record<string, unknown>,
+  add: Report,
+): void {
+  if (Object.keys(entitlements).length > MAX_ENTITLEMENTS)
+    add(field, `at most ${MAX_ENTITLEMENTS} entitlements`);
+  if (Buffer.byteLength(JSON.stringify(entitlements)) > MAX_ENTITLEMENTS_BYTES)
+    add(field, `at most ${MAX_ENTITLEMENTS_BYTES} bytes as JSON`);
 }
 
-/** Each entry of the map, reported on `<field>.<name>` (a nested value on its path); the count on `field`. */
+/** Each entry of the map, reported on `<field>.<name>` (a nested value on its path); its size on `field`. */
 export function checkEntitlementMap(field: string, entitlements: Record<string, unknown>, add: Report): void {
   const names = Object.keys(entitlements);
-  checkEntitlementCount(field, names.length, add);
+  checkEntitlementSize(field, entitlements, add);
   for (const name of names) {
     if (!ENTITLEMENT_NAME.test(name)) add(`${field}.${name}`, `names must be ${ENTITLEMENT_NAME_RULE}`);
     checkValue(`${field}.${name}`, entitlements[name], add);

@@ -78,13 +78,15 @@ export const JsonObject = (description: string) =>
 
 export const MAX_METADATA_KEYS = 50;
 export const MAX_METADATA_KEY_LENGTH = 64;
+/** Metadata as JSON, at most: it is returned with every item of a list (200 a page). */
+export const MAX_METADATA_BYTES = 16 * 1024;
 
 /**
  * The vendor's own data on a resource, returned as stored. TypeBox's Record checks no constraint
  * of its key schema, so `propertyNames` only documents the key rule; `checkMetadataKeys` enforces it.
  */
 export const Metadata = (
-  description = `Your own data, returned as stored (at most ${MAX_METADATA_KEYS} keys of 1-${MAX_METADATA_KEY_LENGTH} characters).`,
+  description = `Your own data, returned as stored (at most ${MAX_METADATA_KEYS} keys of 1-${MAX_METADATA_KEY_LENGTH} characters, ${MAX_METADATA_BYTES} bytes as JSON).`,
 ) =>
   Type.Record(Type.String(), Type.Unknown(), {
     description,
@@ -92,11 +94,16 @@ export const Metadata = (
     propertyNames: { minLength: 1, maxLength: MAX_METADATA_KEY_LENGTH },
   });
 
-/** Metadata keys are 1-64 characters (code points, as JSON Schema counts): 422 keyed `metadata.<key>`. */
+/**
+ * Metadata keys are 1-64 characters (code points, as JSON Schema counts): 422 keyed
+ * `metadata.<key>`; the whole is at most MAX_METADATA_BYTES as JSON: 422 keyed `metadata`.
+ */
 export function checkMetadataKeys(
   metadata: Record<string, unknown> | undefined,
   errors: FieldErrorCollector,
 ): void {
+  if (metadata !== undefined && Buffer.byteLength(JSON.stringify(metadata)) > MAX_METADATA_BYTES)
+    errors.add("metadata", `at most ${MAX_METADATA_BYTES} bytes as JSON`);
   for (const key of Object.keys(metadata ?? {})) {
     const length = [...key].length;
     if (length < 1 || length > MAX_METADATA_KEY_LENGTH)

@@ -114,6 +114,31 @@ describe("at most 200 entitlement overrides, as on a policy", () => {
     expect(eventCount()).toBe(events);
   });
 
+  test("an entitlement map over 8 KiB as JSON is refused on a license, a policy and a PATCH; one of 8 KiB is taken", async () => {
+    // One entitlement whose value is a long array: {"big":[1,1,…]} of exactly `bytes` bytes.
+    const sized = (bytes: number) => ({ big: Array.from({ length: (bytes - 9) / 2 }, () => 1) });
+    expect(Buffer.byteLength(JSON.stringify(sized(8193)))).toBe(8193);
+    const over = sized(8193);
+    const refused = await create({ product_id: productId, policy_id: policyId, entitlements: over });
+    expect([refused.status, refused.body.error.details.errors]).toEqual([
+      422,
+      { entitlements: ["at most 8192 bytes as JSON"] },
+    ]);
+    expect(licenseCount()).toBe(0);
+    const policy = await t.call("POST", "/mgmt/v1/policies", {
+      body: { product_id: productId, name: "Big map", entitlements: over },
+      headers: t.idem(),
+    });
+    expect(policy.body.error.details.errors).toEqual(refused.body.error.details.errors);
+    const id = (await create({ product_id: productId, policy_id: policyId, entitlements: sized(8191) })).body
+      .data.public_id as string;
+    const patched = await t.call("PATCH", `/mgmt/v1/licenses/${id}`, { body: { entitlements: over } });
+    expect([patched.status, patched.body.error.details.errors]).toEqual([
+      422,
+      refused.body.error.details.errors,
+    ]);
+  });
+
   test("convert-trial counts the trial's overrides and the new ones together, each name once", async () => {
     const id = await trialLicense(many(150));
     await expectConvertRefused(id, { entitlement_overrides: many(51, "n") }, ["entitlement_overrides"]);

@@ -50,6 +50,26 @@ describe("licenses", () => {
     expect(count("audit_events")).toBe(events);
   });
 
+  test("metadata over 16 KiB as JSON is refused with 422 keyed metadata; 16 KiB is taken", async () => {
+    // {"note":"xx…"} of exactly `bytes` bytes.
+    const sized = (bytes: number) => ({ note: "x".repeat(bytes - 11) });
+    expect(Buffer.byteLength(JSON.stringify(sized(16_385)))).toBe(16_385);
+    const refused = await t.call("POST", "/mgmt/v1/licenses", {
+      body: { ...base, metadata: sized(16_385) },
+      headers: t.idem(),
+    });
+    expect([refused.status, refused.body.error.details.errors]).toEqual([
+      422,
+      { metadata: ["at most 16384 bytes as JSON"] },
+    ]);
+    expect(count("licenses")).toBe(0);
+    const taken = await t.call("POST", "/mgmt/v1/licenses", {
+      body: { ...base, metadata: sized(16_384) },
+      headers: t.idem(),
+    });
+    expect(taken.status).toBe(201);
+  });
+
   test("a 64-character key, counted in characters, not UTF-16 units, is accepted", async () => {
     const metadata = { ["k".repeat(64)]: 1, ["😀".repeat(64)]: 2 };
     const response = await t.call("POST", "/mgmt/v1/licenses", {

@@ -24,7 +24,7 @@ import { unrevokedLicenses } from "./tallies.ts";
 import {
   checkEntitlements,
   checkExpiry,
-  checkMergedEntitlementCount,
+  checkMergedEntitlementSize,
   fieldChanges,
   sentExpiry,
 } from "./terms.ts";
@@ -333,7 +333,7 @@ export class LicenseService {
       checkEntitlements("entitlement_overrides", body.entitlement_overrides, errors);
       // Only when it adds some: a trial stored with more (before the cap) still converts as it is.
       if (body.entitlement_overrides !== undefined)
-        checkMergedEntitlementCount("entitlement_overrides", entitlements, errors);
+        checkMergedEntitlementSize("entitlement_overrides", entitlements, errors);
       errors.throwIfAny();
       if (!target) throw new Error("unreachable: target policy was checked above");
       const settings = settingsOf(target);

@@ -1,6 +1,6 @@
 import { canonicalize } from "../../crypto/jcs.ts";
 import { parseDateTime } from "../../domain/datetime.ts";
-import { checkEntitlementCount, checkEntitlementMap } from "../../domain/entitlements.ts";
+import { checkEntitlementMap, checkEntitlementSize } from "../../domain/entitlements.ts";
 import type { PlanDefinition } from "../../domain/plans.ts";
 import { ApiError, type FieldErrorCollector } from "../../http/errors.ts";
 import type { LicenseUpdateBody } from "./model.ts";
@@ -57,13 +57,13 @@ export function checkEntitlements(
     checkEntitlementMap(field, entitlements, (at, message) => errors.add(at, message));
 }
 
-/** Overrides merged into a license's own (convert-trial) count together against the same cap. */
-export function checkMergedEntitlementCount(
+/** Overrides merged into a license's own (convert-trial) count together against the same caps. */
+export function checkMergedEntitlementSize(
   field: string,
   merged: Record<string, unknown>,
   errors: FieldErrorCollector,
 ): void {
-  checkEntitlementCount(field, Object.keys(merged).length, (at, message) => errors.add(at, message));
+  checkEntitlementSize(field, merged, (at, message) => errors.add(at, message));
 }
 
 /**
