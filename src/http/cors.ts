@@ -21,8 +21,11 @@ export const CORS_MAX_AGE_SEC = 600;
 const RUNTIME_PREFIX = "/runtime/";
 /** The trust bundle's route as registered: its product is the one in the path. */
 export const TRUST_BUNDLE_ROUTE = "/runtime/v1/products/:product_id/trust-bundle";
-/** Only for preflights, answered before the request is routed; actual requests decide on the routed route. */
-const TRUST_BUNDLE_PATH = /^\/runtime\/v1\/products\/([^/]+)\/trust-bundle$/;
+/**
+ * Only for preflights, answered before the request is routed: the path of the bundle, with the one
+ * trailing slash the router also serves it under. Actual requests decide on the routed route.
+ */
+const TRUST_BUNDLE_PATH = /^\/runtime\/v1\/products\/([^/]+)\/trust-bundle\/?$/;
 const PREFLIGHT_VARY = "Origin, Access-Control-Request-Method, Access-Control-Request-Headers";
 
 /** Runtime requests from a listed origin: their Origin waits until the request is routed. */

@@ -427,6 +427,29 @@ describe("the activation header decides only the device-proof routes", () => {
   });
 });
 
+describe("the trust bundle with a trailing slash", () => {
+  test("is decided by the product in its path, preflight and GET", async () => {
+    const silent = await runtimeFixture(t);
+    for (const suffix of ["", "/"]) {
+      const path = (productId: string) => `${trustBundle(productId)}${suffix}`;
+      const own = await t.call("GET", path(a.productId), { key: null, headers: { origin: APP } });
+      expect(own.status).toBe(200);
+      expect(own.headers.get("access-control-allow-origin")).toBe(APP);
+      expect(
+        (await preflight(path(a.productId), APP, "GET")).headers.get("access-control-allow-origin"),
+      ).toBe(APP);
+      for (const productId of [b.productId, silent.productId]) {
+        const foreign = await t.call("GET", path(productId), { key: null, headers: { origin: APP } });
+        expect(foreign.status).toBe(200);
+        expect(foreign.headers.get("access-control-allow-origin")).toBeNull();
+        const pre = await preflight(path(productId), APP, "GET");
+        expect(pre.status).toBe(204);
+        expect(pre.headers.get("access-control-allow-origin")).toBeNull();
+      }
+    }
+  });
+});
+
 describe("no CORS outside the Runtime API", () => {
   test("Management API answers carry no CORS header, whatever the origin", async () => {
     const read = await t.call("GET", `/mgmt/v1/products/${a.productId}/browser-runtime`, {
