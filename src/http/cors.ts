@@ -127,7 +127,11 @@ function preflight(
   origins: CorsOrigins,
   requestId: string,
 ): Response {
-  const headers = new Headers({ vary: PREFLIGHT_VARY, "x-request-id": requestId });
+  const headers = new Headers({
+    vary: PREFLIGHT_VARY,
+    "x-request-id": requestId,
+    "x-content-type-options": "nosniff",
+  });
   const trustProduct = TRUST_BUNDLE_PATH.exec(path)?.[1];
   const allowed =
     origin !== null &&
