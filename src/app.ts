@@ -4,7 +4,7 @@ import type { Environment } from "./domain/scopes.ts";
 import { scopeRegistry } from "./http/auth.ts";
 import { bodylessRoutes } from "./http/body.ts";
 import { httpConventions } from "./http/conventions.ts";
-import { runtimeCors } from "./http/cors.ts";
+import { deviceProofRoutes, runtimeCors } from "./http/cors.ts";
 import { type Logger, silentLogger } from "./http/logger.ts";
 import type { Metrics } from "./http/metrics.ts";
 import { pagedRoutes } from "./http/pagination.ts";
@@ -78,6 +78,7 @@ export function createApp(
   let scopes: ReturnType<typeof scopeRegistry> | undefined;
   let paged: ReturnType<typeof pagedRoutes> | undefined;
   let bodyless: ReturnType<typeof bodylessRoutes> | undefined;
+  let proofRoutes: ReturnType<typeof deviceProofRoutes> | undefined;
   const openApiDocument = () => {
     if (!root.app) throw new Error("the app is not built yet");
     openApiCache ??= buildOpenApiDocument(root.app, options.baseUrl);
@@ -89,7 +90,16 @@ export function createApp(
   // reading of the URL (test/api/request-paths.test.ts).
   const app = new Elysia({ normalize: false, handler: { standardHostname: false } })
     // First: a preflight is answered before the conventions count, limit or authenticate anything.
-    .use(runtimeCors(services.browserOrigins, () => deps.ids.next("request", deps.clock.now().getTime())))
+    .use(
+      runtimeCors(
+        services.browserOrigins,
+        () => deps.ids.next("request", deps.clock.now().getTime()),
+        (method, route) => {
+          proofRoutes ??= root.app ? deviceProofRoutes(root.app.routes) : undefined;
+          return proofRoutes?.(method, route) ?? false;
+        },
+      ),
+    )
     .use(
       httpConventions({
         clock: deps.clock,

@@ -60,6 +60,8 @@ export function httpConventions(deps: ConventionDeps) {
         const requestId = deps.ids.next("request", now.getTime());
         requestState.set(request, { requestId, startedAt: performance.now() });
         set.headers["x-request-id"] = requestId;
+        // Every answer: no browser guesses a type other than the one we declare.
+        set.headers["x-content-type-options"] = "nosniff";
         if (deps.testClock) set.headers["x-service-test-clock"] = "1";
         if (path.startsWith(MANAGEMENT_PREFIX)) authenticate(request, path, set.headers, deps, now);
       }),

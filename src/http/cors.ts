@@ -19,11 +19,34 @@ export const CORS_EXPOSE_HEADERS =
 export const CORS_MAX_AGE_SEC = 600;
 
 const RUNTIME_PREFIX = "/runtime/";
-const TRUST_BUNDLE = /^\/runtime\/v1\/products\/([^/]+)\/trust-bundle$/;
+/** The trust bundle's route as registered: its product is the one in the path. */
+export const TRUST_BUNDLE_ROUTE = "/runtime/v1/products/:product_id/trust-bundle";
+/**
+ * Only for preflights, answered before the request is routed: the path of the bundle, with the one
+ * trailing slash the router also serves it under. Actual requests decide on the routed route.
+ */
+const TRUST_BUNDLE_PATH = /^\/runtime\/v1\/products\/([^/]+)\/trust-bundle\/?$/;
 const PREFLIGHT_VARY = "Origin, Access-Control-Request-Method, Access-Control-Request-Headers";
 
-/** Requests whose product is named in the body: their Origin waits for the body to be parsed. */
-const awaitingBody = new WeakMap<Request, string>();
+/** Runtime requests from a listed origin: their Origin waits until the request is routed. */
+const awaitingRoute = new WeakMap<Request, string>();
+
+/**
+ * The routes that authenticate by device proof (their `security` names `deviceProof`), keyed by
+ * method and template: their product is the one of the activation in `X-Service-Activation`.
+ */
+export function deviceProofRoutes(routes: readonly { method: string; path: string; hooks: unknown }[]) {
+  const proof = new Set<string>();
+  for (const route of routes) {
+    const security = (route.hooks as { detail?: { security?: unknown } } | undefined)?.detail?.security;
+    if (
+      Array.isArray(security) &&
+      security.some((entry) => typeof entry === "object" && entry && "deviceProof" in entry)
+    )
+      proof.add(`${route.method} ${route.path}`);
+  }
+  return (method: string, route: string) => proof.has(`${method} ${route}`);
+}
 
 /**
  * CORS for the Runtime API, from the browser runtime settings of the product a request names
@@ -34,21 +57,40 @@ const awaitingBody = new WeakMap<Request, string>();
  * costs no allowance. A preflight carries no body, so for routes whose product is in the body it
  * is answered from the Origin alone (allowed when any enabled product lists it); the actual
  * response then gets `Access-Control-Allow-Origin` only when the named product lists the origin.
+ *
+ * An actual request is decided once routed, by its route: the trust bundle by the product in its
+ * path, the device-proof routes (`deviceProofRoute`) by the activation in `X-Service-Activation`,
+ * every other route by the `product_id` of its body. The activation header is never consulted on
+ * a route that names its product in the body, so a page of product A cannot read product B's
+ * answer by adding one of A's activations. An answer given before the request is routed (a 404,
+ * or a limit's 429 or 402) names no product and follows the preflight's rule.
  */
 /** `requestId` gives a preflight the X-Request-Id every response carries (the conventions never see it). */
-export function runtimeCors(origins: CorsOrigins, requestId: () => string) {
-  const decideFromBody = (
+export function runtimeCors(
+  origins: CorsOrigins,
+  requestId: () => string,
+  deviceProofRoute: (method: string, route: string) => boolean,
+) {
+  const decide = (
     request: Request,
+    route: string | undefined,
+    params: Record<string, string | undefined> | undefined,
     body: unknown,
     headers: Record<string, string | number>,
   ): void => {
-    const origin = awaitingBody.get(request);
+    const origin = awaitingRoute.get(request);
     if (origin === undefined) return;
-    awaitingBody.delete(request);
-    const productId =
-      typeof body === "object" && body !== null && "product_id" in body ? body.product_id : undefined;
-    // A body that names no product (unparseable, or no product_id) gets the preflight's rule, so
-    // the page can read its own 400; a named product decides for itself.
+    awaitingRoute.delete(request);
+    let productId: unknown;
+    if (route === TRUST_BUNDLE_ROUTE) productId = params?.product_id;
+    else if (route !== undefined && route !== "" && deviceProofRoute(request.method, route)) {
+      const activationId = request.headers.get("x-service-activation");
+      // An unknown activation names a product no origin is allowed for.
+      if (activationId) productId = origins.productOfActivation(activationId) ?? null;
+    } else if (typeof body === "object" && body !== null && "product_id" in body) productId = body.product_id;
+    // A request that names no product (a body that is unreadable or has no product_id, a proof
+    // call without its activation, an answer before routing) gets the preflight's rule, so the
+    // page can read its own 400; a named product decides for itself.
     if (productId === undefined ? true : typeof productId === "string" && origins.allows(productId, origin))
       allow(headers, origin);
   };
@@ -61,22 +103,15 @@ export function runtimeCors(origins: CorsOrigins, requestId: () => string) {
         if (request.method === "OPTIONS") return preflight(request, path, origin, origins, requestId());
         set.headers.vary = "Origin";
         if (origin === null || !origins.allowedAnywhere(origin)) return;
-        const trustProduct = TRUST_BUNDLE.exec(path)?.[1];
-        if (trustProduct !== undefined) {
-          if (origins.allows(trustProduct, origin)) allow(set.headers, origin);
-          return;
-        }
-        const activationId = request.headers.get("x-service-activation");
-        if (activationId) {
-          const productId = origins.productOfActivation(activationId);
-          if (productId !== undefined && origins.allows(productId, origin)) allow(set.headers, origin);
-          return;
-        }
-        awaitingBody.set(request, origin);
+        awaitingRoute.set(request, origin);
       }),
     )
-    .onBeforeHandle({ as: "global" }, ({ request, body, set }) => decideFromBody(request, body, set.headers))
-    .onError({ as: "global" }, ({ request, body, set }) => decideFromBody(request, body, set.headers));
+    .onBeforeHandle({ as: "global" }, ({ request, route, params, body, set }) =>
+      decide(request, route, params, body, set.headers),
+    )
+    .onError({ as: "global" }, ({ request, route, params, body, set }) =>
+      decide(request, route, params, body, set.headers),
+    );
 }
 
 function allow(headers: Record<string, string | number>, origin: string): void {
@@ -92,8 +127,12 @@ function preflight(
   origins: CorsOrigins,
   requestId: string,
 ): Response {
-  const headers = new Headers({ vary: PREFLIGHT_VARY, "x-request-id": requestId });
-  const trustProduct = TRUST_BUNDLE.exec(path)?.[1];
+  const headers = new Headers({
+    vary: PREFLIGHT_VARY,
+    "x-request-id": requestId,
+    "x-content-type-options": "nosniff",
+  });
+  const trustProduct = TRUST_BUNDLE_PATH.exec(path)?.[1];
   const allowed =
     origin !== null &&
     (trustProduct !== undefined ? origins.allows(trustProduct, origin) : origins.allowedAnywhere(origin));

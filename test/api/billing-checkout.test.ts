@@ -254,6 +254,8 @@ describe("claims", () => {
     expect(page.text).not.toMatch(/(src|href)=["']?(https?:)?\/\//);
     const first = await t.call("POST", "/billing/v1/claims/redeem", { key: null, body: { token } });
     expect(first.status).toBe(200);
+    // The answer carries the license key: no cache may keep it.
+    expect(first.headers.get("cache-control")).toBe("no-store");
     const [license] = licensesOfCheckout(session.id);
     const managed = await t.call("GET", `/mgmt/v1/licenses/${license?.id}`, { key: t.keys.test });
     expect(first.body.data).toMatchObject({ license_id: license?.id, license_key: managed.body.data.key });
@@ -264,6 +266,7 @@ describe("claims", () => {
       });
       expect(again.status).toBe(410);
       expect(again.body.error.code).toBe("LICENSE_CLAIM_UNAVAILABLE");
+      expect(again.headers.get("cache-control")).toBe("no-store");
     }
   });
 

@@ -315,6 +315,41 @@ describe("query parameters", () => {
   });
 });
 
+describe("X-Content-Type-Options", () => {
+  test("every answer carries nosniff once: JSON, errors, pages, assets, preflights, health", async () => {
+    const answers = [
+      await t.call("GET", "/mgmt/v1/products"),
+      await t.call("GET", "/mgmt/v1/products", { key: null }),
+      await t.call("POST", "/mgmt/v1/products", {
+        rawBody: "{not json",
+        headers: { "content-type": "application/json" },
+      }),
+      await t.call("GET", "/no/such/path", { key: null }),
+      await t.call("POST", "/runtime/v1/time", {
+        key: null,
+        body: { product_id: "prod_x", nonce: "n".repeat(22) },
+      }),
+      await t.call("GET", "/runtime/v1/products/prod_00000000000000000000000000/trust-bundle", { key: null }),
+      await t.call("OPTIONS", "/runtime/v1/time", {
+        key: null,
+        headers: { origin: "https://app.example.com", "access-control-request-method": "POST" },
+      }),
+      await t.call("GET", "/healthz", { key: null }),
+      await t.call("GET", "/openapi.json", { key: null }),
+      await t.call("GET", "/docs", { key: null }),
+      await t.call("GET", "/docs/errors", { key: null }),
+      await t.call("GET", "/docs/assets/swagger-ui.css", { key: null }),
+      await t.call("GET", "/passkeys/v1/register", { key: null }),
+      await t.call("GET", "/billing/v1/claims", { key: null }),
+    ];
+    for (const answer of answers)
+      expect({ status: answer.status, nosniff: answer.headers.get("x-content-type-options") }).toEqual({
+        status: answer.status,
+        nosniff: "nosniff",
+      });
+  });
+});
+
 describe("what every request pays for", () => {
   // Elysia reads the hooks' source to decide what every request's handler prepares; a hook that
   // seemed to hand its context to a function made it parse the cookies and the query and copy the

@@ -300,6 +300,156 @@ describe("actual requests", () => {
   });
 });
 
+describe("the activation header decides only the device-proof routes", () => {
+  /** A page on APP (listed by a only) adds one of a's activations to a request naming b. */
+  const withActivation = (activationId: string, origin = APP) => ({
+    origin,
+    "x-service-activation": activationId,
+  });
+
+  test("a request naming another product in its body is decided by that product, not by the header", async () => {
+    const { activationId } = await activatedDevice(t, a);
+    const device = new TestDevice();
+    const activationOfB = await t.call("POST", "/runtime/v1/activations", {
+      key: null,
+      body: device.activationBody({
+        licenseKey: b.licenseKey,
+        productId: b.productId,
+        clientTime: nowSec(t),
+      }),
+      headers: { "idempotency-key": "cors-header-activation-b", ...withActivation(activationId) },
+    });
+    expect(activationOfB.status).toBe(201);
+    expect(activationOfB.headers.get("access-control-allow-origin")).toBeNull();
+    const time = await t.call("POST", "/runtime/v1/time", {
+      key: null,
+      body: { product_id: b.productId, nonce: "n".repeat(22) },
+      headers: withActivation(activationId),
+    });
+    expect(time.status).toBe(200);
+    expect(time.headers.get("access-control-allow-origin")).toBeNull();
+    const start = await t.call("POST", "/runtime/v1/email-verifications", {
+      key: null,
+      body: { product_id: b.productId, email: "ada@example.com" },
+      headers: withActivation(activationId),
+    });
+    expect(start.headers.get("access-control-allow-origin")).toBeNull();
+    const trial = await t.call("POST", "/runtime/v1/trial-verifications", {
+      key: null,
+      body: { product_id: b.productId, email: "ada@example.com" },
+      headers: withActivation(activationId),
+    });
+    expect(trial.headers.get("access-control-allow-origin")).toBeNull();
+    // The same requests naming a stay readable, with or without the header.
+    const own = await t.call("POST", "/runtime/v1/time", {
+      key: null,
+      body: { product_id: a.productId, nonce: "n".repeat(22) },
+      headers: withActivation(activationId),
+    });
+    expect(own.headers.get("access-control-allow-origin")).toBe(APP);
+  });
+
+  test("a loopback origin of a test product cannot read a live product's answer through a test activation", async () => {
+    const LOCAL = "http://localhost:5173";
+    const local = await runtimeFixture(t, { key: t.keys.test, policy: { max_machines: 10 } });
+    await enable(local.productId, [LOCAL], true, t.keys.test);
+    const { activationId } = await activatedDevice(t, local);
+    const device = new TestDevice();
+    const live = await t.call("POST", "/runtime/v1/activations", {
+      key: null,
+      body: device.activationBody({
+        licenseKey: a.licenseKey,
+        productId: a.productId,
+        clientTime: nowSec(t),
+      }),
+      headers: { "idempotency-key": "cors-header-cross-env", ...withActivation(activationId, LOCAL) },
+    });
+    expect(live.status).toBe(201);
+    expect(live.headers.get("access-control-allow-origin")).toBeNull();
+    const time = await t.call("POST", "/runtime/v1/time", {
+      key: null,
+      body: { product_id: a.productId, nonce: "n".repeat(22) },
+      headers: withActivation(activationId, LOCAL),
+    });
+    expect(time.status).toBe(200);
+    expect(time.headers.get("access-control-allow-origin")).toBeNull();
+  });
+
+  test("the device-proof routes are decided by their activation, with or without a trailing slash", async () => {
+    const { device, activationId } = await activatedDevice(t, a);
+    for (const path of [heartbeatPath(activationId), `${heartbeatPath(activationId)}/`]) {
+      const beat = await proofCall(
+        t,
+        device,
+        "POST",
+        path,
+        activationId,
+        { machine_info_digest: machineInfoDigest({ os: "linux", arch: "x64" }) },
+        { headers: { origin: APP } },
+      );
+      expect(beat.headers.get("access-control-allow-origin")).toBe(APP);
+    }
+    const lease = await proofCall(
+      t,
+      device,
+      "POST",
+      "/runtime/v1/leases",
+      activationId,
+      {},
+      {
+        headers: { origin: APP },
+      },
+    );
+    expect(lease.status).toBeGreaterThanOrEqual(200);
+    expect(lease.headers.get("access-control-allow-origin")).toBe(APP);
+    const foreignLease = await proofCall(
+      t,
+      device,
+      "POST",
+      "/runtime/v1/leases",
+      activationId,
+      {},
+      {
+        headers: { origin: OTHER },
+      },
+    );
+    expect(foreignLease.headers.get("access-control-allow-origin")).toBeNull();
+    const deactivated = await proofCall(
+      t,
+      device,
+      "DELETE",
+      `/runtime/v1/activations/${activationId}`,
+      activationId,
+      undefined,
+      { headers: { origin: APP } },
+    );
+    expect(deactivated.headers.get("access-control-allow-origin")).toBe(APP);
+  });
+});
+
+describe("the trust bundle with a trailing slash", () => {
+  test("is decided by the product in its path, preflight and GET", async () => {
+    const silent = await runtimeFixture(t);
+    for (const suffix of ["", "/"]) {
+      const path = (productId: string) => `${trustBundle(productId)}${suffix}`;
+      const own = await t.call("GET", path(a.productId), { key: null, headers: { origin: APP } });
+      expect(own.status).toBe(200);
+      expect(own.headers.get("access-control-allow-origin")).toBe(APP);
+      expect(
+        (await preflight(path(a.productId), APP, "GET")).headers.get("access-control-allow-origin"),
+      ).toBe(APP);
+      for (const productId of [b.productId, silent.productId]) {
+        const foreign = await t.call("GET", path(productId), { key: null, headers: { origin: APP } });
+        expect(foreign.status).toBe(200);
+        expect(foreign.headers.get("access-control-allow-origin")).toBeNull();
+        const pre = await preflight(path(productId), APP, "GET");
+        expect(pre.status).toBe(204);
+        expect(pre.headers.get("access-control-allow-origin")).toBeNull();
+      }
+    }
+  });
+});
+
 describe("no CORS outside the Runtime API", () => {
   test("Management API answers carry no CORS header, whatever the origin", async () => {
     const read = await t.call("GET", `/mgmt/v1/products/${a.productId}/browser-runtime`, {

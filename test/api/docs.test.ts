@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { createHash } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { ERROR_CODES } from "../../src/http/errors.ts";
@@ -34,6 +35,36 @@ const expectEnvelope = (response: CallResult, code: keyof typeof ERROR_CODES) =>
   expect(error.request_id).toBe(response.headers.get("x-request-id"));
   expect(error.doc_url).toBe(`${BASE_URL}/docs/errors#${code}`);
 };
+
+describe("the documentation pages' Content-Security-Policy", () => {
+  const directives = (policy: string | null) =>
+    new Map(
+      (policy ?? "")
+        .split(";")
+        .map((d) => d.trim().split(/\s+/))
+        .map(([name, ...values]) => [name, values]),
+    );
+
+  test("/docs runs its own assets and its one inline script, by hash; no page may frame it", async () => {
+    const response = await t.call("GET", "/docs", { key: null });
+    const inline = [...response.text.matchAll(/<script>([\s\S]*?)<\/script>/g)].map((m) => m[1] as string);
+    expect(inline.length).toBe(1);
+    const hash = createHash("sha256")
+      .update(inline[0] as string)
+      .digest("base64");
+    const policy = directives(response.headers.get("content-security-policy"));
+    expect(policy.get("script-src")).toEqual(["'self'", `'sha256-${hash}'`]);
+    expect(policy.get("frame-ancestors")).toEqual(["'none'"]);
+  });
+
+  test("/docs/errors runs no script and no page may frame it", async () => {
+    const response = await t.call("GET", "/docs/errors", { key: null });
+    expect(response.text).not.toContain("<script");
+    const policy = directives(response.headers.get("content-security-policy"));
+    expect(policy.get("script-src")).toEqual(["'none'"]);
+    expect(policy.get("frame-ancestors")).toEqual(["'none'"]);
+  });
+});
 
 describe("GET /docs", () => {
   test("answers an HTML page without an API key", async () => {

@@ -209,6 +209,78 @@ describe("the OpenAPI document", () => {
     expect(JSON.stringify(doc)).not.toContain("x-body-optional");
   });
 
+  test("the device-proof operations require the deviceProof scheme and list its headers; other non-management operations are public", () => {
+    const proof = [
+      "post /runtime/v1/activations/{id}/heartbeat",
+      "delete /runtime/v1/activations/{id}",
+      "post /runtime/v1/leases",
+      "post /runtime/v1/leases/{id}/heartbeat",
+      "delete /runtime/v1/leases/{id}",
+      "post /runtime/v1/activations/{id}/sealed-file-keys",
+    ];
+    const requiring = operations()
+      .filter(({ op }) => (op.security ?? []).some((requirement) => "deviceProof" in requirement))
+      .map(({ method, path }) => `${method} ${path}`);
+    expect(requiring.sort()).toEqual([...proof].sort());
+    for (const { method, path, op } of operations()) {
+      const parameters = (
+        (op as { parameters?: { in: string; name: string; required?: boolean }[] }).parameters ?? []
+      )
+        .filter((p) => p.in === "header" && p.name.startsWith("x-service-"))
+        .map((p) => `${p.name} ${p.required}`);
+      if (proof.includes(`${method} ${path}`)) {
+        expect(op.security).toEqual([{ deviceProof: [] }]);
+        expect(parameters.sort()).toEqual([
+          "x-service-activation true",
+          "x-service-nonce true",
+          "x-service-timestamp true",
+        ]);
+        expect(op.responses?.["401"]).toBeDefined();
+      } else {
+        expect(parameters).toEqual([]);
+        if (!path.startsWith("/mgmt/"))
+          expect({ where: `${method} ${path}`, security: op.security }).toEqual({
+            where: `${method} ${path}`,
+            security: [],
+          });
+      }
+    }
+    expect(doc.components.securitySchemes.deviceProof).toMatchObject({
+      in: "header",
+      name: "X-Service-Signature",
+    });
+  });
+
+  test("every operation the ended plan refuses documents 402 PLAN_ENDED; the plan report and public routes do not", () => {
+    const gated = operations().filter(
+      ({ method, path }) =>
+        (path.startsWith("/mgmt/") || path.startsWith("/runtime/")) &&
+        !(method === "get" && path === "/mgmt/v1/plan"),
+    );
+    expect(gated.length).toBeGreaterThan(50);
+    for (const { method, path, op } of gated) {
+      const answer = op.responses?.["402"] as {
+        description?: string;
+        content?: Record<string, { schema?: { $ref?: string } }>;
+      };
+      expect({
+        where: `${method} ${path}`,
+        ref: answer?.content?.["application/json"]?.schema?.$ref,
+      }).toEqual({
+        where: `${method} ${path}`,
+        ref: ERROR_ENVELOPE_REF,
+      });
+      expect(answer.description).toContain("PLAN_ENDED");
+    }
+    expect(doc.paths["/mgmt/v1/plan"].get.responses["402"]).toBeUndefined();
+    for (const [method, path] of [
+      ["get", "/healthz"],
+      ["post", "/billing/v1/claims/redeem"],
+      ["post", "/passkeys/v1/register"],
+    ] as const)
+      expect(doc.paths[path][method].responses["402"]).toBeUndefined();
+  });
+
   test("managementApiKey is an HTTP bearer security scheme", () => {
     const scheme = doc.components?.securitySchemes?.managementApiKey;
     expect(scheme?.type).toBe("http");

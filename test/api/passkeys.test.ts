@@ -1,4 +1,5 @@
 import { afterEach, beforeEach, describe, expect, test } from "bun:test";
+import { createHash } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { silentLogger } from "../../src/http/logger.ts";
@@ -272,6 +273,84 @@ describe("registration", () => {
       expect(page.headers.get("content-security-policy")).toContain("default-src 'none'");
       expect(page.text).toContain("navigator.credentials");
       expect(page.text).not.toMatch(/src="http/);
+    }
+  });
+});
+
+/**
+ * Runs a served page's inline script against stand-ins for the browser objects it uses, clicks
+ * its button, and returns the paths its requests went to.
+ */
+async function pagePosts(script: string, pathname: string, hash: string): Promise<string[]> {
+  const posted: string[] = [];
+  let click: (() => Promise<void>) | undefined;
+  const element = () => ({
+    textContent: "",
+    hidden: false,
+    disabled: false,
+    addEventListener: (_event: string, listener: () => Promise<void>) => {
+      click = listener;
+    },
+  });
+  const out = element();
+  const button = element();
+  const bytes = () => new Uint8Array([1, 2, 3]).buffer;
+  const credential = {
+    id: "cred",
+    response: {
+      clientDataJSON: bytes(),
+      attestationObject: bytes(),
+      authenticatorData: bytes(),
+      signature: bytes(),
+    },
+  };
+  const options = {
+    challenge: "AAEC",
+    rp_id: "licensing.test",
+    user_id: "lu_1",
+    user_name: "ada",
+    exclude_credentials: [],
+    allow_credentials: [],
+  };
+  const fetch = async (path: string) => {
+    posted.push(path);
+    const first = posted.length === 1;
+    return {
+      ok: first,
+      json: async () => (first ? { data: options } : { error: { message: "stop" } }),
+    };
+  };
+  const run = new Function("document", "location", "window", "navigator", "fetch", "history", script);
+  run(
+    { getElementById: (id: string) => (id === "out" ? out : button) },
+    { pathname, hash },
+    { PublicKeyCredential: {} },
+    { credentials: { create: async () => credential, get: async () => credential } },
+    fetch,
+    { replaceState: () => {} },
+  );
+  expect(click).toBeDefined();
+  await click?.();
+  expect(out.textContent).toBe("stop");
+  return posted;
+}
+
+describe("the pages' own requests", () => {
+  test("go to the page's routes whether it was opened with or without a trailing slash; the CSP hash is the script's", async () => {
+    for (const [path, hash] of [
+      ["/passkeys/v1/register", "#token"],
+      ["/passkeys/v1/approve", "#ver_1.secret"],
+    ] as const) {
+      for (const spelling of [path, `${path}/`]) {
+        const page = await t.call("GET", spelling, { key: null });
+        expect(page.status).toBe(200);
+        const scripts = [...page.text.matchAll(/<script>([\s\S]*?)<\/script>/g)].map((m) => m[1] as string);
+        expect(scripts.length).toBe(1);
+        const script = scripts[0] as string;
+        const digest = createHash("sha256").update(script).digest("base64");
+        expect(page.headers.get("content-security-policy")).toContain(`script-src 'sha256-${digest}'`);
+        expect(await pagePosts(script, spelling, hash)).toEqual([`${path}/options`, path]);
+      }
     }
   });
 });

@@ -89,13 +89,21 @@ export const billingPublicController = ({ billingWebhooks, billingClaims }: Serv
         },
       },
     })
-    .post(`${CLAIM_PATH}/redeem`, ({ body }) => ({ data: billingClaims.redeem(body.token) }), {
-      body: "billing-claim.request",
-      response: { 200: "billing-claim.response" },
-      detail: {
-        summary: "Redeem a claim token: the license key, shown once",
-        responses: {
-          410: errorEnvelopeResponse("LICENSE_CLAIM_UNAVAILABLE: unknown, expired or already used."),
+    .post(
+      `${CLAIM_PATH}/redeem`,
+      ({ body, set }) => {
+        // The answer carries the license key: no cache keeps it (set first, so refusals carry it too).
+        set.headers["cache-control"] = "no-store";
+        return { data: billingClaims.redeem(body.token) };
+      },
+      {
+        body: "billing-claim.request",
+        response: { 200: "billing-claim.response" },
+        detail: {
+          summary: "Redeem a claim token: the license key, shown once",
+          responses: {
+            410: errorEnvelopeResponse("LICENSE_CLAIM_UNAVAILABLE: unknown, expired or already used."),
+          },
         },
       },
-    });
+    );

@@ -1,3 +1,4 @@
+import { createHash } from "node:crypto";
 import { Elysia } from "elysia";
 import swaggerCss from "swagger-ui-dist/swagger-ui.css" with { type: "text" };
 import swaggerBundle from "swagger-ui-dist/swagger-ui-bundle.js" with { type: "text" };
@@ -13,11 +14,14 @@ const page = (title: string, head: string, body: string) => `<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
 <title>${title}</title>${head}</head><body>${body}</body></html>`;
 
+/** The reference page's one inline script; the CSP allows it by its hash, and no other inline script. */
+const INIT_SCRIPT = `window.ui = SwaggerUIBundle({ url: "/openapi.json", dom_id: "#swagger-ui", validatorUrl: null, deepLinking: true, tryItOutEnabled: false });`;
+
 const REFERENCE_HTML = page(
   "Licensing Service API",
   '<link rel="stylesheet" href="/docs/assets/swagger-ui.css">',
   `<div id="swagger-ui"></div><script src="/docs/assets/swagger-ui-bundle.js"></script>
-<script>window.ui = SwaggerUIBundle({ url: "/openapi.json", dom_id: "#swagger-ui", validatorUrl: null, deepLinking: true, tryItOutEnabled: false });</script>`,
+<script>${INIT_SCRIPT}</script>`,
 );
 
 /**
@@ -33,21 +37,23 @@ const ERRORS_HTML = page(
   Bun.markdown.html(withoutDocumentLinks(errorsMarkdown)),
 );
 
-const html = (body: string) =>
+/** Scripts from our own assets and the init script by its hash; the errors page runs none. */
+const csp = (scriptSrc: string) =>
+  `default-src 'self'; script-src ${scriptSrc}; style-src 'self' 'unsafe-inline'; img-src 'self' data:; base-uri 'none'; frame-ancestors 'none'`;
+const REFERENCE_CSP = csp(`'self' 'sha256-${createHash("sha256").update(INIT_SCRIPT).digest("base64")}'`);
+const ERRORS_CSP = csp("'none'");
+
+const html = (body: string, policy: string) =>
   new Response(body, {
-    headers: {
-      "content-type": "text/html; charset=utf-8",
-      "content-security-policy":
-        "default-src 'self'; script-src 'self' 'unsafe-inline'; style-src 'self' 'unsafe-inline'; img-src 'self' data:",
-    },
+    headers: { "content-type": "text/html; charset=utf-8", "content-security-policy": policy },
   });
 
 /** The browsable reference and error documentation, entirely from the binary: no CDN, works air-gapped. */
 export const docsController = (openApiDocument: () => Record<string, unknown>) =>
   new Elysia({ detail: { hide: true } })
     .get("/openapi.json", () => openApiDocument())
-    .get("/docs", () => html(REFERENCE_HTML))
-    .get("/docs/errors", () => html(ERRORS_HTML))
+    .get("/docs", () => html(REFERENCE_HTML, REFERENCE_CSP))
+    .get("/docs/errors", () => html(ERRORS_HTML, ERRORS_CSP))
     .get("/docs/assets/:file", ({ params }) => {
       const asset = Object.hasOwn(ASSETS, params.file) ? ASSETS[params.file] : undefined;
       if (!asset) throw new ApiError("NOT_FOUND", "No such documentation asset.");

@@ -2,6 +2,7 @@ import { toOpenAPISchema } from "@elysiajs/openapi";
 import type { AnyElysia } from "elysia";
 import { ERROR_CODES } from "../../http/errors.ts";
 import { ErrorEnvelope } from "../../http/schemas.ts";
+import { isPlanReport } from "../plan/plan-route.ts";
 
 export const API_VERSION = "2026-09-21";
 
@@ -14,6 +15,36 @@ type Operation = {
 };
 
 const METHODS = ["get", "post", "put", "patch", "delete"] as const;
+
+/** The request headers of a device proof besides the signature, which the `deviceProof` scheme names. */
+const DEVICE_PROOF_HEADERS = [
+  {
+    name: "x-service-activation",
+    description: "The activation whose device key signs the request.",
+    schema: { type: "string" },
+  },
+  {
+    name: "x-service-timestamp",
+    description: "Unix seconds on the device; within 300 seconds of the server clock.",
+    schema: { type: "string", pattern: "^[0-9]+$" },
+  },
+  {
+    name: "x-service-nonce",
+    description: "Unique per activation within the proof window; a replay is refused.",
+    schema: { type: "string" },
+  },
+].map((header) => ({ in: "header", required: true, ...header }));
+
+const usesDeviceProof = (operation: Operation) =>
+  Array.isArray(operation.security) &&
+  operation.security.some((entry) => typeof entry === "object" && entry !== null && "deviceProof" in entry);
+
+/**
+ * The operations the ended plan refuses with 402 PLAN_ENDED (PlanGate, spec §4.1): every
+ * Management and Runtime operation except the plan report.
+ */
+const planGated = (method: string, path: string) =>
+  (path.startsWith("/mgmt/") || path.startsWith("/runtime/")) && !isPlanReport(method.toUpperCase(), path);
 
 const errorResponse = (description: string) => ({
   description,
@@ -39,8 +70,12 @@ export function buildOpenApiDocument(app: AnyElysia, baseUrl: string): Record<st
     for (const method of METHODS) {
       const operation = item[method];
       if (!operation) continue;
-      operation.responses = { ...operation.responses, ...errorResponsesFor(path, operation) };
-      if (!path.startsWith("/mgmt/")) operation.security = [];
+      operation.responses = { ...operation.responses, ...errorResponsesFor(method, path, operation) };
+      // Management operations inherit the document's API key; device-proof ones keep their own
+      // scheme and list its headers; every other operation is public.
+      if (usesDeviceProof(operation))
+        operation.parameters = [...(operation.parameters ?? []), ...DEVICE_PROOF_HEADERS];
+      else if (!path.startsWith("/mgmt/")) operation.security = [];
       if (operation.responses?.["204"] === undefined && method === "delete") {
         operation.responses = { "204": { description: "Done; no body." }, ...operation.responses };
       }
@@ -112,7 +147,7 @@ function documentRequestBodies(app: AnyElysia, paths: Record<string, Record<stri
  * The failure statuses an operation can answer, derived from what it takes: every failure uses
  * the error envelope, and each status lists the codes it carries.
  */
-function errorResponsesFor(path: string, operation: Operation): Record<string, unknown> {
+function errorResponsesFor(method: string, path: string, operation: Operation): Record<string, unknown> {
   const statuses = new Set<number>([429, 500]);
   const add = (...codes: number[]) => {
     for (const code of codes) statuses.add(code);
@@ -120,8 +155,9 @@ function errorResponsesFor(path: string, operation: Operation): Record<string, u
   const header = (name: string) =>
     operation.parameters?.some((p) => p.in === "header" && p.name === name) ?? false;
   const hasQuery = operation.parameters?.some((p) => p.in === "query") ?? false;
-  const deviceProof = JSON.stringify(operation.security ?? []).includes("deviceProof");
+  const deviceProof = usesDeviceProof(operation);
   if (path.startsWith("/mgmt/")) add(401, 403);
+  if (planGated(method, path)) add(402);
   if (path.includes("{")) statuses.add(404);
   if (hasQuery) add(400, 422);
   if (operation.requestBody) add(400, 413, 422);

@@ -16,6 +16,8 @@ const post = async (path, body) => {
   return { ok: response.ok, body: await response.json() };
 };
 const say = (text) => { out.textContent = text; };
+// The page is also served at its path with one trailing slash: the routes are under the bare path.
+const base = location.pathname.replace(/\\/$/, "");
 if (!window.PublicKeyCredential) { say("This browser does not support passkeys."); button.hidden = true; }
 `;
 
@@ -25,7 +27,7 @@ if (!token) { say("This link has no token. Open the link you were sent."); butto
 button.addEventListener("click", async () => {
   button.disabled = true;
   try {
-    const options = await post(location.pathname + "/options", { token });
+    const options = await post(base + "/options", { token });
     if (!options.ok) return say(options.body.error.message);
     const o = options.body.data;
     const credential = await navigator.credentials.create({ publicKey: {
@@ -37,7 +39,7 @@ button.addEventListener("click", async () => {
       authenticatorSelection: { residentKey: "preferred", userVerification: "preferred" },
       attestation: "none",
     } });
-    const done = await post(location.pathname, {
+    const done = await post(base, {
       token,
       credential_id: credential.id,
       client_data_json: enc(credential.response.clientDataJSON),
@@ -63,7 +65,7 @@ if (dot < 1) { say("This link is incomplete. Open the link from your email."); b
 button.addEventListener("click", async () => {
   button.disabled = true;
   try {
-    const options = await post(location.pathname + "/options", { verification_id, secret });
+    const options = await post(base + "/options", { verification_id, secret });
     if (!options.ok) return say(options.body.error.message);
     const o = options.body.data;
     const credential = await navigator.credentials.get({ publicKey: {
@@ -72,7 +74,7 @@ button.addEventListener("click", async () => {
       allowCredentials: o.allow_credentials.map((id) => ({ type: "public-key", id: dec(id) })),
       userVerification: "preferred",
     } });
-    const done = await post(location.pathname, {
+    const done = await post(base, {
       verification_id,
       secret,
       credential_id: credential.id,
