@@ -178,4 +178,4 @@ function recipientRefusedForGood(error: Error): boolean {
 }
 
 const withoutAddresses = (text: string): string =>
-  text.replace(/[^\s<>"'()[\],;:]+@[^\s<>"'()[\],;:]+/g, "<address>");
+  text.replace(/(?<![^\s<>"'()[\],;:])[^\s<>"'()[\],;:]+@[^\s<>"'()[\],;:]+/g, "<address>");
