@@ -111,6 +111,7 @@ export function createApp(
         planGate: services.planGate,
         baseUrl: options.baseUrl,
         testClock: options.testClock ?? false,
+        trustForwardedFor: options.trustForwardedFor ?? false,
         requiredScope: (method, route) => {
           scopes ??= root.app ? scopeRegistry(root.app.routes) : undefined;
           return scopes?.(method, route);

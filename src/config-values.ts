@@ -87,7 +87,7 @@ export function parseBaseUrl(value: string, source: string): string {
     throw new UsageError(`${source} must not carry a query, fragment or credentials`);
   }
   // Error doc_url and certificate issuers append paths to it, so no trailing slash.
-  return `${url.origin}${url.pathname}`.replace(/\/+$/, "");
+  return `${url.origin}${url.pathname}`.replace(/(?<!\/)\/+$/, "");
 }
 
 export function parseSmtpUrl(value: string, source: string): string {

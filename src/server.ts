@@ -17,7 +17,7 @@ import { clientAddress } from "./http/client-address.ts";
 import { errorBody } from "./http/envelope.ts";
 import { ApiError } from "./http/errors.ts";
 import { IdempotencyStore } from "./http/idempotency.ts";
-import { type Logger, redactPath } from "./http/logger.ts";
+import { type Logger, loggedPath } from "./http/logger.ts";
 import { Metrics } from "./http/metrics.ts";
 import { pathOf } from "./http/request-path.ts";
 import { startSweeper } from "./jobs/sweeper.ts";
@@ -299,7 +299,7 @@ function serveWithLock({ config, logger }: StartOptions, keystore: Keystore): Ru
       logger.log("info", "request", {
         request_id: response.headers.get("x-request-id"),
         method: request.method,
-        path: redactPath(pathOf(request.url)),
+        path: loggedPath(pathOf(request.url)),
         status: response.status,
         duration_ms: Math.round((performance.now() - started) * 1000) / 1000,
       });

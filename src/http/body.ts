@@ -1,3 +1,4 @@
+import { UNKNOWN_ADDRESS } from "./client-address.ts";
 import { ApiError } from "./errors.ts";
 
 /** Management bodies; runtime routes are smaller (see bodyLimitFor). */
@@ -28,10 +29,44 @@ export const bodyLimitFor = (path: string): number => {
  * How many bodies over the management limit (the webhook's, up to 1 MiB each) may be read at
  * once. A client that sends a large body's headers and stalls holds its buffer until the idle
  * timeout; without a bound, a few thousand such connections pinned gigabytes. Past it the answer is
- * 503 with Retry-After, which the provider retries.
+ * 503 with Retry-After, which the provider retries. A slot is taken by the body's size, not its
+ * route: only a body declaring more than DEFAULT_BODY_LIMIT (or, sent chunked, that has passed it
+ * as received) needs one, so the provider's real events, almost all far smaller, never wait for
+ * one; and one client address holds at most LARGE_BODY_SLOTS_PER_ADDRESS of them, so a few
+ * stalled connections from one place cannot take them all.
  */
 export const LARGE_BODY_SLOTS = 32;
+/** The large-body slots one client address (an IPv6 /64, see addressPartition) may hold at once. */
+export const LARGE_BODY_SLOTS_PER_ADDRESS = 4;
 let largeBodiesInFlight = 0;
+const largeBodiesByAddress = new Map<string, number>();
+
+/** Takes a large-body slot for a client, or refuses with 503; returns the slot's release (idempotent). */
+function takeLargeBodySlot(address: string): () => void {
+  const held = largeBodiesByAddress.get(address) ?? 0;
+  if (largeBodiesInFlight >= LARGE_BODY_SLOTS || held >= LARGE_BODY_SLOTS_PER_ADDRESS) {
+    const fromAddress = held >= LARGE_BODY_SLOTS_PER_ADDRESS;
+    throw new ApiError(
+      "SERVICE_UNAVAILABLE",
+      fromAddress
+        ? "Too many large request bodies are being received from this address; try again shortly."
+        : "Too many large request bodies are being received; try again shortly.",
+      { reason: fromAddress ? "large_bodies_from_address" : "large_bodies_in_flight" },
+      { headers: { "retry-after": "1" } },
+    );
+  }
+  largeBodiesInFlight++;
+  largeBodiesByAddress.set(address, held + 1);
+  let released = false;
+  return () => {
+    if (released) return;
+    released = true;
+    largeBodiesInFlight--;
+    const left = (largeBodiesByAddress.get(address) ?? 1) - 1;
+    if (left > 0) largeBodiesByAddress.set(address, left);
+    else largeBodiesByAddress.delete(address);
+  };
+}
 
 const BODYLESS = new Set(["GET", "HEAD", "OPTIONS"]);
 
@@ -54,28 +89,30 @@ export async function parseJsonBody(
   limit = DEFAULT_BODY_LIMIT,
   keepRaw: (bytes: Uint8Array) => void = () => {},
   textRule: TextRule = "strict",
+  /** The client's address (its rate-limit partition), asked only when a large body needs a slot. */
+  clientOf: () => string = () => UNKNOWN_ADDRESS,
 ): Promise<unknown> {
   if (BODYLESS.has(request.method)) return undefined;
   const declared = request.headers.get("content-length");
   if (declared !== null && Number(declared) > limit) throw tooLarge(limit);
-  const large = limit > DEFAULT_BODY_LIMIT;
-  if (large && largeBodiesInFlight >= LARGE_BODY_SLOTS) {
-    throw new ApiError(
-      "SERVICE_UNAVAILABLE",
-      "Too many large request bodies are being received; try again shortly.",
-      { reason: "large_bodies_in_flight" },
-      { headers: { "retry-after": "1" } },
-    );
-  }
-  if (large) largeBodiesInFlight++;
+  let release: (() => void) | undefined;
+  const takeSlot = () => {
+    release = takeLargeBodySlot(clientOf());
+  };
   let bytes: Uint8Array;
   try {
     // A declared length (checked above) bounds what the server reads, so the body is read whole in
-    // one native call; only a body without one (chunked) is read piece by piece under the limit.
+    // one native call; only a body without one (chunked) is read piece by piece under the limit,
+    // taking its slot once what came passes the management limit.
     // The stream reader costs a promise per chunk: measurable on every heartbeat.
-    bytes = declared !== null ? await readDeclared(request, limit) : await readLimited(request, limit);
+    if (declared !== null) {
+      if (Number(declared) > DEFAULT_BODY_LIMIT) takeSlot();
+      bytes = await readDeclared(request, limit);
+    } else {
+      bytes = await readLimited(request, limit, limit > DEFAULT_BODY_LIMIT ? takeSlot : undefined);
+    }
   } finally {
-    if (large) largeBodiesInFlight--;
+    release?.();
   }
   keepRaw(bytes);
   if (bytes.byteLength === 0) return undefined;
@@ -276,8 +313,15 @@ async function readDeclared(request: Request, limit: number): Promise<Uint8Array
  */
 export const MAX_BODY_PIECES = 1024;
 
-/** Reads at most `limit` bytes, so a chunked upload without Content-Length cannot fill memory. */
-async function readLimited(request: Request, limit: number): Promise<Uint8Array> {
+/**
+ * Reads at most `limit` bytes, so a chunked upload without Content-Length cannot fill memory;
+ * `pastDefaultLimit` is called once, as what came passes DEFAULT_BODY_LIMIT (it may refuse).
+ */
+async function readLimited(
+  request: Request,
+  limit: number,
+  pastDefaultLimit?: () => void,
+): Promise<Uint8Array> {
   if (!request.body) return new Uint8Array(0);
   const reader = request.body.getReader();
   const chunks: Uint8Array[] = [];
@@ -285,10 +329,19 @@ async function readLimited(request: Request, limit: number): Promise<Uint8Array>
   for (;;) {
     const { done, value } = await reader.read();
     if (done) break;
+    const before = total;
     total += value.byteLength;
     if (total > limit) {
       await reader.cancel();
       throw tooLarge(limit);
+    }
+    if (pastDefaultLimit && before <= DEFAULT_BODY_LIMIT && total > DEFAULT_BODY_LIMIT) {
+      try {
+        pastDefaultLimit();
+      } catch (error) {
+        await reader.cancel();
+        throw error;
+      }
     }
     chunks.push(value);
     if (chunks.length > MAX_BODY_PIECES) {

@@ -5,6 +5,7 @@ import type { Scope } from "../domain/scopes.ts";
 import type { ApiKeyService } from "../modules/api-keys/service.ts";
 import { bearerToken, insufficientScope } from "./auth.ts";
 import { bodyLimitFor, parseJsonBody, refuseUnexpectedBody, textRuleFor } from "./body.ts";
+import { addressPartition, clientAddress } from "./client-address.ts";
 import { type ErrorEnvelope, errorBody, isStoreDamage, toApiError } from "./envelope.ts";
 import { ApiError, type SignedFor } from "./errors.ts";
 import type { Logger } from "./logger.ts";
@@ -25,6 +26,8 @@ export interface ConventionDeps {
   planGate?: { admit(method: string, path: string, now: Date): void };
   baseUrl: string;
   testClock: boolean;
+  /** Whether the client's address is X-Forwarded-For's last entry (client-address.ts): large-body slots per address. */
+  trustForwardedFor?: boolean;
   /** The scope a route requires (from its `scope` macro), so it can be checked before the body is read. */
   requiredScope?: (method: string, route: string) => string | undefined;
   /** Whether a route is a list taking `limit` and `cursor`, whose paging parameters are checked as sent. */
@@ -78,6 +81,7 @@ export function httpConventions(deps: ConventionDeps) {
           if (state) state.rawBody = bytes;
         },
         textRuleFor(path),
+        () => addressPartition(clientAddress.of(request, deps.trustForwardedFor ?? false)),
       );
       return deps.bodylessRoute?.(request.method, route) ? parsed.then(refuseUnexpectedBody) : parsed;
     })

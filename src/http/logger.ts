@@ -144,6 +144,20 @@ export function redactPath(path: string): string {
   return out ?? path;
 }
 
+/**
+ * The longest path a request's log line holds. A client chooses its path (16,000 characters made
+ * a 16 KB line per request): past this it is cut, after redaction (so a secret is never cut into
+ * a part redaction would not recognize), and says so and how long it was.
+ */
+export const MAX_LOGGED_PATH = 512;
+
+/** The path as the request log line holds it: redacted, then cut to MAX_LOGGED_PATH characters. */
+export function loggedPath(path: string): string {
+  const redacted = redactPath(path);
+  if (redacted.length <= MAX_LOGGED_PATH) return redacted;
+  return `${redacted.slice(0, MAX_LOGGED_PATH)}…[cut: ${redacted.length} characters]`;
+}
+
 /** The replacement of one path segment, or null when it is kept. */
 function redactedSegment(segment: string): string | null {
   let decoded = segment;

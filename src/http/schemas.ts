@@ -1,5 +1,6 @@
 import { type IntegerOptions, type TSchema, Type } from "@sinclair/typebox";
 import type { FieldErrorCollector } from "./errors.ts";
+import { IF_MATCH_MAX_LENGTH } from "./preconditions.ts";
 
 /** Shared schema pieces: the error envelope every failure uses, and the data/list wrappers. */
 export const ErrorEnvelope = Type.Object(
@@ -128,6 +129,7 @@ export const RequiredIdempotencyHeaders = Type.Object({ "idempotency-key": Idemp
 export const NoEtagIfMatchHeaders = Type.Object({
   "if-match": Type.Optional(
     Type.String({
+      maxLength: IF_MATCH_MAX_LENGTH,
       description:
         "This resource has no ETag: `*` matches, any entity-tag answers 409 VERSION_CONFLICT (`current_etag: null`) and changes nothing; a malformed value 400.",
     }),
@@ -137,6 +139,7 @@ export const NoEtagIfMatchHeaders = Type.Object({
 export const IfMatchHeaders = Type.Object({
   "if-match": Type.Optional(
     Type.String({
+      maxLength: IF_MATCH_MAX_LENGTH,
       description:
         'The resource\'s ETag (`*`, or a comma-separated list of strong entity-tags such as "7"; weak tags never match). A stale value answers 409 VERSION_CONFLICT and changes nothing; a malformed one 400.',
     }),

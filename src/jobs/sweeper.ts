@@ -1,6 +1,7 @@
 import type { Logger } from "../http/logger.ts";
 import { LeasePurgeFailed } from "../modules/leases/retention.ts";
 import type { Services } from "../services.ts";
+import { nextTurn } from "../store/stepped-count.ts";
 
 export const SWEEP_INTERVAL_MS = 10 * 60 * 1000;
 
@@ -8,10 +9,9 @@ export const SWEEP_INTERVAL_MS = 10 * 60 * 1000;
  * Housekeeping that keeps the store small and the key material current: expired idempotency
  * records, runtime events past their 7 days, old device nonces, products whose signing keys are
  * still pending, retired keys whose retention ended, compromised sealing keys' private halves
- * that an interrupted command left in the keystore, and email verifications (with their passkey
- * approvals and named-user tokens) older than two days, and spent or expired passkey registration
+ * that an interrupted command left in the keystore, and spent or expired passkey registration
  * links. Each step is independent; one failing does not stop the others. Finished leases go in
- * their own pass (`sweepLeases`).
+ * their own pass (`sweepLeases`), and verifications in batches (`sweepVerifications`).
  */
 export function sweepOnce(services: Services, logger: Logger): Record<string, number> {
   const steps: Record<string, () => number> = {
@@ -21,8 +21,6 @@ export function sweepOnce(services: Services, logger: Logger): Record<string, nu
     pending_products: () => services.trust.provisionPending(),
     retired_keys: () => services.trust.pruneExpiredKeys(),
     compromised_sealing_keys: () => services.sealedFiles.completeCompromises(),
-    // Unauthenticated starts write these; two days covers the 24-hour send limits and code budget.
-    email_verifications: () => services.emailVerifications.purge(),
     passkey_links: () => services.passkeys.purgeLinks(),
     usage_meter: () => {
       services.usageMeter.flush();
@@ -79,10 +77,40 @@ export async function sweepLeases(
   }
 }
 
+/**
+ * Email verifications (with their passkey approvals and named-user tokens) and trial
+ * verifications older than two days: unauthenticated starts write a row each, so a backlog can
+ * be large (a trial start once purged it inside its own transaction, and after a restart the
+ * first one deleted everything overdue). Each is deleted in batches with a turn of the event
+ * loop between, like the lease pass; one failing does not stop the other. Returns what went.
+ */
+export async function sweepVerifications(
+  services: Services,
+  logger: Logger,
+  stopped: () => boolean = () => false,
+): Promise<Record<string, number>> {
+  const steps: Record<string, () => Promise<number>> = {
+    // Two days covers the 24-hour send limits and code budget.
+    email_verifications: () => services.emailVerifications.purge(undefined, stopped),
+    trial_verifications: () => services.trials.purgeVerifications(undefined, stopped),
+  };
+  const done: Record<string, number> = {};
+  for (const [name, step] of Object.entries(steps)) {
+    try {
+      done[name] = await step();
+    } catch (error) {
+      logger.log("error", "sweep step failed", { step: name, error: (error as Error).message });
+    }
+  }
+  if (Object.values(done).some((n) => n > 0)) logger.log("info", "verification purge", done);
+  return done;
+}
+
 /** Runs the sweep now and then every interval; returns the stop function. */
 export function startSweeper(services: Services, logger: Logger, intervalMs = SWEEP_INTERVAL_MS): () => void {
   let stopped = false;
   let purgingLeases = false;
+  let purgingVerifications = false;
   const run = () => {
     const done = sweepOnce(services, logger);
     if (Object.values(done).some((n) => n > 0)) logger.log("info", "sweep", done);
@@ -92,6 +120,15 @@ export function startSweeper(services: Services, logger: Logger, intervalMs = SW
       void sweepLeases(services, logger, () => stopped).finally(() => {
         purgingLeases = false;
       });
+    }
+    if (!purgingVerifications) {
+      purgingVerifications = true;
+      // After a turn, as the lease pass does: starting the sweeper deletes nothing before the server listens.
+      void nextTurn()
+        .then(() => sweepVerifications(services, logger, () => stopped))
+        .finally(() => {
+          purgingVerifications = false;
+        });
     }
   };
   run();

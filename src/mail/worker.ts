@@ -1,7 +1,8 @@
-import { and, asc, eq, inArray, lt, lte } from "drizzle-orm";
+import { and, asc, eq, gt, inArray, lt, lte } from "drizzle-orm";
 import type { Deps } from "../deps.ts";
 import type { Logger } from "../http/logger.ts";
 import { mailOutbox } from "../store/schema/index.ts";
+import { purgeInSteps } from "../store/stepped-count.ts";
 import { type MailOutbox, mailPayloadContext } from "./outbox.ts";
 import { isMailTemplateName, renderMail } from "./templates.ts";
 import type { MailTransport } from "./transport.ts";
@@ -12,6 +13,8 @@ const BATCH = 20;
 const POLL_MS = 2_000;
 /** Finished rows (sent, failed, suppressed) are kept this long for operators, then deleted. */
 export const MAIL_RETENTION_SEC = 7 * 86_400;
+/** Outbox rows read (and at most deleted) per statement by the purge. */
+export const MAIL_PURGE_BATCH = 1_000;
 const PURGE_EVERY_MS = 3_600_000;
 
 export interface MailWorkerOptions {
@@ -71,12 +74,17 @@ export class MailWorker {
     const unsubscribe = outbox?.onEnqueue(kick) ?? (() => false);
     const timer = setInterval(kick, this.options.pollMs ?? POLL_MS);
     timer.unref?.();
+    let purging = false;
     const purge = () => {
-      try {
-        this.purge();
-      } catch (error) {
-        this.options.logger.log("error", "mail purge failed", { error: (error as Error).message });
-      }
+      if (purging) return;
+      purging = true;
+      this.purge()
+        .catch((error: Error) =>
+          this.options.logger.log("error", "mail purge failed", { error: error.message }),
+        )
+        .finally(() => {
+          purging = false;
+        });
     };
     const purgeTimer = setInterval(purge, PURGE_EVERY_MS);
     purgeTimer.unref?.();
@@ -92,16 +100,41 @@ export class MailWorker {
     };
   }
 
-  /** Deletes finished rows older than the retention; returns how many. */
-  purge(): number {
+  /**
+   * Deletes finished rows older than the retention; returns how many. The outbox has no index on
+   * `created_at`, so the purge walks the primary key `batch` rows at a time (one short statement
+   * each, as the lease retention does) and deletes what each window holds that may go, with a
+   * turn of the event loop between windows: one DELETE of a backlog held every heartbeat up.
+   */
+  purge(batch = MAIL_PURGE_BATCH): Promise<number> {
     const before = new Date(this.deps.clock.now().getTime() - MAIL_RETENTION_SEC * 1000);
-    return this.deps.db
-      .delete(mailOutbox)
-      .where(
-        and(inArray(mailOutbox.status, ["sent", "failed", "suppressed"]), lt(mailOutbox.createdAt, before)),
-      )
-      .returning({ id: mailOutbox.id })
-      .all().length;
+    const { db } = this.deps;
+    let cursor = "";
+    return purgeInSteps(() => {
+      const last = db
+        .select({ id: mailOutbox.id })
+        .from(mailOutbox)
+        .where(gt(mailOutbox.id, cursor))
+        .orderBy(asc(mailOutbox.id))
+        .limit(batch)
+        .all()
+        .at(-1)?.id;
+      if (last === undefined) return null;
+      const purged = db
+        .delete(mailOutbox)
+        .where(
+          and(
+            gt(mailOutbox.id, cursor),
+            lte(mailOutbox.id, last),
+            inArray(mailOutbox.status, ["sent", "failed", "suppressed"]),
+            lt(mailOutbox.createdAt, before),
+          ),
+        )
+        .returning({ id: mailOutbox.id })
+        .all().length;
+      cursor = last;
+      return purged;
+    });
   }
 
   private async sendDue(): Promise<number> {
@@ -178,4 +211,4 @@ function recipientRefusedForGood(error: Error): boolean {
 }
 
 const withoutAddresses = (text: string): string =>
-  text.replace(/[^\s<>"'()[\],;:]+@[^\s<>"'()[\],;:]+/g, "<address>");
+  text.replace(/(?<![^\s<>"'()[\],;:])[^\s<>"'()[\],;:]+@[^\s<>"'()[\],;:]+/g, "<address>");

@@ -20,6 +20,14 @@ export async function countInSteps(step: () => number | null): Promise<number> {
 }
 
 /**
+ * A purge one batch per statement, with a turn of the event loop between batches, as a count is
+ * taken in chunks (countInSteps): one DELETE of a hundred thousand rows held the thread that
+ * serves heartbeats for over a second. `step` deletes the next batch and answers how many rows
+ * went, or null when none is left; answers the total.
+ */
+export const purgeInSteps = (step: () => number | null): Promise<number> => countInSteps(step);
+
+/**
  * The steps of a count over an index ordered by a time in milliseconds, from `start` to before
  * `end`. `edge(from, end, skip)` is the time of the index entry `skip` entries on from the first at
  * or after `from` (null when fewer are left), and `count(from, to)` counts the rows of [from, to).

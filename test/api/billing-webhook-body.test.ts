@@ -1,7 +1,8 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { randomBytes } from "node:crypto";
 import { unixSeconds } from "../../src/domain/clock.ts";
-import { LARGE_BODY_SLOTS } from "../../src/http/body.ts";
+import { LARGE_BODY_SLOTS, LARGE_BODY_SLOTS_PER_ADDRESS } from "../../src/http/body.ts";
+import { clientAddress } from "../../src/http/client-address.ts";
 import { BillingService } from "../../src/modules/billing/service.ts";
 import { header, WEBHOOK } from "../support/billing.ts";
 import { BASE_URL, createTestContext, serveTestStore, type TestContext } from "../support/harness.ts";
@@ -186,22 +187,117 @@ describe("what is refused before the body is read", () => {
     }
   });
 
-  test(`past ${LARGE_BODY_SLOTS} large bodies being received, the next answers 503 with Retry-After, and the slots come back`, async () => {
-    const stalled = Array.from({ length: LARGE_BODY_SLOTS }, () => endless());
-    const headers = await signed();
-    const pending = stalled.map(({ body }) => post(t, body, headers));
-    const { body, stop } = endless();
-    const refused = await post(t, body, headers);
-    stop();
-    expect(refused.status).toBe(503);
-    expect(refused.headers.get("retry-after")).toBe("1");
-    expect((await refused.json()).error).toMatchObject({
-      code: "SERVICE_UNAVAILABLE",
-      details: { reason: "large_bodies_in_flight" },
+  /** A request whose body stalls after its first bytes, declaring `declared` bytes (or chunked). */
+  const stalledFrom = (
+    address: string,
+    headers: Record<string, string>,
+    options: { declared?: number; sent?: number } = {},
+  ) => {
+    let stop: () => void = () => {};
+    const body = new ReadableStream<Uint8Array>({
+      start(controller) {
+        controller.enqueue(new Uint8Array(options.sent ?? 1).fill(0x20));
+        stop = () => controller.error(new Error("the client went away"));
+      },
     });
+    const request = new Request(`${BASE_URL}${WEBHOOK}`, {
+      method: "POST",
+      body,
+      headers: {
+        "content-type": "application/json",
+        ...(options.declared !== undefined ? { "content-length": String(options.declared) } : {}),
+        ...headers,
+      },
+    });
+    clientAddress.set(request, address);
+    return { response: t.app.handle(request), stop: () => stop() };
+  };
+  const refusal = async (response: Response, reason: string) => {
+    expect(response.status).toBe(503);
+    expect(response.headers.get("retry-after")).toBe("1");
+    expect((await response.json()).error).toMatchObject({ code: "SERVICE_UNAVAILABLE", details: { reason } });
+  };
+
+  test(`past ${LARGE_BODY_SLOTS} large bodies being received, the next answers 503 with Retry-After, and the slots come back`, async () => {
+    const headers = await signed();
+    const stalled = Array.from({ length: LARGE_BODY_SLOTS }, (_, i) =>
+      stalledFrom(`198.51.100.${i + 1}`, headers, { declared: MIB }),
+    );
+    const refused = stalledFrom("203.0.113.1", headers, { declared: MIB });
+    await refusal(await refused.response, "large_bodies_in_flight");
+    // A body sent chunked takes its slot once it has passed 64 KiB, and is refused then.
+    const chunked = stalledFrom("203.0.113.2", headers, { sent: 64 * 1024 + 1 });
+    await refusal(await chunked.response, "large_bodies_in_flight");
     for (const { stop: hangUp } of stalled) hangUp();
-    await Promise.all(pending);
-    const response = await deliver(sizedEvent(1024, unixSeconds(t.clock.now())));
+    await Promise.all(stalled.map(({ response }) => response));
+    const response = await deliver(sizedEvent(200 * 1024, unixSeconds(t.clock.now())));
     expect(response.status).toBe(200);
+  });
+
+  test("while every large-body slot is held, an event of ordinary size (declared or chunked) is still received", async () => {
+    const headers = await signed();
+    const stalled = Array.from({ length: LARGE_BODY_SLOTS }, (_, i) =>
+      stalledFrom(`198.51.100.${i + 1}`, headers, { declared: MIB }),
+    );
+    try {
+      await refusal(
+        await stalledFrom("203.0.113.1", headers, { declared: MIB }).response,
+        "large_bodies_in_flight",
+      );
+      const now = unixSeconds(t.clock.now());
+      const chunked = await deliver(sizedEvent(32 * 1024, now));
+      expect(chunked.status).toBe(200);
+      const payload = sizedEvent(64 * 1024, now);
+      const declared = await t.call("POST", WEBHOOK, {
+        key: null,
+        rawBody: payload,
+        headers: {
+          "content-type": "application/json",
+          "content-length": String(Buffer.byteLength(payload)),
+          "stripe-signature": await header(payload, { secret: SECRET, timestamp: now }),
+        },
+      });
+      expect(declared.status).toBe(200);
+      expect(declared.body.data).toMatchObject({ result: "ignored", replayed: false });
+    } finally {
+      for (const { stop: hangUp } of stalled) hangUp();
+      await Promise.all(stalled.map(({ response }) => response));
+    }
+  });
+
+  test(`one address holds at most ${LARGE_BODY_SLOTS_PER_ADDRESS} large-body slots; other addresses still get theirs`, async () => {
+    const headers = await signed();
+    const mine = Array.from({ length: LARGE_BODY_SLOTS_PER_ADDRESS }, () =>
+      stalledFrom("203.0.113.9", headers, { declared: MIB }),
+    );
+    // The same /64 is the same client.
+    const v6 = Array.from({ length: LARGE_BODY_SLOTS_PER_ADDRESS }, (_, i) =>
+      stalledFrom(`2001:db8:1:2::${i + 1}`, headers, { sent: 64 * 1024 + 1 }),
+    );
+    const others = Array.from({ length: LARGE_BODY_SLOTS - 2 * LARGE_BODY_SLOTS_PER_ADDRESS }, (_, i) =>
+      stalledFrom(`198.51.100.${i + 1}`, headers, { declared: MIB }),
+    );
+    try {
+      await refusal(
+        await stalledFrom("203.0.113.9", headers, { declared: MIB }).response,
+        "large_bodies_from_address",
+      );
+      await refusal(
+        await stalledFrom("2001:db8:1:2::ffff", headers, { declared: MIB }).response,
+        "large_bodies_from_address",
+      );
+      // The others were not refused: each is still waiting for its body.
+      const settled = await Promise.race([
+        Promise.any([...mine, ...v6, ...others].map(({ response }) => response)).then(() => true),
+        Bun.sleep(50).then(() => false),
+      ]);
+      expect(settled).toBe(false);
+    } finally {
+      for (const { stop: hangUp } of [...mine, ...v6, ...others]) hangUp();
+      await Promise.all([...mine, ...v6, ...others].map(({ response }) => response));
+    }
+    // Released: the address may send large bodies again.
+    const again = await deliver(sizedEvent(200 * 1024, unixSeconds(t.clock.now())));
+    expect(again.status).toBe(200);
   });
 });

@@ -1,4 +1,8 @@
 import { afterEach, beforeEach, describe, expect, test } from "bun:test";
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import { ApiError } from "../../src/http/errors.ts";
+import { IF_MATCH_MAX_LENGTH, parseIfMatch } from "../../src/http/preconditions.ts";
 import { factories } from "../support/factories.ts";
 import { createTestContext, type TestContext } from "../support/harness.ts";
 import { seedResources } from "./route-table.ts";
@@ -233,5 +237,56 @@ describe("device blocks, license assignments and activations (no ETag)", () => {
       false,
       "deactivated",
     ]);
+  });
+});
+
+describe("a long header (the review's quadratic trim)", () => {
+  test("a run of spaces before a stray character is malformed, and one around a list still parses", () => {
+    const spaces = " \t".repeat(150);
+    expect(() => parseIfMatch(`"a"${spaces}x`)).toThrow(ApiError);
+    expect(parseIfMatch(`${spaces}"7",${spaces}"8"${spaces}`)).toEqual({
+      any: false,
+      strong: ['"7"', '"8"'],
+    });
+    expect(parseIfMatch(`${spaces}*${spaces}`)).toEqual({ any: true });
+    expect(parseIfMatch(`${spaces}7${spaces}`)).toEqual({ any: false, strong: ['"7"'] });
+  });
+
+  test("a header over the limit is refused before it is parsed, even one that would match", async () => {
+    const overLimit = `"1",${" ".repeat(IF_MATCH_MAX_LENGTH)}"2"`;
+    // Well-formed (spaces between list elements are allowed): only its length refuses it.
+    let refused: unknown;
+    try {
+      parseIfMatch(overLimit);
+    } catch (error) {
+      refused = error;
+    }
+    expect(refused).toBeInstanceOf(ApiError);
+    expect((refused as ApiError).details).toEqual({ if_match_length: overLimit.length });
+    const atLimit = `"1",${" ".repeat(IF_MATCH_MAX_LENGTH - 7)}"2"`;
+    expect(atLimit.length).toBe(IF_MATCH_MAX_LENGTH);
+    expect(parseIfMatch(atLimit)).toEqual({ any: false, strong: ['"1"', '"2"'] });
+
+    const id = await product();
+    const response = await t.call("PATCH", `/mgmt/v1/products/${id}`, {
+      body: { name: "Renamed" },
+      headers: { "if-match": overLimit },
+    });
+    expect(response.status).toBe(400);
+    expect(response.body.error.code).toBe("INVALID_REQUEST");
+    expect((await t.call("GET", `/mgmt/v1/products/${id}`)).body.data).toMatchObject({
+      name: "App",
+      version: 1,
+    });
+    const matched = await t.call("PATCH", `/mgmt/v1/products/${id}`, {
+      body: { name: "Renamed" },
+      headers: { "if-match": atLimit },
+    });
+    expect(matched.status).toBe(200);
+  });
+
+  test("the parser trims without a regular expression (a regex trim backtracks quadratically)", () => {
+    const source = readFileSync(join(import.meta.dir, "../../src/http/preconditions.ts"), "utf8");
+    expect(source).not.toMatch(/\.replace\(\s*\//);
   });
 });

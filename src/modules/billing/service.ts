@@ -76,7 +76,7 @@ export function baseUrlProblem(value: string): string | null {
 function baseUrlOf(value: string, field: string): string {
   const problem = baseUrlProblem(value);
   if (problem !== null) throw ApiError.validation({ [field]: [problem] });
-  return new URL(value).toString().replace(/\/+$/, "");
+  return new URL(value).toString().replace(/(?<!\/)\/+$/, "");
 }
 
 /**

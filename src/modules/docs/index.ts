@@ -29,7 +29,7 @@ const REFERENCE_HTML = page(
  * becomes its name in the text, where a link would answer 404.
  */
 export const withoutDocumentLinks = (markdown: string): string =>
-  markdown.replace(/\[([^\]]+)\]\(([\w-]+\.md)(#[^)\s]*)?\)/g, "$1 (docs/$2)");
+  markdown.replace(/\[([^[\]]+)\]\(([\w-]+\.md)(#[^)\s]*)?\)/g, "$1 (docs/$2)");
 
 const ERRORS_HTML = page(
   "Error codes · Licensing Service",

@@ -1,4 +1,4 @@
-import { eq, lt } from "drizzle-orm";
+import { eq, inArray, lt } from "drizzle-orm";
 import { constantTimeEqual } from "../../crypto/constant-time.ts";
 import { PREFIX } from "../../crypto/envelope.ts";
 import { type PublicKeyInfo, parsePublicKey, thumbprint } from "../../crypto/keys.ts";
@@ -24,6 +24,7 @@ import {
   trialGrants,
   trialVerifications,
 } from "../../store/schema/index.ts";
+import { purgeInSteps } from "../../store/stepped-count.ts";
 import type { RuntimeCall, RuntimeGate, SignedResult, Target } from "../activations/gate.ts";
 import type { ActivationService } from "../activations/service.ts";
 import type { LicenseService } from "../licenses/service.ts";
@@ -39,7 +40,8 @@ const DAY_MS = 86_400_000;
 const CONFIRM_ROUTE = "/runtime/v1/trial-verifications/:id/confirm";
 /** Verifications are needed for the 24-hour send limits and their 10 minutes; older ones go. */
 const KEEP_VERIFICATIONS_MS = 2 * DAY_MS;
-const PURGE_EVERY_MS = 60_000;
+/** Verifications deleted per statement by the sweeper's purge (a few milliseconds of the thread). */
+export const TRIAL_VERIFICATION_PURGE_BATCH = 1_000;
 
 interface StartResult {
   verification_id: string;
@@ -68,7 +70,6 @@ const activationInvalid = (reason: string) =>
  */
 export class TrialVerificationService {
   private readonly limits: SendLimits;
-  private purgeAt = 0;
 
   constructor(
     private readonly deps: Deps,
@@ -140,12 +141,6 @@ export class TrialVerificationService {
           },
           { suppressed: !send },
         );
-        if (now.getTime() >= this.purgeAt) {
-          this.purgeAt = now.getTime() + PURGE_EVERY_MS;
-          tx.delete(trialVerifications)
-            .where(lt(trialVerifications.createdAt, new Date(now.getTime() - KEEP_VERIFICATIONS_MS)))
-            .run();
-        }
         return {
           verification_id: id,
           expires_at: expiresAt.toISOString(),
@@ -156,6 +151,35 @@ export class TrialVerificationService {
       { behavior: "immediate" },
     );
     return { data, productId: product.id, nonce: body.nonce };
+  }
+
+  /**
+   * Deletes verifications older than KEEP_VERIFICATIONS_MS, `batch` per statement (along the
+   * created_at index) with a turn of the event loop between, from the sweeper: a start once did
+   * it inside its own transaction, and after a restart the first start deleted the whole backlog.
+   * Returns how many went.
+   */
+  purgeVerifications(
+    batch = TRIAL_VERIFICATION_PURGE_BATCH,
+    stopped: () => boolean = () => false,
+  ): Promise<number> {
+    const before = new Date(this.deps.clock.now().getTime() - KEEP_VERIFICATIONS_MS);
+    return purgeInSteps(() => {
+      if (stopped()) return null;
+      const ids = this.deps.db
+        .select({ id: trialVerifications.id })
+        .from(trialVerifications)
+        .where(lt(trialVerifications.createdAt, before))
+        .limit(batch)
+        .all()
+        .map((row) => row.id);
+      if (ids.length === 0) return null;
+      return this.deps.db
+        .delete(trialVerifications)
+        .where(inArray(trialVerifications.id, ids))
+        .returning({ id: trialVerifications.id })
+        .all().length;
+    });
   }
 
   /**
