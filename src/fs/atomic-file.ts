@@ -36,18 +36,14 @@ const pending = new Set<string>();
  * fsynced, so a file reported written is still there after a power loss. The temp file's name
  * is short, so a destination name near the system's limit still fits, and random and created
  * exclusively, so two runs writing one destination never share it (in containers every run may be
- * PID 1); only a temp file this object created is ever removed. `mode` is the new file's
- * permissions (0600 for what holds a secret).
+ * PID 1); only a temp file this object created is ever removed.
  */
 export class AtomicFile {
   private readonly temp: string;
   private fd: number | null;
 
   /** Creates the temp file, or refuses (FileWriteError) a destination that cannot be written. */
-  constructor(
-    readonly path: string,
-    mode = 0o644,
-  ) {
+  constructor(readonly path: string) {
     let isDirectory = false;
     try {
       isDirectory = statSync(path).isDirectory();
@@ -60,7 +56,7 @@ export class AtomicFile {
     if (isDirectory) throw new FileWriteError("it is a directory");
     this.temp = join(dirname(path), `.licensing-${randomBytes(8).toString("hex")}.tmp`);
     try {
-      this.fd = openSync(this.temp, "wx", mode);
+      this.fd = openSync(this.temp, "wx", 0o644);
     } catch (error) {
       throw writeError(error);
     }
