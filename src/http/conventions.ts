@@ -108,6 +108,8 @@ export function httpConventions(deps: ConventionDeps) {
       const requestId = state?.requestId ?? "req_unknown";
       // Read once the answer is final: the runtime allowance depends on the code (runtime-limits.ts).
       if (state) state.errorCode = apiError.code;
+      // No route: no mapResponse will settle a runtime request's allowance place.
+      if (code === "NOT_FOUND") state?.finishUnrouted?.(request);
       if (apiError.code === "INTERNAL_ERROR" && isStoreDamage(error)) {
         deps.logger.log("error", "store damaged", {
           request_id: requestId,

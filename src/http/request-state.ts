@@ -15,6 +15,8 @@ export interface RequestState {
   errorCode?: string;
   /** A runtime request the limits let through, to be charged and counted once it is answered. */
   runtime?: RuntimeAdmission;
+  /** Settles `runtime` for a request no route matched (runtime-limits.ts): called on its 404. */
+  finishUnrouted?: (request: Request) => void;
 }
 
 const states = new WeakMap<Request, RequestState>();

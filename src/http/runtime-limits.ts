@@ -10,7 +10,7 @@ import {
   type RuntimeRateLimitSettings,
 } from "./rate-limit.ts";
 import { routedHook } from "./request-path.ts";
-import { requestState } from "./request-state.ts";
+import { type RequestState, requestState } from "./request-state.ts";
 import { classifyRuntimeRequest, type RuntimeMetering } from "./runtime-routes.ts";
 
 /** What a runtime request that got through is charged and counted against once answered. */
@@ -169,10 +169,11 @@ export function runtimeLimits(deps: RuntimeLimitDeps) {
         if (metered) deps.quota.check(now);
         const state = requestState.get(request);
         if (state) {
-          // Counted as used until answered (mapResponse), so calls in flight together cannot
-          // pass the allowance's ceiling.
+          // Counted as used until answered (finish), so calls in flight together cannot pass the
+          // allowance's ceiling.
           if (metered) deps.quota.hold();
           state.runtime = admission;
+          state.finishUnrouted = finishUnrouted;
         }
       }),
     )
@@ -182,31 +183,45 @@ export function runtimeLimits(deps: RuntimeLimitDeps) {
       // Elysia also maps an error's response before the error handler has made one (undefined):
       // only the final answer decides.
       if (!state || !admission || responseValue === undefined) return;
-      // Once only, whatever else maps this response.
-      state.runtime = undefined;
       const status =
         responseValue instanceof Response
           ? responseValue.status
           : typeof set.status === "number"
             ? set.status
             : 200;
-      // A request whose proof was never checked (malformed or missing headers, a body refused
-      // before the proof, our own failure) says nothing about who sent it: it goes to the
-      // failing-proof windows of the sender's address, never to the activation it names. One
-      // whose proof was checked was charged then (Admitted).
-      const device = admission.device;
-      if (device && device.proof === "unchecked") {
-        chargeFailure(device.address, device.pair, admission.at.getTime());
-      }
-      if (admission.metering !== "never") {
-        const replayed =
-          responseValue instanceof Response && responseValue.headers.get("idempotent-replayed") === "true";
-        deps.quota.settle(
-          admission.at,
-          countsTowardAllowance(admission.metering, status, state.errorCode, replayed),
-        );
-      }
+      const replayed =
+        responseValue instanceof Response && responseValue.headers.get("idempotent-replayed") === "true";
+      finish(state, admission, countsTowardAllowance(admission.metering, status, state.errorCode, replayed));
     });
+
+  /**
+   * A path no route matches gets its 404 without mapResponse, and before any error hook of this
+   * plugin runs: the conventions' error handler calls this (RequestState.finishUnrouted), so the
+   * request's place in the allowance is given back, uncounted since no operation answered, and an
+   * unchecked device call is charged. Without it each such request held a place until the process
+   * ended. One function for every request: nothing is allocated per call.
+   */
+  function finishUnrouted(request: Request): void {
+    const state = requestState.get(request);
+    if (state?.runtime) finish(state, state.runtime, false);
+  }
+
+  /**
+   * The answer is final, once per request: charges what a failing request costs and settles its
+   * allowance place, counted as used when `counts` (countsTowardAllowance).
+   */
+  function finish(state: RequestState, admission: RuntimeAdmission, counts: boolean): void {
+    state.runtime = undefined;
+    // A request whose proof was never checked (malformed or missing headers, a body refused
+    // before the proof, an unrouted path, our own failure) says nothing about who sent it: it goes
+    // to the failing-proof windows of the sender's address, never to the activation it names.
+    // One whose proof was checked was charged then (Admitted).
+    const device = admission.device;
+    if (device && device.proof === "unchecked") {
+      chargeFailure(device.address, device.pair, admission.at.getTime());
+    }
+    if (admission.metering !== "never") deps.quota.settle(admission.at, counts);
+  }
 
   function admitByAddress(request: Request, headers: Record<string, string | number>, now: Date): void {
     if (!byAddress) return;

@@ -250,6 +250,20 @@ describe("the allowance used up", () => {
     expect(await used()).toBe(CEILING);
   });
 
+  test("requests to runtime paths no route serves give their place back: with two calls left, unknown paths leave both", async () => {
+    seedNextMonth(CEILING - 2);
+    for (const path of [
+      "/runtime/v1/nothing-here",
+      "/runtime/v1/activations/act_unknown",
+      "/runtime/v1/time/x",
+    ]) {
+      for (let i = 0; i < 5; i++)
+        expect((await t.call("GET", `${path}${i}`, { key: null })).status).toBe(404);
+    }
+    expect([(await time()).status, (await time()).status, (await time()).status]).toEqual([200, 200, 429]);
+    expect(await used()).toBe(CEILING);
+  });
+
   test("a new activation is refused too, and nothing is created", async () => {
     seedNextMonth(CEILING);
     const device = new TestDevice();
