@@ -45,10 +45,18 @@ export function checkEntitlementSize(
     add(field, `at most ${MAX_ENTITLEMENTS_BYTES} bytes as JSON`);
 }
 
-/** Each entry of the map, reported on `<field>.<name>` (a nested value on its path); its size on `field`. */
-export function checkEntitlementMap(field: string, entitlements: Record<string, unknown>, add: Report): void {
+/**
+ * Each entry of the map, reported on `<field>.<name>` (a nested value on its path); its size on
+ * `field`, unless `size` is false (a stored map, not sent: see policyViolations).
+ */
+export function checkEntitlementMap(
+  field: string,
+  entitlements: Record<string, unknown>,
+  add: Report,
+  options: { size?: boolean } = {},
+): void {
   const names = Object.keys(entitlements);
-  checkEntitlementSize(field, entitlements, add);
+  if (options.size !== false) checkEntitlementSize(field, entitlements, add);
   for (const name of names) {
     if (!ENTITLEMENT_NAME.test(name)) add(`${field}.${name}`, `names must be ${ENTITLEMENT_NAME_RULE}`);
     checkValue(`${field}.${name}`, entitlements[name], add);

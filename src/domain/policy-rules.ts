@@ -118,7 +118,16 @@ export const POLICY_NUMBER_BOUNDS = {
 } as const satisfies Partial<Record<keyof PolicySettings, { min: number; max: number }>>;
 
 /** Every rule a policy's numbers must keep, against the plan's constraints. Empty when valid. */
-export function policyViolations(p: PolicySettings, plan: PlanDefinition): FieldErrors {
+/**
+ * `storedEntitlements`: the entitlements are the policy's stored ones, not sent in this change. A
+ * map stored before its size cap keeps standing (an unrelated change must not fail over it); its
+ * names and values are still checked, since those rules are as old as the map.
+ */
+export function policyViolations(
+  p: PolicySettings,
+  plan: PlanDefinition,
+  options: { storedEntitlements?: boolean } = {},
+): FieldErrors {
   const c = plan.policy_constraints;
   const errors = newFieldErrors();
   const add = (field: string, message: string) => addFieldError(errors, field, message);
@@ -184,6 +193,6 @@ export function policyViolations(p: PolicySettings, plan: PlanDefinition): Field
   if (p.license_type === "perpetual" && p.billing_cycle !== "none")
     add("billing_cycle", "perpetual licenses are not billed periodically; use none");
 
-  checkEntitlementMap("entitlements", p.entitlements, add);
+  checkEntitlementMap("entitlements", p.entitlements, add, { size: !options.storedEntitlements });
   return errors;
 }

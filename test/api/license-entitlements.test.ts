@@ -139,6 +139,22 @@ describe("at most 200 entitlement overrides, as on a policy", () => {
     ]);
   });
 
+  test("a policy whose map was stored over 8 KiB before the cap can still be renamed or changed; sending the map again is refused", async () => {
+    const stored = { big: Array.from({ length: 5_000 }, () => 1) };
+    t.deps.sqlite.run("UPDATE policies SET entitlements = ? WHERE id = ?", [
+      JSON.stringify(stored),
+      policyId,
+    ]);
+    const path = `/mgmt/v1/policies/${policyId}`;
+    expect((await t.call("PATCH", path, { body: { name: "Renamed" } })).status).toBe(200);
+    expect((await t.call("PATCH", path, { body: { max_machines: 7 } })).status).toBe(200);
+    const resent = await t.call("PATCH", path, { body: { entitlements: { ...stored, more: true } } });
+    expect([resent.status, resent.body.error.details.errors]).toEqual([
+      422,
+      { entitlements: ["at most 8192 bytes as JSON"] },
+    ]);
+  });
+
   test("convert-trial counts the trial's overrides and the new ones together, each name once", async () => {
     const id = await trialLicense(many(150));
     await expectConvertRefused(id, { entitlement_overrides: many(51, "n") }, ["entitlement_overrides"]);

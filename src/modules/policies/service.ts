@@ -204,7 +204,7 @@ export class PolicyService {
           license_type: ["cannot change while licenses use this policy; create a new policy instead"],
         });
       }
-      this.assertValid(after, this.plan());
+      this.assertValid(after, this.plan(), { storedEntitlements: body.entitlements === undefined });
       const next: PolicyRow = {
         ...current,
         ...columnsOf(after),
@@ -267,8 +267,12 @@ export class PolicyService {
     return product;
   }
 
-  private assertValid(settings: PolicySettings, plan: PlanDefinition): void {
-    const errors = policyViolations(settings, plan);
+  private assertValid(
+    settings: PolicySettings,
+    plan: PlanDefinition,
+    options: { storedEntitlements?: boolean } = {},
+  ): void {
+    const errors = policyViolations(settings, plan, options);
     if (Object.keys(errors).length > 0) throw ApiError.validation(errors);
   }
 }
