@@ -476,6 +476,30 @@ describe("the webhooks plan feature", () => {
   });
 });
 
+describe("the webhooks plan feature and replays", () => {
+  test("without the feature a finished delivery is not sent again: replay is 403 and the delivery stays as it was", async () => {
+    const id = (await create()).body.data.public_id as string;
+    const delivery = t.deps.sqlite.query("SELECT id FROM webhook_deliveries").get() as { id: string };
+    t.deps.sqlite.run("UPDATE webhook_deliveries SET status = 'failed', completed_at = 1 WHERE id = ?", [
+      delivery.id,
+    ]);
+    const replay = () => t.call("POST", `/mgmt/v1/webhooks/${id}/deliveries/${delivery.id}/replay`);
+    t.workspace.setPlan("free");
+    const refused = await replay();
+    expect([refused.status, refused.body.error.code]).toEqual([403, "PLAN_ENTITLEMENT_REQUIRED"]);
+    const status = () =>
+      (
+        t.deps.sqlite.query("SELECT status FROM webhook_deliveries WHERE id = ?").get(delivery.id) as {
+          status: string;
+        }
+      ).status;
+    expect(status()).toBe("failed");
+    t.workspace.setPlan("personal");
+    expect((await replay()).status).toBe(200);
+    expect(status()).toBe("pending");
+  });
+});
+
 describe("the plan's webhook_endpoints allowance", () => {
   test("past it, creating an endpoint is 409 PLAN_QUOTA_EXCEEDED and stores nothing; a stopped one makes room; the plan report counts them", async () => {
     t.workspace.setPlan("personal");

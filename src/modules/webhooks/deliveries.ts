@@ -2,7 +2,8 @@ import type { Deps } from "../../deps.ts";
 import type { Environment } from "../../domain/scopes.ts";
 import { ApiError } from "../../http/errors.ts";
 import type { PageRequest } from "../../http/pagination.ts";
-import type { WebhookService } from "./service.ts";
+import { planHasWebhooks } from "./enqueue.ts";
+import { planLacksWebhooks, type WebhookService } from "./service.ts";
 
 interface DeliveryRow {
   id: string;
@@ -98,6 +99,8 @@ export class DeliveryLog {
    * for an active endpoint, and not while the delivery is still queued.
    */
   replay(endpointId: string, deliveryId: string, environment: Environment) {
+    // Sending again is queueing again: without the plan's feature nothing is queued (enqueue.ts).
+    if (!planHasWebhooks(this.deps.sqlite)) throw planLacksWebhooks();
     const endpoint = this.endpoints.get(endpointId);
     const current = this.get(endpointId, deliveryId, environment);
     if (endpoint.status !== "active") {
