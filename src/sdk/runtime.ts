@@ -88,6 +88,10 @@ export class Runtime {
   private answers = 0;
 
   async call(req: RuntimeRequest): Promise<RuntimeResponse> {
+    // Before sending, not only when verifying: a bundle past its confirmation bound that cannot be
+    // refetched refuses the answer (BUNDLE_UNCONFIRMED), and the service must not have acted on a
+    // request (a check-in, a deactivation, a seat) whose answer the device will refuse.
+    await this.trust.forAnswer();
     const sent: Sent = { answers: this.answers, monotonicMs: this.monotonicNow() };
     const url = new URL(this.config.apiBase + req.path);
     const bodyText = req.body === undefined ? undefined : canonicalize(req.body);

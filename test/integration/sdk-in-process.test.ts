@@ -327,8 +327,17 @@ describe("a trust bundle the service no longer confirms", () => {
     // Confirmed 6 days ago: the cached bundle still stands in for the refetch that fails.
     expect((await app.heartbeat()).licenseStatus).toBe("active");
     t.clock.advance(DAY + 60);
+    const serverSide = () =>
+      t.deps.sqlite
+        .query("SELECT status, last_heartbeat_at AS beat FROM activations ORDER BY activated_at DESC LIMIT 1")
+        .get();
+    const before = serverSide();
     const refused = await sdkError(app.heartbeat());
     expect(refused.code).toBe("BUNDLE_UNCONFIRMED");
+    // Refused before it was sent: the service recorded no check-in the device would not take.
+    expect(serverSide()).toEqual(before);
+    expect((await sdkError(app.deactivate())).code).toBe("BUNDLE_UNCONFIRMED");
+    expect(serverSide()).toEqual(before);
     expect(refused.kind).toBe("verification");
     expect(refused.retryable).toBe(true);
     expect(refused.details).toEqual({ confirmed_at: confirmedAt, max_unconfirmed_sec: 7 * DAY });
