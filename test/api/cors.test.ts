@@ -395,12 +395,12 @@ describe("the activation header decides only the device-proof routes", () => {
       "POST",
       "/runtime/v1/leases",
       activationId,
-      {},
+      { activation_id: activationId, instance_id: "instance-1" },
       {
         headers: { origin: APP },
       },
     );
-    expect(lease.status).toBeGreaterThanOrEqual(200);
+    expect(lease.status).toBe(201);
     expect(lease.headers.get("access-control-allow-origin")).toBe(APP);
     const foreignLease = await proofCall(
       t,

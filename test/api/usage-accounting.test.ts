@@ -185,6 +185,9 @@ test("a past month's active licenses stay as they were at its end after licenses
   await patch(backInMonth, { status_action: "active" });
   toNextMonth(2);
   const asItWas = await activeIn(month);
+  // The two fixtures' licenses, suspendedSince, renewedTwice and backInMonth; not the suspended or
+  // the expired one.
+  expect(asItWas).toBe(5);
   const nowBefore = await activeIn("current_month");
 
   await patch(suspendedAtEnd, { status_action: "active" });
