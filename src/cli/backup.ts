@@ -6,13 +6,12 @@ import {
   mkdirSync,
   readdirSync,
   readFileSync,
-  realpathSync,
   renameSync,
   rmSync,
   statSync,
   writeFileSync,
 } from "node:fs";
-import { basename, dirname, join, resolve, sep } from "node:path";
+import { dirname, join, resolve } from "node:path";
 import pkg from "../../package.json" with { type: "json" };
 import { type Config, dataPaths } from "../config.ts";
 import { Keystore, KeystoreError } from "../crypto/keystore.ts";
@@ -35,6 +34,7 @@ import {
   out,
   readSecretLine,
   resolvePassphrase,
+  withinDataDir,
 } from "./shared.ts";
 
 export const STORE = "licensing.db";
@@ -120,38 +120,10 @@ export function takeBackup(
  * Links are followed, for OUT and for the data directory, so no other spelling gets past.
  */
 function refuseInsideDataDir(outDir: string, dataDir: string): void {
-  let dataReal: string;
-  try {
-    dataReal = realpathSync(dataDir);
-  } catch {
-    return;
-  }
-  const where = [located(outDir)];
-  try {
-    where.push(realpathSync(outDir));
-  } catch {
-    // OUT does not exist yet (the usual case): where its entry will be is what counts.
-  }
-  if (where.some((path) => path === dataReal || path.startsWith(join(dataReal, sep)))) {
+  if (withinDataDir(outDir, dataDir)) {
     throw new CliError(
       `cannot write the backup to ${outDir}: it is in the data directory ${dataDir}, which holds only the service's own files`,
     );
-  }
-}
-
-/** Where a path that may not exist yet leads: its nearest existing ancestor's links followed. */
-function located(path: string): string {
-  const rest: string[] = [];
-  let at = path;
-  for (;;) {
-    try {
-      return join(realpathSync(at), ...rest);
-    } catch {
-      const parent = dirname(at);
-      if (parent === at) return path;
-      rest.unshift(basename(at));
-      at = parent;
-    }
   }
 }
 

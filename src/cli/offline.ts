@@ -1,5 +1,5 @@
-import { realpathSync, statSync } from "node:fs";
-import { basename, dirname, join, resolve, sep } from "node:path";
+import { statSync } from "node:fs";
+import { dirname, resolve } from "node:path";
 import { eq } from "drizzle-orm";
 import { parseDateTime } from "../domain/datetime.ts";
 import { AtomicFile, FileWriteError } from "../fs/atomic-file.ts";
@@ -16,9 +16,11 @@ import {
   type Command,
   cliActor,
   JSON_OPTION,
+  located,
   out,
   readBoundedFile,
   serviceBaseUrl,
+  withinDataDir,
   withKeystoreDeps,
 } from "./shared.ts";
 
@@ -38,15 +40,6 @@ function bodyFrom(requestBytes: Uint8Array, expiresAt: string | undefined): Offl
     request,
     ...(expiresAt === undefined ? {} : { expires_at: expiresAt }),
   });
-}
-
-/** Where a path leads once its directory's links are followed; the path itself without that directory. */
-function located(path: string): string {
-  try {
-    return join(realpathSync(dirname(path)), basename(path));
-  } catch {
-    return path;
-  }
 }
 
 /** The same file by device and inode, so links and other spellings count; by location if one is missing. */
@@ -74,19 +67,11 @@ function refuseOut(
   if (sameFile(path, requestPath)) throw new CliError(`cannot write ${shown}: it is the request file`);
   if (config.passphraseFile && sameFile(path, config.passphraseFile))
     throw new CliError(`cannot write ${shown}: it is the keystore's passphrase file`);
-  const dataDir = config.dataDir;
-  let dataReal: string;
-  try {
-    dataReal = realpathSync(dataDir);
-  } catch {
-    // No data directory: opening the keystore refuses that, and nothing in it can be replaced.
-    return;
-  }
-  // The rename replaces the entry in the package's directory, so that directory decides.
-  const where = dirname(located(path));
-  if (where === dataReal || where.startsWith(join(dataReal, sep)))
+  // The rename replaces the entry in the package's directory, so that directory decides. No data
+  // directory: opening the keystore refuses that, and nothing in it can be replaced.
+  if (withinDataDir(dirname(path), config.dataDir))
     throw new CliError(
-      `cannot write ${shown}: it is in the data directory ${dataDir}, which holds only the service's own files`,
+      `cannot write ${shown}: it is in the data directory ${config.dataDir}, which holds only the service's own files`,
     );
 }
 

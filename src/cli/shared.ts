@@ -7,10 +7,11 @@ import {
   readdirSync,
   readFileSync,
   readSync,
+  realpathSync,
   statSync,
   writeFileSync,
 } from "node:fs";
-import { join } from "node:path";
+import { basename, dirname, join, sep } from "node:path";
 import type { Config } from "../config.ts";
 import {
   CONFIG_OPTIONS,
@@ -345,4 +346,41 @@ export function cliActor(sources: ActorSources = PROCESS_ACTOR_SOURCES): Extract
     if (name && entryUid === uid && !name.startsWith("#")) return { type: "cli", id: name };
   }
   return { type: "cli", id: `uid:${uid}` };
+}
+
+/** Where a path that may not exist yet leads: its nearest existing ancestor's links followed. */
+export function located(path: string): string {
+  const rest: string[] = [];
+  let at = path;
+  for (;;) {
+    try {
+      return join(realpathSync(at), ...rest);
+    } catch {
+      const parent = dirname(at);
+      if (parent === at) return path;
+      rest.unshift(basename(at));
+      at = parent;
+    }
+  }
+}
+
+/**
+ * Whether a command's output directory `dir` (which may not exist yet) is the data directory or
+ * inside it, links followed for both: the data directory holds only the service's own files, and
+ * some names there break the install. False when there is no data directory.
+ */
+export function withinDataDir(dir: string, dataDir: string): boolean {
+  let dataReal: string;
+  try {
+    dataReal = realpathSync(dataDir);
+  } catch {
+    return false;
+  }
+  const where = [located(dir)];
+  try {
+    where.push(realpathSync(dir));
+  } catch {
+    // Not there yet (the usual case): where its entry will be is what counts.
+  }
+  return where.some((path) => path === dataReal || path.startsWith(join(dataReal, sep)));
 }
