@@ -182,6 +182,10 @@ export function planByCode(code: string): PlanDefinition | undefined {
   return Object.hasOwn(PLANS, code) ? PLANS[code] : undefined;
 }
 
+/** The workspace's plan from its stored code: the default for none, or for a code no longer known. */
+export const storedPlan = (code: string | null | undefined): PlanDefinition =>
+  planByCode(code ?? DEFAULT_PLAN_CODE) ?? (PLANS[DEFAULT_PLAN_CODE] as PlanDefinition);
+
 export const hasFeature = (plan: PlanDefinition, feature: Feature): boolean =>
   plan.features.includes(feature);
 

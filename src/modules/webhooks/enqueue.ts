@@ -1,6 +1,6 @@
 import type { Database } from "bun:sqlite";
 import type { Deps } from "../../deps.ts";
-import { DEFAULT_PLAN_CODE, hasFeature, type PlanDefinition, planByCode } from "../../domain/plans.ts";
+import { hasFeature, type PlanDefinition, storedPlan } from "../../domain/plans.ts";
 import type { Environment } from "../../domain/scopes.ts";
 import { subscribes } from "./catalogue.ts";
 
@@ -58,15 +58,16 @@ function subscribedEndpoints(sqlite: Database, type: string): string[] {
  * plan changed by `licensing plan set` stops or resumes queueing at once. Deliveries queued before
  * stay due.
  */
-export function planHasWebhooks(sqlite: Database): boolean {
-  const plan = planOf(sqlite);
-  return plan !== undefined && hasFeature(plan, "webhooks");
-}
+export const planHasWebhooks = (sqlite: Database): boolean => hasFeature(planOf(sqlite), "webhooks");
 
-/** The workspace's plan as the store says now (a `licensing plan set` is seen at once). */
-export function planOf(sqlite: Database): PlanDefinition | undefined {
+/**
+ * The workspace's plan as the store says now (a `licensing plan set` is seen at once), read as
+ * WorkspaceService reads it, through this module's connection only (enqueue runs inside callers'
+ * transactions with nothing but the SQLite handle).
+ */
+export function planOf(sqlite: Database): PlanDefinition {
   const row = sqlite.query<{ code: string }, []>("SELECT plan_code AS code FROM workspace LIMIT 1").get();
-  return planByCode(row?.code ?? DEFAULT_PLAN_CODE);
+  return storedPlan(row?.code);
 }
 
 /** Endpoints that count toward the plan's `webhook_endpoints`: every one not stopped. */

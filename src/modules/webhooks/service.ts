@@ -277,7 +277,7 @@ export class WebhookService {
   /** Spec §5.1: a test key cannot create, change or stop endpoints once the workspace has live products. */
   /** The plan's `webhook_endpoints`: endpoints not stopped (a disabled one may be re-enabled). */
   private assertWithinQuota(): void {
-    const limit = planOf(this.deps.sqlite)?.quotas.webhook_endpoints?.limit;
+    const limit = planOf(this.deps.sqlite).quotas.webhook_endpoints?.limit;
     if (limit === undefined) return;
     const used = countEndpoints(this.deps.sqlite);
     if (used >= limit) {

@@ -1,6 +1,6 @@
 import { and, eq, isNull, ne, or } from "drizzle-orm";
 import type { Deps } from "../../deps.ts";
-import { DEFAULT_PLAN_CODE, PLANS, type PlanDefinition, planByCode } from "../../domain/plans.ts";
+import { DEFAULT_PLAN_CODE, PLANS, type PlanDefinition, planByCode, storedPlan } from "../../domain/plans.ts";
 import { ENVIRONMENTS } from "../../domain/scopes.ts";
 import { type Actor, workspace } from "../../store/schema/index.ts";
 import { recordAudit } from "../events/service.ts";
@@ -46,7 +46,7 @@ export class WorkspaceService {
       .from(workspace)
       .where(eq(workspace.id, WORKSPACE_ID))
       .get();
-    return planByCode(row?.planCode ?? DEFAULT_PLAN_CODE) ?? (PLANS[DEFAULT_PLAN_CODE] as PlanDefinition);
+    return storedPlan(row?.planCode);
   }
 
   terms(): PlanTerms {
@@ -55,8 +55,7 @@ export class WorkspaceService {
       .from(workspace)
       .where(eq(workspace.id, WORKSPACE_ID))
       .get();
-    const plan =
-      planByCode(row?.planCode ?? DEFAULT_PLAN_CODE) ?? (PLANS[DEFAULT_PLAN_CODE] as PlanDefinition);
+    const plan = storedPlan(row?.planCode);
     return { plan, trial: row?.trial ?? false, endsAt: row?.endsAt ?? null };
   }
 
