@@ -38,11 +38,8 @@ export function withLock<T>(lockPath: string, work: () => T, timedOut: () => Err
 
 function isOldLockFile(lockPath: string): boolean {
   try {
-    return (
-      statSync(lockPath).size > 0 &&
-      statSync(lockPath).size < 32 &&
-      /^\d*$/.test(readFileSync(lockPath, "utf8"))
-    );
+    const { size } = statSync(lockPath);
+    return size > 0 && size < 32 && /^\d*$/.test(readFileSync(lockPath, "utf8"));
   } catch {
     return false;
   }
