@@ -252,21 +252,50 @@ describe("runtime events", () => {
         requestId: `req_${i}`,
       });
     }
-    const all = (await t.call("GET", "/mgmt/v1/runtime_events?limit=200")).body;
-    let entries = all.data;
-    let cursor = all.pagination.next_cursor;
-    while (cursor) {
-      const page = (await t.call("GET", `/mgmt/v1/runtime_events?limit=200&cursor=${cursor}`)).body;
-      entries = [...entries, ...page.data];
-      cursor = page.pagination.next_cursor;
-    }
+    const entries = await everyRuntimeEvent(t.keys.live);
     const omitted = entries.filter((e: { details_omitted: boolean }) => e.details_omitted);
     expect(entries.length - omitted.length).toBe(DISTINCT_ENTRIES_PER_HOUR);
     expect(omitted).toEqual([
       expect.objectContaining({ occurrences: 3, activation_id: null, license_id: null, product_id: null }),
     ]);
   });
+
+  test("a flood of test-environment refusals does not push live refusals into the overflow entry", async () => {
+    const events = createServices(t.deps, { baseUrl: BASE_URL }).runtimeEvents;
+    const refusal = (environment: "live" | "test", i: number) => ({
+      environment,
+      operation: "heartbeat" as const,
+      code: "DEVICE_PROOF_INVALID" as const,
+      httpStatus: 401,
+      productId: fx.productId,
+      licenseId: fx.licenseId,
+      activationId: `act_${String(i).padStart(26, "0")}`,
+      requestId: `req_${environment}_${i}`,
+    });
+    for (let i = 0; i < DISTINCT_ENTRIES_PER_HOUR + 5; i++) events.record(refusal("test", i));
+    events.record(refusal("live", 1));
+
+    const live = (await t.call("GET", "/mgmt/v1/runtime_events")).body.data;
+    expect(live).toEqual([
+      expect.objectContaining({ details_omitted: false, activation_id: `act_${String(1).padStart(26, "0")}` }),
+    ]);
+    const testEntries = await everyRuntimeEvent(t.keys.test);
+    expect(testEntries.filter((e) => e.details_omitted)).toEqual([expect.objectContaining({ occurrences: 5 })]);
+  });
 });
+
+/** Every runtime event the key's environment lists, page by page. */
+async function everyRuntimeEvent(key: string): Promise<{ details_omitted: boolean }[]> {
+  let entries: { details_omitted: boolean }[] = [];
+  let cursor: string | null = null;
+  do {
+    const query: string = cursor ? `limit=200&cursor=${cursor}` : "limit=200";
+    const page = (await t.call("GET", `/mgmt/v1/runtime_events?${query}`, { key })).body;
+    entries = [...entries, ...page.data];
+    cursor = page.pagination.next_cursor;
+  } while (cursor);
+  return entries;
+}
 
 describe("device blocks", () => {
   test("a block is listed, refuses the device at once, and lifting it lets the device back", async () => {

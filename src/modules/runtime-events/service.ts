@@ -26,7 +26,10 @@ export interface Rejection {
 
 const HOUR_MS = 3_600_000;
 export const RETENTION_MS = 7 * 24 * HOUR_MS;
-/** Distinct entries a workspace may add in one hour before the rest fold into overflow entries. */
+/**
+ * Distinct entries an environment may add in one hour before the rest fold into overflow entries:
+ * counted per environment, so a flood of test-key traffic never hides the live details.
+ */
 export const DISTINCT_ENTRIES_PER_HOUR = 500;
 
 export type RuntimeEventRow = typeof runtimeEvents.$inferSelect;
@@ -67,8 +70,8 @@ export class RuntimeEventService {
        ON CONFLICT (bucket) DO UPDATE SET occurrences = occurrences + 1,
          last_occurred_at = excluded.last_occurred_at, last_request_id = excluded.last_request_id`,
     );
-    this.distinctThisHour = sqlite.prepare<{ n: number }, [number]>(
-      "SELECT count(*) AS n FROM runtime_events WHERE hour = ? AND details_omitted = 0",
+    this.distinctThisHour = sqlite.prepare<{ n: number }, [number, string]>(
+      "SELECT count(*) AS n FROM runtime_events WHERE hour = ? AND environment = ? AND details_omitted = 0",
     );
     this.exists = sqlite.prepare<{ one: number }, [string]>(
       "SELECT 1 AS one FROM runtime_events WHERE bucket = ?",
@@ -89,7 +92,7 @@ export class RuntimeEventService {
     let bucket = [rejection.environment, hour, rejection.operation, rejection.code, ...targets, "0"].join(
       "|",
     );
-    if (!this.exists.get(bucket) && (this.distinctThisHour.get(hour)?.n ?? 0) >= DISTINCT_ENTRIES_PER_HOUR) {
+    if (!this.exists.get(bucket) && (this.distinctThisHour.get(hour, rejection.environment)?.n ?? 0) >= DISTINCT_ENTRIES_PER_HOUR) {
       omitted = true;
       bucket = [rejection.environment, hour, rejection.operation, rejection.code, "", "", "", "1"].join("|");
     }
