@@ -62,6 +62,40 @@ describe("failing device proofs", () => {
     }
   });
 
+  test("device calls to a path no route serves are charged to the sender's failing-proof windows, never to the activation they name", async () => {
+    t = createTestContext({ runtimeRateLimits: { ip: { limit: 3, windowSec: 60 } } });
+    const fx = await runtimeFixture(t, { policy: { max_machines: 5 } });
+    const nat = "203.0.113.81";
+    const named = await activatedLater(fx);
+    const bystander = await activatedLater(fx);
+    const unrouted = `${heartbeatPath(named.activationId)}-unknown`;
+    for (let i = 0; i < 3; i++) {
+      const text = JSON.stringify({ machine_info_digest: DIGEST });
+      const answer = await t.call("POST", unrouted, {
+        key: null,
+        rawBody: text,
+        clientAddress: nat,
+        headers: {
+          "content-type": "application/json",
+          ...named.device.proofHeaders("POST", unrouted, named.activationId, text, { timestamp: nowSec(t) }),
+        },
+      });
+      expect(answer.status).toBe(404);
+      expect(answer.body.error.code).toBe("NOT_FOUND");
+    }
+    // The address's window is used up: made-up ids and the activation named are refused from it ...
+    expectRateLimited(
+      await heartbeatFrom(new TestDevice(), "act_0000000000000000000000000000", nat),
+      "runtime-ip-unproven",
+      3,
+      60,
+    );
+    expect((await heartbeatFrom(named.device, named.activationId, nat)).status).toBe(429);
+    // ... while a device that never failed there goes on, and the named one from anywhere else.
+    expect((await heartbeatFrom(bystander.device, bystander.activationId, nat)).status).toBe(200);
+    expect((await heartbeatFrom(named.device, named.activationId, "198.51.100.81")).status).toBe(200);
+  });
+
   test("forged proofs naming one activation slow only that activation, only from the sender's address, and leave its own window alone", async () => {
     t = createTestContext({
       runtimeRateLimits: { ip: { limit: 10, windowSec: 60 }, activation: { limit: 2, windowSec: 60 } },
