@@ -207,11 +207,15 @@ function checkTarget(dataDir: string): string[] {
   if (!statSync(dataDir).isDirectory()) throw new CliError(`${dataDir} is not a directory`);
   refuseRunningServer(dataDir);
   const leftovers = leftoverRestores(dataDir);
-  // A server's lock file is all a stopped server leaves that is not data: it does not count, and
-  // neither does the empty lost+found of a freshly formatted volume mounted there.
+  // Lock files are all a stopped server or keystore command leaves that is not data: they do not
+  // count, and neither does the empty lost+found of a freshly formatted volume mounted there.
   const lockName = basename(dataPaths(dataDir).serveLock);
   const others = readdirSync(dataDir).filter(
-    (name) => !leftovers.includes(name) && name !== lockName && !isFreshLostAndFound(dataDir, name),
+    (name) =>
+      !leftovers.includes(name) &&
+      name !== lockName &&
+      !isEmptyKeystoreLock(dataDir, name) &&
+      !isFreshLostAndFound(dataDir, name),
   );
   if (others.length === 0) return leftovers;
   if (leftovers.length > 0) {
@@ -221,6 +225,20 @@ function checkTarget(dataDir: string): string[] {
     );
   }
   throw new CliError(`${dataDir} is not empty; restore only into a new or empty directory`);
+}
+
+/**
+ * The keystore's write lock (crypto/file-lock.ts): an empty regular file that stays after every
+ * write. One with content is not ours to ignore.
+ */
+function isEmptyKeystoreLock(dataDir: string, name: string): boolean {
+  if (name !== `${basename(dataPaths(dataDir).keystore)}.lock`) return false;
+  try {
+    const stat = lstatSync(join(dataDir, name));
+    return stat.isFile() && stat.size === 0;
+  } catch {
+    return false;
+  }
 }
 
 /**

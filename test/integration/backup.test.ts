@@ -328,6 +328,25 @@ describe("restore", () => {
     expect(readdirSync(join(target, "lost+found"))).toEqual([]);
   });
 
+  test("accepts a target whose only entry is the keystore's empty lock file, and refuses one whose lock file holds something", () => {
+    const out = join(scratch, "backup");
+    takeBackup(configFor(t.dir), out, { includePassphrase: false });
+    const target = join(scratch, "emptied");
+    mkdirSync(target);
+    writeFileSync(join(target, "keystore.json.lock"), "");
+    restoreBackup(configFor(target), out);
+    expect(readdirSync(target).sort()).toEqual(["keystore.json", "keystore.json.lock", "licensing.db"]);
+
+    const written = join(scratch, "written");
+    mkdirSync(written);
+    writeFileSync(join(written, "keystore.json.lock"), "not a lock");
+    expectCliError(
+      () => restoreBackup(configFor(written), out),
+      /is not empty; restore only into a new or empty directory/,
+    );
+    expect(readdirSync(written)).toEqual(["keystore.json.lock"]);
+  });
+
   test("refuses a target whose lost+found holds files, or is not a directory, or sits beside other files", () => {
     const out = join(scratch, "backup");
     takeBackup(configFor(t.dir), out, { includePassphrase: false });
