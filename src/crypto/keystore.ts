@@ -124,6 +124,9 @@ export class Keystore {
       throw new KeystoreError("tampered", "the keystore was replaced by another one");
     const secrets = verifiedSecrets(doc, this.keys);
     this.sealed = doc.entries;
+    // An entry gone from the file was removed for good by another process (a compromised key):
+    // its private half leaves this process's memory too, as `remove` does here.
+    for (const [id, secret] of this.secrets) if (!secrets.has(id)) secret.fill(0);
     this.secrets.clear();
     for (const [id, secret] of secrets) this.secrets.set(id, secret);
   }

@@ -176,6 +176,29 @@ describe("compromised keys", () => {
     ).toBe(0);
   });
 
+  test("a compromise the command line finished leaves the server's memory at the next sweep, though no device asks for the key again", async () => {
+    const enabled = (await t.call("POST", path())).body.data.current_key.key_id as string;
+    const services = createServices(t.deps, { baseUrl: BASE_URL });
+    // A key release derived and kept the key's private scalar.
+    const scalar = services.sealedFiles.privateScalar(enabled);
+    expect(scalar.some((byte) => byte !== 0)).toBe(true);
+    const held = t.deps.keystore.secret(`product-sealing:${enabled}`);
+    // The command line, in its own process, compromises the key and removes it from the file.
+    const cli = new SealingKeyLifecycle({
+      ...t.deps,
+      keystore: Keystore.open(t.deps.keystore.path, "test passphrase"),
+    });
+    const actor = { type: "cli" as const, id: "ops" };
+    cli.rotate(productId, actor);
+    cli.retire(productId, enabled, { compromised: true, actor });
+    expect(t.deps.keystore.has(`product-sealing:${enabled}`)).toBe(true);
+
+    sweepOnce(services, silentLogger);
+    expect(t.deps.keystore.has(`product-sealing:${enabled}`)).toBe(false);
+    expect(scalar.every((byte) => byte === 0)).toBe(true);
+    expect(held.every((byte) => byte === 0)).toBe(true);
+  });
+
   test("once a compromise is finished, later sweeps read no keystore file for it", async () => {
     const enabled = (await t.call("POST", path())).body.data.current_key.key_id as string;
     t.deps.sqlite.run("UPDATE sealing_keys SET status = 'compromised', is_current = 0 WHERE key_id = ?", [

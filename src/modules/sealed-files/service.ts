@@ -132,11 +132,7 @@ export class SealedFileService {
    * (`completeCompromises`, whose removal also drops the key from this process's memory).
    */
   forget(key: SealingKeyRow): void {
-    const scalar = this.scalars.get(key.keyId);
-    if (scalar) {
-      scalar.fill(0);
-      this.scalars.delete(key.keyId);
-    }
+    this.dropScalar(key.keyId);
     if (key.status !== "compromised" || this.forgotten.has(key.keyId)) return;
     this.forgotten.add(key.keyId);
     try {
@@ -153,12 +149,16 @@ export class SealedFileService {
    * step; answers how many were removed.
    */
   completeCompromises(): number {
-    const compromised = this.deps.db
+    const compromisedKeyIds = this.deps.db
       .select({ keyId: sealingKeys.keyId })
       .from(sealingKeys)
       .where(eq(sealingKeys.status, "compromised"))
       .all()
-      .map((row) => sealingKeystoreId(row.keyId));
+      .map((row) => row.keyId);
+    // The scalar this process derived for key release goes too, whether or not a device asks for
+    // the key again (forget runs only then): a compromise must leave this process's memory.
+    for (const keyId of compromisedKeyIds) this.dropScalar(keyId);
+    const compromised = compromisedKeyIds.map(sealingKeystoreId);
     // A key the command line made after this process read the keystore is in the file but not
     // here: re-read the file (no lock, no scrypt) before judging what it still holds. Once a
     // key's removal is done here it is known gone, and later sweeps read no file for it.
@@ -172,6 +172,13 @@ export class SealedFileService {
     const removed = this.deps.keystore.remove(held);
     for (const id of held) this.removedKeys.add(id);
     return removed.length;
+  }
+
+  private dropScalar(keyId: string): void {
+    const scalar = this.scalars.get(keyId);
+    if (!scalar) return;
+    scalar.fill(0);
+    this.scalars.delete(keyId);
   }
 
   private present(productId: string, environment: Environment) {
