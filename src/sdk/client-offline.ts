@@ -5,7 +5,7 @@
  * key has come from the service.
  */
 import { decodeCertificate, type VerifiedCertificate } from "./certificate.ts";
-import { ClientCore, checkMachineInfo, machineInfoDigest } from "./core.ts";
+import { ClientCore, checkMachineInfo, type LicensingClientOptions, machineInfoDigest } from "./core.ts";
 import { overtakenBy, standingDenial } from "./denials.ts";
 import { b64uDecodeLength } from "./encoding.ts";
 import { SdkError, usageError, verificationError } from "./errors.ts";
@@ -29,6 +29,7 @@ import {
   type SealedHeader,
   sealedCore,
 } from "./sealed.ts";
+import { type CachedFileKey, checkSealedFileKeyCacheSize, SealedFileKeyCache } from "./sealed-key-cache.ts";
 import type { MachineInfo, StoredActivation, StoredDenial, StoredHeartbeat } from "./state.ts";
 import { isRecord, isString, unixSeconds } from "./util.ts";
 import type { TrustBundle } from "./verify.ts";
@@ -53,16 +54,21 @@ export interface OpenedSealedFile {
   stream: ReadableStream<Uint8Array>;
 }
 
-interface CachedFileKey {
-  activation_id: string;
-  enc: string;
-  wrapped_key: string;
-}
-
 /** The states in which the device may use what its license grants. */
 const stands = (info: LicenseInfo): boolean => info.state === "valid" || info.state === "grace";
 
 export class OfflineCapableClient extends ClientCore {
+  /** openSealedFile's key answers. */
+  private readonly sealedKeys: SealedFileKeyCache;
+
+  constructor(options: LicensingClientOptions) {
+    super(options);
+    this.sealedKeys = new SealedFileKeyCache(
+      this.state,
+      checkSealedFileKeyCacheSize(options.sealedFileKeyCacheSize),
+    );
+  }
+
   /**
    * The request to hand to the vendor (as a JSON file) for an offline package. Generates device
    * keys on first use. The machine_info is remembered for the package that comes back.
@@ -337,7 +343,6 @@ export class OfflineCapableClient extends ClientCore {
   private async fileKey(header: SealedHeader, line: string, headerSha256: string): Promise<Uint8Array> {
     const act = await this.requireActivation();
     const keys = await this.deviceKeys();
-    const cache = (await this.state.getJson<Record<string, CachedFileKey>>("sealed_file_keys")) ?? {};
     const aad = `${sealedCore(header)}\n${act.activation_id}`;
     const open = async (entry: CachedFileKey) => {
       const dek = await hpkeOpen(
@@ -350,15 +355,21 @@ export class OfflineCapableClient extends ClientCore {
       if (dek.length !== 32) throw new Error("the data key is not 32 bytes");
       return dek;
     };
-    const cached = cache[headerSha256];
+    const cached = await this.sealedKeys.get(headerSha256, act.activation_id);
     // The cache saves a round trip while this device's license stands; it is not the service's
     // word. Once the device knows it revoked, suspended or expired (or its clock was set back),
     // the service is asked again, and answers with its signed denial or a fresh key.
-    if (cached && cached.activation_id === act.activation_id && (await this.licenseStands())) {
+    if (cached && (await this.licenseStands())) {
+      let dek: Uint8Array | undefined;
       try {
-        return await open(cached);
+        dek = await open(cached);
       } catch {
         // Stale (new device keys): ask the service again below.
+      }
+      if (dek) {
+        // Only which answers to keep when the cache is full: a failed write of it fails no open.
+        await this.sealedKeys.touch(headerSha256).catch(() => undefined);
+        return dek;
       }
     }
     const path = `/runtime/v1/activations/${encodeURIComponent(act.activation_id)}/sealed-file-keys`;
@@ -391,7 +402,7 @@ export class OfflineCapableClient extends ClientCore {
         cause,
       });
     }
-    await this.state.setJson("sealed_file_keys", { ...cache, [headerSha256]: entry });
+    await this.sealedKeys.put(headerSha256, entry);
     return dek;
   }
 }
