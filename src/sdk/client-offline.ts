@@ -4,8 +4,8 @@
  * from the stored certificate with no network use, and opening a sealed file as a stream once its
  * key has come from the service.
  */
-import type { VerifiedCertificate } from "./certificate.ts";
-import { ClientCore, checkMachineInfo, machineInfoDigest } from "./core.ts";
+import { decodeCertificate, type VerifiedCertificate } from "./certificate.ts";
+import { ClientCore, checkMachineInfo, type LicensingClientOptions, machineInfoDigest } from "./core.ts";
 import { overtakenBy, standingDenial } from "./denials.ts";
 import { b64uDecodeLength } from "./encoding.ts";
 import { SdkError, usageError, verificationError } from "./errors.ts";
@@ -29,6 +29,7 @@ import {
   type SealedHeader,
   sealedCore,
 } from "./sealed.ts";
+import { type CachedFileKey, checkSealedFileKeyCacheSize, SealedFileKeyCache } from "./sealed-key-cache.ts";
 import type { MachineInfo, StoredActivation, StoredDenial, StoredHeartbeat } from "./state.ts";
 import { isRecord, isString, unixSeconds } from "./util.ts";
 import type { TrustBundle } from "./verify.ts";
@@ -39,6 +40,11 @@ export interface OfflinePackageInfo {
   manifest: OfflineManifest;
   /** The package expiry (Unix seconds): also the certificate's `exp`. */
   expiresAt: number;
+  /**
+   * The activation this package replaced on the device, if it did: the service still counts its
+   * machine slot until the vendor deactivates it (or it is culled).
+   */
+  replacedActivationId?: string;
 }
 
 export interface OpenedSealedFile {
@@ -48,16 +54,21 @@ export interface OpenedSealedFile {
   stream: ReadableStream<Uint8Array>;
 }
 
-interface CachedFileKey {
-  activation_id: string;
-  enc: string;
-  wrapped_key: string;
-}
-
 /** The states in which the device may use what its license grants. */
 const stands = (info: LicenseInfo): boolean => info.state === "valid" || info.state === "grace";
 
 export class OfflineCapableClient extends ClientCore {
+  /** openSealedFile's key answers. */
+  private readonly sealedKeys: SealedFileKeyCache;
+
+  constructor(options: LicensingClientOptions) {
+    super(options);
+    this.sealedKeys = new SealedFileKeyCache(
+      this.state,
+      checkSealedFileKeyCacheSize(options.sealedFileKeyCacheSize),
+    );
+  }
+
   /**
    * The request to hand to the vendor (as a JSON file) for an offline package. Generates device
    * keys on first use. The machine_info is remembered for the package that comes back.
@@ -77,17 +88,12 @@ export class OfflineCapableClient extends ClientCore {
     });
   }
 
-  /** A package binds one activation: the device must hold none, or that one. */
-  private async refuseAnotherActivation(activationId: string): Promise<void> {
-    const current = await this.storedActivation();
-    if (current && current.activation_id !== activationId)
-      throw usageError("ALREADY_ACTIVATED", "this device holds another activation; deactivate it first");
-  }
-
   /**
    * Verifies an offline package end to end with only the config's root key, and makes its
    * license.jwt this device's certificate: licenseState(), licenseInfo() and hasEntitlement() then
    * work from it with no network. Pass `machineInfo` when the request was made by another process.
+   * A package of another activation than the one held replaces it when it was issued later than
+   * the newest signed answer behind it (docs/sdk.md, "Devices that never go online").
    */
   loadOfflinePackage(
     zip: Uint8Array,
@@ -105,6 +111,11 @@ export class OfflineCapableClient extends ClientCore {
         highestSequence: await this.state.bundleSequence(),
       });
       const { manifest, certificate } = verified;
+      // Before any refusal: the bundle is authentic whatever becomes of the package, and a newer
+      // one is how a device that never goes online learns of a key dropped after a revocation or
+      // declared compromised (protocol §4). adopt() keeps the newer of it and the one held.
+      if (verified.bundle === verified.signedBundle.bundle)
+        await this.trust.adopt(verified.signedBundle, verified.signedBundle.bundle);
       // Not by this clock alone: one set back would take an expired package. A verified time
       // this device has seen is as late as the present at least.
       const now = Math.max(unixSeconds(this.now()), (await this.state.timeHighWater()) ?? 0);
@@ -113,13 +124,10 @@ export class OfflineCapableClient extends ClientCore {
           expires_at: manifest.expires_at,
         });
       const activationId = certificate.claims.activation_id;
-      await this.refuseAnotherActivation(activationId);
       const machineInfo = await this.machineInfoFor(
         certificate.claims.machine_info_digest,
         options.machineInfo,
       );
-      if (verified.bundle === verified.signedBundle.bundle)
-        await this.trust.adopt(verified.signedBundle, verified.signedBundle.bundle);
       await this.state.setTimeHighWater(manifest.issued_at, { fresh: false });
       const activation: StoredActivation = {
         activation_id: activationId,
@@ -127,9 +135,8 @@ export class OfflineCapableClient extends ClientCore {
         machine_info: machineInfo,
         machine_info_digest: certificate.claims.machine_info_digest,
       };
+      let replaced: string | undefined;
       await this.state.activationRecords(async () => {
-        // Again under the lock: the check above ran before the machine info was read.
-        await this.refuseAnotherActivation(activationId);
         // A package issued before a signed denial this device holds (an old package loaded again
         // after a revocation) does not lift it: the denial is the newer word.
         const denial = await standingDenial(this.state, activationId, manifest.issued_at);
@@ -142,11 +149,15 @@ export class OfflineCapableClient extends ClientCore {
             "the package's activation has ended on this device; ask for a new package",
             { activation_id: activationId },
           );
+        await this.refuseReplacedSince(activationId, manifest.issued_at);
+        const held = await this.storedActivation();
+        replaced = held && held.activation_id !== activationId ? held.activation_id : undefined;
+        if (replaced !== undefined) await this.refuseUnlessNewerThanHeld(replaced, manifest.issued_at);
         // The device may have heard from the service since the package was made (a hybrid device
         // online meanwhile, or an issuing host whose clock is behind). The package still stands
         // for the same license terms, and may last longer; but it must not take back what the
         // newer word says (a suspension, fewer entitlements, an earlier end).
-        const newest = await this.state.newestAnswer();
+        const newest = replaced === undefined ? await this.state.newestAnswer() : undefined;
         const older = newest !== undefined && newest > manifest.issued_at;
         let keepStored = false;
         if (older) {
@@ -160,15 +171,66 @@ export class OfflineCapableClient extends ClientCore {
           // Same terms: the certificate that lasts longer is kept.
           keepStored = newer !== undefined && newer.exp >= certificate.claims.exp;
         }
+        // First, so that a crash before the writes below leaves the old packages refused.
+        if (replaced !== undefined) await this.state.recordReplacedActivation(replaced, manifest.issued_at);
         await this.state.setJson("activation", activation);
         if (!keepStored) await this.state.set("certificate", certificate.jws);
-        // Any denial left is older than the package (standingDenial); a newer heartbeat stays.
+        // Any denial left is older than the package (standingDenial) or of the replaced
+        // activation; a newer heartbeat of the same activation stays.
         await this.state.delete("denial");
         if (!older) await this.state.delete("last_heartbeat");
-        await this.state.setNewestAnswer(manifest.issued_at);
+        await this.state.setNewestAnswer(manifest.issued_at, { reset: replaced !== undefined });
       });
-      return { activationId, licenseId: manifest.license_id, manifest, expiresAt: manifest.expires_at };
+      return {
+        activationId,
+        licenseId: manifest.license_id,
+        manifest,
+        expiresAt: manifest.expires_at,
+        ...(replaced === undefined ? {} : { replacedActivationId: replaced }),
+      };
     });
+  }
+
+  /**
+   * A package of another activation than the one held replaces it only when it is the newer word:
+   * issued after the newest signed answer behind what is stored (the certificate, a later
+   * heartbeat). Otherwise it is a rollback (an older package loaded over a newer one), or of the
+   * same second, when which came first cannot be told.
+   */
+  private async refuseUnlessNewerThanHeld(heldActivationId: string, issuedAt: number): Promise<void> {
+    const heldSince = Math.max((await this.state.newestAnswer()) ?? 0, await this.storedCertificateIat());
+    if (issuedAt <= heldSince)
+      throw verificationError(
+        "PACKAGE_SUPERSEDED",
+        "the device holds another activation from a newer signed answer; nothing changed",
+        { issued_at: issuedAt, newest_answer: heldSince, held_activation_id: heldActivationId },
+      );
+  }
+
+  /** A package of an activation a newer package replaced here must be newer than that one. */
+  private async refuseReplacedSince(activationId: string, issuedAt: number): Promise<void> {
+    const replacedAt = await this.state.replacedAt(activationId);
+    if (replacedAt !== undefined && issuedAt <= replacedAt)
+      throw verificationError(
+        "PACKAGE_SUPERSEDED",
+        "a newer package replaced the package's activation on this device; nothing changed",
+        { issued_at: issuedAt, newest_answer: replacedAt, activation_id: activationId },
+      );
+  }
+
+  /**
+   * The stored certificate's `iat`, unverified (0 when there is none, or it cannot be read): it
+   * only ever makes the check above refuse more, and newest_answer is the verified mark; this
+   * covers storage written before that mark existed.
+   */
+  private async storedCertificateIat(): Promise<number> {
+    const jws = await this.state.get("certificate");
+    if (jws === undefined) return 0;
+    try {
+      return decodeCertificate(jws).claims.iat;
+    } catch {
+      return 0;
+    }
   }
 
   // ---- offline state (no network use) ---------------------------------------------------
@@ -281,7 +343,6 @@ export class OfflineCapableClient extends ClientCore {
   private async fileKey(header: SealedHeader, line: string, headerSha256: string): Promise<Uint8Array> {
     const act = await this.requireActivation();
     const keys = await this.deviceKeys();
-    const cache = (await this.state.getJson<Record<string, CachedFileKey>>("sealed_file_keys")) ?? {};
     const aad = `${sealedCore(header)}\n${act.activation_id}`;
     const open = async (entry: CachedFileKey) => {
       const dek = await hpkeOpen(
@@ -294,15 +355,21 @@ export class OfflineCapableClient extends ClientCore {
       if (dek.length !== 32) throw new Error("the data key is not 32 bytes");
       return dek;
     };
-    const cached = cache[headerSha256];
+    const cached = await this.sealedKeys.get(headerSha256, act.activation_id);
     // The cache saves a round trip while this device's license stands; it is not the service's
     // word. Once the device knows it revoked, suspended or expired (or its clock was set back),
     // the service is asked again, and answers with its signed denial or a fresh key.
-    if (cached && cached.activation_id === act.activation_id && (await this.licenseStands())) {
+    if (cached && (await this.licenseStands())) {
+      let dek: Uint8Array | undefined;
       try {
-        return await open(cached);
+        dek = await open(cached);
       } catch {
         // Stale (new device keys): ask the service again below.
+      }
+      if (dek) {
+        // Only which answers to keep when the cache is full: a failed write of it fails no open.
+        await this.sealedKeys.touch(headerSha256).catch(() => undefined);
+        return dek;
       }
     }
     const path = `/runtime/v1/activations/${encodeURIComponent(act.activation_id)}/sealed-file-keys`;
@@ -335,7 +402,7 @@ export class OfflineCapableClient extends ClientCore {
         cause,
       });
     }
-    await this.state.setJson("sealed_file_keys", { ...cache, [headerSha256]: entry });
+    await this.sealedKeys.put(headerSha256, entry);
     return dek;
   }
 }

@@ -61,6 +61,11 @@ export interface LicensingClientOptions {
    * most MAX_TRUST_BUNDLE_UNCONFIRMED_MS (30 days). The offline state is not affected.
    */
   trustBundleMaxUnconfirmedMs?: number;
+  /**
+   * How many sealed-file key answers openSealedFile keeps, the most recently used (default
+   * DEFAULT_SEALED_FILE_KEY_CACHE_SIZE, 256; 0 keeps none; at most MAX_SEALED_FILE_KEY_CACHE_SIZE).
+   */
+  sealedFileKeyCacheSize?: number;
   backoff?: BackoffOptions;
 }
 

@@ -126,6 +126,7 @@ export {
   type SealedHeader,
   sealedCore,
 } from "./sealed.ts";
+export { DEFAULT_SEALED_FILE_KEY_CACHE_SIZE, MAX_SEALED_FILE_KEY_CACHE_SIZE } from "./sealed-key-cache.ts";
 export type { MachineInfo } from "./state.ts";
 export { LocalStorageAdapter, MemoryStorage, type Storage, type WebStorageLike } from "./storage.ts";
 export { DEFAULT_TRUST_BUNDLE_MAX_UNCONFIRMED_MS, MAX_TRUST_BUNDLE_UNCONFIRMED_MS } from "./trust.ts";

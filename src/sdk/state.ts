@@ -66,6 +66,7 @@ export const ITEMS = [
   "last_heartbeat",
   "newest_answer",
   "ended_activations",
+  "replaced_activations",
   "offline_request",
   "sealed_file_keys",
 ] as const;
@@ -73,6 +74,14 @@ export type Item = (typeof ITEMS)[number];
 
 /** How many ended activations are remembered: far more than one device goes through. */
 const MAX_ENDED_ACTIVATIONS = 32;
+/** How many replaced activations are remembered, for the same reason. */
+const MAX_REPLACED_ACTIVATIONS = 32;
+
+/** An activation a newer offline package replaced on this device, and that package's issued_at. */
+interface ReplacedActivation {
+  activation_id: string;
+  replaced_at: number;
+}
 
 export class ClientState {
   constructor(
@@ -250,6 +259,32 @@ export class ClientState {
   async endedActivations(): Promise<string[]> {
     const stored = await this.getJsonOrNone<{ ids?: unknown }>("ended_activations");
     return Array.isArray(stored?.ids) ? stored.ids.filter((id): id is string => typeof id === "string") : [];
+  }
+
+  /**
+   * Remembers that a newer offline package (issued at `replacedAt`) replaced an activation. Not as
+   * ended: the activation may still hold its slot on the service, which hands the device a package
+   * of it again when asked (a later one, taken); only its packages from before are old news.
+   */
+  async recordReplacedActivation(activationId: string, replacedAt: number): Promise<void> {
+    const others = (await this.replacedActivations()).filter((r) => r.activation_id !== activationId);
+    const entries = [...others, { activation_id: activationId, replaced_at: replacedAt }];
+    await this.setJson("replaced_activations", { entries: entries.slice(-MAX_REPLACED_ACTIVATIONS) });
+  }
+
+  /** When a newer package replaced this activation on this device, if it did (the latest time). */
+  async replacedAt(activationId: string): Promise<number | undefined> {
+    return (await this.replacedActivations()).find((r) => r.activation_id === activationId)?.replaced_at;
+  }
+
+  /** Oldest first; an unreadable list, or entry, counts as none (as ended_activations). */
+  private async replacedActivations(): Promise<ReplacedActivation[]> {
+    const stored = await this.getJsonOrNone<{ entries?: unknown }>("replaced_activations");
+    if (!Array.isArray(stored?.entries)) return [];
+    return stored.entries.filter(
+      (r): r is ReplacedActivation =>
+        isRecord(r) && typeof r.activation_id === "string" && Number.isSafeInteger(r.replaced_at),
+    );
   }
 
   /** The second the newest signed answer behind the stored activation state was signed. */
