@@ -4,7 +4,7 @@
  * from the stored certificate with no network use, and opening a sealed file as a stream once its
  * key has come from the service.
  */
-import { decodeCertificate, type VerifiedCertificate } from "./certificate.ts";
+import type { VerifiedCertificate } from "./certificate.ts";
 import { ClientCore, checkMachineInfo, type LicensingClientOptions, machineInfoDigest } from "./core.ts";
 import { overtakenBy, standingDenial } from "./denials.ts";
 import { b64uDecodeLength } from "./encoding.ts";
@@ -20,6 +20,7 @@ import {
   verifyOfflinePackage,
 } from "./offline.ts";
 import { newNonce } from "./proof.ts";
+import { refuseReplacedSince, refuseUnlessNewerThanHeld } from "./replacements.ts";
 import {
   ByteReader,
   type ByteSource,
@@ -149,10 +150,10 @@ export class OfflineCapableClient extends ClientCore {
             "the package's activation has ended on this device; ask for a new package",
             { activation_id: activationId },
           );
-        await this.refuseReplacedSince(activationId, manifest.issued_at);
+        await refuseReplacedSince(this.state, activationId, manifest.issued_at);
         const held = await this.storedActivation();
         replaced = held && held.activation_id !== activationId ? held.activation_id : undefined;
-        if (replaced !== undefined) await this.refuseUnlessNewerThanHeld(replaced, manifest.issued_at);
+        if (replaced !== undefined) await refuseUnlessNewerThanHeld(this.state, replaced, manifest.issued_at);
         // The device may have heard from the service since the package was made (a hybrid device
         // online meanwhile, or an issuing host whose clock is behind). The package still stands
         // for the same license terms, and may last longer; but it must not take back what the
@@ -189,48 +190,6 @@ export class OfflineCapableClient extends ClientCore {
         ...(replaced === undefined ? {} : { replacedActivationId: replaced }),
       };
     });
-  }
-
-  /**
-   * A package of another activation than the one held replaces it only when it is the newer word:
-   * issued after the newest signed answer behind what is stored (the certificate, a later
-   * heartbeat). Otherwise it is a rollback (an older package loaded over a newer one), or of the
-   * same second, when which came first cannot be told.
-   */
-  private async refuseUnlessNewerThanHeld(heldActivationId: string, issuedAt: number): Promise<void> {
-    const heldSince = Math.max((await this.state.newestAnswer()) ?? 0, await this.storedCertificateIat());
-    if (issuedAt <= heldSince)
-      throw verificationError(
-        "PACKAGE_SUPERSEDED",
-        "the device holds another activation from a newer signed answer; nothing changed",
-        { issued_at: issuedAt, newest_answer: heldSince, held_activation_id: heldActivationId },
-      );
-  }
-
-  /** A package of an activation a newer package replaced here must be newer than that one. */
-  private async refuseReplacedSince(activationId: string, issuedAt: number): Promise<void> {
-    const replacedAt = await this.state.replacedAt(activationId);
-    if (replacedAt !== undefined && issuedAt <= replacedAt)
-      throw verificationError(
-        "PACKAGE_SUPERSEDED",
-        "a newer package replaced the package's activation on this device; nothing changed",
-        { issued_at: issuedAt, newest_answer: replacedAt, activation_id: activationId },
-      );
-  }
-
-  /**
-   * The stored certificate's `iat`, unverified (0 when there is none, or it cannot be read): it
-   * only ever makes the check above refuse more, and newest_answer is the verified mark; this
-   * covers storage written before that mark existed.
-   */
-  private async storedCertificateIat(): Promise<number> {
-    const jws = await this.state.get("certificate");
-    if (jws === undefined) return 0;
-    try {
-      return decodeCertificate(jws).claims.iat;
-    } catch {
-      return 0;
-    }
   }
 
   // ---- offline state (no network use) ---------------------------------------------------
