@@ -313,11 +313,14 @@ export class ClientCore {
     const bound = await this.state.activationRecords(() =>
       this.keyStore.underLock(async () => {
         if (!(await this.keyStore.bind(keys))) return false;
-        await this.state.setJson("activation", activation);
-        await this.state.set("certificate", cert.jws);
+        // The activation last: a write failing before it (a full quota) leaves none, and a retry
+        // with these keys gets the same one back from the server; an activation stored without
+        // its certificate would stay invalid and refuse the retry as ALREADY_ACTIVATED.
         await this.state.delete("denial");
         await this.state.delete("last_heartbeat");
         await this.state.setNewestAnswer(res.assertion.server_time, { reset: true });
+        await this.state.set("certificate", cert.jws);
+        await this.state.setJson("activation", activation);
         return true;
       }),
     );

@@ -3,7 +3,7 @@ import {
   exportDeviceKeys,
   generateDeviceKeys,
   type LockManagerLike,
-  type MemoryStorage,
+  MemoryStorage,
   type ResponseLike,
   type SdkError,
 } from "../../src/sdk/index.ts";
@@ -13,8 +13,8 @@ import { activated, type Harness, harness, MACHINE } from "./support/setup.ts";
 
 /**
  * The stored activation is bound to the stored device keys, whoever writes storage: the app
- * clearing it under a running client ("sign out") or a second client on the same storage (a second
- * browser tab).
+ * clearing it under a running client ("sign out"), a second client on the same storage (a second
+ * browser tab), or a storage write that fails half-way through an activation (a full quota).
  */
 const PREFIX = "svc.v1.live.prod_01JTESTPRODUCT0000000000000.";
 const LICENSE = { licenseKey: "LK-1234", machineInfo: MACHINE };
@@ -253,4 +253,36 @@ describe("two clients on one storage at first run (two browser tabs)", () => {
     await tab.deviceKeys();
     expect(locks.names).toEqual([]);
   });
+});
+
+describe("a storage write that fails during activation (a full quota)", () => {
+  for (const item of ["certificate", "activation", "newest_answer", "denial", "last_heartbeat"]) {
+    test(`a failed ${item} write leaves a state from which a retried activate() recovers the same activation`, async () => {
+      const h = harness();
+      let full = false;
+      const storage = new (class extends MemoryStorage {
+        override async set(key: string, value: string) {
+          if (full && key === PREFIX + item) throw new Error("QuotaExceededError");
+          return h.storage.set(key, value);
+        }
+        override async get(key: string) {
+          return h.storage.get(key);
+        }
+        override async delete(key: string) {
+          if (full && key === PREFIX + item) throw new Error("QuotaExceededError");
+          return h.storage.delete(key);
+        }
+      })();
+      const client = h.restart({ storage });
+      await client.deviceKeys();
+      full = true;
+      expect(await outcome(client.activate(LICENSE))).toBe("storage/STORAGE_UNAVAILABLE");
+      expect(await client.licenseState()).toBe("invalid");
+      // Space is freed (the app drops its own data) and the user tries again, after a reload.
+      full = false;
+      const retried = await h.restart().activate(LICENSE);
+      expect([...h.server.activations.keys()]).toEqual([retried.activationId]);
+      await expectUsableAfterReload(h);
+    });
+  }
 });
