@@ -6,18 +6,12 @@
 import { type CertificateClaims, verifyCertificate } from "./certificate.ts";
 import { type ResolvedConfig, resolveConfig, type ServiceConfig } from "./config.ts";
 import { storeDenial } from "./denials.ts";
+import { DeviceKeyStore, type LockManagerLike, platformLocks } from "./device-key-store.ts";
 import { sha256Hex, utf8 } from "./encoding.ts";
 import { SdkError, usageError, verificationError } from "./errors.ts";
 import type { FetchLike } from "./http.ts";
 import { canonicalize } from "./jcs.ts";
-import {
-  type DeviceKeys,
-  exportDeviceKeys,
-  generateDeviceKeys,
-  importDeviceKeys,
-  type KeyAlgorithm,
-  thumbprint,
-} from "./keys.ts";
+import { type DeviceKeys, type KeyAlgorithm, thumbprint } from "./keys.ts";
 import { type BackoffOptions, defaultTimer, type Timer } from "./loop.ts";
 import { newNonce } from "./proof.ts";
 import { Runtime, type RuntimeResponse } from "./runtime.ts";
@@ -67,6 +61,8 @@ export interface LicensingClientOptions {
    */
   sealedFileKeyCacheSize?: number;
   backoff?: BackoffOptions;
+  /** Web Locks, for tabs sharing storage (default navigator.locks where present; device-key-store.ts). */
+  locks?: LockManagerLike;
 }
 
 export interface ActivateOptions {
@@ -141,7 +137,7 @@ export class ClientCore {
   protected readonly state: ClientState;
   protected readonly trust: TrustManager;
   protected readonly runtime: Runtime;
-  protected keysPromise: Promise<DeviceKeys> | undefined;
+  protected readonly keyStore: DeviceKeyStore;
   protected clockOffsetSec = 0;
   /** The client's calls that must not overlap (activate, heartbeat, deactivate, ...). */
   protected readonly exclusive = serialized();
@@ -164,6 +160,7 @@ export class ClientCore {
     this.backoff = options.backoff ?? {};
     const prefix = `svc.v1.${this.config.environment}.${this.config.productId}.`;
     this.state = new ClientState(options.storage ?? new MemoryStorage(), prefix);
+    this.keyStore = new DeviceKeyStore(this.state, this.signingAlgorithm, options.locks ?? platformLocks());
     this.trust = new TrustManager(
       this.config,
       this.fetchImpl,
@@ -192,27 +189,17 @@ export class ClientCore {
 
   // ---- keys and stored state -------------------------------------------------------------
 
-  /** This device's keys: loaded from storage, or generated and persisted on first use. */
+  /** This device's keys as storage holds them now; generated on first use (device-key-store.ts). */
   deviceKeys(): Promise<DeviceKeys> {
-    this.keysPromise ??= (async () => {
-      const stored = await this.state.get("device_keys");
-      if (stored !== undefined) return importDeviceKeys(stored);
-      const keys = generateDeviceKeys(this.signingAlgorithm);
-      await this.state.set("device_keys", exportDeviceKeys(keys));
-      return keys;
-    })();
-    this.keysPromise.catch(() => {
-      this.keysPromise = undefined;
-    });
-    return this.keysPromise;
+    return this.keyStore.current();
   }
 
   /** Replaces the device keys (e.g. restored from a backup). Refused while activated. */
-  async setDeviceKeys(keys: DeviceKeys): Promise<void> {
-    if (await this.storedActivation())
-      throw usageError("ALREADY_ACTIVATED", "deactivate before changing keys");
-    await this.state.set("device_keys", exportDeviceKeys(keys));
-    this.keysPromise = Promise.resolve(keys);
+  setDeviceKeys(keys: DeviceKeys): Promise<void> {
+    return this.keyStore.replace(keys, async () => {
+      if (await this.storedActivation())
+        throw usageError("ALREADY_ACTIVATED", "deactivate before changing keys");
+    });
   }
 
   async activationId(): Promise<string | undefined> {
@@ -327,13 +314,29 @@ export class ClientCore {
       machine_info: machineInfo,
       machine_info_digest: digest,
     };
-    await this.state.activationRecords(async () => {
-      await this.state.setJson("activation", activation);
-      await this.state.set("certificate", cert.jws);
-      await this.state.delete("denial");
-      await this.state.delete("last_heartbeat");
-      await this.state.setNewestAnswer(res.assertion.server_time, { reset: true });
-    });
+    await this.trust.restoreStored();
+    const bound = await this.state.activationRecords(() =>
+      this.keyStore.underLock(async () => {
+        if (!(await this.keyStore.bind(keys))) return false;
+        // The activation last: a write failing before it (a full quota) leaves none, and a retry
+        // with these keys gets the same one back from the server; an activation stored without
+        // its certificate would stay invalid and refuse the retry as ALREADY_ACTIVATED.
+        await this.state.delete("denial");
+        await this.state.delete("last_heartbeat");
+        await this.state.setNewestAnswer(res.assertion.server_time, { reset: true });
+        await this.state.set("certificate", cert.jws);
+        await this.state.setJson("activation", activation);
+        return true;
+      }),
+    );
+    if (!bound) {
+      await this.releaseOrphan(activation, keys);
+      throw new SdkError(
+        "DEVICE_KEYS_CHANGED",
+        "another client on this storage replaced the device keys while the activation was in flight; it was not stored, try again",
+        { kind: "storage", retryable: true, details: { activation_id: activationId } },
+      );
+    }
     return {
       activationId: activationId,
       licenseId: cert.claims.sub,
@@ -341,6 +344,15 @@ export class ClientCore {
       certificate: cert.claims,
       serverTime: res.assertion.server_time,
     };
+  }
+
+  /**
+   * Gives back the slot of an activation not stored because its keys are no longer this device's,
+   * so nothing could use or deactivate it. Best effort: a slot left behind is culled once stale.
+   */
+  private async releaseOrphan(activation: StoredActivation, keys: DeviceKeys): Promise<void> {
+    const path = `/runtime/v1/activations/${encodeURIComponent(activation.activation_id)}`;
+    await this.dpCall("DELETE", path, undefined, activation, keys).catch(() => undefined);
   }
 
   protected verifyCert(

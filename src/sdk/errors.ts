@@ -23,6 +23,7 @@ export type SdkErrorCode =
   | "ALREADY_ACTIVATED"
   | "STORAGE_CORRUPT"
   | "STORAGE_UNAVAILABLE"
+  | "DEVICE_KEYS_CHANGED"
   // transport
   | "NETWORK_ERROR"
   | "HTTP_ERROR"

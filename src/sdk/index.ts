@@ -47,6 +47,7 @@ export {
   SDK_VERSION,
   type ServerTime,
 } from "./core.ts";
+export type { LockManagerLike } from "./device-key-store.ts";
 export { b64uDecode, b64uEncode, hex, sha256Hex } from "./encoding.ts";
 export {
   isLicenseDenialCode,

@@ -213,6 +213,22 @@ export class TrustManager {
     return run;
   }
 
+  /**
+   * Writes the bundle held in memory back when storage has none (the app cleared its storage
+   * under a running client), with its sequence first as persist() does: a certificate stored next
+   * must verify after a restart, and the rollback floor must not be lost with it.
+   */
+  restoreStored(): Promise<void> {
+    const run = this.persisting.then(async () => {
+      const memo = this.memo;
+      if (!memo || (await this.state.get("bundle")) !== undefined) return;
+      await this.state.raiseBundleSequence(memo.bundle.sequence);
+      await this.store(memo.bundle, memo.signed, memo.fetchedAtMs, memo.confirmedAtMs);
+    });
+    this.persisting = run.catch(() => undefined);
+    return run;
+  }
+
   private async store(
     bundle: TrustBundle,
     signed: unknown,

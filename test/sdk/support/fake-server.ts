@@ -183,7 +183,9 @@ export class FakeServer {
       this.proofFailures.push("activation proof");
       return FakeServer.error(401, "DEVICE_PROOF_INVALID");
     }
-    const activationId = `act_${String(++this.counter).padStart(26, "0")}`;
+    // As the server does (protocol §11): a device key with an active activation gets that one back.
+    const existing = [...this.activations].find(([, a]) => a.publicKey === body.device_signing_public_key);
+    const activationId = existing?.[0] ?? `act_${String(++this.counter).padStart(26, "0")}`;
     this.activations.set(activationId, {
       publicKey: body.device_signing_public_key as string,
       machineInfo: body.machine_info as Json,
