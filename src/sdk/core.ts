@@ -4,15 +4,16 @@
  * LicensingClient (client.ts) adds the operations.
  */
 import { type CertificateClaims, verifyCertificate } from "./certificate.ts";
-import { type ResolvedConfig, resolveConfig, type ServiceConfig } from "./config.ts";
+import { type ResolvedConfig, resolveConfig } from "./config.ts";
 import { storeDenial } from "./denials.ts";
-import { DeviceKeyStore, type LockManagerLike, platformLocks } from "./device-key-store.ts";
+import { DeviceKeyStore, platformLocks } from "./device-key-store.ts";
 import { sha256Hex, utf8 } from "./encoding.ts";
 import { SdkError, usageError, verificationError } from "./errors.ts";
 import type { FetchLike } from "./http.ts";
 import { canonicalize } from "./jcs.ts";
 import { type DeviceKeys, type KeyAlgorithm, thumbprint } from "./keys.ts";
 import { type BackoffOptions, defaultTimer, type Timer } from "./loop.ts";
+import type { LicensingClientOptions } from "./options.ts";
 import { newNonce } from "./proof.ts";
 import { Runtime, type RuntimeResponse } from "./runtime.ts";
 import { ClientState, type MachineInfo, type StoredActivation, type StoredDenial } from "./state.ts";
@@ -21,49 +22,12 @@ import { checkMaxUnconfirmedMs, TrustManager } from "./trust.ts";
 import { isRecord, isString, serialized, unixSeconds } from "./util.ts";
 import type { TrustBundle } from "./verify.ts";
 
+export type { LicensingClientOptions } from "./options.ts";
+
 export const SDK_VERSION = "0.1.0";
 /** A fresh certificate's nbf may be this far after the signed server_time of its response. */
 export const NBF_LEEWAY_SEC = 60;
 const ISO_SECONDS = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$/;
-
-export interface LicensingClientOptions {
-  /** The integration config (service.config.json), or the management response data around it. */
-  config: ServiceConfig | Record<string, unknown>;
-  fetch?: FetchLike;
-  /** Defaults to MemoryStorage (nothing survives a restart). */
-  storage?: Storage;
-  /** Local clock in milliseconds. */
-  now?: () => number;
-  /**
-   * Milliseconds from a clock that is never set, for how long an answer was on its way (default
-   * performance.now()).
-   */
-  monotonicNow?: () => number;
-  sdkVersion?: string;
-  appVersion?: string;
-  /** Algorithm of a newly generated device signing key (default "ed25519"). */
-  signingAlgorithm?: KeyAlgorithm;
-  timer?: Timer;
-  /** Uniform [0, 1) source for back-off jitter (default Math.random). */
-  random?: () => number;
-  /** Refetch the trust bundle when the cached one is older than this (default 1 hour). */
-  trustBundleMaxAgeMs?: number;
-  /**
-   * Verify signed online answers with a trust bundle only while the service confirmed it (a
-   * successful refetch) within this many ms; past that, with the refetch failing, they are
-   * refused with BUNDLE_UNCONFIRMED. Default DEFAULT_TRUST_BUNDLE_MAX_UNCONFIRMED_MS (7 days), at
-   * most MAX_TRUST_BUNDLE_UNCONFIRMED_MS (30 days). The offline state is not affected.
-   */
-  trustBundleMaxUnconfirmedMs?: number;
-  /**
-   * How many sealed-file key answers openSealedFile keeps, the most recently used (default
-   * DEFAULT_SEALED_FILE_KEY_CACHE_SIZE, 256; 0 keeps none; at most MAX_SEALED_FILE_KEY_CACHE_SIZE).
-   */
-  sealedFileKeyCacheSize?: number;
-  backoff?: BackoffOptions;
-  /** Web Locks, for tabs sharing storage (default navigator.locks where present; device-key-store.ts). */
-  locks?: LockManagerLike;
-}
 
 export interface ActivateOptions {
   licenseKey: string;
