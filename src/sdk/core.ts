@@ -17,7 +17,7 @@ import type { LicensingClientOptions } from "./options.ts";
 import { newNonce } from "./proof.ts";
 import { Runtime, type RuntimeResponse } from "./runtime.ts";
 import { ClientState, type MachineInfo, type StoredActivation, type StoredDenial } from "./state.ts";
-import { MemoryStorage, type Storage } from "./storage.ts";
+import { MemoryStorage } from "./storage.ts";
 import { checkMaxUnconfirmedMs, TrustManager } from "./trust.ts";
 import { isRecord, isString, serialized, unixSeconds } from "./util.ts";
 import type { TrustBundle } from "./verify.ts";
