@@ -452,6 +452,30 @@ test("a package is signed by the key active when its write lock is held, even if
   }
 });
 
+test("an identical request after another process rotated the key within the same turn is not answered with the package the retired key signed", async () => {
+  const services = createServices(t.deps, { baseUrl: BASE_URL });
+  const request = await sdkClient(t, config).createOfflineRequest({ machineInfo: MACHINE });
+  const ctx: ChangeContext = { actor: { type: "system" }, environment: "live", requestId: null };
+  const cliStore = openStore(join(t.dir, "licensing.db"));
+  try {
+    const cli = buildDeps(cliStore, openKeystore(t.dir, "test passphrase"));
+    // One turn of the event loop: the package, the command line's rotation, the same request again.
+    const first = services.offlinePackages.issue(fx.licenseId, { request: request as never }, ctx);
+    new TrustService(cli).rotate(fx.productId, { retainSec: 86_400 });
+    let error: unknown;
+    try {
+      services.offlinePackages.issue(fx.licenseId, { request: request as never }, ctx);
+    } catch (caught) {
+      error = caught;
+    }
+    expect(error).toBeInstanceOf(ApiError);
+    expect((error as ApiError).code).toBe("OFFLINE_REQUEST_USED");
+    expect((error as ApiError).details).toEqual({ reason: "signing_key_rotated", package_id: first.id });
+  } finally {
+    cliStore.close();
+  }
+});
+
 test("a rotation finds the retiring key's unexpired packages by index, not by reading every package", async () => {
   const trust = new TrustService(t.deps);
   const { sql } = await sqlPreparedDuring(t.deps.sqlite, () => trust.rotate(fx.productId));
