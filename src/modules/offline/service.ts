@@ -1,14 +1,16 @@
 import { and, eq, inArray } from "drizzle-orm";
 import { sha256Hex } from "../../crypto/encoding.ts";
 import { thumbprint } from "../../crypto/keys.ts";
-import { buildOfflinePackage } from "../../crypto/offline-package.ts";
+import { canonicalize } from "../../crypto/jcs.ts";
+import { claimsOfOwnJws } from "../../crypto/jws.ts";
+import { buildOfflinePackage, storedPackageLicenseJwt } from "../../crypto/offline-package.ts";
 import type { ChangeContext, Deps } from "../../deps.ts";
 import { unixSeconds } from "../../domain/clock.ts";
 import { hasFeature, type PlanDefinition } from "../../domain/plans.ts";
 import { ApiError, FieldErrorCollector } from "../../http/errors.ts";
 import type { Db } from "../../store/db.ts";
 import { activations, offlinePackages } from "../../store/schema/index.ts";
-import { issueCertificate } from "../activations/certificate.ts";
+import { issueCertificate, licenseClaim } from "../activations/certificate.ts";
 import { denialError, type PolicyWithId, type RuntimeGate } from "../activations/gate.ts";
 import { machineInfoDigest } from "../activations/machine.ts";
 import type { ActivationRow, ActivationService } from "../activations/service.ts";
@@ -164,9 +166,10 @@ export class OfflinePackageService {
   }
 
   /**
-   * An identical request gets the stored bytes while the package is still good for the same
-   * active device: not expired, its activation still active, its signing key still the active
-   * one, asked with the same options. Otherwise the device must make a new request.
+   * An identical request gets the stored bytes while the package is still what the request would
+   * get now for the same active device: not expired, its activation still active, its signing key
+   * still the active one, asked with the same options, and the license's terms still the ones its
+   * certificate states. Otherwise the device must make a new request.
    */
   private replay(earlier: OfflinePackageRow, current: CurrentTerms): IssuedPackage {
     const { asked, now } = current;
@@ -189,7 +192,9 @@ export class OfflinePackageService {
           : // Read, not remembered: another process may have rotated the key.
             this.trust.committedSigningKey(earlier.productId).keyId !== earlier.signingKeyId
             ? "signing_key_rotated"
-            : null;
+            : this.licenseChanged(earlier, current)
+              ? "license_changed"
+              : null;
     if (why) {
       throw used(
         why,
@@ -200,6 +205,19 @@ export class OfflinePackageService {
       );
     }
     return { id: earlier.id, bytes: new Uint8Array(earlier.body), replayed: true };
+  }
+
+  /**
+   * Whether a new request would now get other terms than the stored package states: the package
+   * ends after the license now does (its expiry was shortened, or the plan's longest license
+   * was), or its certificate's license claim (expiry, type, entitlements, policy, max_concurrent)
+   * is no longer the license's. Replaying it would hand out what the license no longer grants.
+   */
+  private licenseChanged(earlier: OfflinePackageRow, current: CurrentTerms): boolean {
+    const { license, policy, plan, now } = current;
+    if (earlier.expiresAt.getTime() > packageCap(license, now, plan).getTime()) return true;
+    const stored = claimsOfOwnJws(storedPackageLicenseJwt(new Uint8Array(earlier.body))).license;
+    return canonicalize(stored) !== canonicalize(licenseClaim(license, policy, now));
   }
 
   /** As asked (within the license), else the license's expiry, else the plan's longest license. */
