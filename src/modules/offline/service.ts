@@ -1,8 +1,8 @@
 import { and, eq, inArray } from "drizzle-orm";
 import { sha256Hex } from "../../crypto/encoding.ts";
-import { thumbprint } from "../../crypto/keys.ts";
 import { canonicalize } from "../../crypto/jcs.ts";
 import { claimsOfOwnJws } from "../../crypto/jws.ts";
+import { thumbprint } from "../../crypto/keys.ts";
 import { buildOfflinePackage, storedPackageLicenseJwt } from "../../crypto/offline-package.ts";
 import type { ChangeContext, Deps } from "../../deps.ts";
 import { unixSeconds } from "../../domain/clock.ts";
