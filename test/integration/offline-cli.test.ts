@@ -154,6 +154,9 @@ describe("licensing offline issue", () => {
       (e: { type: string }) => e.type === "license.offline_package_issued",
     );
     expect(events.map((e: { actor: { type: string } }) => e.actor.type).sort()).toEqual(["api_key", "cli"]);
+    // The name is what the environment said; the uid is the process's own, which it cannot say otherwise.
+    const byCli = events.find((e: { actor: { type: string } }) => e.actor.type === "cli");
+    if (typeof process.getuid === "function") expect(byCli.actor.uid).toBe(process.getuid());
   });
 
   test("an identical request gives the same bytes again; --json says so", async () => {
