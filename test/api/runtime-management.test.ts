@@ -277,10 +277,15 @@ describe("runtime events", () => {
 
     const live = (await t.call("GET", "/mgmt/v1/runtime_events")).body.data;
     expect(live).toEqual([
-      expect.objectContaining({ details_omitted: false, activation_id: `act_${String(1).padStart(26, "0")}` }),
+      expect.objectContaining({
+        details_omitted: false,
+        activation_id: `act_${String(1).padStart(26, "0")}`,
+      }),
     ]);
     const testEntries = await everyRuntimeEvent(t.keys.test);
-    expect(testEntries.filter((e) => e.details_omitted)).toEqual([expect.objectContaining({ occurrences: 5 })]);
+    expect(testEntries.filter((e) => e.details_omitted)).toEqual([
+      expect.objectContaining({ occurrences: 5 }),
+    ]);
   });
 });
 

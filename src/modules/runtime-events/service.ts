@@ -92,7 +92,10 @@ export class RuntimeEventService {
     let bucket = [rejection.environment, hour, rejection.operation, rejection.code, ...targets, "0"].join(
       "|",
     );
-    if (!this.exists.get(bucket) && (this.distinctThisHour.get(hour, rejection.environment)?.n ?? 0) >= DISTINCT_ENTRIES_PER_HOUR) {
+    if (
+      !this.exists.get(bucket) &&
+      (this.distinctThisHour.get(hour, rejection.environment)?.n ?? 0) >= DISTINCT_ENTRIES_PER_HOUR
+    ) {
       omitted = true;
       bucket = [rejection.environment, hour, rejection.operation, rejection.code, "", "", "", "1"].join("|");
     }
