@@ -333,19 +333,23 @@ const PROCESS_ACTOR_SOURCES: ActorSources = {
  * Who acted, for the audit trail of command-line changes: the operating-system user. Bun's
  * os.userInfo() takes the name from $USER and says "unknown" without it (containers, cron,
  * systemd units), although the uid has a passwd entry; so the name comes from $USER, else the
- * uid's passwd entry, else `uid:<n>`, which still tells operators apart.
+ * uid's passwd entry, else `uid:<n>`, which still tells operators apart. $USER is whatever the
+ * caller set (`USER=ceo-alice licensing …`), so the uid is recorded beside it: the name is a
+ * claim, the uid is who ran the command.
  */
 export function cliActor(sources: ActorSources = PROCESS_ACTOR_SOURCES): Extract<Actor, { type: "cli" }> {
+  const actor = (id: string): Extract<Actor, { type: "cli" }> =>
+    sources.uid === null ? { type: "cli", id } : { type: "cli", id, uid: sources.uid };
   const named = sources.env.USER || sources.env.LOGNAME || sources.env.USERNAME;
-  if (named) return { type: "cli", id: named };
-  if (sources.uid === null) return { type: "cli", id: "unknown" };
+  if (named) return actor(named);
+  if (sources.uid === null) return actor("unknown");
   const uid = String(sources.uid);
   for (const line of (sources.passwd() ?? "").split("\n")) {
     // name:password:uid:gid:gecos:home:shell
     const [name, , entryUid] = line.split(":");
-    if (name && entryUid === uid && !name.startsWith("#")) return { type: "cli", id: name };
+    if (name && entryUid === uid && !name.startsWith("#")) return actor(name);
   }
-  return { type: "cli", id: `uid:${uid}` };
+  return actor(`uid:${uid}`);
 }
 
 /** Where a path that may not exist yet leads: its nearest existing ancestor's links followed. */

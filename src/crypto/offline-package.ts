@@ -1,5 +1,5 @@
 import type { KeyObject } from "node:crypto";
-import { zipSync } from "fflate";
+import { unzipSync, zipSync } from "fflate";
 import { sha256Hex } from "./encoding.ts";
 import { PREFIX } from "./envelope.ts";
 import { canonicalize } from "./jcs.ts";
@@ -67,4 +67,11 @@ export function buildOfflinePackage(
     "trust-bundle.json": entry(trustBundle),
   });
   return { bytes, manifest, signature };
+}
+
+/** The certificate (license.jwt) of a package this service built and stored; not for packages from outside. */
+export function storedPackageLicenseJwt(bytes: Uint8Array): string {
+  const entry = unzipSync(bytes, { filter: (file) => file.name === "license.jwt" })["license.jwt"];
+  if (!entry) throw new Error("a stored offline package has no license.jwt");
+  return new TextDecoder().decode(entry);
 }

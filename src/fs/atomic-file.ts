@@ -1,5 +1,15 @@
 import { randomBytes } from "node:crypto";
-import { closeSync, fsyncSync, openSync, renameSync, statSync, unlinkSync, writeSync } from "node:fs";
+import {
+  closeSync,
+  fsyncSync,
+  lstatSync,
+  openSync,
+  renameSync,
+  type Stats,
+  statSync,
+  unlinkSync,
+  writeSync,
+} from "node:fs";
 import { constants } from "node:os";
 import { dirname, join } from "node:path";
 import { getSystemErrorMap } from "node:util";
@@ -27,6 +37,39 @@ function reasonFor(error: unknown): string {
 
 const writeError = (error: unknown) => new FileWriteError(reasonFor(error), { cause: error });
 
+/** What the rename would replace, when it is not a regular file; by `lstat`'s answer. */
+function specialKind(entry: Stats): string | null {
+  if (entry.isCharacterDevice()) return "a character device";
+  if (entry.isBlockDevice()) return "a block device";
+  if (entry.isFIFO()) return "a FIFO";
+  if (entry.isSocket()) return "a socket";
+  return null;
+}
+
+/**
+ * Refuses a destination the rename must not replace. The rename would replace a device node, a
+ * FIFO or a socket with a regular file (as root, `/dev/null` itself), which no one writing a file
+ * means, so those are refused. A symbolic link is replaced itself, never what it points to, as a
+ * rename does; one leading to a directory is refused like the directory (the name reads as one).
+ */
+function refuseSpecialFile(path: string): void {
+  let entry: Stats;
+  let isDirectory: boolean;
+  try {
+    entry = lstatSync(path);
+    isDirectory = (entry.isSymbolicLink() ? statSync(path) : entry).isDirectory();
+  } catch (error) {
+    // Nothing there yet (or a link leading nowhere) is the usual case. Anything else (a name too
+    // long) would fail the rename, after all the writing.
+    if ((error as NodeJS.ErrnoException).code === "ENOENT") return;
+    throw writeError(error);
+  }
+  // The rename at the end would fail on a directory.
+  if (isDirectory) throw new FileWriteError("it is a directory");
+  const kind = specialKind(entry);
+  if (kind) throw new FileWriteError(`it is ${kind}, not a regular file`);
+}
+
 /** Temp files created and not yet renamed or removed: what a signal leaves to clean up. */
 const pending = new Set<string>();
 
@@ -42,18 +85,12 @@ export class AtomicFile {
   private readonly temp: string;
   private fd: number | null;
 
-  /** Creates the temp file, or refuses (FileWriteError) a destination that cannot be written. */
+  /**
+   * Creates the temp file, or refuses (FileWriteError) a destination that cannot be written, or
+   * that is something other than a file: a directory, a device, a FIFO or a socket.
+   */
   constructor(readonly path: string) {
-    let isDirectory = false;
-    try {
-      isDirectory = statSync(path).isDirectory();
-    } catch (error) {
-      // Nothing there yet is the usual case. Anything else (a name too long) would fail the
-      // rename, after all the writing.
-      if ((error as NodeJS.ErrnoException).code !== "ENOENT") throw writeError(error);
-    }
-    // The rename at the end would fail on a directory.
-    if (isDirectory) throw new FileWriteError("it is a directory");
+    refuseSpecialFile(path);
     this.temp = join(dirname(path), `.licensing-${randomBytes(8).toString("hex")}.tmp`);
     try {
       this.fd = openSync(this.temp, "wx", 0o644);

@@ -223,6 +223,64 @@ describe("repeating a request", () => {
     },
   );
 
+  const patchLicense = (body: Record<string, unknown>) =>
+    t.call("PATCH", `/mgmt/v1/licenses/${fx.licenseId}`, { body });
+  const inDays = (days: number) => new Date(t.clock.now().getTime() + days * 86_400_000).toISOString();
+
+  test.each([
+    ["its expiry shortened to before the package's", () => ({ expires_at: inDays(10) })],
+    ["its expiry extended", () => ({ expires_at: inDays(200) })],
+    ["an entitlement taken away", () => ({ entitlements: { pro: false } })],
+    ["a max_concurrent override", () => ({ max_concurrent_override: 1 })],
+  ])(
+    "the identical request after the license changed (%s) answers 409 license_changed, never the stored package",
+    async (_change, body) => {
+      const request = await device().createOfflineRequest({ machineInfo: MACHINE });
+      const first = await requestPackage(t, fx.licenseId, request);
+      expect(first.status).toBe(200);
+      expect((await patchLicense(body())).status).toBe(200);
+      const again = await requestPackage(t, fx.licenseId, request);
+      expect([again.status, again.headers.get("idempotent-replayed")]).toEqual([409, null]);
+      expect(again.error).toMatchObject({
+        code: "OFFLINE_REQUEST_USED",
+        details: { reason: "license_changed", package_id: first.headers.get("x-offline-package-id") },
+      });
+    },
+  );
+
+  test("a shortened license never gets a package past its new expiry, replayed or new", async () => {
+    const request = await device().createOfflineRequest({ machineInfo: MACHINE });
+    expect((await requestPackage(t, fx.licenseId, request)).status).toBe(200);
+    const shortened = inDays(1);
+    expect((await patchLicense({ expires_at: shortened })).status).toBe(200);
+    expect((await requestPackage(t, fx.licenseId, request)).error.details.reason).toBe("license_changed");
+    const fresh = await requestPackage(
+      t,
+      fx.licenseId,
+      await device().createOfflineRequest({ machineInfo: MACHINE }),
+    );
+    const manifest = JSON.parse(
+      new TextDecoder().decode(
+        readStoredZip(fresh.bytes, ["manifest.json", "manifest.sig", "license.jwt", "trust-bundle.json"]).get(
+          "manifest.json",
+        ),
+      ),
+    );
+    expect(manifest.expires_at).toBe(Math.floor(Date.parse(shortened) / 1000));
+  });
+
+  test("a license change the certificate does not state (metadata, a suspension lifted) still answers the stored bytes", async () => {
+    const request = await device().createOfflineRequest({ machineInfo: MACHINE });
+    const first = await requestPackage(t, fx.licenseId, request);
+    expect((await patchLicense({ metadata: { crm: "42" } })).status).toBe(200);
+    expect((await patchLicense({ status_action: "suspended" })).status).toBe(200);
+    expect((await requestPackage(t, fx.licenseId, request)).error.code).toBe("LICENSE_SUSPENDED");
+    expect((await patchLicense({ status_action: "active" })).status).toBe(200);
+    const again = await requestPackage(t, fx.licenseId, request);
+    expect([again.status, again.headers.get("idempotent-replayed")]).toEqual([200, "true"]);
+    expect(Buffer.from(again.bytes).equals(Buffer.from(first.bytes))).toBe(true);
+  });
+
   test("the identical request with another expires_at answers 409 options_differ", async () => {
     const request = await device().createOfflineRequest({ machineInfo: MACHINE });
     await requestPackage(t, fx.licenseId, request);

@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import {
   existsSync,
+  lstatSync,
   mkdirSync,
   mkdtempSync,
   readdirSync,
@@ -24,6 +25,7 @@ import { openStore, type Store } from "../../src/store/db.ts";
 import { runInProcess } from "../support/in-process-cli.ts";
 import { managementRequest } from "../support/management-request.ts";
 import { MACHINE } from "../support/offline.ts";
+import { makeSpecialFiles, stillSpecial } from "../support/special-files.ts";
 import { storeDigest } from "../support/store-digest.ts";
 
 /**
@@ -152,6 +154,9 @@ describe("licensing offline issue", () => {
       (e: { type: string }) => e.type === "license.offline_package_issued",
     );
     expect(events.map((e: { actor: { type: string } }) => e.actor.type).sort()).toEqual(["api_key", "cli"]);
+    // The name is what the environment said; the uid is the process's own, which it cannot say otherwise.
+    const byCli = events.find((e: { actor: { type: string } }) => e.actor.type === "cli");
+    if (typeof process.getuid === "function") expect(byCli.actor.uid).toBe(process.getuid());
   });
 
   test("an identical request gives the same bytes again; --json says so", async () => {
@@ -242,6 +247,42 @@ describe("licensing offline issue", () => {
     expect(JSON.parse(written.stdout)).toMatchObject({ replayed: false });
     // Nor do the refusals before this one leave the temp file the package was to be written to.
     expect(readdirSync(work).sort()).toEqual([...files, "unwritten.zip"].sort());
+  });
+
+  test("an --out that is a FIFO, a socket or a device node is refused before anything is issued and stays as it was; a link to one is replaced itself", async () => {
+    // A device that has no package: a refusal after issuing would leave its package and slot.
+    writeFileSync(
+      join(work, "special.json"),
+      JSON.stringify(
+        await device().createOfflineRequest({ machineInfo: { ...MACHINE, hostname: "special" } }),
+      ),
+    );
+    const special = await makeSpecialFiles(work, ".special.zip");
+    try {
+      const before = storeDigest(store.sqlite);
+      for (const { name, kind } of special.files) {
+        const run = await issue("special.json", name);
+        expect({ name, ...run }).toEqual({
+          name,
+          code: 1,
+          stdout: "",
+          stderr: `licensing offline issue: cannot write ${name}: it is ${kind}, not a regular file\n`,
+        });
+        expect(stillSpecial(join(work, name))).toBe(true);
+      }
+      expect(storeDigest(store.sqlite)).toBe(before);
+
+      // A link is an ordinary destination: the rename replaces the link, never what it leads to.
+      // The first test's request, whose package exists: this write takes no machine slot.
+      const [fifo] = special.files;
+      symlinkSync(join(work, fifo?.name ?? ""), join(work, "fifo-link.zip"));
+      const linked = await issue("request.json", "fifo-link.zip", "--json");
+      expect([linked.code, linked.stderr]).toEqual([0, ""]);
+      expect(lstatSync(join(work, "fifo-link.zip")).isFile()).toBe(true);
+      expect(stillSpecial(join(work, fifo?.name ?? ""))).toBe(true);
+    } finally {
+      await special.close();
+    }
   });
 
   test("offline issue refuses an --out inside the data directory and leaves the keystore and the store as they were", async () => {

@@ -1,4 +1,4 @@
-import { afterEach, beforeEach, describe, expect, test } from "bun:test";
+import { afterEach, beforeEach, describe, expect, spyOn, test } from "bun:test";
 import { join } from "node:path";
 import { zipSync } from "fflate";
 import type { ChangeContext } from "../../src/deps.ts";
@@ -452,6 +452,30 @@ test("a package is signed by the key active when its write lock is held, even if
   }
 });
 
+test("an identical request after another process rotated the key within the same turn is not answered with the package the retired key signed", async () => {
+  const services = createServices(t.deps, { baseUrl: BASE_URL });
+  const request = await sdkClient(t, config).createOfflineRequest({ machineInfo: MACHINE });
+  const ctx: ChangeContext = { actor: { type: "system" }, environment: "live", requestId: null };
+  const cliStore = openStore(join(t.dir, "licensing.db"));
+  try {
+    const cli = buildDeps(cliStore, openKeystore(t.dir, "test passphrase"));
+    // One turn of the event loop: the package, the command line's rotation, the same request again.
+    const first = services.offlinePackages.issue(fx.licenseId, { request: request as never }, ctx);
+    new TrustService(cli).rotate(fx.productId, { retainSec: 86_400 });
+    let error: unknown;
+    try {
+      services.offlinePackages.issue(fx.licenseId, { request: request as never }, ctx);
+    } catch (caught) {
+      error = caught;
+    }
+    expect(error).toBeInstanceOf(ApiError);
+    expect((error as ApiError).code).toBe("OFFLINE_REQUEST_USED");
+    expect((error as ApiError).details).toEqual({ reason: "signing_key_rotated", package_id: first.id });
+  } finally {
+    cliStore.close();
+  }
+});
+
 test("a rotation finds the retiring key's unexpired packages by index, not by reading every package", async () => {
   const trust = new TrustService(t.deps);
   const { sql } = await sqlPreparedDuring(t.deps.sqlite, () => trust.rotate(fx.productId));
@@ -464,4 +488,95 @@ test("a rotation finds the retiring key's unexpired packages by index, not by re
   );
   expect(plan).toMatch(/SEARCH l USING (INDEX sqlite_autoindex_licenses_1|INTEGER PRIMARY KEY) \(/);
   expect(plan).not.toContain("SCAN");
+});
+
+type Cli = ReturnType<typeof createServices>;
+
+describe("a change another process commits while the package waits for the write lock", () => {
+  const ctx: ChangeContext = { actor: { type: "system" }, environment: "live", requestId: null };
+  const inTwoDays = () => new Date(t.clock.now().getTime() + 2 * 86_400_000);
+
+  /**
+   * Issues a package while the command line, on its own connection, makes `change` at the last
+   * moment it can: when issuing asks for the write lock (as a revoke that held the lock first
+   * would commit just then). Whatever issuing read before that moment is out of date.
+   */
+  async function issueRacing(change: (cli: Cli) => void) {
+    const request = await sdkClient(t, config).createOfflineRequest({ machineInfo: MACHINE });
+    const services = createServices(t.deps, { baseUrl: BASE_URL });
+    const cliStore = openStore(join(t.dir, "licensing.db"));
+    const cli = createServices(buildDeps(cliStore, openKeystore(t.dir, "test passphrase")), {
+      baseUrl: BASE_URL,
+    });
+    const db = t.deps.db;
+    const transaction = db.transaction.bind(db);
+    let changed = false;
+    const spy = spyOn(db, "transaction").mockImplementation(((run, config) => {
+      if (!changed && config?.behavior === "immediate") {
+        changed = true;
+        change(cli);
+      }
+      return transaction(run, config);
+    }) as typeof db.transaction);
+    try {
+      return offlineOutcome(() =>
+        services.offlinePackages.issue(fx.licenseId, { request: request as never }, ctx),
+      );
+    } finally {
+      spy.mockRestore();
+      cliStore.close();
+      expect(changed).toBe(true);
+    }
+  }
+
+  const offlineOutcome = (
+    run: () => { bytes: Uint8Array },
+  ): { bytes: Uint8Array; code: null } | { bytes: null; code: string } => {
+    try {
+      return { bytes: run().bytes, code: null };
+    } catch (error) {
+      if (error instanceof ApiError) return { bytes: null, code: error.code };
+      throw error;
+    }
+  };
+  const packageRows = () =>
+    t.deps.sqlite.query<{ n: number }, []>("SELECT count(*) AS n FROM offline_packages").get()?.n;
+
+  test.each([
+    ["a revoke", "LICENSE_REVOKED", (cli: Cli) => cli.licenses.revoke(fx.licenseId, undefined, ctx)],
+    [
+      "a suspension",
+      "LICENSE_SUSPENDED",
+      (cli: Cli) => cli.licenses.update(fx.licenseId, { status_action: "suspended" }, undefined, ctx),
+    ],
+    [
+      "the product's archiving",
+      "PRODUCT_ARCHIVED",
+      (cli: Cli) => cli.products.archive(fx.productId, undefined, ctx),
+    ],
+    [
+      "a policy turned online only",
+      "OFFLINE_PACKAGE_NOT_ALLOWED",
+      (cli: Cli) => cli.policies.update(fx.policyId, { validation_mode: "online" }, undefined, ctx),
+    ],
+  ])("%s is honoured: %s, and no package is stored", async (_change, code, change) => {
+    const outcome = await issueRacing(change);
+    expect(outcome.code).toBe(code);
+    expect(packageRows()).toBe(0);
+  });
+
+  test("a shortened expiry is the package's: it never outlives the license as it is when issued", async () => {
+    const shortened = inTwoDays();
+    const outcome = await issueRacing((cli) =>
+      cli.licenses.update(fx.licenseId, { expires_at: shortened.toISOString() }, undefined, ctx),
+    );
+    if (!outcome.bytes) throw new Error(`refused: ${outcome.code}`);
+    const entries = readStoredZip(outcome.bytes, ENTRIES);
+    const manifest = JSON.parse(new TextDecoder().decode(entries.get("manifest.json")));
+    const jwt = new TextDecoder().decode(entries.get("license.jwt"));
+    const claims = JSON.parse(Buffer.from(jwt.split(".")[1] ?? "", "base64url").toString());
+    const second = Math.floor(shortened.getTime() / 1000);
+    expect(manifest.expires_at).toBe(second);
+    expect([claims.exp, claims.license.expires_at]).toEqual([second, second]);
+  });
 });

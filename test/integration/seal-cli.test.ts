@@ -2,6 +2,7 @@ import { afterAll, describe, expect, test } from "bun:test";
 import { generateKeyPairSync } from "node:crypto";
 import {
   closeSync,
+  lstatSync,
   mkdirSync,
   mkdtempSync,
   openSync,
@@ -9,6 +10,7 @@ import {
   readFileSync,
   rmSync,
   statSync,
+  symlinkSync,
   writeFileSync,
   writeSync,
 } from "node:fs";
@@ -18,6 +20,7 @@ import { b64u } from "../../src/crypto/encoding.ts";
 import { keyIdOf, publicKeyText } from "../../src/crypto/keys.ts";
 import { sealingKeyLine } from "../../src/crypto/sealed-file.ts";
 import { runInProcess } from "../support/in-process-cli.ts";
+import { makeSpecialFiles, stillSpecial } from "../support/special-files.ts";
 
 /**
  * How `licensing seal` puts its output in place: a temp file beside it, renamed when whole. Some
@@ -78,6 +81,36 @@ describe("where licensing seal writes", () => {
     }
     expect(readdirSync(dir).sort()).toEqual(["a-directory", "plain.bin"]);
     expect(readdirSync(join(dir, "a-directory"))).toEqual([]);
+  });
+
+  test("an output that is a FIFO, a socket or a device node is refused and stays as it was; a link to one is replaced itself", async () => {
+    const dir = folder("special");
+    const special = await makeSpecialFiles(dir, ".sealed");
+    try {
+      for (const { name, kind } of special.files) {
+        const run = await seal(dir, "plain.bin", name);
+        expect(run).toEqual({
+          code: 1,
+          stdout: "",
+          stderr: `licensing seal: cannot write ${name}: it is ${kind}, not a regular file\n`,
+        });
+        expect(stillSpecial(join(dir, name))).toBe(true);
+      }
+      expect(readdirSync(dir).sort()).toEqual(
+        ["plain.bin", ...special.files.map((file) => file.name)].sort(),
+      );
+
+      // A link is an ordinary destination: the rename replaces the link, never what it leads to.
+      const [fifo] = special.files;
+      symlinkSync(join(dir, fifo?.name ?? ""), join(dir, "link.sealed"));
+      const linked = await seal(dir, "plain.bin", "link.sealed");
+      expect([linked.code, linked.stderr]).toEqual([0, ""]);
+      expect(lstatSync(join(dir, "link.sealed")).isFile()).toBe(true);
+      expect(fileIdOf(join(dir, "link.sealed"))).toBeDefined();
+      expect(stillSpecial(join(dir, fifo?.name ?? ""))).toBe(true);
+    } finally {
+      await special.close();
+    }
   });
 
   test("a file beside the output named like another run's temp file is neither in the way nor removed", async () => {

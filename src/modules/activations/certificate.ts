@@ -34,6 +34,22 @@ export function certificateSubject(
 }
 
 /**
+ * The `license` claim of a certificate: the license's terms as the device will enforce them. An
+ * offline package's replay compares it with the stored certificate's, so a license whose terms
+ * changed since is not answered with a package stating the old ones.
+ */
+export function licenseClaim(license: LicenseRow, policy: CertificateSubject["policy"], now: Date) {
+  return {
+    status: licenseStatus(license, now),
+    type: license.licenseType,
+    expires_at: license.expiresAt ? unixSeconds(license.expiresAt) : null,
+    entitlements: { ...policy.entitlements, ...license.entitlements },
+    policy_id: policy.id,
+    max_concurrent: license.maxConcurrentOverride ?? policy.max_concurrent,
+  };
+}
+
+/**
  * The license certificate of DESIGN §5: a JWS (EdDSA) by the product's active signing key,
  * bound to the device key by `cnf.jkt`. It never outlives the license.
  *
@@ -73,14 +89,7 @@ export function issueCertificate(
       activation_id: subject.activationId,
       cnf: { jkt: subject.deviceThumbprint },
       machine_info_digest: subject.machineInfoDigest,
-      license: {
-        status: licenseStatus(license, now),
-        type: license.licenseType,
-        expires_at: licenseExpiry,
-        entitlements: { ...policy.entitlements, ...license.entitlements },
-        policy_id: policy.id,
-        max_concurrent: license.maxConcurrentOverride ?? policy.max_concurrent,
-      },
+      license: licenseClaim(license, policy, now),
       heartbeat: {
         required: offline ? false : policy.heartbeat_required,
         interval_sec: policy.heartbeat_sec,

@@ -12,7 +12,9 @@ const AuditEvent = Type.Object({
     description: "e.g. product.created, license.revoked; the catalogue is in docs/api.md.",
   }),
   request_id: Nullable(Type.String()),
-  actor: JsonObject("Who acted: { type: api_key, id, name } or { type: cli, id }."),
+  actor: JsonObject(
+    "Who acted: { type: api_key, id, name } or { type: cli, id, uid } (id: the user name the command line was given; uid: its user id).",
+  ),
   target: Type.Object({ type: Type.String(), id: Type.String(), environment: Type.String() }),
   data: JsonObject("What changed."),
   created_at: DateTime(),

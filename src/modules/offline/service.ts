@@ -1,14 +1,16 @@
 import { and, eq, inArray } from "drizzle-orm";
 import { sha256Hex } from "../../crypto/encoding.ts";
+import { canonicalize } from "../../crypto/jcs.ts";
+import { claimsOfOwnJws } from "../../crypto/jws.ts";
 import { thumbprint } from "../../crypto/keys.ts";
-import { buildOfflinePackage } from "../../crypto/offline-package.ts";
+import { buildOfflinePackage, storedPackageLicenseJwt } from "../../crypto/offline-package.ts";
 import type { ChangeContext, Deps } from "../../deps.ts";
 import { unixSeconds } from "../../domain/clock.ts";
 import { hasFeature, type PlanDefinition } from "../../domain/plans.ts";
 import { ApiError, FieldErrorCollector } from "../../http/errors.ts";
 import type { Db } from "../../store/db.ts";
 import { activations, offlinePackages } from "../../store/schema/index.ts";
-import { issueCertificate } from "../activations/certificate.ts";
+import { issueCertificate, licenseClaim } from "../activations/certificate.ts";
 import { denialError, type PolicyWithId, type RuntimeGate } from "../activations/gate.ts";
 import { machineInfoDigest } from "../activations/machine.ts";
 import type { ActivationRow, ActivationService } from "../activations/service.ts";
@@ -34,6 +36,21 @@ export const allowsOffline = (policy: Pick<PolicyWithId, "validation_mode" | "pe
   policy.validation_mode === "hybrid" ||
   policy.perpetual_mode === "unmanaged";
 
+/** What a request is answered against: the rows as read under issue's write lock. */
+interface CurrentTerms {
+  license: LicenseRow;
+  policy: PolicyWithId;
+  plan: PlanDefinition;
+  asked: Date | undefined;
+  now: Date;
+}
+
+/** The latest a package may end: the license's expiry, or the plan's longest license from now. */
+const packageCap = (license: LicenseRow, now: Date, plan: PlanDefinition): Date => {
+  const longest = new Date(now.getTime() + plan.license_duration_max_sec * 1000);
+  return license.expiresAt && license.expiresAt < longest ? license.expiresAt : longest;
+};
+
 const used = (reason: string, message: string, details: Record<string, unknown> = {}) =>
   new ApiError("OFFLINE_REQUEST_USED", message, { reason, ...details });
 
@@ -53,7 +70,24 @@ export class OfflinePackageService {
     private readonly issuer: string,
   ) {}
 
+  /**
+   * One write transaction from the first read to the last write: the command line and a server
+   * (or two servers) share the store, so a revoke, suspension, shortened expiry, policy change or
+   * archived product committed by another process is either seen by every check here or waits
+   * for this package. Nothing is decided from a row read before the lock.
+   */
   issue(licenseId: string, body: OfflineCertificateBody, ctx: ChangeContext): IssuedPackage {
+    return this.deps.db.transaction((tx) => this.issueLocked(tx, licenseId, body, ctx), {
+      behavior: "immediate",
+    });
+  }
+
+  private issueLocked(
+    tx: Pick<Db, "insert" | "update">,
+    licenseId: string,
+    body: OfflineCertificateBody,
+    ctx: ChangeContext,
+  ): IssuedPackage {
     const now = this.deps.clock.now();
     const license = this.licenses.get(licenseId, ctx.environment);
     this.licenses.assertProductActive(license);
@@ -99,7 +133,7 @@ export class OfflinePackageService {
     }
 
     const earlier = this.earlier(license.id, request);
-    if (earlier) return this.replay(earlier, asked, now);
+    if (earlier) return this.replay(earlier, { license, policy, plan, asked, now });
 
     const fresh = new FieldErrorCollector();
     checkFreshness(body.request.generated_at, unixSeconds(now), fresh);
@@ -107,7 +141,7 @@ export class OfflinePackageService {
     // must end when the package says it does, not up to a second later.
     const expiresAt = new Date(unixSeconds(this.packageExpiry(license, asked, now, plan, fresh)) * 1000);
     fresh.throwIfAny();
-    return this.create(license, policy, body, request, { asked, expiresAt, now }, ctx);
+    return this.create(tx, license, policy, body, request, { asked, expiresAt, now }, ctx);
   }
 
   /**
@@ -132,11 +166,13 @@ export class OfflinePackageService {
   }
 
   /**
-   * An identical request gets the stored bytes while the package is still good for the same
-   * active device: not expired, its activation still active, its signing key still the active
-   * one, asked with the same options. Otherwise the device must make a new request.
+   * An identical request gets the stored bytes while the package is still what the request would
+   * get now for the same active device: not expired, its activation still active, its signing key
+   * still the active one, asked with the same options, and the license's terms still the ones its
+   * certificate states. Otherwise the device must make a new request.
    */
-  private replay(earlier: OfflinePackageRow, asked: Date | undefined, now: Date): IssuedPackage {
+  private replay(earlier: OfflinePackageRow, current: CurrentTerms): IssuedPackage {
+    const { asked, now } = current;
     if ((asked?.getTime() ?? null) !== (earlier.requestedExpiresAt?.getTime() ?? null)) {
       throw used(
         "options_differ",
@@ -153,9 +189,12 @@ export class OfflinePackageService {
         ? "package_expired"
         : activation?.status !== "active"
           ? "device_deactivated"
-          : this.trust.signingKey(earlier.productId).keyId !== earlier.signingKeyId
+          : // Read, not remembered: another process may have rotated the key.
+            this.trust.committedSigningKey(earlier.productId).keyId !== earlier.signingKeyId
             ? "signing_key_rotated"
-            : null;
+            : this.licenseChanged(earlier, current)
+              ? "license_changed"
+              : null;
     if (why) {
       throw used(
         why,
@@ -168,6 +207,19 @@ export class OfflinePackageService {
     return { id: earlier.id, bytes: new Uint8Array(earlier.body), replayed: true };
   }
 
+  /**
+   * Whether a new request would now get other terms than the stored package states: the package
+   * ends after the license now does (its expiry was shortened, or the plan's longest license
+   * was), or its certificate's license claim (expiry, type, entitlements, policy, max_concurrent)
+   * is no longer the license's. Replaying it would hand out what the license no longer grants.
+   */
+  private licenseChanged(earlier: OfflinePackageRow, current: CurrentTerms): boolean {
+    const { license, policy, plan, now } = current;
+    if (earlier.expiresAt.getTime() > packageCap(license, now, plan).getTime()) return true;
+    const stored = claimsOfOwnJws(storedPackageLicenseJwt(new Uint8Array(earlier.body))).license;
+    return canonicalize(stored) !== canonicalize(licenseClaim(license, policy, now));
+  }
+
   /** As asked (within the license), else the license's expiry, else the plan's longest license. */
   private packageExpiry(
     license: LicenseRow,
@@ -176,8 +228,7 @@ export class OfflinePackageService {
     plan: PlanDefinition,
     errors: FieldErrorCollector,
   ): Date {
-    const longest = new Date(now.getTime() + plan.license_duration_max_sec * 1000);
-    const cap = license.expiresAt && license.expiresAt < longest ? license.expiresAt : longest;
+    const cap = packageCap(license, now, plan);
     if (asked === undefined) return cap;
     // Whole seconds, as the package states its expiry: one within the current second would be
     // issued already expired (the SDK refuses a package whose expires_at is its issued_at).
@@ -193,6 +244,7 @@ export class OfflinePackageService {
   }
 
   private create(
+    tx: Pick<Db, "insert" | "update">,
     license: LicenseRow,
     policy: PolicyWithId,
     body: OfflineCertificateBody,
@@ -204,84 +256,76 @@ export class OfflinePackageService {
     const deviceThumbprint = thumbprint(request.signingKey.text);
     const digest = machineInfoDigest(body.request.machine_info);
     const id = this.deps.ids.next("offlinePackage", now.getTime());
-    return this.deps.db.transaction(
-      (tx) => {
-        // Another process (the command line, a second server) may have answered the same request
-        // since the lookup above; under this write lock its package is the answer.
-        const raced = this.earlier(license.id, request);
-        if (raced) return this.replay(raced, times.asked, now);
-        // Read under the lock, so the package, its certificate and the key a rotation's retention
-        // counts it under are the same one (the certificate's signer reads the refreshed memo).
-        const signing = this.trust.committedSigningKey(license.productId);
-        const activation = this.bindDevice(tx, license, policy, body, request, digest, expiresAt, now);
-        const exp = unixSeconds(expiresAt);
-        const { certificate } = issueCertificate(
-          this.trust,
-          this.issuer,
-          {
-            license,
-            policy,
-            activationId: activation.id,
-            deviceThumbprint,
-            machineInfoDigest: digest,
-          },
-          now,
-          { offlineUntil: exp },
-        );
-        const built = buildOfflinePackage(
-          {
-            manifest: {
-              product_id: license.productId,
-              license_id: license.id,
-              assignment_id: null,
-              device_signing_key_thumbprint: deviceThumbprint,
-              device_kem_key_thumbprint: thumbprint(request.kemKey.text),
-              issued_at: unixSeconds(now),
-              expires_at: exp,
-            },
-            licenseJwt: certificate,
-            trustBundle: this.trust.bundle(license.productId),
-          },
-          signing.privateKey,
-        );
-        const packageSha256 = sha256Hex(built.bytes);
-        tx.insert(offlinePackages)
-          .values({
-            id,
-            environment: license.environment,
-            productId: license.productId,
-            licenseId: license.id,
-            activationId: activation.id,
-            requestSha256: request.identity,
-            requestedExpiresAt: times.asked ?? null,
-            assignmentId: null,
-            signingKeyId: signing.keyId,
-            issuedAt: now,
-            expiresAt,
-            packageSha256,
-            body: Buffer.from(built.bytes),
-          })
-          .run();
-        recordAudit(
-          tx,
-          this.deps,
-          { ...ctx, environment: license.environment },
-          {
-            type: "license.offline_package_issued",
-            target: { type: "license", id: license.id },
-            data: {
-              package_id: id,
-              activation_id: activation.id,
-              device_signing_key_thumbprint: deviceThumbprint,
-              expires_at: expiresAt.toISOString(),
-              package_sha256: packageSha256,
-            },
-          },
-        );
-        return { id, bytes: built.bytes, replayed: false };
+    // Read under the lock (issue's transaction), so the package, its certificate and the key a
+    // rotation's retention counts it under are the same one (the certificate's signer reads the
+    // refreshed memo).
+    const signing = this.trust.committedSigningKey(license.productId);
+    const activation = this.bindDevice(tx, license, policy, body, request, digest, expiresAt, now);
+    const exp = unixSeconds(expiresAt);
+    const { certificate } = issueCertificate(
+      this.trust,
+      this.issuer,
+      {
+        license,
+        policy,
+        activationId: activation.id,
+        deviceThumbprint,
+        machineInfoDigest: digest,
       },
-      { behavior: "immediate" },
+      now,
+      { offlineUntil: exp },
     );
+    const built = buildOfflinePackage(
+      {
+        manifest: {
+          product_id: license.productId,
+          license_id: license.id,
+          assignment_id: null,
+          device_signing_key_thumbprint: deviceThumbprint,
+          device_kem_key_thumbprint: thumbprint(request.kemKey.text),
+          issued_at: unixSeconds(now),
+          expires_at: exp,
+        },
+        licenseJwt: certificate,
+        trustBundle: this.trust.bundle(license.productId),
+      },
+      signing.privateKey,
+    );
+    const packageSha256 = sha256Hex(built.bytes);
+    tx.insert(offlinePackages)
+      .values({
+        id,
+        environment: license.environment,
+        productId: license.productId,
+        licenseId: license.id,
+        activationId: activation.id,
+        requestSha256: request.identity,
+        requestedExpiresAt: times.asked ?? null,
+        assignmentId: null,
+        signingKeyId: signing.keyId,
+        issuedAt: now,
+        expiresAt,
+        packageSha256,
+        body: Buffer.from(built.bytes),
+      })
+      .run();
+    recordAudit(
+      tx,
+      this.deps,
+      { ...ctx, environment: license.environment },
+      {
+        type: "license.offline_package_issued",
+        target: { type: "license", id: license.id },
+        data: {
+          package_id: id,
+          activation_id: activation.id,
+          device_signing_key_thumbprint: deviceThumbprint,
+          expires_at: expiresAt.toISOString(),
+          package_sha256: packageSha256,
+        },
+      },
+    );
+    return { id, bytes: built.bytes, replayed: false };
   }
 
   /**

@@ -14,7 +14,7 @@ export type EnqueueDeps = Pick<Deps, "sqlite" | "clock" | "ids">;
 
 export type WebhookActor =
   | { type: "api_key"; id: string; name: string }
-  | { type: "cli"; id: string }
+  | { type: "cli"; id: string; uid?: number }
   | { type: "device" }
   | { type: "system" };
 

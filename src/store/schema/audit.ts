@@ -3,7 +3,12 @@ import { timestamp } from "./columns.ts";
 
 export type Actor =
   | { type: "api_key"; id: string; name: string }
-  | { type: "cli"; id: string }
+  /**
+   * The command line: `id` is the user's name as the environment gives it ($USER), a claim anyone
+   * running the command can set; `uid` is the process's user id, which they cannot. No `uid`
+   * where the system has none (Windows) and in events recorded before it was kept.
+   */
+  | { type: "cli"; id: string; uid?: number }
   /** A billing provider's webhook acting for a buyer (`id` is the provider, e.g. `stripe`). */
   | { type: "billing"; id: string }
   /** A device acting through the Runtime API, e.g. a trial sign-up (`id` is its signing-key thumbprint). */
