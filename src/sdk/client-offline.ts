@@ -214,7 +214,11 @@ export class OfflineCapableClient extends ClientCore {
     }
     const nowSec = unixSeconds(this.now());
     const localHighWater = await this.state.localHighWater();
-    await this.state.setLocalHighWater(nowSec);
+    // A question must answer while storage refuses writes (a full quota): the mark only stops
+    // rising, and a clock set back is still caught against the mark already stored.
+    await this.state.setLocalHighWater(nowSec).catch((error: unknown) => {
+      if (!(error instanceof SdkError && error.code === "STORAGE_UNAVAILABLE")) throw error;
+    });
     return evaluateLicense({
       nowSec,
       highWater: await this.state.timeHighWater(),
@@ -248,6 +252,13 @@ export class OfflineCapableClient extends ClientCore {
    * SEALED_FILE_ENTITLEMENT_REQUIRED, PLAN_ENTITLEMENT_REQUIRED; kind "license" for revocation).
    */
   async openSealedFile(source: ByteSource): Promise<OpenedSealedFile> {
+    // Before any request: without Web Crypto the key the service releases cannot be opened, and
+    // the failure would read as a bad key. Browsers offer it in secure contexts only.
+    if (!globalThis.crypto?.subtle)
+      throw usageError(
+        "CRYPTO_UNAVAILABLE",
+        "Web Crypto (crypto.subtle) is unavailable, which sealed files need: in a browser, serve the app from https:// or http://localhost",
+      );
     const reader = new ByteReader(source);
     try {
       const read = await readSealedHeader(reader);

@@ -24,6 +24,7 @@ export type SdkErrorCode =
   | "STORAGE_CORRUPT"
   | "STORAGE_UNAVAILABLE"
   | "DEVICE_KEYS_CHANGED"
+  | "CRYPTO_UNAVAILABLE"
   // transport
   | "NETWORK_ERROR"
   | "HTTP_ERROR"

@@ -131,6 +131,32 @@ describe("the storage adapter", () => {
     expect(error?.cause).toBe(quota);
   });
 
+  test("storage that refuses every write (a full quota) still answers the license questions, on a device never activated and on an activated one", async () => {
+    const server = new FakeServer();
+    const quota = new Error("QuotaExceededError");
+    let full = false;
+    const storage = new (class extends MemoryStorage {
+      override async set(key: string, value: string) {
+        if (full) throw quota;
+        return super.set(key, value);
+      }
+    })();
+    const client = new LicensingClient({
+      config: server.authority.config(),
+      fetch: (url, init) => server.fetch(url, init),
+      storage,
+      now: () => T0 * 1000,
+    });
+    full = true;
+    expect(await client.licenseState()).toBe("invalid");
+    expect(await client.hasEntitlement("pro")).toBe(false);
+    full = false;
+    await client.activate({ licenseKey: "LK-1234", machineInfo: MACHINE });
+    full = true;
+    expect(await client.licenseState()).toBe("valid");
+    expect((await client.licenseInfo()).state).toBe("valid");
+  });
+
   test("a stored machine_info that cannot be signed over is STORAGE_CORRUPT when the server asks for it, and passing machineInfo repairs it", async () => {
     const h = await activated();
     const activation = JSON.parse((await h.storage.get(`${PREFIX}activation`)) ?? "{}");

@@ -155,3 +155,26 @@ test("a cache that cannot be read counts as empty and is replaced, instead of fa
   expect(await read(app, await sealedFile(3))).toEqual([3]);
   expect(await cached()).toHaveLength(1);
 });
+
+test("without Web Crypto (a page outside a secure context) opening refuses as unavailable before asking the service", async () => {
+  const { app, seen } = await device();
+  const file = await sealedFile(7);
+  const platform = globalThis.crypto;
+  Object.defineProperty(globalThis, "crypto", {
+    value: { getRandomValues: platform.getRandomValues.bind(platform) },
+    configurable: true,
+    writable: true,
+  });
+  let refused: unknown;
+  try {
+    await app.openSealedFile(file);
+  } catch (error) {
+    refused = error;
+  } finally {
+    Object.defineProperty(globalThis, "crypto", { value: platform, configurable: true, writable: true });
+  }
+  expect(refused).toMatchObject({ code: "CRYPTO_UNAVAILABLE", kind: "usage" });
+  expect(seen.keyRequests).toBe(0);
+  // With it back, the same file opens.
+  expect(await read(app, file)).toEqual([7]);
+});
