@@ -54,20 +54,32 @@ function specialKind(entry: Stats): string | null {
  */
 function refuseSpecialFile(path: string): void {
   let entry: Stats;
-  let isDirectory: boolean;
   try {
     entry = lstatSync(path);
-    isDirectory = (entry.isSymbolicLink() ? statSync(path) : entry).isDirectory();
   } catch (error) {
-    // Nothing there yet (or a link leading nowhere) is the usual case. Anything else (a name too
-    // long) would fail the rename, after all the writing.
+    // Nothing there yet is the usual case. Anything else (a name too long) would fail the
+    // rename, after all the writing.
     if ((error as NodeJS.ErrnoException).code === "ENOENT") return;
     throw writeError(error);
   }
   // The rename at the end would fail on a directory.
-  if (isDirectory) throw new FileWriteError("it is a directory");
+  if (entry.isSymbolicLink() ? leadsToDirectory(path) : entry.isDirectory())
+    throw new FileWriteError("it is a directory");
   const kind = specialKind(entry);
   if (kind) throw new FileWriteError(`it is ${kind}, not a regular file`);
+}
+
+/**
+ * Whether a symbolic link leads to a directory. A link that leads nowhere (dangling, looping,
+ * through a file, into a directory this user cannot read) is replaced by the rename like any
+ * other link, so it is not one.
+ */
+function leadsToDirectory(link: string): boolean {
+  try {
+    return statSync(link).isDirectory();
+  } catch {
+    return false;
+  }
 }
 
 /** Temp files created and not yet renamed or removed: what a signal leaves to clean up. */
