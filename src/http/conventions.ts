@@ -150,9 +150,11 @@ function authenticate(
   const token = bearerToken(authorization);
   const caller = token ? deps.apiKeys.authenticate(token) : null;
   if (!caller) {
+    // Only a Bearer token that matches no live key is "not valid": a bare key, Basic or any other
+    // scheme may carry a good key in the wrong form, so it hears how to send one.
     throw new ApiError(
       "UNAUTHENTICATED",
-      authorization ? "The API key is not valid." : "Send an API key as 'Authorization: Bearer <key>'.",
+      token ? "The API key is not valid." : "Send an API key as 'Authorization: Bearer <key>'.",
       {},
       { headers: { "www-authenticate": 'Bearer realm="mgmt"' } },
     );

@@ -268,6 +268,61 @@ describe("the Authorization header", () => {
   });
 });
 
+describe("what a refused Authorization header says", () => {
+  const HINT = "Send an API key as 'Authorization: Bearer <key>'.";
+  const refusal = async (authorization: string | null) => {
+    const response = await t.call("GET", "/mgmt/v1/products", {
+      key: null,
+      headers: authorization === null ? {} : { authorization },
+    });
+    return {
+      authorization,
+      status: response.status,
+      code: response.body?.error?.code,
+      message: response.body?.error?.message,
+    };
+  };
+
+  test("a good key sent without the Bearer scheme, or under another one, is told how to send it", async () => {
+    const key = t.keys.live;
+    for (const authorization of [
+      key,
+      `Basic ${key}`,
+      `Basic ${Buffer.from(`${key}:`).toString("base64")}`,
+      `Token ${key}`,
+      `Bearer${key}`,
+      `Bearer\t${key}`,
+      `Bearer ${key} x`,
+      "Bearer ",
+      null,
+    ]) {
+      expect(await refusal(authorization)).toEqual({
+        authorization,
+        status: 401,
+        code: "UNAUTHENTICATED",
+        message: HINT,
+      });
+    }
+  });
+
+  test("a Bearer token that is no live key is said to be not valid", async () => {
+    const revoked = t.apiKeys.create({ environment: "live", scopes: ["products:read"], name: "revoked" });
+    t.apiKeys.revoke(revoked.id);
+    for (const authorization of [
+      `Bearer lsk_live_${"x".repeat(32)}`,
+      `bearer ${revoked.apiKey}`,
+      "Bearer not-a-key",
+    ]) {
+      expect(await refusal(authorization)).toEqual({
+        authorization,
+        status: 401,
+        code: "UNAUTHENTICATED",
+        message: "The API key is not valid.",
+      });
+    }
+  });
+});
+
 describe("query parameters", () => {
   test("a query parameter sent twice answers 400 on every route, not only lists, naming it with every value", async () => {
     const usage = await t.call("GET", "/mgmt/v1/reports/usage?period=previous_month&period=current_month");

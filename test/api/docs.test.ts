@@ -126,6 +126,48 @@ describe("GET /docs", () => {
   });
 });
 
+describe("GET / (the server's bare address)", () => {
+  const BROWSER_ACCEPT = "text/html,application/xhtml+xml,application/xml;q=0.9,image/avif,*/*;q=0.8";
+
+  test("a browser's navigation is sent to the reference at /docs with 303", async () => {
+    const response = await t.call("GET", "/", { key: null, headers: { accept: BROWSER_ACCEPT } });
+    expect(response.status).toBe(303);
+    expect(response.headers.get("location")).toBe("/docs");
+    expect(response.text).toBe("");
+  });
+
+  test("any other client, or a browser refusing HTML, hears the 404 envelope as on any unknown path", async () => {
+    for (const accept of [
+      null,
+      "*/*",
+      "application/json",
+      "text/html;q=0",
+      "text/htmlx",
+      "application/xhtml+xml",
+    ]) {
+      const response = await t.call("GET", "/", { key: null, headers: accept === null ? {} : { accept } });
+      expect({ accept, status: response.status }).toEqual({ accept, status: 404 });
+      expectEnvelope(response, "NOT_FOUND");
+    }
+  });
+
+  test("only GET redirects, whatever the query; other methods and /favicon.ico are 404", async () => {
+    const query = await t.call("GET", "/?next=https://evil.example", {
+      key: null,
+      headers: { accept: "text/html" },
+    });
+    expect(query.headers.get("location")).toBe("/docs");
+    for (const method of ["POST", "PUT", "DELETE"]) {
+      const response = await t.call(method, "/", { key: null, headers: { accept: "text/html" } });
+      expect({ method, status: response.status }).toEqual({ method, status: 404 });
+    }
+    expectEnvelope(
+      await t.call("GET", "/favicon.ico", { key: null, headers: { accept: BROWSER_ACCEPT } }),
+      "NOT_FOUND",
+    );
+  });
+});
+
 describe("GET /docs/errors", () => {
   test("answers an HTML page without an API key", async () => {
     const response = await t.call("GET", "/docs/errors", { key: null });

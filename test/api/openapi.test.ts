@@ -2,10 +2,13 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { Validator } from "@seriousme/openapi-schema-validator";
 import { POLICY_NUMBER_BOUNDS } from "../../src/domain/policy-rules.ts";
 import { SCOPES } from "../../src/domain/scopes.ts";
-import { createTestContext, type TestContext } from "../support/harness.ts";
+import { buildOpenApiDocument } from "../../src/modules/docs/openapi.ts";
+import { BASE_URL, createTestContext, type TestContext } from "../support/harness.ts";
+import { activatedDevice, proofCall, runtimeFixture } from "../support/runtime.ts";
 
 type Json = Record<string, unknown>;
 type Operation = {
+  parameters?: { in: string; name: string; required?: boolean; schema?: Json }[];
   security?: Record<string, unknown>[];
   "x-required-scope"?: string;
   requestBody?: { required?: boolean; content?: Record<string, { schema?: unknown }> };
@@ -320,5 +323,152 @@ describe("the OpenAPI document", () => {
 
   test("the document does not describe the documentation routes themselves", () => {
     expect(Object.keys(doc.paths).filter((p) => p.startsWith("/docs") || p === "/openapi.json")).toEqual([]);
+  });
+});
+
+describe("what Swagger UI and client generators read from the document", () => {
+  const componentOf = (schema: Json | undefined): Json | undefined =>
+    typeof schema?.$ref === "string"
+      ? doc.components.schemas[schema.$ref.replace("#/components/schemas/", "")]
+      : schema;
+
+  test("no schema in the document carries an $id, so every $ref resolves against the document itself", () => {
+    const withId: string[] = [];
+    const walk = (node: unknown, where: string) => {
+      if (Array.isArray(node)) {
+        for (const [i, item] of node.entries()) walk(item, `${where}[${i}]`);
+      } else if (node && typeof node === "object")
+        for (const [key, value] of Object.entries(node)) {
+          if (key === "$id") withId.push(where);
+          else walk(value, `${where}.${key}`);
+        }
+    };
+    walk(doc, "");
+    expect(Object.keys(doc.components.schemas).length).toBeGreaterThan(50);
+    expect(withId).toEqual([]);
+  });
+
+  test("every request body resolves to an object schema, directly or through a $ref", () => {
+    const bodies = operations().filter(({ op }) => op.requestBody !== undefined);
+    expect(bodies.length).toBeGreaterThan(20);
+    for (const { method, path, op } of bodies) {
+      const schema = componentOf(op.requestBody?.content?.["application/json"]?.schema as Json);
+      expect({ where: `${method} ${path}`, type: schema?.type }).toEqual({
+        where: `${method} ${path}`,
+        type: "object",
+      });
+    }
+    const product = componentOf(
+      doc.paths["/mgmt/v1/products"].post.requestBody.content["application/json"].schema,
+    );
+    expect(Object.keys(product?.properties as Json)).toEqual(
+      expect.arrayContaining(["name", "code", "environment"]),
+    );
+  });
+
+  test("every list operation takes limit as an integer of 1 to 200 defaulting to 50, the bounds the service enforces", () => {
+    const lists = operations().filter(({ op }) => {
+      const ok = componentOf(op.responses?.["200"]?.content?.["application/json"]?.schema as Json);
+      return (ok?.properties as Json | undefined)?.pagination !== undefined;
+    });
+    const routesTakingLimit = (t.app.routes as { hooks?: { query?: { properties?: Json } } }[]).filter(
+      (route) => route.hooks?.query?.properties?.limit !== undefined,
+    );
+    expect(lists.length).toBe(routesTakingLimit.length);
+    expect(lists.length).toBeGreaterThanOrEqual(14);
+    for (const { method, path, op } of lists) {
+      const limit = op.parameters?.find((p) => p.in === "query" && p.name === "limit");
+      const { description: _description, ...schema } = limit?.schema ?? {};
+      expect({ where: `${method} ${path}`, required: limit?.required, schema }).toEqual({
+        where: `${method} ${path}`,
+        required: false,
+        schema: { type: "integer", minimum: 1, maximum: 200, default: 50 },
+      });
+    }
+  });
+
+  test("no parameter offers a value the service refuses: no default 0 and no integer spelled as a string", () => {
+    const suspicious = operations().flatMap(({ method, path, op }) =>
+      (op.parameters ?? [])
+        .filter((p) => {
+          const text = JSON.stringify(p.schema ?? {});
+          return (
+            p.schema?.anyOf !== undefined ||
+            text.includes('"default":0') ||
+            text.includes('"format":"integer"')
+          );
+        })
+        .map((p) => `${method} ${path} ${p.in} ${p.name}`),
+    );
+    expect(suspicious).toEqual([]);
+  });
+
+  test("the server is the base URL's path, relative, so calls go to the origin the document was read from", () => {
+    expect(doc.servers).toEqual([{ url: "/", description: expect.stringContaining(BASE_URL) }]);
+  });
+
+  test("a base URL with a path (behind a reverse proxy) gives that path as the server", () => {
+    const proxied = buildOpenApiDocument(t.app, "https://licensing.example.com/licensing") as {
+      servers: Json[];
+    };
+    expect(proxied.servers).toEqual([
+      { url: "/licensing", description: expect.stringContaining("https://licensing.example.com/licensing") },
+    ]);
+  });
+
+  test("no operation documents both 200 and 204", () => {
+    const both = operations()
+      .filter(({ op }) => op.responses?.["200"] !== undefined && op.responses?.["204"] !== undefined)
+      .map(({ method, path }) => `${method} ${path}`);
+    expect(both).toEqual([]);
+  });
+
+  test("the runtime DELETEs document the 200 with a signed body they answer; a management DELETE its 204", async () => {
+    const successes = (method: string, path: string) =>
+      Object.keys(doc.paths[path][method].responses).filter((status) => /^2\d\d$/.test(status));
+    const fixture = await runtimeFixture(t, { policy: { max_concurrent: 1, concurrency_unit: "instance" } });
+    const { device, activationId } = await activatedDevice(t, fixture);
+    const lease = await proofCall(t, device, "POST", "/runtime/v1/leases", activationId, {
+      activation_id: activationId,
+      instance_id: "instance-a",
+    });
+    expect(lease.status).toBe(201);
+    const released = await proofCall(
+      t,
+      device,
+      "DELETE",
+      `/runtime/v1/leases/${lease.body.data.lease_id}`,
+      activationId,
+      {
+        instance_id: "instance-a",
+      },
+    );
+    const deactivated = await proofCall(
+      t,
+      device,
+      "DELETE",
+      `/runtime/v1/activations/${activationId}`,
+      activationId,
+    );
+    const webhook = await t.call("POST", "/mgmt/v1/webhooks", {
+      body: { url: "https://hooks.example.com/licensing", events: ["license.created"] },
+      headers: t.idem(),
+    });
+    expect(webhook.status).toBe(201);
+    const deleted = await t.call("DELETE", `/mgmt/v1/webhooks/${webhook.body.data.public_id}`);
+    expect({
+      lease: { answered: released.status, documented: successes("delete", "/runtime/v1/leases/{id}") },
+      activation: {
+        answered: deactivated.status,
+        documented: successes("delete", "/runtime/v1/activations/{id}"),
+      },
+      webhook: { answered: deleted.status, documented: successes("delete", "/mgmt/v1/webhooks/{id}") },
+    }).toEqual({
+      lease: { answered: 200, documented: ["200"] },
+      activation: { answered: 200, documented: ["200"] },
+      webhook: { answered: 204, documented: ["204"] },
+    });
+    expect(released.body.response_assertion).toBeDefined();
+    expect(deactivated.body.response_assertion).toBeDefined();
   });
 });

@@ -32,8 +32,14 @@ afterAll(async () => {
   removeTempDirs();
 });
 
-async function sh(script: string, cwd: string): Promise<{ code: number; stdout: string; stderr: string }> {
-  const proc = Bun.spawn(["bash", "-euo", "pipefail", "-c", script], {
+/** Runs `script` in bash, strictly by default; `pasted` runs on after a failing line, as a terminal does. */
+async function sh(
+  script: string,
+  cwd: string,
+  mode: "strict" | "pasted" = "strict",
+): Promise<{ code: number; stdout: string; stderr: string }> {
+  const flags = mode === "strict" ? ["-euo", "pipefail"] : [];
+  const proc = Bun.spawn(["bash", ...flags, "-c", script], {
     cwd,
     env: { PATH: process.env.PATH ?? "", HOME: process.env.HOME ?? cwd },
     stdout: "pipe",
@@ -75,8 +81,18 @@ test(
     // The second is refused: the default policy allows one machine.
     expect(result.stdout).toContain("SECOND_RUN_REFUSED");
     expect(result.stdout + result.stderr).toContain("MACHINE_LIMIT_REACHED");
-    const config = JSON.parse(readFileSync(join(appDir, "service.config.json"), "utf8"));
-    expect(config).toMatchObject({ environment: "test", api_url: server.url });
+    const configText = readFileSync(join(appDir, "service.config.json"), "utf8");
+    expect(JSON.parse(configText)).toMatchObject({ environment: "test", api_url: server.url });
+
+    // The block pasted again on the same data, as the README warns: the product code is taken.
+    // Each failing step prints the service's error, not a stack trace, and the working config is
+    // left as it was rather than emptied.
+    const again = await sh(setUp, appDir, "pasted");
+    expect(again.code).not.toBe(0);
+    expect(again.stderr).toContain("VALIDATION_FAILED: Some values are invalid.");
+    expect(again.stderr).toContain("is already used by another product");
+    expect(again.stderr).not.toMatch(/TypeError|SyntaxError|^\s+at /m);
+    expect(readFileSync(join(appDir, "service.config.json"), "utf8")).toBe(configText);
   },
   BUILD_TIMEOUT_MS,
 );

@@ -48,9 +48,27 @@ const html = (body: string, policy: string) =>
     headers: { "content-type": "text/html; charset=utf-8", "content-security-policy": policy },
   });
 
+/**
+ * Whether a request's Accept names HTML, as a browser's navigation does; curl's default (any
+ * type) does not, and `text/html;q=0` refuses it (RFC 9110 §12.5.1).
+ */
+const wantsHtml = (accept: string | null) =>
+  (accept ?? "").split(",").some((range) => {
+    const [type, ...params] = range.split(";").map((part) => part.trim().toLowerCase());
+    const refused = params.some((param) => /^q=0(\.0{0,3})?$/.test(param));
+    return type === "text/html" && !refused;
+  });
+
 /** The browsable reference and error documentation, entirely from the binary: no CDN, works air-gapped. */
 export const docsController = (openApiDocument: () => Record<string, unknown>) =>
   new Elysia({ detail: { hide: true } })
+    // The server's bare address, opened in a browser, leads to the reference rather than to a JSON
+    // 404; any other client hears the same 404 as before, as for every path outside the APIs.
+    .get("/", ({ request }) => {
+      if (!wantsHtml(request.headers.get("accept")))
+        throw new ApiError("NOT_FOUND", "No route matches this method and path.");
+      return new Response(null, { status: 303, headers: { location: "/docs" } });
+    })
     .get("/openapi.json", () => openApiDocument())
     .get("/docs", () => html(REFERENCE_HTML, REFERENCE_CSP))
     .get("/docs/errors", () => html(ERRORS_HTML, ERRORS_CSP))

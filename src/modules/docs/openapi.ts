@@ -1,13 +1,16 @@
 import { toOpenAPISchema } from "@elysiajs/openapi";
 import type { AnyElysia } from "elysia";
 import { ERROR_CODES } from "../../http/errors.ts";
+import { DEFAULT_PAGE_SIZE } from "../../http/pagination.ts";
 import { ErrorEnvelope } from "../../http/schemas.ts";
 import { isPlanReport } from "../plan/plan-route.ts";
 
 export const API_VERSION = "2026-09-21";
 
+type Parameter = { in: string; name: string; schema?: Record<string, unknown> };
+
 type Operation = {
-  parameters?: { in: string; name: string }[];
+  parameters?: Parameter[];
   requestBody?: unknown;
   responses?: Record<string, unknown>;
   security?: unknown;
@@ -70,13 +73,16 @@ export function buildOpenApiDocument(app: AnyElysia, baseUrl: string): Record<st
     for (const method of METHODS) {
       const operation = item[method];
       if (!operation) continue;
+      for (const parameter of operation.parameters ?? []) documentQueryInteger(parameter);
       operation.responses = { ...operation.responses, ...errorResponsesFor(method, path, operation) };
       // Management operations inherit the document's API key; device-proof ones keep their own
       // scheme and list its headers; every other operation is public.
       if (usesDeviceProof(operation))
         operation.parameters = [...(operation.parameters ?? []), ...DEVICE_PROOF_HEADERS];
       else if (!path.startsWith("/mgmt/")) operation.security = [];
-      if (operation.responses?.["204"] === undefined && method === "delete") {
+      // A DELETE that declares no answer of its own answers 204; one that declares a body (the
+      // runtime ones answer 200, signed) must not also claim 204.
+      if (method === "delete" && !documentsSuccess(operation)) {
         operation.responses = { "204": { description: "Done; no body." }, ...operation.responses };
       }
     }
@@ -89,7 +95,12 @@ export function buildOpenApiDocument(app: AnyElysia, baseUrl: string): Record<st
       description:
         "Runtime API (`/runtime/v1`) for product apps and Management API (`/mgmt/v1`) for vendors. Every failure answers the error envelope; see /docs/errors.",
     },
-    servers: [{ url: baseUrl }],
+    // Relative, so it resolves against wherever the document was fetched from (OpenAPI 3.1
+    // §4.8.5): /docs opened at localhost, a LAN address or a tunnel calls that same origin, which
+    // its Content-Security-Policy allows, rather than the configured one, which it would refuse.
+    servers: [
+      { url: new URL(baseUrl).pathname, description: `The service; its configured base URL is ${baseUrl}.` },
+    ],
     security: [{ managementApiKey: [] }],
     tags: [
       { name: "Products" },
@@ -104,7 +115,7 @@ export function buildOpenApiDocument(app: AnyElysia, baseUrl: string): Record<st
     paths,
     components: {
       ...generated.components,
-      schemas: { ...(generated.components?.schemas ?? {}), ErrorEnvelope },
+      schemas: { ...withoutIds(generated.components?.schemas ?? {}), ErrorEnvelope },
       securitySchemes: {
         managementApiKey: {
           type: "http",
@@ -122,6 +133,42 @@ export function buildOpenApiDocument(app: AnyElysia, baseUrl: string): Record<st
       },
     },
   };
+}
+
+/** Whether an operation declares a success answer of its own (a 2xx). */
+const documentsSuccess = (operation: Operation) =>
+  Object.keys(operation.responses ?? {}).some((status) => /^2\d\d$/.test(status));
+
+/**
+ * The component schemas without the `$id` each model carries from its TypeBox definition
+ * (`#/components/schemas/<name>`): an `$id` makes a schema its own resource, against which
+ * Swagger UI resolves the `$ref`s inside it and finds nothing, so "Try it out" offered `"string"`
+ * for every body. References are JSON pointers into the document and need no `$id`.
+ */
+function withoutIds(schemas: Record<string, unknown>): Record<string, unknown> {
+  return Object.fromEntries(
+    Object.entries(schemas).map(([name, schema]) => {
+      if (typeof schema !== "object" || schema === null) return [name, schema];
+      const { $id: _id, ...rest } = schema as Record<string, unknown>;
+      return [name, rest];
+    }),
+  );
+}
+
+/**
+ * A query integer as what it is. Elysia's `t.Integer` accepts the query's text and so describes
+ * itself as anyOf [a string of format "integer" with default 0, the integer]: Swagger UI then
+ * filled in 0, which the service refuses, and client generators read a default of 0. The integer
+ * branch carries the real bounds; a list's `limit` defaults to the page size.
+ */
+function documentQueryInteger(parameter: Parameter): void {
+  const anyOf = parameter.schema?.anyOf;
+  if (parameter.in !== "query" || !Array.isArray(anyOf)) return;
+  const branches = anyOf as Record<string, unknown>[];
+  const textual = branches.find((branch) => branch.type === "string" && branch.format === "integer");
+  const integer = branches.find((branch) => branch.type === "integer");
+  if (!textual || !integer) return;
+  parameter.schema = parameter.name === "limit" ? { ...integer, default: DEFAULT_PAGE_SIZE } : { ...integer };
 }
 
 /**
