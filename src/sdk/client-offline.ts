@@ -6,7 +6,7 @@
  */
 import type { VerifiedCertificate } from "./certificate.ts";
 import { ClientCore, checkMachineInfo, type LicensingClientOptions, machineInfoDigest } from "./core.ts";
-import { overtakenBy, standingDenial } from "./denials.ts";
+import { overtakenBy, standingDenial, standingLicenseDenial } from "./denials.ts";
 import { b64uDecodeLength } from "./encoding.ts";
 import { SdkError, usageError, verificationError } from "./errors.ts";
 import { hpkeOpen } from "./hpke.ts";
@@ -142,8 +142,12 @@ export class OfflineCapableClient extends ClientCore {
       const retry = { retryable: false, hint: "make a new offline request with the stored keys" };
       await this.storeBoundToKeys(keys, activationId, retry, async () => {
         // A package issued before a signed denial this device holds (an old package loaded again
-        // after a revocation) does not lift it: the denial is the newer word.
-        const denial = await standingDenial(this.state, activationId, manifest.issued_at);
+        // after a revocation) does not lift it: the denial is the newer word. A denial of the
+        // license itself stands against its packages for any activation (one the vendor made
+        // after a force-deactivation), and after the denied activation is gone from the device.
+        const denial =
+          (await standingDenial(this.state, activationId, manifest.issued_at)) ??
+          (await standingLicenseDenial(this.state, manifest.license_id, manifest.issued_at));
         if (denial) throw overtakenBy(denial, manifest.issued_at);
         // An activation that ended on this device (deactivated, or a signed 410) stays ended: its
         // machine slot may be another device's by now.

@@ -244,7 +244,7 @@ export class ClientCore {
       // An answer about an activation this client no longer holds (it deactivated and activated
       // again while the call was in flight) changes nothing stored.
       if ((await this.storedActivation())?.activation_id !== act.activation_id) return;
-      await storeDenial(this.state, denial, options);
+      await storeDenial(this.state, denial, { ...options, licenseId: act.license_id });
     });
     return error;
   }
