@@ -6,12 +6,12 @@
  */
 import type { VerifiedCertificate } from "./certificate.ts";
 import { ClientCore, checkMachineInfo, type LicensingClientOptions, machineInfoDigest } from "./core.ts";
-import { overtakenBy, standingDenial } from "./denials.ts";
+import { overtakenBy, standingDenial, standingLicenseDenial } from "./denials.ts";
 import { b64uDecodeLength } from "./encoding.ts";
 import { SdkError, usageError, verificationError } from "./errors.ts";
 import { hpkeOpen } from "./hpke.ts";
 import { canonicalize } from "./jcs.ts";
-import { importDeviceKeys } from "./keys.ts";
+import { type DeviceKeys, importDeviceKeys } from "./keys.ts";
 import { evaluateLicense, type LicenseInfo, type LicenseState } from "./license.ts";
 import {
   createOfflineRequest,
@@ -137,10 +137,17 @@ export class OfflineCapableClient extends ClientCore {
         machine_info_digest: certificate.claims.machine_info_digest,
       };
       let replaced: string | undefined;
-      await this.state.activationRecords(async () => {
+      // Bound to the keys it was verified for, as an online activation is (core.ts); a retry
+      // cannot help when storage holds other keys, since the package is for the replaced ones.
+      const retry = { retryable: false, hint: "make a new offline request with the stored keys" };
+      await this.storeBoundToKeys(keys, activationId, retry, async () => {
         // A package issued before a signed denial this device holds (an old package loaded again
-        // after a revocation) does not lift it: the denial is the newer word.
-        const denial = await standingDenial(this.state, activationId, manifest.issued_at);
+        // after a revocation) does not lift it: the denial is the newer word. A denial of the
+        // license itself stands against its packages for any activation (one the vendor made
+        // after a force-deactivation), and after the denied activation is gone from the device.
+        const denial =
+          (await standingDenial(this.state, activationId, manifest.issued_at)) ??
+          (await standingLicenseDenial(this.state, manifest.license_id, manifest.issued_at));
         if (denial) throw overtakenBy(denial, manifest.issued_at);
         // An activation that ended on this device (deactivated, or a signed 410) stays ended: its
         // machine slot may be another device's by now.
@@ -162,7 +169,7 @@ export class OfflineCapableClient extends ClientCore {
         const older = newest !== undefined && newest > manifest.issued_at;
         let keepStored = false;
         if (older) {
-          const newer = await this.storedCertificateClaims(activationId, verified.bundle);
+          const newer = await this.storedCertificateClaims(activationId, keys, verified.bundle);
           if (newer && canonicalize(newer.license) !== canonicalize(certificate.claims.license))
             throw verificationError(
               "PACKAGE_SUPERSEDED",
@@ -275,14 +282,14 @@ export class OfflineCapableClient extends ClientCore {
   }
 
   /**
-   * The stored certificate's claims when it verifies for this activation; undefined otherwise. A
-   * read the storage fails is thrown, never taken for no certificate (which would skip the check
-   * the newer certificate is for).
+   * The stored certificate's claims when it verifies for this activation and `keys` (the stored
+   * ones, checked by the caller under the keys lock); undefined otherwise. A read the storage
+   * fails is thrown, never taken for no certificate (which would skip the check the newer
+   * certificate is for).
    */
-  private async storedCertificateClaims(activationId: string, fallback: TrustBundle) {
+  private async storedCertificateClaims(activationId: string, keys: DeviceKeys, fallback: TrustBundle) {
     const jws = await this.state.get("certificate");
     if (jws === undefined) return undefined;
-    const keys = await this.deviceKeys();
     const bundle = (await this.trust.cached()) ?? fallback;
     try {
       return this.verifyCert(jws, bundle, keys, activationId).claims;

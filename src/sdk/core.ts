@@ -244,7 +244,7 @@ export class ClientCore {
       // An answer about an activation this client no longer holds (it deactivated and activated
       // again while the call was in flight) changes nothing stored.
       if ((await this.storedActivation())?.activation_id !== act.activation_id) return;
-      await storeDenial(this.state, denial, options);
+      await storeDenial(this.state, denial, { ...options, licenseId: act.license_id });
     });
     return error;
   }
@@ -278,10 +278,20 @@ export class ClientCore {
       machine_info: machineInfo,
       machine_info_digest: digest,
     };
-    await this.trust.restoreStored();
-    const bound = await this.state.activationRecords(() =>
-      this.keyStore.underLock(async () => {
-        if (!(await this.keyStore.bind(keys))) return false;
+    try {
+      const retry = { retryable: true, hint: "try again" };
+      await this.storeBoundToKeys(keys, activationId, retry, async () => {
+        // Another client on this storage (a tab, with the same keys) stored its activation while
+        // this one was in flight: overwriting it would leave one of the two server slots held by
+        // an activation nothing on the device knows of. The same activation (the service answers
+        // the same keys and license so) is taken again.
+        const held = await this.storedActivation();
+        if (held && held.activation_id !== activationId)
+          throw usageError(
+            "ALREADY_ACTIVATED",
+            "another client on this storage activated this device while the activation was in flight; it was not stored, read activationId()",
+            { activation_id: activationId, held_activation_id: held.activation_id },
+          );
         // The activation last: a write failing before it (a full quota) leaves none, and a retry
         // with these keys gets the same one back from the server; an activation stored without
         // its certificate would stay invalid and refuse the retry as ALREADY_ACTIVATED.
@@ -290,16 +300,15 @@ export class ClientCore {
         await this.state.setNewestAnswer(res.assertion.server_time, { reset: true });
         await this.state.set("certificate", cert.jws);
         await this.state.setJson("activation", activation);
-        return true;
-      }),
-    );
-    if (!bound) {
-      await this.releaseOrphan(activation, keys);
-      throw new SdkError(
-        "DEVICE_KEYS_CHANGED",
-        "another client on this storage replaced the device keys while the activation was in flight; it was not stored, try again",
-        { kind: "storage", retryable: true, details: { activation_id: activationId } },
-      );
+      });
+    } catch (error) {
+      // Not stored, and its keys or its place are another's: nothing could use or deactivate it.
+      if (
+        error instanceof SdkError &&
+        (error.code === "DEVICE_KEYS_CHANGED" || error.code === "ALREADY_ACTIVATED")
+      )
+        await this.releaseOrphan(activation, keys);
+      throw error;
     }
     return {
       activationId: activationId,
@@ -311,8 +320,40 @@ export class ClientCore {
   }
 
   /**
-   * Gives back the slot of an activation not stored because its keys are no longer this device's,
-   * so nothing could use or deactivate it. Best effort: a slot left behind is culled once stale.
+   * Runs `store` (the checks and writes that make `activationId` the stored activation) holding
+   * the activation records and the device-keys lock, once storage is known to hold `keys`, the
+   * keys the activation is bound to: written back when storage holds none (the app cleared it
+   * meanwhile), refused with DEVICE_KEYS_CHANGED and nothing stored when it holds others
+   * (another client on the same storage replaced them); `retry` says what to do then. The trust
+   * bundle held in memory is written back first, so the certificate stored verifies after a
+   * restart.
+   */
+  protected async storeBoundToKeys(
+    keys: DeviceKeys,
+    activationId: string,
+    retry: { retryable: boolean; hint: string },
+    store: () => Promise<void>,
+  ): Promise<void> {
+    await this.trust.restoreStored();
+    const bound = await this.state.activationRecords(() =>
+      this.keyStore.underLock(async () => {
+        if (!(await this.keyStore.bind(keys))) return false;
+        await store();
+        return true;
+      }),
+    );
+    if (!bound)
+      throw new SdkError(
+        "DEVICE_KEYS_CHANGED",
+        `another client on this storage replaced the device keys the activation is bound to; it was not stored, ${retry.hint}`,
+        { kind: "storage", retryable: retry.retryable, details: { activation_id: activationId } },
+      );
+  }
+
+  /**
+   * Gives back the slot of an activation not stored (its keys are no longer this device's, or
+   * another activation was stored meanwhile), so nothing could use or deactivate it. Best effort:
+   * a slot left behind is culled once stale.
    */
   private async releaseOrphan(activation: StoredActivation, keys: DeviceKeys): Promise<void> {
     const path = `/runtime/v1/activations/${encodeURIComponent(activation.activation_id)}`;

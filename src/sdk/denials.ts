@@ -5,7 +5,9 @@
  * order, so each answer is placed by the second the server signed it. Times are whole seconds: of
  * two answers of one second which came first cannot be told, and a license revoked in that second
  * must not read valid until the next heartbeat, so a denial stands over an answer of its own
- * second. Callers hold `ClientState.activationRecords` around the read and the writes it decides.
+ * second. A denial of the license itself (revoked, expired, suspended) is also remembered by
+ * license, and stands against that license's offline packages of any activation issued before it.
+ * Callers hold `ClientState.activationRecords` around the read and the writes it decides.
  */
 import { SdkError } from "./errors.ts";
 import type { ClientState, StoredDenial } from "./state.ts";
@@ -18,6 +20,32 @@ export async function standingDenial(
 ): Promise<StoredDenial | undefined> {
   const denial = await state.denialForUpdate();
   return denial?.activation_id === activationId && denial.server_time >= serverTime ? denial : undefined;
+}
+
+/**
+ * The codes that tell the state of the license itself, not of one activation: whichever
+ * activation the denial named, every package of the license issued before it is old news.
+ * (ACTIVATION_DEACTIVATED ends one activation; NAMED_USER_ASSIGNMENT_UNAVAILABLE one user's use.)
+ */
+const LICENSE_WIDE_CODES: ReadonlySet<string> = new Set([
+  "LICENSE_REVOKED",
+  "LICENSE_EXPIRED",
+  "LICENSE_SUSPENDED",
+]);
+
+/**
+ * The remembered license-state denial of this license that an answer signed at `serverTime`
+ * does not overtake: an offline package issued before a revocation does not lift it, whether it
+ * is for the activation the denial named or another one (one the vendor made after a
+ * force-deactivation), and whether or not the device still holds the denied activation.
+ */
+export async function standingLicenseDenial(
+  state: ClientState,
+  licenseId: string,
+  serverTime: number,
+): Promise<StoredDenial | undefined> {
+  const denial = await state.licenseDenial(licenseId);
+  return denial !== undefined && denial.server_time >= serverTime ? denial : undefined;
 }
 
 /**
@@ -53,12 +81,13 @@ export const isOvertaken = (error: SdkError): boolean => error.details.overtaken
  * the server signed in a later second): then it is history, and the call it answered failed
  * without changing what is stored. A heartbeat's own denial is always stored: heartbeats run one
  * at a time, so it is the newest word whatever the server's clock says. An ended activation stays
- * ended, whatever was signed before.
+ * ended, whatever was signed before. A stored license-state denial is also remembered by its
+ * license (`licenseId`, the held activation's), for standingLicenseDenial.
  */
 export async function storeDenial(
   state: ClientState,
   denial: StoredDenial,
-  options: { fromHeartbeat: boolean },
+  options: { fromHeartbeat: boolean; licenseId: string },
 ): Promise<void> {
   if (denial.code === "ACTIVATION_DEACTIVATED") {
     await state.setJson("denial", denial);
@@ -73,5 +102,7 @@ export async function storeDenial(
     );
     if (newest > denial.server_time) return;
   }
+  // First: the remembered one outlives this activation, and must not be lost to a crash between.
+  if (LICENSE_WIDE_CODES.has(denial.code)) await state.recordLicenseDenial(options.licenseId, denial);
   await state.setJson("denial", denial);
 }

@@ -11,6 +11,7 @@ import {
   generateDeviceKeys,
   importDeviceKeys,
   type KeyAlgorithm,
+  sameKeyPair,
 } from "./keys.ts";
 import type { ClientState } from "./state.ts";
 import { serialized } from "./util.ts";
@@ -24,11 +25,6 @@ export interface LockManagerLike {
 export function platformLocks(): LockManagerLike | undefined {
   const platform = globalThis as { navigator?: { locks?: LockManagerLike } };
   return platform.navigator?.locks ?? undefined;
-}
-
-/** The same key pairs: stored private keys were checked against their public keys on import. */
-function sameDeviceKeys(a: DeviceKeys, b: DeviceKeys): boolean {
-  return a.signing.publicKey === b.signing.publicKey && a.kem.publicKey === b.kem.publicKey;
 }
 
 export class DeviceKeyStore {
@@ -65,13 +61,22 @@ export class DeviceKeyStore {
     });
   }
 
-  /** Stores `keys` in place of the current ones, once `allowed` (run first, in turn) passes. */
+  /**
+   * Stores `keys` in place of the current ones, once `allowed` passes. The check runs with the
+   * write under the same locks an activation is stored under (this client's activation records,
+   * the origin-wide lock): checked before them, another client could store an activation bound to
+   * the current keys between the check and the write, and be left with keys that never signed it.
+   */
   replace(keys: DeviceKeys, allowed: () => Promise<void>): Promise<void> {
-    return this.oneAtATime(async () => {
-      await allowed();
-      await this.underLock(() => this.state.set("device_keys", exportDeviceKeys(keys)));
-      this.known = keys;
-    });
+    return this.oneAtATime(() =>
+      this.state.activationRecords(() =>
+        this.underLock(async () => {
+          await allowed();
+          await this.state.set("device_keys", exportDeviceKeys(keys));
+          this.known = keys;
+        }),
+      ),
+    );
   }
 
   /**
@@ -82,10 +87,13 @@ export class DeviceKeyStore {
    */
   async bind(keys: DeviceKeys): Promise<boolean> {
     const stored = await this.state.get("device_keys");
-    if (stored !== undefined) return sameDeviceKeys(importDeviceKeys(stored), keys);
-    await this.state.set("device_keys", exportDeviceKeys(keys));
-    this.known = keys;
-    return true;
+    if (stored === undefined) {
+      await this.state.set("device_keys", exportDeviceKeys(keys));
+      this.known = keys;
+      return true;
+    }
+    const held = importDeviceKeys(stored);
+    return sameKeyPair(held.signing, keys.signing) && sameKeyPair(held.kem, keys.kem);
   }
 
   /** Runs `change` holding the origin-wide device-keys lock, where the platform has locks. */

@@ -10,15 +10,20 @@ import type { ClientState } from "./state.ts";
 /**
  * A package of another activation than the one held replaces it only when it is the newer word:
  * issued after the newest signed answer behind what is stored (the certificate, a later
- * heartbeat). Otherwise it is a rollback (an older package loaded over a newer one), or of the
- * same second, when which came first cannot be told.
+ * heartbeat, a signed denial of the held activation). Otherwise it is a rollback (an older package
+ * loaded over a newer one), or of the same second, when which came first cannot be told.
  */
 export async function refuseUnlessNewerThanHeld(
   state: ClientState,
   heldActivationId: string,
   issuedAt: number,
 ): Promise<void> {
-  const heldSince = Math.max((await state.newestAnswer()) ?? 0, await storedCertificateIat(state));
+  const denial = await state.denialForUpdate();
+  const heldSince = Math.max(
+    (await state.newestAnswer()) ?? 0,
+    await storedCertificateIat(state),
+    denial?.activation_id === heldActivationId ? denial.server_time : 0,
+  );
   if (issuedAt <= heldSince)
     throw verificationError(
       "PACKAGE_SUPERSEDED",

@@ -59,6 +59,7 @@ export class SealedFileKeyCache {
 
   /** The cached answer for a header, when it is for this activation. */
   async get(headerSha256: string, activationId: string): Promise<CachedFileKey | undefined> {
+    if (this.maxEntries === 0) return undefined;
     const entry = (await this.read()).get(headerSha256);
     return entry?.activation_id === activationId ? entry : undefined;
   }
@@ -89,6 +90,12 @@ export class SealedFileKeyCache {
    */
   put(headerSha256: string, entry: CachedFileKey): Promise<void> {
     return this.oneAtATime(async () => {
+      // No cache: nothing to write at each open, only a cache left from a larger size to drop.
+      if (this.maxEntries === 0) {
+        if ((await this.state.get("sealed_file_keys")) !== undefined)
+          await this.state.delete("sealed_file_keys");
+        return;
+      }
       const held = await this.state.getJsonOrNone<StoredActivation>("activation");
       if (held?.activation_id !== entry.activation_id) return;
       const entries = await this.read();

@@ -67,6 +67,7 @@ export const ITEMS = [
   "newest_answer",
   "ended_activations",
   "replaced_activations",
+  "license_denials",
   "offline_request",
   "sealed_file_keys",
 ] as const;
@@ -77,10 +78,29 @@ const MAX_ENDED_ACTIVATIONS = 32;
 /** How many replaced activations are remembered, for the same reason. */
 const MAX_REPLACED_ACTIVATIONS = 32;
 
+/** How many licenses' denials are remembered: a device goes through a few licenses at most. */
+const MAX_LICENSE_DENIALS = 32;
+
 /** An activation a newer offline package replaced on this device, and that package's issued_at. */
 interface ReplacedActivation {
   activation_id: string;
   replaced_at: number;
+}
+
+/** A license's latest signed license-state denial, whichever of its activations it named. */
+interface LicenseDenial {
+  license_id: string;
+  denial: StoredDenial;
+}
+
+/** The fields the decisions read: a denial lacking them cannot be placed in time. */
+function isStoredDenial(value: unknown): value is StoredDenial {
+  return (
+    isRecord(value) &&
+    typeof value.code === "string" &&
+    typeof value.activation_id === "string" &&
+    Number.isSafeInteger(value.server_time)
+  );
 }
 
 export class ClientState {
@@ -168,9 +188,7 @@ export class ClientState {
    */
   async denialForUpdate(): Promise<StoredDenial | undefined> {
     const denial = await this.getJsonOrNone<StoredDenial>("denial");
-    return denial && typeof denial.activation_id === "string" && Number.isSafeInteger(denial.server_time)
-      ? denial
-      : undefined;
+    return isStoredDenial(denial) ? denial : undefined;
   }
 
   /** Highest trust-bundle sequence ever accepted on this device (0 when none). */
@@ -284,6 +302,36 @@ export class ClientState {
     return stored.entries.filter(
       (r): r is ReplacedActivation =>
         isRecord(r) && typeof r.activation_id === "string" && Number.isSafeInteger(r.replaced_at),
+    );
+  }
+
+  /**
+   * Remembers a signed license-state denial (revoked, expired, suspended) by its license: it is
+   * about the license, so it outlives the activation it named (deactivated, cleared, replaced),
+   * and stands against that license's offline packages issued before it (denials.ts). One per
+   * license, the latest signed.
+   */
+  async recordLicenseDenial(licenseId: string, denial: StoredDenial): Promise<void> {
+    const entries = await this.licenseDenials();
+    const held = entries.find((entry) => entry.license_id === licenseId);
+    if (held && held.denial.server_time >= denial.server_time) return;
+    const others = entries.filter((entry) => entry.license_id !== licenseId);
+    const kept = [...others, { license_id: licenseId, denial }].slice(-MAX_LICENSE_DENIALS);
+    await this.setJson("license_denials", { entries: kept });
+  }
+
+  /** The latest signed license-state denial remembered for this license, if any. */
+  async licenseDenial(licenseId: string): Promise<StoredDenial | undefined> {
+    return (await this.licenseDenials()).find((entry) => entry.license_id === licenseId)?.denial;
+  }
+
+  /** Oldest first; an unreadable list, or entry, counts as none (as replaced_activations). */
+  private async licenseDenials(): Promise<LicenseDenial[]> {
+    const stored = await this.getJsonOrNone<{ entries?: unknown }>("license_denials");
+    if (!Array.isArray(stored?.entries)) return [];
+    return stored.entries.filter(
+      (entry): entry is LicenseDenial =>
+        isRecord(entry) && typeof entry.license_id === "string" && isStoredDenial(entry.denial),
     );
   }
 

@@ -78,10 +78,13 @@ function holdActivationAnswers(h: Harness) {
 /** Web Locks as a browser grants them: one holder per name, the others wait their turn. */
 class FakeLocks implements LockManagerLike {
   readonly names: string[] = [];
+  /** Called at each request, before it waits its turn. */
+  onRequest: () => void = () => undefined;
   private readonly tails = new Map<string, Promise<unknown>>();
 
   request<T>(name: string, callback: () => Promise<T>): Promise<T> {
     this.names.push(name);
+    this.onRequest();
     const run = (this.tails.get(name) ?? Promise.resolve()).then(() => callback());
     this.tails.set(
       name,
@@ -242,6 +245,45 @@ describe("two clients on one storage at first run (two browser tabs)", () => {
     expect((await tab1.deviceKeys()).signing.publicKey).toBe((await tab2.deviceKeys()).signing.publicKey);
     expect(h.server.activations.size).toBe(1);
     expect(new Set(locks.names)).toEqual(new Set([`${PREFIX}device_keys`]));
+    await expectUsableAfterReload(h);
+  });
+
+  test("with a lock manager, setDeviceKeys in one tab while another stores its activation is refused as ALREADY_ACTIVATED, keeping the activation's keys", async () => {
+    const h = harness();
+    const locks = new FakeLocks();
+    let midActivation: (() => Promise<void>) | undefined;
+    const storage = new (class extends MemoryStorage {
+      override async set(key: string, value: string) {
+        const run = midActivation;
+        if (run && key === `${PREFIX}certificate`) {
+          midActivation = undefined;
+          await run();
+        }
+        return h.storage.set(key, value);
+      }
+      override get(key: string) {
+        return h.storage.get(key);
+      }
+      override delete(key: string) {
+        return h.storage.delete(key);
+      }
+    })();
+    const tabA = h.restart({ locks, storage });
+    const tabB = h.restart({ locks, storage });
+    const kept = (await tabB.deviceKeys()).signing.publicKey;
+    let restoring: Promise<string> = Promise.resolve("not started");
+    // Tab B holds the lock, its activation checked against the stored keys and about to be
+    // written, when tab A restores keys from a backup: A's check must wait for B's writes.
+    midActivation = async () => {
+      const requested = new Promise<void>((resolve) => {
+        locks.onRequest = resolve;
+      });
+      restoring = outcome(tabA.setDeviceKeys(generateDeviceKeys("ed25519")));
+      await requested;
+    };
+    await tabB.activate(LICENSE);
+    expect(await restoring).toBe("usage/ALREADY_ACTIVATED");
+    expect(await storedPublicKey(h.storage)).toBe(kept);
     await expectUsableAfterReload(h);
   });
 

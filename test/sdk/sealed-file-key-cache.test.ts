@@ -136,6 +136,8 @@ test("a cache size of 0 keeps no answers; a size out of range is refused", async
   await read(app, file);
   expect(seen.keyRequests).toBe(2);
   expect(await cached()).toHaveLength(0);
+  // No cache, no cache writes: not even an empty one at each open.
+  expect(seen.cacheWrites).toBe(0);
 
   expect(DEFAULT_SEALED_FILE_KEY_CACHE_SIZE).toBe(256);
   for (const bad of [-1, 1.5, MAX_SEALED_FILE_KEY_CACHE_SIZE + 1, Number.NaN, "8"]) {
@@ -147,6 +149,27 @@ test("a cache size of 0 keeps no answers; a size out of range is refused", async
       });
     expect(make).toThrow(expect.objectContaining({ code: "INVALID_ARGUMENT" }));
   }
+});
+
+test("a cache left from a larger size is neither used nor kept once the size is 0", async () => {
+  const { app, seen, cached, storage } = await device();
+  const file = await sealedFile(2);
+  await read(app, file);
+  expect(await cached()).toHaveLength(1);
+  const uncached = new LicensingClient({
+    config,
+    storage,
+    now: () => t.clock.now().getTime(),
+    sealedFileKeyCacheSize: 0,
+    fetch: (async (url: string, init?: RequestInit) => {
+      if (url.includes("/sealed-file-keys")) seen.keyRequests++;
+      return t.app.handle(new Request(url, init));
+    }) as never,
+  });
+  seen.keyRequests = 0;
+  expect(await read(uncached, file)).toEqual([2]);
+  expect(seen.keyRequests).toBe(1);
+  expect(await storage.get(`svc.v1.live.${fx.productId}.sealed_file_keys`)).toBeUndefined();
 });
 
 test("a cache that cannot be read counts as empty and is replaced, instead of failing every open", async () => {
