@@ -3,7 +3,7 @@
  * CLOCK_SKEW retry, denial recording, certificate checks and the signed server time.
  * LicensingClient (client.ts) adds the operations.
  */
-import { type CertificateClaims, verifyCertificate } from "./certificate.ts";
+import { verifyCertificate } from "./certificate.ts";
 import { type ResolvedConfig, resolveConfig } from "./config.ts";
 import { storeDenial } from "./denials.ts";
 import { DeviceKeyStore, platformLocks } from "./device-key-store.ts";
@@ -15,6 +15,7 @@ import { type DeviceKeys, type KeyAlgorithm, thumbprint } from "./keys.ts";
 import { type BackoffOptions, defaultTimer, type Timer } from "./loop.ts";
 import type { LicensingClientOptions } from "./options.ts";
 import { newNonce } from "./proof.ts";
+import type { ActivationResult, ServerTime } from "./results.ts";
 import { Runtime, type RuntimeResponse } from "./runtime.ts";
 import { ClientState, type MachineInfo, type StoredActivation, type StoredDenial } from "./state.ts";
 import { MemoryStorage } from "./storage.ts";
@@ -23,49 +24,12 @@ import { isRecord, isString, serialized, unixSeconds } from "./util.ts";
 import type { TrustBundle } from "./verify.ts";
 
 export type { LicensingClientOptions } from "./options.ts";
+export type { ActivateOptions, ActivationResult, HeartbeatResult, Lease, ServerTime } from "./results.ts";
 
 export const SDK_VERSION = "0.1.0";
 /** A fresh certificate's nbf may be this far after the signed server_time of its response. */
 export const NBF_LEEWAY_SEC = 60;
 const ISO_SECONDS = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$/;
-
-export interface ActivateOptions {
-  licenseKey: string;
-  machineInfo: MachineInfo;
-  machineSignals?: Record<string, string>;
-  namedUserToken?: string;
-}
-
-export interface ActivationResult {
-  activationId: string;
-  licenseId: string;
-  machineInfoDigest: string;
-  certificate: CertificateClaims;
-  serverTime: number;
-}
-
-export interface HeartbeatResult {
-  activationId: string;
-  licenseStatus: string;
-  nextHeartbeatIn: number;
-  machineInfoDigest: string;
-  certificate: CertificateClaims;
-  serverTime: number;
-}
-
-export interface Lease {
-  leaseId: string;
-  instanceId: string;
-  expiresAt: number;
-  heartbeatIn: number;
-  serverTime: number;
-}
-
-export interface ServerTime {
-  /** Unix seconds. */
-  serverTime: number;
-  iso: string;
-}
 
 export function invalidResponse(message: string, details?: Record<string, unknown>): SdkError {
   return verificationError("RESPONSE_INVALID", message, details);
