@@ -97,7 +97,9 @@ export const CONFIG_OPTIONS = {
     kind: "string",
     valueName: "FILE",
     env: "LICENSING_KEYSTORE_PASSPHRASE_FILE",
-    description: "file holding the keystore passphrase; default <data-dir>/keystore.passphrase",
+    description:
+      "file holding the keystore passphrase; without it, the passphrase itself from " +
+      "LICENSING_KEYSTORE_PASSPHRASE (no flag: every user sees argv), else <data-dir>/keystore.passphrase",
   },
   smtpUrl: {
     name: "smtp-url",
@@ -144,7 +146,8 @@ export const CONFIG_OPTIONS = {
     kind: "string",
     valueName: "TOKEN",
     env: "LICENSING_METRICS_TOKEN",
-    description: "serve GET /metrics to requests bearing this token (16+ characters); off when unset",
+    description:
+      "serve GET /metrics to requests bearing this token (16 to 256 visible ASCII characters); off when unset",
   },
   runtimeRateLimitIp: {
     name: "runtime-rate-limit-ip",

@@ -12,6 +12,7 @@ import { SecretBox } from "./crypto/secret-box.ts";
 import type { Deps } from "./deps.ts";
 import { AdjustableClock, type Clock, systemClock, unixSeconds } from "./domain/clock.ts";
 import { IdGenerator } from "./domain/ids.ts";
+import { unwritableDataDir } from "./fs/writable-dir.ts";
 import { kernelWakesPrecisely } from "./http/answer-floor.ts";
 import { clientAddress } from "./http/client-address.ts";
 import { errorBody } from "./http/envelope.ts";
@@ -128,11 +129,50 @@ function openMigratedStore(config: Config, logger: Logger): Store {
   return store;
 }
 
+/** The files of a data directory that the server writes in place (the keystore is replaced whole). */
+export const filesWrittenInPlace = (dataDir: string): string[] => {
+  const paths = dataPaths(dataDir);
+  return [paths.store, `${paths.store}-wal`, `${paths.store}-shm`, paths.serveLock];
+};
+
+/**
+ * "cannot listen", with what to change: Bun's own words ("Is port 8080 in use?") name neither the
+ * flag nor the variable.
+ */
+export function cannotListen(config: Pick<Config, "host" | "port">, error: unknown): StartupError {
+  return new StartupError(
+    `cannot listen on ${config.host}:${config.port} (${(error as Error).message}): stop what uses it, ` +
+      "or choose another port with --port (LICENSING_PORT) or another address with --host (LICENSING_HOST)",
+  );
+}
+
+/**
+ * Binds the address and lets it go again: a first start checks it before it creates API keys that
+ * it shows only once, rather than printing them and then failing on a port in use.
+ */
+export async function refuseUnusableAddress(config: Pick<Config, "host" | "port">): Promise<void> {
+  let probe: Server<undefined>;
+  try {
+    probe = Bun.serve({
+      hostname: config.host,
+      port: config.port,
+      reusePort: false,
+      development: false,
+      fetch: () => new Response(null, { status: 503 }),
+    });
+  } catch (error) {
+    throw cannotListen(config, error);
+  }
+  await probe.stop(true);
+}
+
 /**
  * Opens keystore and store, migrates, builds the app and listens. Nothing listens unless every
  * earlier step succeeded, so a wrong passphrase or a tampered keystore never serves a request.
  */
 export function startServer(options: StartOptions): RunningServer {
+  const unwritable = unwritableDataDir(options.config.dataDir, filesWrittenInPlace(options.config.dataDir));
+  if (unwritable) throw new StartupError(unwritable);
   const keystore = openKeystore(options.config.dataDir, options.passphrase);
   const lockPath = dataPaths(options.config.dataDir).serveLock;
   let lock: ServeLock | null;
@@ -318,7 +358,7 @@ function serveWithLock({ config, logger }: StartOptions, keystore: Keystore): Ru
         fetch,
       });
     } catch (error) {
-      throw new StartupError(`cannot listen on ${config.host}:${config.port}: ${(error as Error).message}`);
+      throw cannotListen(config, error);
     }
   } catch (error) {
     stopSweeper();

@@ -67,7 +67,7 @@ export function takeBackup(
       throw new CliError(`no ${what} at ${path}; is ${config.dataDir} a data directory?`);
   }
   refuseInsideDataDir(outDir, config.dataDir);
-  const { passphrase } = resolvePassphrase(config, { generate: false });
+  const { passphrase } = resolvePassphrase(config);
   if (existsSync(outDir) && (!statSync(outDir).isDirectory() || readdirSync(outDir).length > 0)) {
     throw new CliError(`${outDir} exists and is not an empty directory; choose a new place for the backup`);
   }

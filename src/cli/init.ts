@@ -1,6 +1,8 @@
+import { randomBytes } from "node:crypto";
 import {
   closeSync,
   copyFileSync,
+  existsSync,
   fchmodSync,
   fsyncSync,
   linkSync,
@@ -8,24 +10,32 @@ import {
   mkdtempSync,
   openSync,
   rmSync,
+  writeSync,
 } from "node:fs";
 import { join } from "node:path";
 import { type Config, dataPaths } from "../config.ts";
 import { Keystore } from "../crypto/keystore.ts";
 import { SCOPES } from "../domain/scopes.ts";
+import { unwritableDataDir } from "../fs/writable-dir.ts";
 import { ApiKeyService } from "../modules/api-keys/service.ts";
 import { WorkspaceService } from "../modules/workspace/service.ts";
-import { buildDeps } from "../server.ts";
+import { buildDeps, filesWrittenInPlace } from "../server.ts";
 import { openStore } from "../store/db.ts";
 import { migrate } from "../store/migrate.ts";
+import { type ServeLock, takeServeLock } from "../store/serve-lock.ts";
 import { UsageError } from "./args.ts";
+import { holdSignals, signalExitCode } from "./held-signals.ts";
+import { clearInterruptedInit, INIT_STAGING_PREFIX, STAGED } from "./interrupted-init.ts";
 import {
   CliError,
   type Command,
   checkNewPassphrase,
+  err,
   isInitialised,
   JSON_OPTION,
+  leftoverFolders,
   out,
+  type PassphraseSource,
   refuseInterruptedRestore,
   resolvePassphrase,
 } from "./shared.ts";
@@ -38,30 +48,119 @@ export interface InitResult {
   passphraseGenerated: boolean;
   /** The migrations applied to the new store. */
   migrations: string[];
+  /** What an earlier first start that was cut short had left, and what became of it. */
+  recovered: string[];
+  /** The `.init-*` folder and the data dir's lock, let go by {@link finishInit}. */
+  pending: { staging: string; lock: ServeLock };
+}
+
+/** The points between the steps of a first start, in order; tests stop there to see what is left. */
+export type InitStep = "staged" | "passphrase placed" | "store placed" | "keystore placed";
+
+/**
+ * Creates store, keystore, workspace and two API keys; null when the data dir is initialised
+ * already. Everything is built in an `.init-*` folder inside the data dir and then linked into
+ * place: a generated passphrase, the store, the keystore last. Nothing replaces a file that
+ * appeared meanwhile, so an existing keystore is never overwritten. The folder stays until the
+ * caller has printed the API keys and called {@link finishInit}; what a start stopped half-way
+ * leaves, the next one clears (interrupted-init.ts). While there is work to do, the data dir's
+ * serve lock is held throughout, so a second process starting on the same directory neither
+ * initialises it too nor takes this one's folder for a leftover. `afterStep` is for tests.
+ */
+export function initialiseIfNeeded(
+  config: Config,
+  afterStep: (step: InitStep) => void = () => {},
+): InitResult | null {
+  const dataDir = config.dataDir;
+  const paths = dataPaths(dataDir);
+  try {
+    mkdirSync(dataDir, { recursive: true, mode: 0o700 });
+  } catch (error) {
+    throw new CliError(`cannot create the data directory ${dataDir}: ${(error as Error).message}`);
+  }
+  const unwritable = unwritableDataDir(dataDir, filesWrittenInPlace(dataDir));
+  if (unwritable) throw new CliError(unwritable);
+  refuseInterruptedRestore(dataDir);
+  // Nothing to do, nothing locked: a second `serve` beside a running one is then refused by the
+  // server's own lock, with its own message.
+  if (isInitialised(dataDir) && leftoverFolders(dataDir, INIT_STAGING_PREFIX).length === 0) return null;
+  const lock = takeServeLock(paths.serveLock);
+  if (!lock) {
+    throw new CliError(
+      `another licensing process is using ${dataDir} (it holds ${paths.serveLock}): a server, or a first ` +
+        "start still setting the directory up; wait for it or stop it, then try again",
+    );
+  }
+  let result: InitResult | null = null;
+  try {
+    const recovered = clearInterruptedInit(dataDir);
+    if (isInitialised(dataDir)) {
+      for (const note of recovered) err(note);
+      return null;
+    }
+    result = { ...buildAndPlace(config, afterStep, lock), recovered };
+    return result;
+  } finally {
+    if (result === null) lock.release();
+  }
+}
+
+/** {@link initialiseIfNeeded} for `licensing init`: a data dir initialised already is refused. */
+export function initialise(config: Config, afterStep?: (step: InitStep) => void): InitResult {
+  const result = initialiseIfNeeded(config, afterStep);
+  if (result === null) {
+    throw new CliError(
+      `${config.dataDir} is already initialised (it has a store or keystore); refusing to overwrite it`,
+    );
+  }
+  return result;
+}
+
+/** Once the API keys are printed: the `.init-*` folder goes, and the lock is let go. */
+export function finishInit(result: InitResult): void {
+  try {
+    rmSync(result.pending.staging, { recursive: true, force: true });
+  } finally {
+    result.pending.lock.release();
+  }
 }
 
 /**
- * Creates store, keystore, workspace and two API keys. Everything is built in a staging folder
- * inside the data dir and then put into place, keystore last: a crash half-way leaves no
- * half-initialised data dir, and neither step replaces a file that appeared meanwhile, so an
- * existing keystore is never overwritten.
+ * The passphrase given (a file, the variable, or a file the operator put at the default place),
+ * or a new one written into the folder, to be linked into place with the other files: a generated
+ * passphrase appears in the data dir only with the install it belongs to, and is announced then.
  */
-export function initialise(config: Config): InitResult {
-  const dataDir = config.dataDir;
-  mkdirSync(dataDir, { recursive: true, mode: 0o700 });
-  refuseInterruptedRestore(dataDir);
-  if (isInitialised(dataDir)) {
-    throw new CliError(
-      `${dataDir} is already initialised (it has a store or keystore); refusing to overwrite it`,
-    );
+function passphraseFor(config: Config, staging: string): PassphraseSource {
+  const defaultFile = dataPaths(config.dataDir).passphrase;
+  if (config.passphraseFile || config.passphrase !== null || existsSync(defaultFile)) {
+    return resolvePassphrase(config);
   }
-  const source = resolvePassphrase(config, { generate: true });
-  checkNewPassphrase(source);
-  const paths = dataPaths(dataDir);
-  const staging = mkdtempSync(join(dataDir, ".init-"));
+  const passphrase = randomBytes(32).toString("base64url");
+  const fd = openSync(join(staging, STAGED.passphrase), "wx", 0o600);
   try {
-    const keystore = Keystore.create(join(staging, "keystore.json"), source.passphrase);
-    const store = openStore(join(staging, "licensing.db"));
+    writeSync(fd, `${passphrase}\n`);
+    fsyncSync(fd);
+  } finally {
+    closeSync(fd);
+  }
+  return { passphrase, file: defaultFile, generated: true };
+}
+
+function buildAndPlace(
+  config: Config,
+  afterStep: (step: InitStep) => void,
+  lock: ServeLock,
+): Omit<InitResult, "recovered"> {
+  const dataDir = config.dataDir;
+  const paths = dataPaths(dataDir);
+  const staging = mkdtempSync(join(dataDir, INIT_STAGING_PREFIX));
+  const placed: string[] = [];
+  let done = false;
+  try {
+    const source = passphraseFor(config, staging);
+    checkNewPassphrase(source);
+    const keystore = Keystore.create(join(staging, STAGED.keystore), source.passphrase);
+    const store = openStore(join(staging, STAGED.store));
     let apiKeys: InitResult["apiKeys"];
     let migrations: string[];
     try {
@@ -79,18 +178,37 @@ export function initialise(config: Config): InitResult {
     } finally {
       store.close();
     }
-    copyStore(join(staging, "licensing.db"), paths.store);
-    place(join(staging, "keystore.json"), paths.keystore);
+    copyStore(join(staging, STAGED.store), join(staging, STAGED.storeToPlace));
+    fsyncDir(staging);
+    afterStep("staged");
+    const placeFile = (name: string, to: string) => {
+      place(join(staging, name), to);
+      placed.push(to);
+    };
+    if (source.generated) {
+      placeFile(STAGED.passphrase, paths.passphrase);
+      afterStep("passphrase placed");
+    }
+    placeFile(STAGED.storeToPlace, paths.store);
+    afterStep("store placed");
+    placeFile(STAGED.keystore, paths.keystore);
     fsyncDir(dataDir);
+    afterStep("keystore placed");
+    done = true;
     return {
       dataDir,
       apiKeys,
       passphraseFile: source.file,
       passphraseGenerated: source.generated,
       migrations,
+      pending: { staging, lock },
     };
   } finally {
-    rmSync(staging, { recursive: true, force: true });
+    if (!done) {
+      // Only what this run linked into place, newest first: each name was free when it was linked.
+      for (const file of placed.reverse()) rmSync(file, { force: true });
+      rmSync(staging, { recursive: true, force: true });
+    }
   }
 }
 
@@ -111,10 +229,11 @@ export function place(from: string, to: string): void {
 }
 
 /**
- * The store is copied, not linked: SQLite keeps per-inode state (its shared-memory WAL index) for
- * as long as any statement of the closed staging connection lives, and `serve` opens the store in
- * the same process right after init. Under a hard link that state would still name the staging
- * -shm file, and the server would never see writes made by other processes (the CLI).
+ * The store is copied before it is linked into place: SQLite keeps per-inode state (its
+ * shared-memory WAL index) for as long as any statement of the closed staging connection lives,
+ * and `serve` opens the store in the same process right after init. Under a link to the file
+ * SQLite wrote, that state would still name the staging -shm file, and the server would never see
+ * writes made by other processes (the CLI). A copy is a new inode that SQLite has never seen.
  *
  * The file is created empty first, exclusively (an existing one is refused and left alone), so
  * from then on it is ours: a copy that fails half-way (a full disk) removes what it wrote, rather
@@ -179,25 +298,42 @@ export const initCommand: Command = {
   usage: "licensing init [--data-dir DIR] [--passphrase-file FILE] [--json]",
   configKeys: ["dataDir", "passphraseFile"],
   options: [JSON_OPTION],
-  run(line) {
+  async run(line) {
     if (line.positionals.length > 0) throw new UsageError(`unexpected argument ${line.positionals[0]}`);
-    const result = initialise(line.config);
-    if (line.flags.json === true) {
-      out(
-        JSON.stringify({
-          data_dir: result.dataDir,
-          api_keys: result.apiKeys,
-          passphrase_file: result.passphraseFile,
-        }),
-      );
-      if (result.passphraseGenerated) {
-        process.stderr.write(
-          `A random keystore passphrase was written to ${result.passphraseFile}; move it elsewhere for production.\n`,
-        );
+    // Ctrl-C (or SIGTERM) takes effect once the keys are printed, never between creating and showing them.
+    const signals = holdSignals();
+    try {
+      const result = initialise(line.config);
+      try {
+        for (const note of result.recovered) err(note);
+        printInit(result, line.flags.json === true);
+      } finally {
+        finishInit(result);
       }
-    } else {
-      out(describeInit(result));
+      await signals.settle();
+      const signal = signals.received();
+      return signal ? signalExitCode(signal) : 0;
+    } finally {
+      signals.release();
     }
-    return 0;
   },
 };
+
+function printInit(result: InitResult, json: boolean): void {
+  if (!json) {
+    out(describeInit(result));
+    return;
+  }
+  out(
+    JSON.stringify({
+      data_dir: result.dataDir,
+      api_keys: result.apiKeys,
+      passphrase_file: result.passphraseFile,
+    }),
+  );
+  if (result.passphraseGenerated) {
+    process.stderr.write(
+      `A random keystore passphrase was written to ${result.passphraseFile}; move it elsewhere for production.\n`,
+    );
+  }
+}

@@ -73,7 +73,7 @@ export const planSetCommand: Command = {
   summary:
     "Change the workspace plan and its term; a running server picks it up within a second. " +
     `After --ends-at every API call but GET /mgmt/v1/plan answers 402 PLAN_ENDED. Codes: ${codes()}.`,
-  usage: "licensing plan set CODE [--ends-at ISO] [--trial] [--data-dir DIR]",
+  usage: "licensing plan set CODE [--ends-at ISO [--allow-past]] [--trial] [--data-dir DIR]",
   configKeys: ["dataDir"],
   options: [
     {
@@ -83,6 +83,11 @@ export const planSetCommand: Command = {
       description: "when the plan ends (RFC 3339, e.g. 2027-01-01T00:00:00Z); default: it does not end",
     },
     { name: "trial", kind: "boolean", description: "the plan is a trial (needs --ends-at)" },
+    {
+      name: "allow-past",
+      kind: "boolean",
+      description: "accept an --ends-at that has passed, which ends the plan at once",
+    },
   ],
   run(line) {
     const [code, extra] = line.positionals;
@@ -94,10 +99,28 @@ export const planSetCommand: Command = {
     if (typeof endsAtText === "string" && endsAt === null) {
       throw new UsageError(`--ends-at must be an RFC 3339 date-time with a zone, not "${endsAtText}"`);
     }
+    // A date already past (a typo in the year, a date meant as a start) ends the plan the moment it
+    // is set: every call then answers 402. Done on purpose only.
+    if (
+      endsAt !== null &&
+      endsAt.getTime() <= systemClock.now().getTime() &&
+      line.flags["allow-past"] !== true
+    ) {
+      throw new UsageError(
+        `--ends-at ${endsAt.toISOString()} has passed: the plan would end at once, and every API call but ` +
+          "GET /mgmt/v1/plan would answer 402 PLAN_ENDED; add --allow-past to end it now on purpose",
+      );
+    }
+    if (line.flags["allow-past"] === true && endsAt === null) {
+      throw new UsageError("--allow-past goes with --ends-at");
+    }
     const trial = line.flags.trial === true;
     if (trial && endsAt === null) throw new UsageError("--trial needs --ends-at: a trial ends");
     const plan = withWorkspace(line, (workspace) => workspace.setPlan(code, cliActor(), { endsAt, trial }));
-    const term = endsAt ? `, ${trial ? "trial " : ""}ending ${endsAt.toISOString()}` : "";
+    const ended = endsAt !== null && endsAt.getTime() <= systemClock.now().getTime();
+    const term = endsAt
+      ? `, ${trial ? "trial " : ""}${ended ? "ended" : "ending"} ${endsAt.toISOString()}`
+      : "";
     out(`The workspace plan is now ${plan.code} (${plan.name})${term}.`);
     return 0;
   },

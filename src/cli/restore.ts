@@ -78,7 +78,7 @@ export function restoreBackup(
   }
   const passphrase = fromBackup
     ? readSecretLine(join(inDir, PASSPHRASE), "the backup's passphrase file")
-    : resolvePassphrase(config, { generate: false }).passphrase;
+    : resolvePassphrase(config).passphrase;
   mkdirSync(dataDir, { recursive: true, mode: 0o700 });
   // Emptied now, for the space they take; removed only once this restore has put its files in
   // place, so a restore that fails again still leaves a directory that serve refuses.

@@ -64,7 +64,10 @@ export const sealingKeysListCommand: Command = {
       return 0;
     }
     if (keys.length === 0) {
-      out(`${productId} has no sealing key: sealed files are not enabled.`);
+      out(
+        `${productId} has no sealing key: sealed files are not enabled for it ` +
+          `(enable them with POST /mgmt/v1/products/${productId}/sealed-files).`,
+      );
       return 0;
     }
     const rows = keys.map((k) => [

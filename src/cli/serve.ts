@@ -1,8 +1,19 @@
-import { jsonLogger } from "../http/logger.ts";
-import { startServer } from "../server.ts";
+import type { Config } from "../config.ts";
+import { jsonLogger, type Logger } from "../http/logger.ts";
+import { refuseUnusableAddress, startServer } from "../server.ts";
 import { UsageError } from "./args.ts";
-import { describeInit, initialise } from "./init.ts";
-import { type Command, isInitialised, out, refuseInterruptedRestore, resolvePassphrase } from "./shared.ts";
+import { holdSignals, signalExitCode } from "./held-signals.ts";
+import { describeInit, finishInit, initialiseIfNeeded } from "./init.ts";
+import { INIT_STAGING_PREFIX } from "./interrupted-init.ts";
+import {
+  type Command,
+  err,
+  isInitialised,
+  leftoverFolders,
+  out,
+  refuseInterruptedRestore,
+  resolvePassphrase,
+} from "./shared.ts";
 
 export const serveCommand: Command = {
   name: "serve",
@@ -35,12 +46,12 @@ export const serveCommand: Command = {
     const logger = jsonLogger(config.logLevel);
     // Before anything else, initialised or not: the files in place may be only part of a restore.
     refuseInterruptedRestore(config.dataDir);
-    if (!isInitialised(config.dataDir)) {
-      const result = initialise(config);
-      out(describeInit(result));
-      logger.log("info", "data dir initialised", { data_dir: result.dataDir, migrations: result.migrations });
+    if (!isInitialised(config.dataDir) || leftoverFolders(config.dataDir, INIT_STAGING_PREFIX).length > 0) {
+      await refuseUnusableAddress(config);
     }
-    const { passphrase } = resolvePassphrase(config, { generate: false });
+    const stoppedEarly = await initialiseFirst(config, logger);
+    if (stoppedEarly !== null) return stoppedEarly;
+    const { passphrase } = resolvePassphrase(config);
     const server = startServer({ config, passphrase, logger });
 
     const onSignal = (signal: NodeJS.Signals) => {
@@ -57,3 +68,33 @@ export const serveCommand: Command = {
     return 0;
   },
 };
+
+/**
+ * Sets up a data dir that needs it and prints its API keys. Ctrl-C and SIGTERM meanwhile take
+ * effect once the keys are printed (the only time they are): the exit status for the signal then,
+ * null to go on serving.
+ */
+async function initialiseFirst(config: Config, logger: Logger): Promise<number | null> {
+  const signals = holdSignals();
+  try {
+    const init = initialiseIfNeeded(config);
+    if (init) {
+      try {
+        for (const note of init.recovered) err(note);
+        out(describeInit(init));
+      } finally {
+        finishInit(init);
+      }
+      logger.log("info", "data dir initialised", { data_dir: init.dataDir, migrations: init.migrations });
+    }
+    await signals.settle();
+    const signal = signals.received();
+    if (signal === null) return null;
+    err(
+      `licensing serve: stopped by ${signal} before serving${init ? "; the API keys above are not shown again" : ""}`,
+    );
+    return signalExitCode(signal);
+  } finally {
+    signals.release();
+  }
+}

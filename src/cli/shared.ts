@@ -1,4 +1,3 @@
-import { randomBytes } from "node:crypto";
 import {
   closeSync,
   existsSync,
@@ -9,7 +8,6 @@ import {
   readSync,
   realpathSync,
   statSync,
-  writeFileSync,
 } from "node:fs";
 import { basename, dirname, join, sep } from "node:path";
 import type { Config } from "../config.ts";
@@ -86,7 +84,11 @@ export function isInitialised(dataDir: string): boolean {
 export const RESTORE_STAGING_PREFIX = ".restore-";
 
 /** The `.restore-*` folders in a data dir, sorted: each was left by a restore that did not finish. */
-export function leftoverRestores(dataDir: string): string[] {
+export const leftoverRestores = (dataDir: string): string[] =>
+  leftoverFolders(dataDir, RESTORE_STAGING_PREFIX);
+
+/** The names of the folders in a data dir whose names start with `prefix` (a staging folder's), sorted. */
+export function leftoverFolders(dataDir: string, prefix: string): string[] {
   let names: string[];
   try {
     names = readdirSync(dataDir);
@@ -95,9 +97,9 @@ export function leftoverRestores(dataDir: string): string[] {
     if (code === "ENOENT" || code === "ENOTDIR") return [];
     throw error;
   }
-  // lstat: a symbolic link with that name is not a folder restore made, and is never removed.
+  // lstat: a symbolic link with that name is not a folder a command made, and is never removed.
   return names
-    .filter((name) => name.startsWith(RESTORE_STAGING_PREFIX) && lstatSync(join(dataDir, name)).isDirectory())
+    .filter((name) => name.startsWith(prefix) && lstatSync(join(dataDir, name)).isDirectory())
     .sort();
 }
 
@@ -126,12 +128,10 @@ const MIN_NEW_PASSPHRASE = 12;
 
 /**
  * --passphrase-file, LICENSING_KEYSTORE_PASSPHRASE_FILE, LICENSING_KEYSTORE_PASSPHRASE, then
- * <data>/keystore.passphrase. With `generate`, a missing default file is created (init only).
+ * <data>/keystore.passphrase. Only a first start generates one, and only where none is given
+ * (init.ts).
  */
-export function resolvePassphrase(
-  config: CommandLine["config"],
-  options: { generate: boolean },
-): PassphraseSource {
+export function resolvePassphrase(config: CommandLine["config"]): PassphraseSource {
   if (config.passphraseFile) {
     return {
       passphrase: readPassphraseFile(config.passphraseFile),
@@ -142,23 +142,10 @@ export function resolvePassphrase(
   if (config.passphrase !== null) return { passphrase: config.passphrase, file: null, generated: false };
   const file = dataPaths(config.dataDir).passphrase;
   if (existsSync(file)) return { passphrase: readPassphraseFile(file), file, generated: false };
-  if (!options.generate) {
-    throw new CliError(
-      `no keystore passphrase: ${file} does not exist; give --passphrase-file, ` +
-        "LICENSING_KEYSTORE_PASSPHRASE_FILE or LICENSING_KEYSTORE_PASSPHRASE",
-    );
-  }
-  const passphrase = randomBytes(32).toString("base64url");
-  try {
-    // "wx": never replace a passphrase file that appeared meanwhile.
-    writeFileSync(file, `${passphrase}\n`, { mode: 0o600, flag: "wx" });
-  } catch (error) {
-    if ((error as NodeJS.ErrnoException).code === "EEXIST") {
-      return { passphrase: readPassphraseFile(file), file, generated: false };
-    }
-    throw error;
-  }
-  return { passphrase, file, generated: true };
+  throw new CliError(
+    `no keystore passphrase: ${file} does not exist; give --passphrase-file, ` +
+      "LICENSING_KEYSTORE_PASSPHRASE_FILE or LICENSING_KEYSTORE_PASSPHRASE",
+  );
 }
 
 /**
@@ -261,7 +248,7 @@ export function noPositionals(line: CommandLine, expected = 0): void {
  * same directory picks the change up.
  */
 export function withKeystoreDeps<T>(line: CommandLine, work: (deps: Deps) => T): T {
-  const { passphrase } = resolvePassphrase(line.config, { generate: false });
+  const { passphrase } = resolvePassphrase(line.config);
   const keystore = openKeystore(line.config.dataDir, passphrase);
   const { store } = openExistingStore(line.config.dataDir);
   try {

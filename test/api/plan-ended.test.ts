@@ -191,6 +191,32 @@ describe("licensing plan set", () => {
     });
   });
 
+  test("an --ends-at that has passed is a usage error that says what it would do, and changes nothing", async () => {
+    for (const endsAt of ["2020-01-01T00:00:00Z", new Date(Date.now() - 1000).toISOString()]) {
+      const result = await cli(["plan", "set", "business", "--ends-at", endsAt]);
+      expect(result.code).toBe(2);
+      expect(result.stdout).toBe("");
+      expect(result.stderr).toContain(`--ends-at ${new Date(endsAt).toISOString()} has passed`);
+      expect(result.stderr).toContain("402 PLAN_ENDED; add --allow-past to end it now on purpose");
+    }
+    expect((await t.call("GET", "/mgmt/v1/plan")).body.data.plan).toMatchObject({
+      code: "self_hosted",
+      ends_at: null,
+    });
+  });
+
+  test("--allow-past ends the plan at once, on purpose; alone, without --ends-at, it is a usage error", async () => {
+    const alone = await cli(["plan", "set", "business", "--allow-past"]);
+    expect(alone.code).toBe(2);
+    expect(alone.stderr).toContain("--allow-past goes with --ends-at");
+    const set = await cli(["plan", "set", "business", "--ends-at", "2020-01-01T00:00:00Z", "--allow-past"]);
+    expect(set.code).toBe(0);
+    expect(set.stdout).toBe(
+      "The workspace plan is now business (Business), ended 2020-01-01T00:00:00.000Z.\n",
+    );
+    expectPlanEnded(await t.call("GET", "/mgmt/v1/products"));
+  });
+
   test("the change is audited with its term", async () => {
     const endsAt = inOneHour().toISOString();
     expect((await cli(["plan", "set", "personal", "--ends-at", endsAt])).code).toBe(0);

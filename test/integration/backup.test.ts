@@ -238,7 +238,7 @@ describe("restore", () => {
     );
     // The printed command, run from anywhere, opens the keystore: serve would start.
     const serve = parseCommandLine(hint.split(" ").slice(2), {}, "/", serveCommand.configKeys);
-    expect(resolvePassphrase(serve.config, { generate: false }).passphrase).toBe(PASSPHRASE);
+    expect(resolvePassphrase(serve.config).passphrase).toBe(PASSPHRASE);
   });
 
   test("names the passphrase variable when restore took the passphrase from it, and only the data dir when restored", () => {

@@ -379,6 +379,15 @@ describe("refusals change nothing", () => {
     expect((await status(plainProductId)).status).toBe("disabled");
   });
 
+  test("list on a product without sealed files says how to enable them", async () => {
+    const run = await cli(["list", "--product", plainProductId]);
+    expect(run.code).toBe(0);
+    expect(run.stdout).toBe(
+      `${plainProductId} has no sealing key: sealed files are not enabled for it ` +
+        `(enable them with POST /mgmt/v1/products/${plainProductId}/sealed-files).\n`,
+    );
+  });
+
   test("a compromise without the right passphrase is refused before anything changes (exit 1): the key stays active and keeps its private half", async () => {
     const older = (await status()).current_key;
     const olderFile = await sealedTo(older.sealing_key);

@@ -100,3 +100,11 @@ describe("a wildcard host without a base URL, in the other commands that put the
     }
   });
 });
+
+test("serve --help names LICENSING_KEYSTORE_PASSPHRASE itself, and the metrics token's bounds as the check has them", async () => {
+  const { code, stdout } = await runInProcess(["serve", "--help"], tmpdir());
+  expect(code).toBe(0);
+  expect(stdout).toMatch(/LICENSING_KEYSTORE_PASSPHRASE(?!_FILE)/);
+  expect(stdout).toContain("this token (16 to 256 visible ASCII characters)");
+  expect(stdout).not.toContain("16+");
+});
