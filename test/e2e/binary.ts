@@ -85,6 +85,11 @@ export interface ServerProcess {
   stderr(): string;
   /** The JSON log lines written so far. */
   logs(): Record<string, unknown>[];
+  /**
+   * The first log line `matches` accepts, waiting up to 5 s for it: lines cross a pipe, and one
+   * written before /readyz answered may not have been read yet when the answer arrives.
+   */
+  logLine(matches: (line: Record<string, unknown>) => boolean): Promise<Record<string, unknown> | undefined>;
   /** Sends a signal and waits for the exit code. */
   stop(signal?: NodeJS.Signals): Promise<number>;
 }
@@ -120,6 +125,14 @@ export async function startServe(args: string[], options: StartOptions = {}): Pr
         .split("\n")
         .filter((line) => line.startsWith("{"))
         .map((line) => JSON.parse(line) as Record<string, unknown>),
+    async logLine(matches) {
+      for (let waited = 0; waited < 5_000; waited += 20) {
+        const line = server.logs().find(matches);
+        if (line) return line;
+        await Bun.sleep(20);
+      }
+      return server.logs().find(matches);
+    },
     async stop(signal = "SIGTERM") {
       proc.kill(signal);
       const code = await proc.exited;

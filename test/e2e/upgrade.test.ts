@@ -36,7 +36,7 @@ test("the executable migrates a first-schema data dir forward and every row read
   server = await startServe(["--data-dir", data.dataDir], {
     env: { LICENSING_KEYSTORE_PASSPHRASE: FIRST_SCHEMA_PASSPHRASE },
   });
-  const ready = server.logs().find((line) => line.msg === "store ready");
+  const ready = await server.logLine((line) => line.msg === "store ready");
   expect(ready?.applied).toEqual(
     embeddedMigrations()
       .slice(1)
