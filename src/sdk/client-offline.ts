@@ -5,7 +5,8 @@
  * key has come from the service.
  */
 import type { VerifiedCertificate } from "./certificate.ts";
-import { ClientCore, checkMachineInfo, type LicensingClientOptions, machineInfoDigest } from "./core.ts";
+import { ActivationStoringClient } from "./client-activation-store.ts";
+import { checkMachineInfo, type LicensingClientOptions, machineInfoDigest } from "./core.ts";
 import { overtakenBy, standingDenial, standingLicenseDenial } from "./denials.ts";
 import { b64uDecodeLength } from "./encoding.ts";
 import { SdkError, usageError, verificationError } from "./errors.ts";
@@ -58,7 +59,7 @@ export interface OpenedSealedFile {
 /** The states in which the device may use what its license grants. */
 const stands = (info: LicenseInfo): boolean => info.state === "valid" || info.state === "grace";
 
-export class OfflineCapableClient extends ClientCore {
+export class OfflineCapableClient extends ActivationStoringClient {
   /** openSealedFile's key answers. */
   private readonly sealedKeys: SealedFileKeyCache;
 

@@ -119,24 +119,32 @@ export class TrialCapableClient extends OfflineCapableClient {
       const idempotencyKey = newIdempotencyKey();
       const path = `/runtime/v1/trial-verifications/${encodeURIComponent(options.verificationId)}/confirm`;
 
-      const res = await this.withClockSkewRetry(() => {
-        const nonce = newNonce();
-        const body: Record<string, unknown> = {
-          code: options.code.trim(),
-          email: options.email.trim(),
-          device_signing_public_key: keys.signing.publicKey,
-          device_kem_public_key: keys.kem.publicKey,
-          machine_info: machineInfo,
-          machine_signals: signals,
-          app_version: this.appVersion,
-          sdk_version: this.sdkVersion,
-          client_time: this.timestamp(),
-          nonce,
-        };
-        body.device_proof = signTrialProof(keys, body);
-        const denialSubject = { device_thumbprint: thumbprint(keys.signing.publicKey) };
-        return this.runtime.call({ method: "POST", path, body, nonce, idempotencyKey, denialSubject });
-      });
+      // Not made again when another client replaced the device keys meanwhile, as activate() is:
+      // the code is spent, and the verification is bound to the keys that started it
+      // (DEVICE_KEYS_CHANGED, not retryable: start again).
+      let res: RuntimeResponse;
+      try {
+        res = await this.withClockSkewRetry(() => {
+          const nonce = newNonce();
+          const body: Record<string, unknown> = {
+            code: options.code.trim(),
+            email: options.email.trim(),
+            device_signing_public_key: keys.signing.publicKey,
+            device_kem_public_key: keys.kem.publicKey,
+            machine_info: machineInfo,
+            machine_signals: signals,
+            app_version: this.appVersion,
+            sdk_version: this.sdkVersion,
+            client_time: this.timestamp(),
+            nonce,
+          };
+          body.device_proof = signTrialProof(keys, body);
+          const denialSubject = { device_thumbprint: thumbprint(keys.signing.publicKey) };
+          return this.runtime.call({ method: "POST", path, body, nonce, idempotencyKey, denialSubject });
+        });
+      } catch (error) {
+        throw await this.recordActivationRefusal(error);
+      }
 
       const data = res.data;
       if (!isRecord(data) || !isNonEmptyString(data.activation_id) || !isNonEmptyString(data.license_id))

@@ -13,9 +13,9 @@ import {
   type Lease,
   machineInfoDigest,
 } from "./core.ts";
-import { overtakenBy, standingDenial } from "./denials.ts";
+import { overtakenBy, standingDenial, storeReportedStatus } from "./denials.ts";
 import { SdkError, usageError, verificationError } from "./errors.ts";
-import { thumbprint } from "./keys.ts";
+import { type DeviceKeys, thumbprint } from "./keys.ts";
 import { HeartbeatLoop, type HeartbeatLoopCallbacks } from "./loop.ts";
 import { newIdempotencyKey, newNonce, signActivationProof } from "./proof.ts";
 import type { RuntimeResponse } from "./runtime.ts";
@@ -25,7 +25,11 @@ import { isInt, isNonEmptyString, isNonNegativeInt, isRecord, isString } from ".
 export class LicensingClient extends NamedUserCapableClient {
   private loop: HeartbeatLoop<HeartbeatResult> | undefined;
 
-  /** POST /runtime/v1/activations. Generates device keys on first use. */
+  /**
+   * POST /runtime/v1/activations. Generates device keys on first use. Made once more, with the
+   * keys then stored, when another client on the same storage replaced the keys while it was in
+   * flight (ActivationStoringClient.withStoredKeys).
+   */
   activate(options: ActivateOptions): Promise<ActivationResult> {
     return this.exclusive(async () => {
       if (!isNonEmptyString(options.licenseKey))
@@ -40,10 +44,24 @@ export class LicensingClient extends NamedUserCapableClient {
       }
       if (await this.storedActivation())
         throw usageError("ALREADY_ACTIVATED", "this device is already activated");
-      const keys = await this.deviceKeys();
       const digest = machineInfoDigest(machineInfo);
+      return this.withStoredKeys((keys) =>
+        this.requestActivation(options, machineInfo, signals, digest, keys),
+      );
+    });
+  }
 
-      const res = await this.withClockSkewRetry(() => {
+  /** One activation request signed with `keys`, and its answer stored bound to them. */
+  private async requestActivation(
+    options: ActivateOptions,
+    machineInfo: MachineInfo,
+    signals: Record<string, string>,
+    digest: string,
+    keys: DeviceKeys,
+  ): Promise<ActivationResult> {
+    let res: RuntimeResponse;
+    try {
+      res = await this.withClockSkewRetry(() => {
         const nonce = newNonce();
         const body: Record<string, unknown> = {
           license_key: options.licenseKey,
@@ -69,12 +87,13 @@ export class LicensingClient extends NamedUserCapableClient {
           denialSubject: { device_thumbprint: thumbprint(keys.signing.publicKey) },
         });
       });
-
-      const data = res.data;
-      if (!isRecord(data) || !isNonEmptyString(data.activation_id))
-        throw invalidResponse("activation data malformed");
-      return this.acceptActivation(res, data, data.activation_id, keys, machineInfo, digest);
-    });
+    } catch (error) {
+      throw await this.recordActivationRefusal(error);
+    }
+    const data = res.data;
+    if (!isRecord(data) || !isNonEmptyString(data.activation_id))
+      throw invalidResponse("activation data malformed");
+    return this.acceptActivation(res, data, data.activation_id, keys, machineInfo, digest);
   }
 
   /**
@@ -144,6 +163,14 @@ export class LicensingClient extends NamedUserCapableClient {
         received_at_ms: this.now(),
       };
       await this.state.activationRecords(async () => {
+        // Before anything can refuse the answer: a suspension is reported only this way.
+        await storeReportedStatus(this.state, {
+          licenseId: act.license_id,
+          activationId: act.activation_id,
+          statuses: [data.license_status, cert.claims.license.status],
+          serverTime: res.assertion.server_time,
+          requestId: res.assertion.request_id,
+        });
         // A lease call or a sealed-file key request (which do not wait for this one) may have
         // ended this activation while the heartbeat was in flight: its signed 410 is the newer
         // word, since the server answered this heartbeat before the activation ended.

@@ -1,11 +1,12 @@
 /**
  * The client's plumbing: options, stored state, device keys, device-proof calls with the
  * CLOCK_SKEW retry, denial recording, certificate checks and the signed server time.
- * LicensingClient (client.ts) adds the operations.
+ * ActivationStoringClient (client-activation-store.ts) stores activations bound to the device
+ * keys; LicensingClient (client.ts) adds the operations.
  */
 import { verifyCertificate } from "./certificate.ts";
 import { type ResolvedConfig, resolveConfig } from "./config.ts";
-import { storeDenial } from "./denials.ts";
+import { deniedAs, storeDenial } from "./denials.ts";
 import { DeviceKeyStore, platformLocks } from "./device-key-store.ts";
 import { sha256Hex, utf8 } from "./encoding.ts";
 import { SdkError, usageError, verificationError } from "./errors.ts";
@@ -15,9 +16,9 @@ import { type DeviceKeys, type KeyAlgorithm, thumbprint } from "./keys.ts";
 import { type BackoffOptions, defaultTimer, type Timer } from "./loop.ts";
 import type { LicensingClientOptions } from "./options.ts";
 import { newNonce } from "./proof.ts";
-import type { ActivationResult, ServerTime } from "./results.ts";
+import type { ServerTime } from "./results.ts";
 import { Runtime, type RuntimeResponse } from "./runtime.ts";
-import { ClientState, type MachineInfo, type StoredActivation, type StoredDenial } from "./state.ts";
+import { ClientState, type MachineInfo, type StoredActivation } from "./state.ts";
 import { MemoryStorage } from "./storage.ts";
 import { checkMaxUnconfirmedMs, TrustManager } from "./trust.ts";
 import { isRecord, isString, serialized, unixSeconds } from "./util.ts";
@@ -195,15 +196,7 @@ export class ClientCore {
     options = { fromHeartbeat: false },
   ): Promise<unknown> {
     if (!(error instanceof SdkError) || error.kind !== "license") return error;
-    const denial: StoredDenial = {
-      code: error.code,
-      activation_id: act.activation_id,
-      server_time: Number(error.details.server_time),
-      request_id: error.requestId ?? "",
-      details: error.details,
-      ...(error.status === undefined ? {} : { status: error.status }),
-      ...(error.serverError === undefined ? {} : { server_error: error.serverError }),
-    };
+    const denial = deniedAs(error, act.activation_id);
     await this.state.activationRecords(async () => {
       // An answer about an activation this client no longer holds (it deactivated and activated
       // again while the call was in flight) changes nothing stored.
@@ -211,117 +204,6 @@ export class ClientCore {
       await storeDenial(this.state, denial, { ...options, licenseId: act.license_id });
     });
     return error;
-  }
-
-  /**
-   * The data of an activation answer (activation create or trial confirm), once its envelope
-   * verified: the digest must be ours and the certificate must bind this device and activation;
-   * then the activation becomes this client's, replacing any denial and heartbeat state.
-   */
-  protected async acceptActivation(
-    res: RuntimeResponse,
-    data: { readonly [field: string]: unknown },
-    activationId: string,
-    keys: DeviceKeys,
-    machineInfo: MachineInfo,
-    digest: string,
-    expectedLicenseId?: string,
-  ): Promise<ActivationResult> {
-    if (data.machine_info_digest !== digest) {
-      throw verificationError("MACHINE_INFO_DIGEST_MISMATCH", "server digest differs from ours", {
-        expected: digest,
-        received: data.machine_info_digest,
-      });
-    }
-    const cert = this.verifyCert(data.certificate, res.bundle, keys, activationId, res.assertion.server_time);
-    if (expectedLicenseId !== undefined && cert.claims.sub !== expectedLicenseId)
-      throw invalidResponse("the certificate names another license than license_id");
-    const activation: StoredActivation = {
-      activation_id: activationId,
-      license_id: cert.claims.sub,
-      machine_info: machineInfo,
-      machine_info_digest: digest,
-    };
-    try {
-      const retry = { retryable: true, hint: "try again" };
-      await this.storeBoundToKeys(keys, activationId, retry, async () => {
-        // Another client on this storage (a tab, with the same keys) stored its activation while
-        // this one was in flight: overwriting it would leave one of the two server slots held by
-        // an activation nothing on the device knows of. The same activation (the service answers
-        // the same keys and license so) is taken again.
-        const held = await this.storedActivation();
-        if (held && held.activation_id !== activationId)
-          throw usageError(
-            "ALREADY_ACTIVATED",
-            "another client on this storage activated this device while the activation was in flight; it was not stored, read activationId()",
-            { activation_id: activationId, held_activation_id: held.activation_id },
-          );
-        // The activation last: a write failing before it (a full quota) leaves none, and a retry
-        // with these keys gets the same one back from the server; an activation stored without
-        // its certificate would stay invalid and refuse the retry as ALREADY_ACTIVATED.
-        await this.state.delete("denial");
-        await this.state.delete("last_heartbeat");
-        await this.state.setNewestAnswer(res.assertion.server_time, { reset: true });
-        await this.state.set("certificate", cert.jws);
-        await this.state.setJson("activation", activation);
-      });
-    } catch (error) {
-      // Not stored, and its keys or its place are another's: nothing could use or deactivate it.
-      if (
-        error instanceof SdkError &&
-        (error.code === "DEVICE_KEYS_CHANGED" || error.code === "ALREADY_ACTIVATED")
-      )
-        await this.releaseOrphan(activation, keys);
-      throw error;
-    }
-    return {
-      activationId: activationId,
-      licenseId: cert.claims.sub,
-      machineInfoDigest: digest,
-      certificate: cert.claims,
-      serverTime: res.assertion.server_time,
-    };
-  }
-
-  /**
-   * Runs `store` (the checks and writes that make `activationId` the stored activation) holding
-   * the activation records and the device-keys lock, once storage is known to hold `keys`, the
-   * keys the activation is bound to: written back when storage holds none (the app cleared it
-   * meanwhile), refused with DEVICE_KEYS_CHANGED and nothing stored when it holds others
-   * (another client on the same storage replaced them); `retry` says what to do then. The trust
-   * bundle held in memory is written back first, so the certificate stored verifies after a
-   * restart.
-   */
-  protected async storeBoundToKeys(
-    keys: DeviceKeys,
-    activationId: string,
-    retry: { retryable: boolean; hint: string },
-    store: () => Promise<void>,
-  ): Promise<void> {
-    await this.trust.restoreStored();
-    const bound = await this.state.activationRecords(() =>
-      this.keyStore.underLock(async () => {
-        if (!(await this.keyStore.bind(keys))) return false;
-        await store();
-        return true;
-      }),
-    );
-    if (!bound)
-      throw new SdkError(
-        "DEVICE_KEYS_CHANGED",
-        `another client on this storage replaced the device keys the activation is bound to; it was not stored, ${retry.hint}`,
-        { kind: "storage", retryable: retry.retryable, details: { activation_id: activationId } },
-      );
-  }
-
-  /**
-   * Gives back the slot of an activation not stored (its keys are no longer this device's, or
-   * another activation was stored meanwhile), so nothing could use or deactivate it. Best effort:
-   * a slot left behind is culled once stale.
-   */
-  private async releaseOrphan(activation: StoredActivation, keys: DeviceKeys): Promise<void> {
-    const path = `/runtime/v1/activations/${encodeURIComponent(activation.activation_id)}`;
-    await this.dpCall("DELETE", path, undefined, activation, keys).catch(() => undefined);
   }
 
   protected verifyCert(

@@ -72,6 +72,68 @@ export function overtakenBy(denial: StoredDenial, serverTime: number): SdkError 
   );
 }
 
+/** The record of a signed denial (kind "license") answered about `activationId`. */
+export function deniedAs(error: SdkError, activationId: string): StoredDenial {
+  return {
+    code: error.code,
+    activation_id: activationId,
+    server_time: Number(error.details.server_time),
+    request_id: error.requestId ?? "",
+    details: error.details,
+    ...(error.status === undefined ? {} : { status: error.status }),
+    ...(error.serverError === undefined ? {} : { server_error: error.serverError }),
+  };
+}
+
+/**
+ * Remembers a signed license-state denial answered to an activation request (activation create,
+ * trial confirm) by the license its signed details name (`license_id`; a server that names none is
+ * older, and nothing is remembered). The device holds no activation it is about, so it is not the
+ * stored `denial`: only the license's older offline packages are refused with it.
+ */
+export async function storeActivationRefusal(state: ClientState, error: SdkError): Promise<void> {
+  const licenseId = error.details.license_id;
+  if (!LICENSE_WIDE_CODES.has(error.code) || typeof licenseId !== "string" || licenseId === "") return;
+  await state.recordLicenseDenial(licenseId, deniedAs(error, ""));
+}
+
+/** A license status other than active, as the code of the denial that says the same. */
+const STATUS_CODES: ReadonlyMap<string, string> = new Map([
+  ["revoked", "LICENSE_REVOKED"],
+  ["expired", "LICENSE_EXPIRED"],
+  ["suspended", "LICENSE_SUSPENDED"],
+]);
+
+/**
+ * Remembers a license state a signed success reported: a heartbeat on a suspended license answers
+ * 200 with `license_status: "suspended"` and a certificate saying so, never a LICENSE_SUSPENDED
+ * denial (protocol §16). Remembered as that denial, at the answer's second, by license: deactivate()
+ * forgets the certificate and the heartbeat, and a package of the license issued before must
+ * still be refused. Whatever becomes of the answer (overtaken, its activation ended meanwhile),
+ * the license's state at that second was signed.
+ */
+export async function storeReportedStatus(
+  state: ClientState,
+  heard: {
+    licenseId: string;
+    activationId: string;
+    statuses: readonly unknown[];
+    serverTime: number;
+    requestId: string;
+  },
+): Promise<void> {
+  const status = heard.statuses.find((s): s is string => typeof s === "string" && STATUS_CODES.has(s));
+  const code = status === undefined ? undefined : STATUS_CODES.get(status);
+  if (status === undefined || code === undefined) return;
+  await state.recordLicenseDenial(heard.licenseId, {
+    code,
+    activation_id: heard.activationId,
+    server_time: heard.serverTime,
+    request_id: heard.requestId,
+    details: { activation_id: heard.activationId, license_status: status },
+  });
+}
+
 /** True for an error made by `overtakenBy`. */
 export const isOvertaken = (error: SdkError): boolean => error.details.overtaken_server_time !== undefined;
 

@@ -23,6 +23,7 @@ export interface StoredActivation {
 /** An authentic, verified license-state denial. */
 export interface StoredDenial {
   code: string;
+  /** The activation it answered; "" for a refused activation request (there was none yet). */
   activation_id: string;
   server_time: number;
   request_id: string;

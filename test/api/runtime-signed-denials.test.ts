@@ -154,3 +154,46 @@ describe("a signed denial of an activation request names the device key it answe
     expect(response.body.error.details.activation_id).toBeUndefined();
   });
 });
+
+describe("a license-state denial of an activation request also names the license, which the device has no other way to learn", () => {
+  const toState: Record<string, () => Promise<void>> = {
+    LICENSE_REVOKED: revoke,
+    LICENSE_SUSPENDED: async () => {
+      const body = { status_action: "suspended" };
+      expect((await t.call("PATCH", `/mgmt/v1/licenses/${fx.licenseId}`, { body })).status).toBe(200);
+    },
+    LICENSE_EXPIRED: async () => {
+      const body = { expires_at: new Date(t.clock.now().getTime() + 60_000).toISOString() };
+      expect((await t.call("PATCH", `/mgmt/v1/licenses/${fx.licenseId}`, { body })).status).toBe(200);
+      t.clock.advance(61);
+    },
+  };
+  for (const [code, makeIt] of Object.entries(toState)) {
+    test(`${code} answered to an activation names the license beside the device key`, async () => {
+      await makeIt();
+      const device = new TestDevice("ed25519");
+      const response = await activate(t, device, fx);
+      expect(response.status).toBe(403);
+      expectNamedDenial(response, code, { device_thumbprint: device.thumbprint, license_id: fx.licenseId });
+    });
+  }
+
+  test("an activation with a key of no license learns no license id", async () => {
+    await revoke();
+    const device = new TestDevice("ed25519");
+    const response = await activate(t, device, { ...fx, licenseKey: `${fx.licenseKey.slice(0, -4)}ZZZZ` });
+    expect(response.status).toBe(401);
+    expect(response.body.error.code).toBe("LICENSE_KEY_INVALID");
+    expect(JSON.stringify(response.body)).not.toContain(fx.licenseId);
+  });
+
+  test("a device-proof route's denial names the activation only, as before", async () => {
+    const d = await activatedDevice(t, fx);
+    await revoke();
+    const response = await proofCall(t, d.device, "POST", heartbeatPath(d.activationId), d.activationId, {
+      machine_info_digest: "0".repeat(64),
+    });
+    expectNamedDenial(response, "LICENSE_REVOKED", { activation_id: d.activationId });
+    expect(response.body.error.details.license_id).toBeUndefined();
+  });
+});

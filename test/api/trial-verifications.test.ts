@@ -297,7 +297,7 @@ describe("confirm refusals", () => {
     expect((await t.call("GET", "/mgmt/v1/licenses")).body.data).toHaveLength(1);
   });
 
-  test("a replay after the trial license was revoked gets the signed LICENSE_REVOKED naming the device key, not the 201", async () => {
+  test("a replay after the trial license was revoked gets the signed LICENSE_REVOKED naming the device key and the license, not the 201", async () => {
     const v = await started();
     const key = "trial-confirm-replay-key-2";
     const first = await confirmTrial(
@@ -313,7 +313,10 @@ describe("confirm refusals", () => {
     expect(replay.body.error.code).toBe("LICENSE_REVOKED");
     // Before the device holds an activation a signed denial names its key (protocol §16), and
     // the signature covers that subject with the rest of the error.
-    expect(replay.body.error.details).toMatchObject({ device_thumbprint: v.device.thumbprint });
+    expect(replay.body.error.details).toMatchObject({
+      device_thumbprint: v.device.thumbprint,
+      license_id: first.body.data.license_id,
+    });
     expectSignedEnvelope(replay.body, {
       status: 403,
       nonce: retryBody.nonce as string,

@@ -1,5 +1,7 @@
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, test } from "bun:test";
 import {
+  exportDeviceKeys,
+  generateDeviceKeys,
   LicensingClient,
   MemoryStorage,
   SdkError,
@@ -210,6 +212,48 @@ describe("refusals", () => {
       machineInfo,
     });
     expect(own.certificate.license.type).toBe("trial");
+    expect(await device.licenseState()).toBe("valid");
+  });
+
+  test("keys replaced by another client while a confirm is in flight refuse it as not retryable, with no second confirm; a new start with the stored keys joins the trial made", async () => {
+    const storage = new MemoryStorage();
+    const prefix = `svc.v1.live.${fx.productId}.`;
+    let replaceKeys = true;
+    const device = new LicensingClient({
+      config,
+      fetch: (async (url: string, init?: RequestInit) => {
+        const response = await inProcessFetch(url, init);
+        if (replaceKeys && url.endsWith("/confirm"))
+          await storage.set(`${prefix}device_keys`, exportDeviceKeys(generateDeviceKeys()));
+        return response;
+      }) as never,
+      storage,
+      now: () => t.clock.now().getTime(),
+      appVersion: "2.0.0",
+    });
+    const email = freshEmail();
+    const started = await device.startTrial({ email });
+    const code = await smtp.waitForCode(email);
+    const error = await sdkError(
+      device.confirmTrial({ verificationId: started.verificationId, code, email, machineInfo }),
+    );
+    // The code is spent and the verification names the replaced keys: asking again cannot help.
+    expect(error).toMatchObject({ kind: "storage", code: "DEVICE_KEYS_CHANGED", retryable: false });
+    expect(requests.filter((r) => r.path.endsWith("/confirm"))).toHaveLength(1);
+    const orphan = (await t.call("GET", `/mgmt/v1/activations/${error.details.activation_id}`)).body.data;
+    expect(orphan.status).toBe("deactivated");
+    expect(await device.activationId()).toBeUndefined();
+
+    replaceKeys = false;
+    t.clock.advance(121);
+    const again = await device.startTrial({ email });
+    const joined = await device.confirmTrial({
+      verificationId: again.verificationId,
+      code: await smtp.waitForCode(email),
+      email,
+      machineInfo,
+    });
+    expect(joined.licenseId).toBe(orphan.license_id);
     expect(await device.licenseState()).toBe("valid");
   });
 

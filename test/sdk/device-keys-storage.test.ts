@@ -2,7 +2,6 @@ import { describe, expect, test } from "bun:test";
 import {
   exportDeviceKeys,
   generateDeviceKeys,
-  type LockManagerLike,
   MemoryStorage,
   type ResponseLike,
   type SdkError,
@@ -10,6 +9,7 @@ import {
 import { rejectsSdk } from "./support/expect.ts";
 import type { FakeServer } from "./support/fake-server.ts";
 import { activated, type Harness, harness, MACHINE } from "./support/setup.ts";
+import { FakeLocks } from "./support/shared-storage.ts";
 
 /**
  * The stored activation is bound to the stored device keys, whoever writes storage: the app
@@ -49,7 +49,10 @@ async function expectUsableAfterReload(h: Harness): Promise<void> {
   expect(h.server.proofFailures).toEqual([]);
 }
 
-/** Holds the activation answers until the test releases them, in the order it chooses. */
+/**
+ * Holds each client's first activation answer until the test releases them, in the order it
+ * chooses (a client's request made again after DEVICE_KEYS_CHANGED is answered at once).
+ */
 function holdActivationAnswers(h: Harness) {
   const held: { client: string; publicKey: string; release: () => void }[] = [];
   let arrived: () => void = () => undefined;
@@ -58,6 +61,7 @@ function holdActivationAnswers(h: Harness) {
     async (url: string, init: Parameters<FakeServer["fetch"]>[1]): Promise<ResponseLike> => {
       const res = await h.server.fetch(url, init);
       if (init.method !== "POST" || !url.endsWith("/runtime/v1/activations")) return res;
+      if (held.some((answer) => answer.client === client)) return res;
       const publicKey = JSON.parse(init.body ?? "{}").device_signing_public_key as string;
       await new Promise<void>((release) => {
         held.push({ client, publicKey, release });
@@ -73,25 +77,6 @@ function holdActivationAnswers(h: Harness) {
       arrived();
     });
   return { fetchFor, held, arrivals };
-}
-
-/** Web Locks as a browser grants them: one holder per name, the others wait their turn. */
-class FakeLocks implements LockManagerLike {
-  readonly names: string[] = [];
-  /** Called at each request, before it waits its turn. */
-  onRequest: () => void = () => undefined;
-  private readonly tails = new Map<string, Promise<unknown>>();
-
-  request<T>(name: string, callback: () => Promise<T>): Promise<T> {
-    this.names.push(name);
-    this.onRequest();
-    const run = (this.tails.get(name) ?? Promise.resolve()).then(() => callback());
-    this.tails.set(
-      name,
-      run.catch(() => undefined),
-    );
-    return run;
-  }
 }
 
 describe("the app clears its storage under a running client", () => {
@@ -159,26 +144,51 @@ describe("the app clears its storage under a running client", () => {
 });
 
 describe("another client on the same storage replaces the keys while an activation is in flight", () => {
-  test("the activation is refused with DEVICE_KEYS_CHANGED, nothing of it is stored, and its server slot is released", async () => {
+  test("the activation is not stored, its server slot is released, and it is made once more with the stored keys", async () => {
     const h = harness();
-    const intruder = exportDeviceKeys(generateDeviceKeys());
+    const own = (await h.client.deviceKeys()).signing.publicKey;
+    const intruder = generateDeviceKeys();
     h.server.handlers.push((req) => {
-      if (req.path === "/runtime/v1/activations") void h.storage.set(`${PREFIX}device_keys`, intruder);
+      const activations = h.server.requests.filter((r) => r.path === "/runtime/v1/activations");
+      if (req.path === "/runtime/v1/activations" && activations.length === 1)
+        void h.storage.set(`${PREFIX}device_keys`, exportDeviceKeys(intruder));
+      return undefined;
+    });
+    const result = await h.client.activate(LICENSE);
+    // Released before the second request, so a license of one machine has its slot free for it.
+    const calls = h.server.requests
+      .filter((r) => r.path.startsWith("/runtime/v1/activations"))
+      .map((r) => `${r.method} ${r.json?.device_signing_public_key ?? r.path}`);
+    expect(calls).toEqual([
+      `POST ${own}`,
+      expect.stringMatching(/^DELETE \/runtime\/v1\/activations\/act_/),
+      `POST ${intruder.signing.publicKey}`,
+    ]);
+    expect([...h.server.activations.keys()]).toEqual([result.activationId]);
+    expect(await storedPublicKey(h.storage)).toBe(intruder.signing.publicKey);
+    expect(h.server.proofFailures).toEqual([]);
+    await expectUsableAfterReload(h);
+  });
+
+  test("keys replaced again while the second request is in flight refuse the call with DEVICE_KEYS_CHANGED, storing nothing and releasing both slots", async () => {
+    const h = harness();
+    const intruders: string[] = [];
+    h.server.handlers.push((req) => {
+      if (req.path !== "/runtime/v1/activations") return undefined;
+      const keys = exportDeviceKeys(generateDeviceKeys());
+      intruders.push(keys);
+      void h.storage.set(`${PREFIX}device_keys`, keys);
       return undefined;
     });
     const error = await rejectsSdk(h.client.activate(LICENSE));
     expect(error).toMatchObject({ kind: "storage", code: "DEVICE_KEYS_CHANGED", retryable: true });
+    expect(intruders).toHaveLength(2);
     expect(await h.client.activationId()).toBeUndefined();
     expect(await h.storage.get(`${PREFIX}certificate`)).toBeUndefined();
-    expect(await h.storage.get(`${PREFIX}device_keys`)).toBe(intruder);
-    // The orphaned activation's keys exist nowhere any more: the client gave its slot back.
-    expect(h.server.requests.filter((r) => r.method === "DELETE")).toHaveLength(1);
+    expect(await h.storage.get(`${PREFIX}device_keys`)).toBe(intruders[1]);
+    expect(h.server.requests.filter((r) => r.method === "DELETE")).toHaveLength(2);
     expect(h.server.activations.size).toBe(0);
     expect(h.server.proofFailures).toEqual([]);
-    // A retry adopts the stored keys and activates with them.
-    h.server.handlers = [];
-    await h.client.activate(LICENSE);
-    await expectUsableAfterReload(h);
   });
 
   test("the refusal stands when the orphan's release fails, and still stores nothing", async () => {
@@ -207,7 +217,7 @@ describe("another client on the same storage replaces the keys while an activati
 });
 
 describe("two clients on one storage at first run (two browser tabs)", () => {
-  test("without a lock manager, the stored activation ends up bound to the stored keys whichever answer comes last", async () => {
+  test("without a lock manager, both end with one activation bound to the stored keys whichever answer comes last", async () => {
     for (const order of ["stored keys first", "other keys first"] as const) {
       const h = harness();
       const gate = holdActivationAnswers(h);
@@ -226,9 +236,8 @@ describe("two clients on one storage at first run (two browser tabs)", () => {
         answer.release();
         await runs.get(answer.client);
       }
-      const outcomes = await Promise.all(runs.values());
-      expect(outcomes).toContain("ok");
-      for (const o of outcomes) expect(["ok", "storage/DEVICE_KEYS_CHANGED"]).toContain(o);
+      // The client whose keys lost asks again with the stored ones and gets the same activation.
+      expect(await Promise.all(runs.values())).toEqual(["ok", "ok"]);
       // An activation whose keys lost the race is given back; one device, one slot.
       expect(h.server.activations.size).toBe(1);
       await expectUsableAfterReload(h);

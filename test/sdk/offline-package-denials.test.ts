@@ -109,6 +109,101 @@ test("a suspension the device heard stands against the license's older packages 
   expect(await app.licenseInfo()).toMatchObject({ state: "valid", licenseId: fx.licenseId });
 });
 
+/**
+ * A device that heard from a heartbeat, as a heartbeat reports it (a signed 200, license_status
+ * "suspended"), that the license is suspended; holding a package, issued before, of an activation
+ * of the license the vendor ended since.
+ */
+async function deviceThatHeardSuspensionFromHeartbeat(app: LicensingClient) {
+  const before = await packageFor(app);
+  const [{ id: packaged }] = (await t.call("GET", `/mgmt/v1/licenses/${fx.licenseId}/activations`)).body.data;
+  await mgmt("DELETE", `/mgmt/v1/activations/${packaged}`);
+  t.clock.advance(10);
+  await app.activate({ licenseKey: fx.licenseKey, machineInfo: MACHINE });
+  t.clock.advance(60);
+  await mgmt("PATCH", `/mgmt/v1/licenses/${fx.licenseId}`, { status_action: "suspended" });
+  t.clock.advance(10);
+  const heard = await app.heartbeat();
+  expect(heard.licenseStatus).toBe("suspended");
+  return { before, heard };
+}
+
+test("a suspension a heartbeat reported stands against the license's older packages after deactivate(), as a LICENSE_SUSPENDED denial would", async () => {
+  const app = sdkClient(t, config);
+  const { before, heard } = await deviceThatHeardSuspensionFromHeartbeat(app);
+  await app.deactivate();
+  const error = await refusal(app.loadOfflinePackage(before));
+  expect(error).toMatchObject({ kind: "license", code: "LICENSE_SUSPENDED" });
+  expect(error.details).toMatchObject({
+    server_time: heard.serverTime,
+    license_status: "suspended",
+    signed: true,
+  });
+  expect(error.details.overtaken_server_time).toBeLessThan(heard.serverTime);
+  expect(await app.activationId()).toBeUndefined();
+  expect(await app.hasEntitlement("pro")).toBe(false);
+
+  // Reinstated: a package issued after the suspension is taken; the older one still is not.
+  await mgmt("PATCH", `/mgmt/v1/licenses/${fx.licenseId}`, { status_action: "active" });
+  t.clock.advance(10);
+  expect((await refusal(app.loadOfflinePackage(before))).code).toBe("LICENSE_SUSPENDED");
+  await app.loadOfflinePackage(await packageFor(app));
+  expect(await app.licenseInfo()).toMatchObject({ state: "valid", licenseId: fx.licenseId });
+});
+
+test("a heartbeat of an active license remembers no denial: after deactivate(), a package of the license issued before it still loads", async () => {
+  const storage = new MemoryStorage();
+  const app = sdkClient(t, config, { storage });
+  const before = await packageFor(app);
+  // The vendor ends the packaged activation, so that activate() makes a new one for these keys.
+  const [{ id: packaged }] = (await t.call("GET", `/mgmt/v1/licenses/${fx.licenseId}/activations`)).body.data;
+  await mgmt("DELETE", `/mgmt/v1/activations/${packaged}`);
+  t.clock.advance(10);
+  await app.activate({ licenseKey: fx.licenseKey, machineInfo: MACHINE });
+  t.clock.advance(60);
+  expect((await app.heartbeat()).licenseStatus).toBe("active");
+  await app.deactivate();
+  expect(await storage.get(`${PREFIX()}license_denials`)).toBeUndefined();
+  expect((await app.loadOfflinePackage(before)).activationId).toBe(packaged);
+  expect(await app.licenseState()).toBe("valid");
+});
+
+test("a revocation answered to activate() is remembered by the license it names: a package issued before it is refused", async () => {
+  const storage = new MemoryStorage();
+  const app = sdkClient(t, config, { storage });
+  const before = await packageFor(app);
+  t.clock.advance(60);
+  await mgmt("DELETE", `/mgmt/v1/licenses/${fx.licenseId}`);
+  t.clock.advance(10);
+  const denied = await refusal(app.activate({ licenseKey: fx.licenseKey, machineInfo: MACHINE }));
+  expect(denied).toMatchObject({ kind: "license", code: "LICENSE_REVOKED" });
+  expect(denied.details.license_id).toBe(fx.licenseId);
+
+  const error = await refusal(app.loadOfflinePackage(before));
+  expect(error).toMatchObject({ kind: "license", code: "LICENSE_REVOKED" });
+  expect(error.details).toMatchObject({ server_time: denied.details.server_time, license_id: fx.licenseId });
+  expect(await app.activationId()).toBeUndefined();
+  expect(await app.licenseState()).toBe("invalid");
+  // Remembered for that license only.
+  const remembered = JSON.parse((await storage.get(`${PREFIX()}license_denials`)) ?? "{}").entries;
+  expect(remembered.map((entry: { license_id: string }) => entry.license_id)).toEqual([fx.licenseId]);
+});
+
+test("a suspension answered to activate() refuses the license's older packages; once reinstated, a package issued after it is taken", async () => {
+  const app = sdkClient(t, config);
+  const before = await packageFor(app);
+  t.clock.advance(60);
+  await mgmt("PATCH", `/mgmt/v1/licenses/${fx.licenseId}`, { status_action: "suspended" });
+  t.clock.advance(10);
+  const denied = await refusal(app.activate({ licenseKey: fx.licenseKey, machineInfo: MACHINE }));
+  expect(denied).toMatchObject({ kind: "license", code: "LICENSE_SUSPENDED" });
+  expect((await refusal(app.loadOfflinePackage(before))).code).toBe("LICENSE_SUSPENDED");
+  await mgmt("PATCH", `/mgmt/v1/licenses/${fx.licenseId}`, { status_action: "active" });
+  t.clock.advance(10);
+  await app.loadOfflinePackage(await packageFor(app));
+  expect(await app.licenseInfo()).toMatchObject({ state: "valid", licenseId: fx.licenseId });
+});
+
 test("a remembered denial list that cannot be read counts as none instead of failing every package", async () => {
   const storage = new MemoryStorage();
   const app = sdkClient(t, config, { storage });

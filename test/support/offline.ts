@@ -1,4 +1,11 @@
-import { LicensingClient, type MachineInfo, MemoryStorage, SdkError } from "../../src/sdk/index.ts";
+import {
+  LicensingClient,
+  type LockManagerLike,
+  type MachineInfo,
+  MemoryStorage,
+  SdkError,
+  type Storage,
+} from "../../src/sdk/index.ts";
 import { BASE_URL, type TestContext } from "./harness.ts";
 
 export const MACHINE: MachineInfo = { os: "linux", arch: "x64", hostname: "air-gapped-1" };
@@ -14,7 +21,12 @@ export async function integrationConfig(t: TestContext, productId: string, key =
 export function sdkClient(
   t: TestContext,
   config: Record<string, unknown>,
-  options: { alg?: "ed25519" | "p256"; storage?: MemoryStorage; fetch?: typeof fetch } = {},
+  options: {
+    alg?: "ed25519" | "p256";
+    storage?: Storage;
+    fetch?: typeof fetch;
+    locks?: LockManagerLike;
+  } = {},
 ) {
   const inProcess = (url: string, init?: RequestInit) => t.app.handle(new Request(url, init));
   return new LicensingClient({
@@ -23,6 +35,7 @@ export function sdkClient(
     now: () => t.clock.now().getTime(),
     signingAlgorithm: options.alg ?? "ed25519",
     storage: options.storage ?? new MemoryStorage(),
+    ...(options.locks === undefined ? {} : { locks: options.locks }),
   });
 }
 

@@ -34,7 +34,7 @@ const ALLOWED: Reviewed[] = [
     ["src/modules/activations/machine.ts", "body.machine_info_digest !== activation.machineInfoDigest"],
     ["src/sdk/client-offline.ts", "machineInfoDigest(info) === digest"],
     ["src/sdk/client-offline.ts", "stored?.machine_info_digest === digest"],
-    ["src/sdk/core.ts", "data.machine_info_digest !== digest"],
+    ["src/sdk/client-activation-store.ts", "data.machine_info_digest !== digest"],
     ["src/sdk/client.ts", "data.machine_info_digest !== expectedDigest"],
   ),
   ...reviewed("a product code is a public identifier", [

@@ -4,7 +4,7 @@ import { unixSeconds } from "../../domain/clock.ts";
 import { type RuntimeOperation, runtimeDenial, SIGNED_DENIALS } from "../../domain/runtime-guards.ts";
 import type { Environment } from "../../domain/scopes.ts";
 import { type DeviceProofHeaders, type DeviceProofVerifier, proofInvalid } from "../../http/device-proof.ts";
-import { ApiError, type ErrorCode, type SignedFor } from "../../http/errors.ts";
+import { ApiError, type ErrorCode, type ErrorDetails, type SignedFor } from "../../http/errors.ts";
 import type { GroupCommit } from "../../store/group-commit.ts";
 import { preparedRowReader } from "../../store/prepared-select.ts";
 import { activations, licenses, policies } from "../../store/schema/index.ts";
@@ -165,7 +165,8 @@ export class RuntimeGate {
   ): void {
     const code = this.denial(op, license, activation, deviceThumbprint, now);
     if (!code) return;
-    throw denialError(code, SIGNED_DENIALS.has(code) ? signedFor : undefined);
+    const details = op === "activate" && LICENSE_STATE_DENIALS.has(code) ? { license_id: license.id } : {};
+    throw denialError(code, SIGNED_DENIALS.has(code) ? signedFor : undefined, details);
   }
 
   /** The first guard's denial code, or null; for callers that answer outside the runtime API. */
@@ -310,13 +311,26 @@ function deepFreeze<T>(value: T): T {
 }
 
 /** A guard's denial as an error; signed only when `signedFor` is given (runtime responses). */
-export const denialError = (code: ErrorCode, signedFor?: SignedFor): ApiError =>
+export const denialError = (code: ErrorCode, signedFor?: SignedFor, details: ErrorDetails = {}): ApiError =>
   new ApiError(
     code,
     DENIAL_MESSAGES[code] ?? "This call is not allowed.",
-    {},
+    details,
     signedFor ? { signedFor } : {},
   );
+
+/**
+ * Denials about the license itself. Answered to an activation request (create, trial confirm)
+ * they also name the license (protocol §16): the device holds no activation to learn it from, and
+ * remembers such a denial by license against that license's older offline packages. Nothing is
+ * given away: the caller has shown the license key (or the trial's code), and a device learns the
+ * id from any activation of it.
+ */
+const LICENSE_STATE_DENIALS: ReadonlySet<ErrorCode> = new Set([
+  "LICENSE_REVOKED",
+  "LICENSE_EXPIRED",
+  "LICENSE_SUSPENDED",
+]);
 
 const DENIAL_MESSAGES: Partial<Record<string, string>> = {
   LICENSE_REVOKED: "The license has been revoked.",
