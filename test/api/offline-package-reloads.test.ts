@@ -31,7 +31,7 @@ async function packageFor(app: LicensingClient, machineInfo = MACHINE): Promise<
 const setStatus = (status_action: string) =>
   t.call("PATCH", `/mgmt/v1/licenses/${fx.licenseId}`, { body: { status_action } });
 
-test("a package older than a heartbeat that reported a suspension is refused as superseded, and the suspension stands", async () => {
+test("a package older than a heartbeat that reported a suspension is refused with that suspension, which stands", async () => {
   const app = sdkClient(t, await integrationConfig(t, fx.productId));
   const old = await packageFor(app);
   await app.loadOfflinePackage(old);
@@ -43,8 +43,9 @@ test("a package older than a heartbeat that reported a suspension is refused as 
 
   t.clock.advance(60);
   const reloaded = await refusal(app.loadOfflinePackage(old));
-  expect(reloaded).toMatchObject({ code: "PACKAGE_SUPERSEDED", kind: "verification" });
-  expect(reloaded.details.newest_answer).toBeGreaterThan(reloaded.details.issued_at as number);
+  // Remembered by license as a signed LICENSE_SUSPENDED at the heartbeat's second (docs/sdk.md).
+  expect(reloaded).toMatchObject({ code: "LICENSE_SUSPENDED", kind: "license" });
+  expect(reloaded.details.overtaken_server_time).toBeLessThan(reloaded.details.server_time as number);
   expect(await app.licenseInfo()).toMatchObject({ state: "invalid", reason: "suspended" });
   expect(await app.hasEntitlement("pro")).toBe(false);
 
