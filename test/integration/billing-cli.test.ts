@@ -4,7 +4,7 @@ import { chmodSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "nod
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createApp } from "../../src/app.ts";
-import { initialise } from "../../src/cli/init.ts";
+import { finishInit, initialise } from "../../src/cli/init.ts";
 import { resolveConfig } from "../../src/config.ts";
 import { silentLogger } from "../../src/http/logger.ts";
 import { buildDeps, openKeystore, startServer } from "../../src/server.ts";
@@ -53,6 +53,8 @@ function secretFile(name: string, content: string, mode = 0o600): string {
 
 beforeAll(async () => {
   const init = initialise(resolveConfig({ "data-dir": dataDir }, {}, work));
+  // As `licensing init` does once the keys are shown: the staging folder and the lock go.
+  finishInit(init);
   keys = init.apiKeys;
   const passphrase = readFileSync(join(dataDir, "keystore.passphrase"), "utf8").trim();
   store = openStore(join(dataDir, "licensing.db"));

@@ -3,7 +3,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, test } from "bun:test
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { initialise } from "../../src/cli/init.ts";
+import { finishInit, initialise } from "../../src/cli/init.ts";
 import { resolveConfig } from "../../src/config.ts";
 import { runInProcess } from "../support/in-process-cli.ts";
 import { storeDigest } from "../support/store-digest.ts";
@@ -28,7 +28,8 @@ const refuseAuditRecords = () =>
   );
 
 beforeAll(async () => {
-  initialise(resolveConfig({ "data-dir": dataDir }, {}, work));
+  // As `licensing init` does once the keys are shown: the staging folder and the lock go.
+  finishInit(initialise(resolveConfig({ "data-dir": dataDir }, {}, work)));
   store = new Database(join(dataDir, "licensing.db"));
   const keys = JSON.parse((await cli(["keys", "list", "--json"])).stdout) as {
     id: string;

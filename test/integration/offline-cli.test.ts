@@ -13,7 +13,7 @@ import {
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createApp } from "../../src/app.ts";
-import { initialise } from "../../src/cli/init.ts";
+import { finishInit, initialise } from "../../src/cli/init.ts";
 import { resolveConfig } from "../../src/config.ts";
 import { DEFAULT_BODY_LIMIT } from "../../src/http/body.ts";
 import { silentLogger } from "../../src/http/logger.ts";
@@ -93,6 +93,8 @@ const device = () =>
 
 beforeAll(async () => {
   const init = initialise(resolveConfig({ "data-dir": dataDir }, {}, work));
+  // As `licensing init` does once the keys are shown: the staging folder and the lock go.
+  finishInit(init);
   liveKey = init.apiKeys.live;
   const passphrase = readFileSync(join(dataDir, "keystore.passphrase"), "utf8").trim();
   store = openStore(join(dataDir, "licensing.db"));

@@ -3,7 +3,7 @@ import { existsSync, mkdtempSync, readFileSync, renameSync, rmSync, writeFileSyn
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createApp } from "../../src/app.ts";
-import { initialise } from "../../src/cli/init.ts";
+import { finishInit, initialise } from "../../src/cli/init.ts";
 import { resolveConfig } from "../../src/config.ts";
 import { Keystore } from "../../src/crypto/keystore.ts";
 import { parseSealingKeyLine, sealFile } from "../../src/crypto/sealed-file.ts";
@@ -110,7 +110,10 @@ const keystoreFileHolds = (keyId: string) =>
   Keystore.open(keystorePath, passphrase).has(`product-sealing:${keyId}`);
 
 beforeAll(async () => {
-  liveKey = initialise(resolveConfig({ "data-dir": dataDir }, {}, work)).apiKeys.live;
+  const init = initialise(resolveConfig({ "data-dir": dataDir }, {}, work));
+  // As `licensing init` does once the keys are shown: the staging folder and the lock go.
+  finishInit(init);
+  liveKey = init.apiKeys.live;
   passphrase = readFileSync(join(dataDir, "keystore.passphrase"), "utf8").trim();
   store = openStore(join(dataDir, "licensing.db"));
   serverDeps = buildDeps(store, openKeystore(dataDir, passphrase));

@@ -4,7 +4,7 @@ import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createApp } from "../../src/app.ts";
-import { initialise } from "../../src/cli/init.ts";
+import { finishInit, initialise } from "../../src/cli/init.ts";
 import { resolveConfig } from "../../src/config.ts";
 import { systemClock } from "../../src/domain/clock.ts";
 import { LicensingClient, MemoryStorage } from "../../src/sdk/index.ts";
@@ -128,6 +128,8 @@ async function newLicense(days: number): Promise<string> {
 
 beforeAll(async () => {
   const init = initialise(resolveConfig({ "data-dir": dataDir }, {}, work));
+  // As `licensing init` does once the keys are shown: the staging folder and the lock go.
+  finishInit(init);
   liveKey = init.apiKeys.live;
   const passphrase = readFileSync(join(dataDir, "keystore.passphrase"), "utf8").trim();
   store = openStore(join(dataDir, "licensing.db"));
