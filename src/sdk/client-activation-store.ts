@@ -34,6 +34,28 @@ export class ActivationStoringClient extends ClientCore {
   }
 
   /**
+   * The fields every request that binds this device carries (activation create, trial confirm),
+   * before the request's own and its proof.
+   */
+  protected deviceFields(
+    keys: DeviceKeys,
+    machineInfo: MachineInfo,
+    signals: Record<string, string>,
+    nonce: string,
+  ): Record<string, unknown> {
+    return {
+      device_signing_public_key: keys.signing.publicKey,
+      device_kem_public_key: keys.kem.publicKey,
+      machine_info: machineInfo,
+      machine_signals: signals,
+      app_version: this.appVersion,
+      sdk_version: this.sdkVersion,
+      client_time: this.timestamp(),
+      nonce,
+    };
+  }
+
+  /**
    * Remembers a signed license-state denial of an activation request by the license it names,
    * against that license's older offline packages (denials.ts); returns the error to throw.
    */

@@ -129,14 +129,7 @@ export class TrialCapableClient extends OfflineCapableClient {
           const body: Record<string, unknown> = {
             code: options.code.trim(),
             email: options.email.trim(),
-            device_signing_public_key: keys.signing.publicKey,
-            device_kem_public_key: keys.kem.publicKey,
-            machine_info: machineInfo,
-            machine_signals: signals,
-            app_version: this.appVersion,
-            sdk_version: this.sdkVersion,
-            client_time: this.timestamp(),
-            nonce,
+            ...this.deviceFields(keys, machineInfo, signals, nonce),
           };
           body.device_proof = signTrialProof(keys, body);
           const denialSubject = { device_thumbprint: thumbprint(keys.signing.publicKey) };

@@ -66,14 +66,7 @@ export class LicensingClient extends NamedUserCapableClient {
         const body: Record<string, unknown> = {
           license_key: options.licenseKey,
           product_id: this.config.productId,
-          device_signing_public_key: keys.signing.publicKey,
-          device_kem_public_key: keys.kem.publicKey,
-          machine_info: machineInfo,
-          machine_signals: signals,
-          app_version: this.appVersion,
-          sdk_version: this.sdkVersion,
-          client_time: this.timestamp(),
-          nonce,
+          ...this.deviceFields(keys, machineInfo, signals, nonce),
           ...(options.namedUserToken === undefined ? {} : { named_user_token: options.namedUserToken }),
         };
         body.device_proof = signActivationProof(keys, body);
