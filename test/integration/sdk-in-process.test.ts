@@ -320,8 +320,10 @@ describe("a trust bundle the service no longer confirms", () => {
 
   test("signed answers are refused with BUNDLE_UNCONFIRMED once the bundle has gone 7 days without a successful refetch, while the stored certificate keeps working", async () => {
     const app = device();
+    // The bundle is confirmed while activate() runs, which may cross a second boundary.
+    const activatedFrom = Math.floor(t.clock.now().getTime() / 1000);
     await app.activate({ licenseKey: fx.licenseKey, machineInfo });
-    const confirmedAt = Math.floor(t.clock.now().getTime() / 1000);
+    const activatedBy = Math.floor(t.clock.now().getTime() / 1000);
     rewrite = blockBundle;
     t.clock.advance(6 * DAY);
     // Confirmed 6 days ago: the cached bundle still stands in for the refetch that fails.
@@ -340,7 +342,9 @@ describe("a trust bundle the service no longer confirms", () => {
     expect(serverSide()).toEqual(before);
     expect(refused.kind).toBe("verification");
     expect(refused.retryable).toBe(true);
-    expect(refused.details).toEqual({ confirmed_at: confirmedAt, max_unconfirmed_sec: 7 * DAY });
+    expect(refused.details).toEqual({ confirmed_at: expect.any(Number), max_unconfirmed_sec: 7 * DAY });
+    expect(refused.details.confirmed_at).toBeGreaterThanOrEqual(activatedFrom);
+    expect(refused.details.confirmed_at).toBeLessThanOrEqual(activatedBy);
     expect((refused.cause as SdkError).status).toBe(503);
     await sdkError(app.serverTime());
     // An outage does not make a licensed device fail closed: the offline state is untouched.
