@@ -296,11 +296,9 @@ export class ClientState {
     return (await this.replacedActivations()).find((r) => r.activation_id === activationId)?.replaced_at;
   }
 
-  /** Oldest first; an unreadable list, or entry, counts as none (as ended_activations). */
-  private async replacedActivations(): Promise<ReplacedActivation[]> {
-    const stored = await this.getJsonOrNone<{ entries?: unknown }>("replaced_activations");
-    if (!Array.isArray(stored?.entries)) return [];
-    return stored.entries.filter(
+  private replacedActivations(): Promise<ReplacedActivation[]> {
+    return this.entriesOf(
+      "replaced_activations",
       (r): r is ReplacedActivation =>
         isRecord(r) && typeof r.activation_id === "string" && Number.isSafeInteger(r.replaced_at),
     );
@@ -326,14 +324,21 @@ export class ClientState {
     return (await this.licenseDenials()).find((entry) => entry.license_id === licenseId)?.denial;
   }
 
-  /** Oldest first; an unreadable list, or entry, counts as none (as replaced_activations). */
-  private async licenseDenials(): Promise<LicenseDenial[]> {
-    const stored = await this.getJsonOrNone<{ entries?: unknown }>("license_denials");
-    if (!Array.isArray(stored?.entries)) return [];
-    return stored.entries.filter(
+  private licenseDenials(): Promise<LicenseDenial[]> {
+    return this.entriesOf(
+      "license_denials",
       (entry): entry is LicenseDenial =>
         isRecord(entry) && typeof entry.license_id === "string" && isStoredDenial(entry.denial),
     );
+  }
+
+  /**
+   * A stored `{ entries: [...] }` list, oldest first. An unreadable list counts as empty and an
+   * unreadable entry as absent (as ended_activations): a damaged memory forgets, never throws.
+   */
+  private async entriesOf<T>(item: Item, isEntry: (value: unknown) => value is T): Promise<T[]> {
+    const stored = await this.getJsonOrNone<{ entries?: unknown }>(item);
+    return Array.isArray(stored?.entries) ? stored.entries.filter(isEntry) : [];
   }
 
   /** The second the newest signed answer behind the stored activation state was signed. */

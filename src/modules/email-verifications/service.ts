@@ -1,4 +1,4 @@
-import { and, asc, desc, eq, inArray, isNull, lt, sql } from "drizzle-orm";
+import { and, asc, desc, eq, isNull, sql } from "drizzle-orm";
 import { parsePublicKey, thumbprint } from "../../crypto/keys.ts";
 import type { Deps } from "../../deps.ts";
 import { canonicalLicenseKey } from "../../domain/license-key.ts";
@@ -20,17 +20,16 @@ import {
   licenses,
   licenseUsers,
   namedUserTokens,
-  passkeyApprovals,
   policies,
   products,
 } from "../../store/schema/index.ts";
-import { purgeInSteps } from "../../store/stepped-count.ts";
 import type { LicenseService } from "../licenses/service.ts";
 import type { PasskeyService } from "../named-users/passkeys.ts";
 import type { NamedUserService } from "../named-users/service.ts";
 import type { TwoFactorService } from "../named-users/two-factor.ts";
 import { VERIFICATION_SEND_LIMITS, VerificationLimits } from "./limits.ts";
 import type { EmailVerificationConfirmBody, EmailVerificationStartBody } from "./model.ts";
+import { purgeEmailVerifications } from "./purge.ts";
 import {
   assignmentUnavailable,
   NAMED_USER_TOKEN_TTL_SEC,
@@ -40,10 +39,6 @@ import {
 
 /** What the 202 tells a client to wait before asking for another code: a start sooner sends none. */
 export const RESEND_AFTER_SEC = VERIFICATION_SEND_LIMITS.sameAddressGapSec;
-/** Verifications, their approvals and tokens are kept this long (the limits look back 24 hours), then purged. */
-export const KEEP_VERIFICATIONS_MS = 2 * 86_400_000;
-/** Rows deleted per statement by the purge (a few milliseconds of the thread that serves heartbeats). */
-export const EMAIL_VERIFICATION_PURGE_BATCH = 1_000;
 const FEATURE = "email_license_verification";
 
 type VerificationRow = typeof emailVerifications.$inferSelect;
@@ -309,59 +304,9 @@ export class EmailVerificationService {
     };
   }
 
-  /**
-   * Deletes verifications older than two days (long closed or expired: codes last 10 minutes),
-   * their passkey approvals, and named-user tokens expired as long. Unauthenticated starts write
-   * a row each, so without this the store would only grow. `batch` rows per statement, with a
-   * turn of the event loop between (the sweeper runs it; one DELETE of a backlog held the thread
-   * that serves heartbeats). Returns how many rows went.
-   */
-  async purge(batch = EMAIL_VERIFICATION_PURGE_BATCH, stopped: () => boolean = () => false): Promise<number> {
-    const before = new Date(this.deps.clock.now().getTime() - KEEP_VERIFICATIONS_MS);
-    const { db } = this.deps;
-    // A batch of verifications (along the created_at index) with their approvals, in one
-    // transaction so no approval outlives its verification; then the tokens, a batch at a time.
-    const verifications = await purgeInSteps(() => {
-      if (stopped()) return null;
-      return db.transaction((tx) => {
-        const ids = tx
-          .select({ id: emailVerifications.id })
-          .from(emailVerifications)
-          .where(lt(emailVerifications.createdAt, before))
-          .limit(batch)
-          .all()
-          .map((row) => row.id);
-        if (ids.length === 0) return null;
-        const approvals = tx
-          .delete(passkeyApprovals)
-          .where(inArray(passkeyApprovals.verificationId, ids))
-          .returning({ id: passkeyApprovals.verificationId })
-          .all().length;
-        const rows = tx
-          .delete(emailVerifications)
-          .where(inArray(emailVerifications.id, ids))
-          .returning({ id: emailVerifications.id })
-          .all().length;
-        return approvals + rows;
-      });
-    });
-    const tokens = await purgeInSteps(() => {
-      if (stopped()) return null;
-      const hashes = db
-        .select({ hash: namedUserTokens.tokenHash })
-        .from(namedUserTokens)
-        .where(lt(namedUserTokens.expiresAt, before))
-        .limit(batch)
-        .all()
-        .map((row) => row.hash);
-      if (hashes.length === 0) return null;
-      return db
-        .delete(namedUserTokens)
-        .where(inArray(namedUserTokens.tokenHash, hashes))
-        .returning({ hash: namedUserTokens.tokenHash })
-        .all().length;
-    });
-    return verifications + tokens;
+  /** The sweeper's purge of old verifications, their approvals and tokens (purge.ts). */
+  purge(batch?: number, stopped?: () => boolean): Promise<number> {
+    return purgeEmailVerifications(this.deps, batch, stopped);
   }
 
   /**

@@ -1,4 +1,4 @@
-import { eq, inArray, lt } from "drizzle-orm";
+import { eq } from "drizzle-orm";
 import { constantTimeEqual } from "../../crypto/constant-time.ts";
 import { PREFIX } from "../../crypto/envelope.ts";
 import { type PublicKeyInfo, parsePublicKey, thumbprint } from "../../crypto/keys.ts";
@@ -24,7 +24,6 @@ import {
   trialGrants,
   trialVerifications,
 } from "../../store/schema/index.ts";
-import { purgeInSteps } from "../../store/stepped-count.ts";
 import type { RuntimeCall, RuntimeGate, SignedResult, Target } from "../activations/gate.ts";
 import type { ActivationService } from "../activations/service.ts";
 import type { LicenseService } from "../licenses/service.ts";
@@ -34,14 +33,10 @@ import type { TrustService } from "../trust/service.ts";
 import { enqueueEvent } from "../webhooks/enqueue.ts";
 import { activeTrialOf, hadTrial } from "./grants.ts";
 import type { TrialConfirmBody, TrialStartBody } from "./model.ts";
+import { purgeTrialVerifications } from "./purge.ts";
 import { SEND_LIMITS, SendLimits } from "./send-limits.ts";
 
-const DAY_MS = 86_400_000;
 const CONFIRM_ROUTE = "/runtime/v1/trial-verifications/:id/confirm";
-/** Verifications are needed for the 24-hour send limits and their 10 minutes; older ones go. */
-const KEEP_VERIFICATIONS_MS = 2 * DAY_MS;
-/** Verifications deleted per statement by the sweeper's purge (a few milliseconds of the thread). */
-export const TRIAL_VERIFICATION_PURGE_BATCH = 1_000;
 
 interface StartResult {
   verification_id: string;
@@ -153,33 +148,9 @@ export class TrialVerificationService {
     return { data, productId: product.id, nonce: body.nonce };
   }
 
-  /**
-   * Deletes verifications older than KEEP_VERIFICATIONS_MS, `batch` per statement (along the
-   * created_at index) with a turn of the event loop between, from the sweeper: a start once did
-   * it inside its own transaction, and after a restart the first start deleted the whole backlog.
-   * Returns how many went.
-   */
-  purgeVerifications(
-    batch = TRIAL_VERIFICATION_PURGE_BATCH,
-    stopped: () => boolean = () => false,
-  ): Promise<number> {
-    const before = new Date(this.deps.clock.now().getTime() - KEEP_VERIFICATIONS_MS);
-    return purgeInSteps(() => {
-      if (stopped()) return null;
-      const ids = this.deps.db
-        .select({ id: trialVerifications.id })
-        .from(trialVerifications)
-        .where(lt(trialVerifications.createdAt, before))
-        .limit(batch)
-        .all()
-        .map((row) => row.id);
-      if (ids.length === 0) return null;
-      return this.deps.db
-        .delete(trialVerifications)
-        .where(inArray(trialVerifications.id, ids))
-        .returning({ id: trialVerifications.id })
-        .all().length;
-    });
+  /** The sweeper's purge of old verifications (purge.ts). */
+  purgeVerifications(batch?: number, stopped?: () => boolean): Promise<number> {
+    return purgeTrialVerifications(this.deps, batch, stopped);
   }
 
   /**
