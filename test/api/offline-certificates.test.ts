@@ -3,6 +3,7 @@ import { spawnSync } from "node:child_process";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { zipSync } from "fflate";
 import { importJWK, jwtVerify } from "jose";
 import { b64u, sha256Hex } from "../../src/crypto/encoding.ts";
 import { TrustService } from "../../src/modules/trust/service.ts";
@@ -280,6 +281,36 @@ describe("repeating a request", () => {
     expect([again.status, again.headers.get("idempotent-replayed")]).toEqual([200, "true"]);
     expect(Buffer.from(again.bytes).equals(Buffer.from(first.bytes))).toBe(true);
   });
+
+  test.each([
+    ["not a ZIP", (_body: Uint8Array) => new Uint8Array([0, 1, 2, 3])],
+    ["cut short", (body: Uint8Array) => body.slice(0, Math.floor(body.length / 2))],
+    [
+      "a ZIP without license.jwt",
+      (_body: Uint8Array) => zipSync({ "manifest.json": new Uint8Array([123, 125]) }),
+    ],
+  ])(
+    "a stored package that is damaged (%s) is never handed out: the identical request answers 409 package_unreadable",
+    async (_damage, damage) => {
+      const request = await device().createOfflineRequest({ machineInfo: MACHINE });
+      const first = await requestPackage(t, fx.licenseId, request);
+      expect(first.status).toBe(200);
+      const id = first.headers.get("x-offline-package-id");
+      t.deps.sqlite.run("UPDATE offline_packages SET body = ? WHERE id = ?", [damage(first.bytes), id]);
+      const again = await requestPackage(t, fx.licenseId, request);
+      expect([again.status, again.headers.get("idempotent-replayed")]).toEqual([409, null]);
+      expect(again.error).toMatchObject({
+        code: "OFFLINE_REQUEST_USED",
+        details: { reason: "package_unreadable", package_id: id },
+      });
+      const fresh = await requestPackage(
+        t,
+        fx.licenseId,
+        await device().createOfflineRequest({ machineInfo: MACHINE }),
+      );
+      expect(fresh.status).toBe(200);
+    },
+  );
 
   test("the identical request with another expires_at answers 409 options_differ", async () => {
     const request = await device().createOfflineRequest({ machineInfo: MACHINE });

@@ -51,6 +51,19 @@ const packageCap = (license: LicenseRow, now: Date, plan: PlanDefinition): Date 
   return license.expiresAt && license.expiresAt < longest ? license.expiresAt : longest;
 };
 
+/**
+ * The license claim of a stored package's certificate, or undefined when the stored bytes are not
+ * a package this server wrote (a damaged store or a hand-edited row): such bytes are never handed
+ * out again, and the device's new request gets a new package.
+ */
+function storedLicenseClaim(row: OfflinePackageRow): unknown {
+  try {
+    return claimsOfOwnJws(storedPackageLicenseJwt(new Uint8Array(row.body))).license;
+  } catch {
+    return undefined;
+  }
+}
+
 const used = (reason: string, message: string, details: Record<string, unknown> = {}) =>
   new ApiError("OFFLINE_REQUEST_USED", message, { reason, ...details });
 
@@ -192,9 +205,7 @@ export class OfflinePackageService {
           : // Read, not remembered: another process may have rotated the key.
             this.trust.committedSigningKey(earlier.productId).keyId !== earlier.signingKeyId
             ? "signing_key_rotated"
-            : this.licenseChanged(earlier, current)
-              ? "license_changed"
-              : null;
+            : this.licenseChanged(earlier, current);
     if (why) {
       throw used(
         why,
@@ -212,12 +223,19 @@ export class OfflinePackageService {
    * ends after the license now does (its expiry was shortened, or the plan's longest license
    * was), or its certificate's license claim (expiry, type, entitlements, policy, max_concurrent)
    * is no longer the license's. Replaying it would hand out what the license no longer grants.
+   * Answers the reason for a new request, or null when the stored package still holds.
    */
-  private licenseChanged(earlier: OfflinePackageRow, current: CurrentTerms): boolean {
+  private licenseChanged(
+    earlier: OfflinePackageRow,
+    current: CurrentTerms,
+  ): "license_changed" | "package_unreadable" | null {
     const { license, policy, plan, now } = current;
-    if (earlier.expiresAt.getTime() > packageCap(license, now, plan).getTime()) return true;
-    const stored = claimsOfOwnJws(storedPackageLicenseJwt(new Uint8Array(earlier.body))).license;
-    return canonicalize(stored) !== canonicalize(licenseClaim(license, policy, now));
+    if (earlier.expiresAt.getTime() > packageCap(license, now, plan).getTime()) return "license_changed";
+    const stored = storedLicenseClaim(earlier);
+    if (stored === undefined) return "package_unreadable";
+    return canonicalize(stored) !== canonicalize(licenseClaim(license, policy, now))
+      ? "license_changed"
+      : null;
   }
 
   /** As asked (within the license), else the license's expiry, else the plan's longest license. */
