@@ -174,3 +174,81 @@ test("a page on an allowed origin activates through the SDK; a page on another o
   expect(activations.body.data).toHaveLength(1);
   if (allowed.outcome.ok) expect(activations.body.data[0].id).toBe(allowed.outcome.activationId);
 }, 60_000);
+
+type TabOutcome = { code: string; activationId: string | null; signingKey: string };
+
+test("two tabs opened at once on IndexedDbStorage make one key pair and one activation, every time", async () => {
+  const origin = `http://127.0.0.1:${servePages()}`;
+  const product = await api(server.url, testKey, "POST", "/mgmt/v1/products", {
+    name: "Tabs",
+    code: "tabs",
+    environment: "test",
+  });
+  const productId = product.body.data.public_id as string;
+  // One machine: a second key pair would take the only slot, or be refused one.
+  const policy = await api(server.url, testKey, "POST", "/mgmt/v1/policies", {
+    product_id: productId,
+    name: "One machine",
+    max_machines: 1,
+  });
+  await api(server.url, testKey, "PATCH", `/mgmt/v1/products/${productId}/browser-runtime`, {
+    enabled: true,
+    allowed_origins: [origin],
+  });
+  const config = (await api(server.url, testKey, "GET", `/mgmt/v1/products/${productId}/integration-config`))
+    .body.data.config;
+  const context = await browser.newContext();
+  const tabs = [await context.newPage(), await context.newPage()];
+  for (const tab of tabs) {
+    await tab.goto(`${origin}/`);
+    await tab.waitForFunction(() => (globalThis as { sdkReady?: boolean }).sdkReady === true);
+  }
+  // Localstorage lost this race about one first run in ten (docs/sdk.md): ten runs, each a new device.
+  for (let run = 0; run < 10; run++) {
+    const license = await api(server.url, testKey, "POST", "/mgmt/v1/licenses", {
+      product_id: productId,
+      policy_id: policy.body.data.public_id,
+    });
+    const licenseKey = license.body.data.key as string;
+    const outcomes = await Promise.all(
+      tabs.map((tab) =>
+        tab.evaluate(
+          async ({ config, licenseKey, name }): Promise<TabOutcome> => {
+            const sdk = (globalThis as unknown as { sdk: typeof import("../../src/sdk/index.ts") }).sdk;
+            const client = new sdk.LicensingClient({
+              config: config as never,
+              storage: await sdk.IndexedDbStorage.open({ name }),
+              appVersion: "1.0.0",
+            });
+            let code = "ok";
+            try {
+              await client.activate({ licenseKey, machineInfo: { os: "linux", arch: "x64" } });
+            } catch (error) {
+              code = (error as { code?: string }).code ?? String(error);
+            }
+            return {
+              code,
+              activationId: (await client.activationId()) ?? null,
+              signingKey: (await client.deviceKeys()).signing.publicKey,
+            };
+          },
+          { config, licenseKey, name: `first-run-${run}` },
+        ),
+      ),
+    );
+    const [a, b] = outcomes as [TabOutcome, TabOutcome];
+    // A tab that asked after the other stored the activation is told so; nothing else may fail.
+    expect([a.code, b.code].every((code) => code === "ok" || code === "ALREADY_ACTIVATED")).toBe(true);
+    expect(a.signingKey).toBe(b.signingKey);
+    expect(a.activationId).not.toBeNull();
+    expect(b.activationId).toBe(a.activationId);
+    const held = await api(
+      server.url,
+      testKey,
+      "GET",
+      `/mgmt/v1/licenses/${license.body.data.public_id}/activations`,
+    );
+    expect(held.body.data.map((activation: { id: string }) => activation.id)).toEqual([a.activationId]);
+  }
+  await context.close();
+}, 120_000);

@@ -1,0 +1,121 @@
+import { afterEach, beforeEach, describe, expect, test } from "bun:test";
+import { IDBFactory } from "fake-indexeddb";
+import { IndexedDbStorage } from "../../src/sdk/index.ts";
+import { createTestContext, type TestContext } from "../support/harness.ts";
+import { integrationConfig, MACHINE, sdkClient } from "../support/offline.ts";
+import { type RuntimeFixture, runtimeFixture } from "../support/runtime.ts";
+
+/**
+ * The IndexedDB adapter, on fake-indexeddb (an implementation of the W3C spec; test/e2e/browser.test.ts
+ * runs it in Chromium). Each instance is one tab's connection; the factory is the origin's store.
+ */
+let factory: IDBFactory;
+beforeEach(() => {
+  factory = new IDBFactory();
+});
+
+/** Opens a database with the given stores, as another script on the origin might have. */
+function openRaw(name: string, stores: string[] = []): Promise<IDBDatabase> {
+  return new Promise((resolve, reject) => {
+    const request = factory.open(name, 1);
+    request.onupgradeneeded = () => {
+      for (const store of stores) request.result.createObjectStore(store);
+    };
+    request.onsuccess = () => resolve(request.result);
+    request.onerror = () => reject(request.error);
+  });
+}
+
+describe("reads and writes", () => {
+  test("a value set in one tab is read in another once set has resolved; delete removes it for both", async () => {
+    const tabA = await IndexedDbStorage.open({ factory });
+    const tabB = await IndexedDbStorage.open({ factory });
+    expect(await tabB.get("svc.v1.device_keys")).toBeUndefined();
+    await tabA.set("svc.v1.device_keys", '{"signing":"k1"}');
+    expect(await tabB.get("svc.v1.device_keys")).toBe('{"signing":"k1"}');
+    await tabB.set("svc.v1.device_keys", '{"signing":"k2"}');
+    expect(await tabA.get("svc.v1.device_keys")).toBe('{"signing":"k2"}');
+    await tabA.delete("svc.v1.device_keys");
+    expect(await tabB.get("svc.v1.device_keys")).toBeUndefined();
+  });
+
+  test("databases of other names are other stores, and the data outlives the connection", async () => {
+    const first = await IndexedDbStorage.open({ factory, name: "app-one" });
+    const other = await IndexedDbStorage.open({ factory, name: "app-two" });
+    await first.set("k", "one");
+    expect(await other.get("k")).toBeUndefined();
+    await first.close();
+    const reopened = await IndexedDbStorage.open({ factory, name: "app-one" });
+    expect(await reopened.get("k")).toBe("one");
+    // A closed instance opens again at its next call.
+    expect(await first.get("k")).toBe("one");
+  });
+
+  test("a value that is not a string, written by other code, reads as absent", async () => {
+    const storage = await IndexedDbStorage.open({ factory });
+    const raw = await openRaw("licensing-sdk");
+    await new Promise<void>((resolve, reject) => {
+      const transaction = raw.transaction("entries", "readwrite");
+      transaction.objectStore("entries").put({ not: "a string" }, "svc.v1.activation");
+      transaction.oncomplete = () => resolve();
+      transaction.onerror = () => reject(transaction.error);
+    });
+    raw.close();
+    expect(await storage.get("svc.v1.activation")).toBeUndefined();
+  });
+});
+
+describe("failures", () => {
+  test("a database of the same name without the SDK's store (another app's) is refused at open, saying so", async () => {
+    (await openRaw("shared-name", ["something-else"])).close();
+    await expect(IndexedDbStorage.open({ factory, name: "shared-name" })).rejects.toThrow(
+      /shared-name.*no "entries" store/,
+    );
+  });
+
+  test("a platform without IndexedDB is refused at open", async () => {
+    const saved = (globalThis as { indexedDB?: unknown }).indexedDB;
+    delete (globalThis as { indexedDB?: unknown }).indexedDB;
+    try {
+      await expect(IndexedDbStorage.open()).rejects.toThrow("IndexedDB is not available");
+    } finally {
+      if (saved !== undefined) (globalThis as { indexedDB?: unknown }).indexedDB = saved;
+    }
+  });
+
+  test("site data cleared while a tab is open: the deletion is not blocked, and the tab's next write makes the store again", async () => {
+    const storage = await IndexedDbStorage.open({ factory });
+    await storage.set("k", "before");
+    await new Promise<void>((resolve, reject) => {
+      const deletion = factory.deleteDatabase("licensing-sdk");
+      deletion.onsuccess = () => resolve();
+      deletion.onerror = () => reject(deletion.error);
+      // Left open, the tab's connection would hold the deletion back until the page closed.
+      deletion.onblocked = () => reject(new Error("the deletion was blocked by the open tab"));
+    });
+    expect(await storage.get("k")).toBeUndefined();
+    await storage.set("k", "after");
+    expect(await (await IndexedDbStorage.open({ factory })).get("k")).toBe("after");
+  });
+});
+
+describe("as the SDK's storage", () => {
+  let t: TestContext;
+  let fx: RuntimeFixture;
+  let config: Record<string, unknown>;
+  beforeEach(async () => {
+    t = createTestContext();
+    fx = await runtimeFixture(t, { policy: { validation_mode: "hybrid", max_machines: 1 } });
+    config = await integrationConfig(t, fx.productId);
+  });
+  afterEach(() => t.close());
+
+  test("a client activates on it, and a client of another tab on the same database is the same activated device", async () => {
+    const tabA = sdkClient(t, config, { storage: await IndexedDbStorage.open({ factory }) });
+    const activated = await tabA.activate({ licenseKey: fx.licenseKey, machineInfo: MACHINE });
+    const tabB = sdkClient(t, config, { storage: await IndexedDbStorage.open({ factory }) });
+    expect(await tabB.activationId()).toBe(activated.activationId);
+    expect((await tabB.deviceKeys()).signing.publicKey).toBe((await tabA.deviceKeys()).signing.publicKey);
+    expect(await tabB.licenseState()).toBe("valid");
+  });
+});
