@@ -68,6 +68,7 @@ export class OfflineCapableClient extends ActivationStoringClient {
     this.sealedKeys = new SealedFileKeyCache(
       this.state,
       checkSealedFileKeyCacheSize(options.sealedFileKeyCacheSize),
+      this.locks,
     );
   }
 

@@ -7,7 +7,7 @@
 import { verifyCertificate } from "./certificate.ts";
 import { type ResolvedConfig, resolveConfig } from "./config.ts";
 import { deniedAs, storeDenial } from "./denials.ts";
-import { DeviceKeyStore, platformLocks } from "./device-key-store.ts";
+import { DeviceKeyStore, type LockManagerLike, platformLocks } from "./device-key-store.ts";
 import { sha256Hex, utf8 } from "./encoding.ts";
 import { SdkError, usageError, verificationError } from "./errors.ts";
 import type { FetchLike } from "./http.ts";
@@ -67,6 +67,8 @@ export class ClientCore {
   protected readonly trust: TrustManager;
   protected readonly runtime: Runtime;
   protected readonly keyStore: DeviceKeyStore;
+  /** The origin-wide locks (Web Locks, or the `locks` option) other clients on the same storage honour. */
+  protected readonly locks: LockManagerLike | undefined;
   protected clockOffsetSec = 0;
   /** The client's calls that must not overlap (activate, heartbeat, deactivate, ...). */
   protected readonly exclusive = serialized();
@@ -89,7 +91,8 @@ export class ClientCore {
     this.backoff = options.backoff ?? {};
     const prefix = `svc.v1.${this.config.environment}.${this.config.productId}.`;
     this.state = new ClientState(options.storage ?? new MemoryStorage(), prefix);
-    this.keyStore = new DeviceKeyStore(this.state, this.signingAlgorithm, options.locks ?? platformLocks());
+    this.locks = options.locks ?? platformLocks();
+    this.keyStore = new DeviceKeyStore(this.state, this.signingAlgorithm, this.locks);
     this.trust = new TrustManager(
       this.config,
       this.fetchImpl,

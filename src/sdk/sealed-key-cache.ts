@@ -5,6 +5,7 @@
  * The storage adapter stores whole strings, so the cache is one JSON object rewritten on each
  * change; it holds at most `maxEntries` answers, the most recently used, to keep each write small.
  */
+import type { LockManagerLike } from "./device-key-store.ts";
 import { usageError } from "./errors.ts";
 import type { ClientState, StoredActivation } from "./state.ts";
 import { isRecord, isString, serialized } from "./util.ts";
@@ -48,14 +49,24 @@ export class SealedFileKeyCache {
   /**
    * Every change re-reads what is stored, changes it and writes it back, one at a time: opens
    * running at once each go to the network between their read and their write, and writing back
-   * the copy read before would drop the answers the others stored meanwhile.
+   * the copy read before would drop the answers the others stored meanwhile. Across clients on one
+   * storage (tabs), the lock makes them take turns; on storage every tab sees at once (IndexedDB)
+   * no answer is then lost, on `localStorage` fewer are.
    */
-  private readonly oneAtATime = serialized();
+  private readonly inThisClient = serialized();
 
   constructor(
     private readonly state: ClientState,
     private readonly maxEntries: number,
+    /** Other clients on the same storage (tabs) change it too: where there are locks, in turn. */
+    private readonly locks: LockManagerLike | undefined,
   ) {}
+
+  private oneAtATime(change: () => Promise<void>): Promise<void> {
+    const locks = this.locks;
+    if (!locks) return this.inThisClient(change);
+    return this.inThisClient(() => locks.request(this.state.key("sealed_file_keys"), change));
+  }
 
   /** The cached answer for a header, when it is for this activation. */
   async get(headerSha256: string, activationId: string): Promise<CachedFileKey | undefined> {

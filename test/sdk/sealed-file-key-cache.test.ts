@@ -15,6 +15,7 @@ import {
 import { createTestContext, type TestContext } from "../support/harness.ts";
 import { integrationConfig, MACHINE, refusal } from "../support/offline.ts";
 import { type RuntimeFixture, runtimeFixture } from "../support/runtime.ts";
+import { FakeLocks } from "./support/shared-storage.ts";
 
 /**
  * openSealedFile's cache of key answers: every answer survives opens that run at once, so each
@@ -200,4 +201,56 @@ test("without Web Crypto (a page outside a secure context) opening refuses as un
   expect(seen.keyRequests).toBe(0);
   // With it back, the same file opens.
   expect(await read(app, file)).toEqual([7]);
+});
+
+test("two tabs on one storage that open different files at once each keep their answer: the cache changes in turn under the lock", async () => {
+  const storage = new MemoryStorage();
+  const locks = new FakeLocks();
+  const cacheKey = `svc.v1.live.${fx.productId}.sealed_file_keys`;
+  // Both key answers are held until both were asked for (each tab has looked in the cache by then).
+  let asked = 0;
+  let releaseBoth: () => void = () => undefined;
+  const bothAsked = new Promise<void>((resolve) => {
+    releaseBoth = resolve;
+  });
+  const fetch = async (url: string, init?: RequestInit) => {
+    const response = await t.app.handle(new Request(url, init));
+    if (url.includes("/sealed-file-keys")) {
+      if (++asked === 2) releaseBoth();
+      await bothAsked;
+    }
+    return response;
+  };
+  // Then the first tab to read the cache for its change waits until the other tab comes for it
+  // too: by reading it (nothing makes them take turns) or by asking for the lock (something does).
+  let changeReads = 0;
+  let otherCame: () => void = () => undefined;
+  const otherComes = new Promise<void>((resolve) => {
+    otherCame = resolve;
+  });
+  locks.onRequest = () => {
+    if (locks.names.filter((name) => name === cacheKey).length === 2) otherCame();
+  };
+  const get = storage.get.bind(storage);
+  storage.get = async (key) => {
+    if (key === cacheKey && asked === 2) {
+      changeReads++;
+      if (changeReads === 1) await otherComes;
+      else otherCame();
+    }
+    return get(key);
+  };
+  const tab = () =>
+    new LicensingClient({
+      config,
+      storage,
+      locks,
+      now: () => t.clock.now().getTime(),
+      fetch: fetch as never,
+    });
+  const [tabA, tabB] = [tab(), tab()];
+  await tabA.activate({ licenseKey: fx.licenseKey, machineInfo: MACHINE });
+  const [first, second] = (await Promise.all([0, 1].map(sealedFile))) as [Uint8Array, Uint8Array];
+  expect(await Promise.all([read(tabA, first), read(tabB, second)])).toEqual([[0], [1]]);
+  expect(Object.keys(JSON.parse((await storage.get(cacheKey)) ?? "{}"))).toHaveLength(2);
 });
