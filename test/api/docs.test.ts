@@ -80,15 +80,43 @@ describe("GET /docs", () => {
     expect(text).not.toMatch(/["'(=\s]\/\//);
   });
 
-  test("loads its scripts and stylesheets from same-origin paths", async () => {
+  test("loads its scripts and stylesheets by paths relative to the page", async () => {
     const { text } = await t.call("GET", "/docs", { key: null });
     const scripts = attributeValues(text, "script", "src");
     const links = attributeValues(text, "link", "href");
     expect(scripts.length).toBeGreaterThan(0);
     expect(links.length).toBeGreaterThan(0);
     for (const url of [...scripts, ...links]) {
-      expect(url).toMatch(/^\/[^/]/);
+      expect(url).toMatch(/^docs\/assets\/[\w.-]+$/);
     }
+  });
+
+  /** Every URL the page loads or calls: its scripts, stylesheets and the OpenAPI document. */
+  const pageUrls = (text: string) => [
+    ...attributeValues(text, "script", "src"),
+    ...attributeValues(text, "link", "href"),
+    ...[...text.matchAll(/url: "([^"]+)"/g)].map((m) => m[1] as string),
+  ];
+
+  test("behind a proxy that serves the service under a path prefix, everything the page uses stays under it and is served", async () => {
+    const { text } = await t.call("GET", "/docs", { key: null });
+    const urls = pageUrls(text);
+    expect(urls).toHaveLength(3);
+    for (const url of urls) {
+      const resolved = new URL(url, "https://proxy.example/licensing/docs").pathname;
+      expect(resolved).toStartWith("/licensing/");
+      // What the proxy forwards once it has stripped its prefix.
+      const forwarded = await t.call("GET", resolved.slice("/licensing".length), { key: null });
+      expect(`${resolved} ${forwarded.status}`).toBe(`${resolved} 200`);
+    }
+  });
+
+  test("/docs/ is sent to /docs by a relative 308, where the page's relative URLs resolve", async () => {
+    const response = await t.call("GET", "/docs/", { key: null });
+    expect(response.status).toBe(308);
+    const location = response.headers.get("location") ?? "";
+    expect(new URL(location, "https://proxy.example/licensing/docs/").pathname).toBe("/licensing/docs");
+    expect(new URL(location, "http://licensing.test/docs/").pathname).toBe("/docs");
   });
 
   test("every script and stylesheet it references is served with the right type and real content", async () => {
@@ -99,7 +127,7 @@ describe("GET /docs", () => {
     ];
     expect(assets.length).toBeGreaterThanOrEqual(2);
     for (const { url, type } of assets) {
-      const asset = await t.call("GET", url, { key: null });
+      const asset = await t.call("GET", new URL(url, "http://licensing.test/docs").pathname, { key: null });
       expect(`${url} ${asset.status}`).toBe(`${url} 200`);
       expect(asset.headers.get("content-type") ?? "").toMatch(type);
       expect(asset.text.length).toBeGreaterThan(10_000);
@@ -108,7 +136,8 @@ describe("GET /docs", () => {
 
   test("the page points the reference UI at the same-origin OpenAPI document, which is served", async () => {
     const { text } = await t.call("GET", "/docs", { key: null });
-    expect(text).toContain('"/openapi.json"');
+    expect(text).toContain('url: "openapi.json"');
+    expect(new URL("openapi.json", "http://licensing.test/docs").pathname).toBe("/openapi.json");
     const spec = await t.call("GET", "/openapi.json", { key: null });
     expect(spec.status).toBe(200);
   });
@@ -132,7 +161,8 @@ describe("GET / (the server's bare address)", () => {
   test("a browser's navigation is sent to the reference at /docs with 303", async () => {
     const response = await t.call("GET", "/", { key: null, headers: { accept: BROWSER_ACCEPT } });
     expect(response.status).toBe(303);
-    expect(response.headers.get("location")).toBe("/docs");
+    // Relative, so a proxy serving the service under /licensing/ leads to /licensing/docs.
+    expect(response.headers.get("location")).toBe("docs");
     expect(response.text).toBe("");
   });
 
@@ -156,7 +186,7 @@ describe("GET / (the server's bare address)", () => {
       key: null,
       headers: { accept: "text/html" },
     });
-    expect(query.headers.get("location")).toBe("/docs");
+    expect(query.headers.get("location")).toBe("docs");
     for (const method of ["POST", "PUT", "DELETE"]) {
       const response = await t.call(method, "/", { key: null, headers: { accept: "text/html" } });
       expect({ method, status: response.status }).toEqual({ method, status: 404 });

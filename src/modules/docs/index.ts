@@ -14,13 +14,17 @@ const page = (title: string, head: string, body: string) => `<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
 <title>${title}</title>${head}</head><body>${body}</body></html>`;
 
-/** The reference page's one inline script; the CSP allows it by its hash, and no other inline script. */
-const INIT_SCRIPT = `window.ui = SwaggerUIBundle({ url: "/openapi.json", dom_id: "#swagger-ui", validatorUrl: null, deepLinking: true, tryItOutEnabled: false });`;
+/**
+ * The reference page's one inline script; the CSP allows it by its hash, and no other inline script.
+ * Every URL the page uses is relative to it (/docs), so behind a proxy that serves the service under
+ * a path prefix (and strips it) they stay under that prefix.
+ */
+const INIT_SCRIPT = `window.ui = SwaggerUIBundle({ url: "openapi.json", dom_id: "#swagger-ui", validatorUrl: null, deepLinking: true, tryItOutEnabled: false });`;
 
 const REFERENCE_HTML = page(
   "Licensing Service API",
-  '<link rel="stylesheet" href="/docs/assets/swagger-ui.css">',
-  `<div id="swagger-ui"></div><script src="/docs/assets/swagger-ui-bundle.js"></script>
+  '<link rel="stylesheet" href="docs/assets/swagger-ui.css">',
+  `<div id="swagger-ui"></div><script src="docs/assets/swagger-ui-bundle.js"></script>
 <script>${INIT_SCRIPT}</script>`,
 );
 
@@ -67,10 +71,15 @@ export const docsController = (openApiDocument: () => Record<string, unknown>) =
     .get("/", ({ request }) => {
       if (!wantsHtml(request.headers.get("accept")))
         throw new ApiError("NOT_FOUND", "No route matches this method and path.");
-      return new Response(null, { status: 303, headers: { location: "/docs" } });
+      return new Response(null, { status: 303, headers: { location: "docs" } });
     })
     .get("/openapi.json", () => openApiDocument())
-    .get("/docs", () => html(REFERENCE_HTML, REFERENCE_CSP))
+    .get("/docs", ({ request }) =>
+      // The router serves /docs/ here too, where the page's relative URLs would miss by a level.
+      new URL(request.url).pathname.endsWith("/")
+        ? new Response(null, { status: 308, headers: { location: "../docs" } })
+        : html(REFERENCE_HTML, REFERENCE_CSP),
+    )
     .get("/docs/errors", () => html(ERRORS_HTML, ERRORS_CSP))
     .get("/docs/assets/:file", ({ params }) => {
       const asset = Object.hasOwn(ASSETS, params.file) ? ASSETS[params.file] : undefined;
