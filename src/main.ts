@@ -14,7 +14,7 @@ import { CliError, type Command, helpText, noPositionals, out, parse } from "./c
 import { signingKeysCommands } from "./cli/signing-keys.ts";
 import type { Env } from "./config.ts";
 import { KeystoreError } from "./crypto/keystore.ts";
-import { StartupError } from "./server.ts";
+import { StartupError } from "./startup-checks.ts";
 
 /** A command like the others, so `version extra` and `version --bogus` are usage errors and --help works. */
 const versionCommand: Command = {

@@ -1,16 +1,14 @@
 import { existsSync } from "node:fs";
 import { release } from "node:os";
 import { join } from "node:path";
-import { Type } from "@sinclair/typebox";
 import type { Server } from "bun";
-import { Elysia } from "elysia";
 import pkg from "../package.json" with { type: "json" };
 import { createApp } from "./app.ts";
 import { type Config, dataPaths } from "./config.ts";
 import { Keystore, KeystoreError } from "./crypto/keystore.ts";
 import { SecretBox } from "./crypto/secret-box.ts";
 import type { Deps } from "./deps.ts";
-import { AdjustableClock, type Clock, systemClock, unixSeconds } from "./domain/clock.ts";
+import { AdjustableClock, type Clock, systemClock } from "./domain/clock.ts";
 import { IdGenerator } from "./domain/ids.ts";
 import { unwritableDataDir } from "./fs/writable-dir.ts";
 import { kernelWakesPrecisely } from "./http/answer-floor.ts";
@@ -21,11 +19,13 @@ import { IdempotencyStore } from "./http/idempotency.ts";
 import { type Logger, loggedPath } from "./http/logger.ts";
 import { Metrics } from "./http/metrics.ts";
 import { pathOf } from "./http/request-path.ts";
+import { testClockRoutes } from "./http/test-clock.ts";
 import { startSweeper } from "./jobs/sweeper.ts";
 import { WebhookDispatcher } from "./jobs/webhook-dispatcher.ts";
 import { createMailTransport, DEFAULT_MAIL_FROM } from "./mail/transport.ts";
 import { MailWorker } from "./mail/worker.ts";
 import { createServices } from "./services.ts";
+import { cannotListen, filesWrittenInPlace, StartupError } from "./startup-checks.ts";
 import { startCheckpointer } from "./store/checkpointer.ts";
 import { undecryptableValue } from "./store/data-key.ts";
 import { openStore, type Store, unusableStoreFile } from "./store/db.ts";
@@ -39,32 +39,6 @@ import { type ServeLock, takeServeLock } from "./store/serve-lock.ts";
 export const MAX_REQUEST_BODY_BYTES = 64 * 1024 * 1024;
 /** How long SIGTERM waits for in-flight requests before closing what is left. */
 export const DRAIN_TIMEOUT_MS = 10_000;
-/** The largest single step of the test clock: 100 years, beyond any license or plan window. */
-const MAX_ADVANCE_SEC = 100 * 366 * 86_400;
-
-/** A start-up failure the operator can act on; printed as one line without a stack trace. */
-export class StartupError extends Error {
-  constructor(message: string) {
-    super(message);
-    this.name = "StartupError";
-  }
-}
-
-/**
- * `POST /testing/v1/clock` (DESIGN §4 "Test clock"). Only ever mounted with --test-clock; without
- * the flag the route does not exist and the app answers 404.
- */
-export const testClockRoutes = (clock: AdjustableClock) =>
-  new Elysia({ name: "test-clock", normalize: false, detail: { hide: true } }).post(
-    "/testing/v1/clock",
-    ({ body }) => ({ data: { now: unixSeconds(clock.advance(body.advance_sec)) } }),
-    {
-      body: Type.Object(
-        { advance_sec: Type.Integer({ minimum: 0, maximum: MAX_ADVANCE_SEC }) },
-        { additionalProperties: false },
-      ),
-    },
-  );
 
 export interface RunningServer {
   url: string;
@@ -127,43 +101,6 @@ function openMigratedStore(config: Config, logger: Logger): Store {
     throw new StartupError(`cannot use the store ${path}: ${(error as Error).message}`);
   }
   return store;
-}
-
-/** The files of a data directory that the server writes in place (the keystore is replaced whole). */
-export const filesWrittenInPlace = (dataDir: string): string[] => {
-  const paths = dataPaths(dataDir);
-  return [paths.store, `${paths.store}-wal`, `${paths.store}-shm`, paths.serveLock];
-};
-
-/**
- * "cannot listen", with what to change: Bun's own words ("Is port 8080 in use?") name neither the
- * flag nor the variable.
- */
-export function cannotListen(config: Pick<Config, "host" | "port">, error: unknown): StartupError {
-  return new StartupError(
-    `cannot listen on ${config.host}:${config.port} (${(error as Error).message}): stop what uses it, ` +
-      "or choose another port with --port (LICENSING_PORT) or another address with --host (LICENSING_HOST)",
-  );
-}
-
-/**
- * Binds the address and lets it go again: a first start checks it before it creates API keys that
- * it shows only once, rather than printing them and then failing on a port in use.
- */
-export async function refuseUnusableAddress(config: Pick<Config, "host" | "port">): Promise<void> {
-  let probe: Server<undefined>;
-  try {
-    probe = Bun.serve({
-      hostname: config.host,
-      port: config.port,
-      reusePort: false,
-      development: false,
-      fetch: () => new Response(null, { status: 503 }),
-    });
-  } catch (error) {
-    throw cannotListen(config, error);
-  }
-  await probe.stop(true);
 }
 
 /**

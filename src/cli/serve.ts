@@ -1,6 +1,7 @@
 import type { Config } from "../config.ts";
 import { jsonLogger, type Logger } from "../http/logger.ts";
-import { refuseUnusableAddress, startServer } from "../server.ts";
+import { startServer } from "../server.ts";
+import { refuseUnusableAddress } from "../startup-checks.ts";
 import { UsageError } from "./args.ts";
 import { holdSignals, signalExitCode } from "./held-signals.ts";
 import { describeInit, finishInit, initialiseIfNeeded } from "./init.ts";

@@ -5,7 +5,7 @@ import { join } from "node:path";
 import { takeBackup } from "../../src/cli/backup.ts";
 import { restoreBackup } from "../../src/cli/restore.ts";
 import { resolveConfig } from "../../src/config.ts";
-import { StartupError } from "../../src/server.ts";
+import { StartupError } from "../../src/startup-checks.ts";
 import { takeServeLock } from "../../src/store/serve-lock.ts";
 import { expectCliError } from "../support/backup.ts";
 import { createTestContext, serveTestStore, type TestContext } from "../support/harness.ts";
