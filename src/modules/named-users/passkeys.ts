@@ -1,4 +1,5 @@
 import { randomBytes, randomInt } from "node:crypto";
+import { isIP } from "node:net";
 import { and, count, eq, isNotNull, isNull, lte, or, sql } from "drizzle-orm";
 import { constantTimeEqual } from "../../crypto/constant-time.ts";
 import {
@@ -40,6 +41,36 @@ const refused = (error: unknown) =>
   new ApiError("TWO_FACTOR_INVALID", "The passkey did not verify.", {
     reason: error instanceof WebAuthnError ? error.message : "invalid",
   });
+
+/** Why browsers will not use passkeys at a base URL (passkeyBaseUrlProblem). */
+export interface PasskeyBaseUrlProblem {
+  reason: "base_url_host_is_ip_address" | "base_url_not_secure";
+  message: string;
+}
+
+/**
+ * Why browsers will not use passkeys of a relying party at this base URL, or null when they will.
+ * The RP ID is the base URL's host, and WebAuthn refuses an IP address as an RP ID in every
+ * browser (the default base URL, http://127.0.0.1:PORT, is one); it also runs only in a secure
+ * context: HTTPS, or plain HTTP on localhost.
+ */
+export function passkeyBaseUrlProblem(baseUrl: string): PasskeyBaseUrlProblem | null {
+  const url = new URL(baseUrl);
+  const host = url.hostname.replace(/^\[(.*)\]$/, "$1");
+  if (isIP(host) !== 0) {
+    return {
+      reason: "base_url_host_is_ip_address",
+      message: `its host ${url.hostname} is an IP address, which browsers never accept for passkeys: set --base-url (or LICENSING_BASE_URL) to a URL whose host is a domain name, such as https://licensing.example.com, or http://localhost:${url.port || 80} on this machine`,
+    };
+  }
+  if (url.protocol !== "https:" && host !== "localhost" && !host.endsWith(".localhost")) {
+    return {
+      reason: "base_url_not_secure",
+      message: `it is plain ${url.protocol.slice(0, -1)} on ${url.hostname}, and browsers offer passkeys only on https:// pages (or on localhost): set --base-url (or LICENSING_BASE_URL) to the https:// URL users reach`,
+    };
+  }
+  return null;
+}
 
 export interface RegistrationBody {
   token: string;
@@ -83,6 +114,17 @@ export class PasskeyService {
 
   registrationLink(userId: string, ctx: ChangeContext) {
     const user = this.users.get(userId, ctx.environment);
+    // A link on an IP address could never register anything: the vendor is told so, not the
+    // user later. Plain http on another host is only warned about at start: a browser can be told
+    // to treat such an origin as secure (test set-ups do).
+    const problem = passkeyBaseUrlProblem(this.baseUrl);
+    if (problem?.reason === "base_url_host_is_ip_address") {
+      throw new ApiError(
+        "INVALID_TRANSITION",
+        `Passkeys cannot work with this service's base URL ${this.baseUrl}: ${problem.message}.`,
+        { reason: problem.reason, base_url: this.baseUrl },
+      );
+    }
     if (user.status !== "active")
       throw new ApiError("INVALID_TRANSITION", "The user is disabled.", { from: "disabled" });
     const token = randomBytes(32).toString("base64url");
