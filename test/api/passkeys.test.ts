@@ -457,3 +457,126 @@ describe("approval of a sign-in", () => {
     expect((await confirmVerification(t, device, id, code)).status).toBe(200);
   });
 });
+
+describe("an approval for a sign-in that can no longer succeed", () => {
+  const passkeyRow = () =>
+    t.deps.sqlite.query("SELECT sign_count, last_used_at FROM passkeys WHERE user_id = ?").get(f.userId);
+
+  const ending = [
+    ["the vendor disabled the user", () => t.call("DELETE", `/mgmt/v1/license-users/${f.userId}`)],
+    [
+      "the vendor removed the user's assignment",
+      () => t.call("DELETE", `/mgmt/v1/license-assignments/${f.assignmentId}`),
+    ],
+    [
+      "the vendor suspended the license",
+      () => t.call("PATCH", `/mgmt/v1/licenses/${f.licenseId}`, { body: { status_action: "suspended" } }),
+    ],
+    [
+      "the vendor changed the user's address",
+      () => t.call("PATCH", `/mgmt/v1/license-users/${f.userId}`, { body: { email: "new.ada@example.com" } }),
+    ],
+  ] as const;
+
+  test.each(ending)(
+    "is refused once %s, also with the page's options already fetched, and the passkey is not used",
+    async (_, act) => {
+      const authenticator = new SoftAuthenticator("p256");
+      expect((await register(authenticator)).status).toBe(201);
+      const { id, secret } = await started(new TestDevice());
+      const options = await post("/passkeys/v1/approve/options", { verification_id: id, secret });
+      expect(options.status).toBe(200);
+      const before = passkeyRow();
+      expect((await act()).status).toBeLessThan(300);
+      const late = await post("/passkeys/v1/approve", {
+        verification_id: id,
+        secret,
+        ...authenticator.get(options.body.data.challenge),
+      });
+      expect([late.status, late.body.error.code]).toEqual([410, "EMAIL_VERIFICATION_EXPIRED"]);
+      expect(late.body.data).toBeUndefined();
+      expect(passkeyRow()).toEqual(before);
+      const again = await post("/passkeys/v1/approve/options", { verification_id: id, secret });
+      expect([again.status, again.body.error.code]).toEqual([410, "EMAIL_VERIFICATION_EXPIRED"]);
+    },
+  );
+
+  test("is refused once the verification's five attempts are used up", async () => {
+    const authenticator = new SoftAuthenticator("p256");
+    await register(authenticator);
+    const device = new TestDevice();
+    const { id, secret } = await started(device);
+    for (let i = 0; i < 5; i++) {
+      const wrong = await confirmVerification(t, device, id, "000000");
+      expect(wrong.body.error.code).toBe("EMAIL_VERIFICATION_CODE_INVALID");
+    }
+    const before = passkeyRow();
+    const refused = await post("/passkeys/v1/approve/options", { verification_id: id, secret });
+    expect([refused.status, refused.body.error.code]).toEqual([410, "EMAIL_VERIFICATION_EXPIRED"]);
+    expect(passkeyRow()).toEqual(before);
+  });
+
+  test("is refused once the product, license key and address have had 10 wrong codes in 24 hours", async () => {
+    const authenticator = new SoftAuthenticator("p256");
+    await register(authenticator);
+    const device = new TestDevice();
+    for (let round = 0; round < 2; round++) {
+      const { id } = await started(device);
+      for (let i = 0; i < 5; i++) await confirmVerification(t, device, id, "000000");
+    }
+    const { id, code, secret } = await started(device);
+    // The confirm answers 410 whatever it is sent: an approval code would be of no use.
+    expect((await confirmVerification(t, device, id, code)).body.error.code).toBe(
+      "EMAIL_VERIFICATION_EXPIRED",
+    );
+    const refused = await post("/passkeys/v1/approve/options", { verification_id: id, secret });
+    expect([refused.status, refused.body.error.code]).toEqual([410, "EMAIL_VERIFICATION_EXPIRED"]);
+  });
+
+  test("is refused with 403 TWO_FACTOR_LOCKED while two-factor is locked, and works again once the vendor unlocks", async () => {
+    const authenticator = new SoftAuthenticator("p256");
+    await register(authenticator);
+    const device = new TestDevice();
+    // Ten wrong second factors in a row lock two-factor (five attempts per verification).
+    for (let round = 0; round < 2; round++) {
+      const { id, code } = await started(device);
+      for (let i = 0; i < 5; i++) {
+        const wrong = await confirmVerification(t, device, id, code, { second_factor_code: "12345678" });
+        expect(wrong.body.error.code).toBe("TWO_FACTOR_INVALID");
+      }
+    }
+    const { id, code, secret } = await started(device);
+    expect((await confirmVerification(t, device, id, code)).body.error.code).toBe("TWO_FACTOR_LOCKED");
+    const before = passkeyRow();
+    const options = await post("/passkeys/v1/approve/options", { verification_id: id, secret });
+    expect([options.status, options.body.error.code]).toEqual([403, "TWO_FACTOR_LOCKED"]);
+    expect(passkeyRow()).toEqual(before);
+
+    expect((await t.call("POST", `/mgmt/v1/license-users/${f.userId}/two-factor/unlock`)).status).toBe(200);
+    const approved = await approve(authenticator, id, secret);
+    expect(approved.status).toBe(200);
+    const ok = await confirmVerification(t, device, id, code, {
+      second_factor_code: approved.body.data.approval_code,
+    });
+    expect(ok.status).toBe(200);
+  });
+
+  test("locking between the options and the approval is refused too, and uses no passkey counter", async () => {
+    const authenticator = new SoftAuthenticator("p256");
+    await register(authenticator);
+    const { id, secret } = await started(new TestDevice());
+    const options = await post("/passkeys/v1/approve/options", { verification_id: id, secret });
+    t.deps.sqlite.run("UPDATE license_users SET two_factor_locked_at = ? WHERE id = ?", [
+      Date.now(),
+      f.userId,
+    ]);
+    const before = passkeyRow();
+    const late = await post("/passkeys/v1/approve", {
+      verification_id: id,
+      secret,
+      ...authenticator.get(options.body.data.challenge),
+    });
+    expect([late.status, late.body.error.code]).toEqual([403, "TWO_FACTOR_LOCKED"]);
+    expect(passkeyRow()).toEqual(before);
+  });
+});

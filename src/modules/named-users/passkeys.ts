@@ -18,6 +18,8 @@ import {
   passkeyRegistrations,
   passkeys,
 } from "../../store/schema/index.ts";
+import { VerificationLimits } from "../email-verifications/limits.ts";
+import { secondFactorState } from "../email-verifications/sign-in-state.ts";
 import { recordAudit } from "../events/service.ts";
 import type { NamedUserService } from "./service.ts";
 
@@ -35,7 +37,12 @@ const linkGone = () =>
 const approvalGone = () =>
   new ApiError(
     "EMAIL_VERIFICATION_EXPIRED",
-    "This approval link is unknown, used or expired; start again in the app.",
+    "This approval link is unknown, used or expired, or its sign-in can no longer succeed; start again in the app.",
+  );
+const twoFactorLocked = () =>
+  new ApiError(
+    "TWO_FACTOR_LOCKED",
+    "Two-factor is locked for this user after too many wrong second factors; the vendor must unlock it.",
   );
 const refused = (error: unknown) =>
   new ApiError("TWO_FACTOR_INVALID", "The passkey did not verify.", {
@@ -96,6 +103,7 @@ export interface ApprovalBody {
  */
 export class PasskeyService {
   readonly rp: RelyingParty;
+  private readonly limits: VerificationLimits;
 
   constructor(
     private readonly deps: Deps,
@@ -104,6 +112,7 @@ export class PasskeyService {
   ) {
     const url = new URL(baseUrl);
     this.rp = { id: url.hostname, origin: url.origin };
+    this.limits = new VerificationLimits(deps.sqlite);
   }
 
   count(userId: string): number {
@@ -382,7 +391,12 @@ export class PasskeyService {
     return link;
   }
 
-  /** The approval of an open, matched verification whose secret is right; anything else is 410. */
+  /**
+   * The approval of a matched verification whose secret is right and whose sign-in can still
+   * succeed (the checks confirm makes before comparing a second factor): 403 TWO_FACTOR_LOCKED
+   * while the user's two-factor is locked; anything else is 410. Asked by the options and again
+   * by the approval, so a change the vendor makes while the page is open counts.
+   */
   private openApproval(tx: Writer, verificationId: string, secret: string) {
     const approval = tx
       .select()
@@ -394,23 +408,20 @@ export class PasskeyService {
       .from(emailVerifications)
       .where(eq(emailVerifications.id, verificationId))
       .get();
-    const now = this.deps.clock.now().getTime();
+    const now = this.deps.clock.now();
     // Checked first and always: every start has an approval, with or without a user, and a wrong
     // secret must cost the same for both (the check after it would skip the hash for one of them).
     const secretMatches = constantTimeEqual(
       approval?.secretHash ?? "",
       this.hash(secret, `passkey-approval:${verificationId}`),
     );
-    if (
-      !approval ||
-      !secretMatches ||
-      !verification?.userId ||
-      approval.usedAt !== null ||
-      verification.closedAt !== null ||
-      verification.expiresAt.getTime() <= now
-    ) {
+    if (!approval || !secretMatches || !verification?.userId || approval.usedAt !== null) {
       throw approvalGone();
     }
+    // Past the secret: only the mailbox the link went to learns where its sign-in stands.
+    const state = secondFactorState(this.deps.secrets, this.limits, tx, verification, now);
+    if (state === "locked") throw twoFactorLocked();
+    if (state === "ended") throw approvalGone();
     return { userId: verification.userId, approval, expiresAt: verification.expiresAt };
   }
 }
