@@ -1,6 +1,6 @@
 import { afterEach, beforeEach, describe, expect, test } from "bun:test";
 import { createHash } from "node:crypto";
-import { readFileSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { silentLogger } from "../../src/http/logger.ts";
 import { sweepOnce } from "../../src/jobs/sweeper.ts";
@@ -578,5 +578,46 @@ describe("an approval for a sign-in that can no longer succeed", () => {
     });
     expect([late.status, late.body.error.code]).toEqual([403, "TWO_FACTOR_LOCKED"]);
     expect(passkeyRow()).toEqual(before);
+  });
+});
+
+describe("approving one sign-in twice (two tabs, or a phone and a laptop)", () => {
+  test("shows the same code both times, and that code signs in, with no attempt or lock step spent", async () => {
+    const authenticator = new SoftAuthenticator("p256");
+    await register(authenticator);
+    const device = new TestDevice();
+    const { id, code, secret } = await started(device);
+    const first = await approve(authenticator, id, secret);
+    const second = await approve(authenticator, id, secret);
+    expect([first.status, second.status]).toEqual([200, 200]);
+    expect(second.body.data.approval_code).toBe(first.body.data.approval_code);
+    const ok = await confirmVerification(t, device, id, code, {
+      second_factor_code: first.body.data.approval_code,
+    });
+    expect(ok.status).toBe(200);
+    const user = await t.call("GET", `/mgmt/v1/license-users/${f.userId}`);
+    expect(user.body.data.two_factor.locked).toBe(false);
+    expect(
+      t.deps.sqlite.query("SELECT second_factor_failures AS n FROM license_users WHERE id = ?").get(f.userId),
+    ).toEqual({ n: 0 });
+    // Once used, the link gives no code again.
+    const after = await post("/passkeys/v1/approve/options", { verification_id: id, secret });
+    expect([after.status, after.body.error.code]).toEqual([410, "EMAIL_VERIFICATION_EXPIRED"]);
+  });
+
+  test("each verification has its own code, and none is stored in the clear", async () => {
+    const authenticator = new SoftAuthenticator("p256");
+    await register(authenticator);
+    const device = new TestDevice();
+    const one = await started(device);
+    const codeOne = (await approve(authenticator, one.id, one.secret)).body.data.approval_code as string;
+    const two = await started(device);
+    const codeTwo = (await approve(authenticator, two.id, two.secret)).body.data.approval_code as string;
+    expect(codeTwo).not.toBe(codeOne);
+    for (const file of ["licensing.db", "licensing.db-wal"]) {
+      const path = join(t.dir, file);
+      const stored = existsSync(path) ? readFileSync(path) : Buffer.alloc(0);
+      expect(stored.includes(codeOne) || stored.includes(codeTwo)).toBe(false);
+    }
   });
 });

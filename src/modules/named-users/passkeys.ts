@@ -1,4 +1,4 @@
-import { randomBytes, randomInt } from "node:crypto";
+import { randomBytes } from "node:crypto";
 import { isIP } from "node:net";
 import { and, count, eq, isNotNull, isNull, lte, or, sql } from "drizzle-orm";
 import { constantTimeEqual } from "../../crypto/constant-time.ts";
@@ -289,7 +289,10 @@ export class PasskeyService {
     });
   }
 
-  /** Verifies the assertion and returns a fresh approval code; the challenge is spent either way. */
+  /**
+   * Verifies the assertion and returns the verification's approval code, the same one at every
+   * approval (approvalCode); the challenge is spent either way.
+   */
   approve(body: ApprovalBody) {
     const outcome = this.deps.db.transaction((tx) => {
       const { userId, approval, expiresAt } = this.openApproval(tx, body.verification_id, body.secret);
@@ -321,7 +324,7 @@ export class PasskeyService {
       }
       const now = this.deps.clock.now();
       tx.update(passkeys).set({ signCount, lastUsedAt: now }).where(eq(passkeys.id, credential.id)).run();
-      const code = String(randomInt(0, 100_000_000)).padStart(8, "0");
+      const code = this.approvalCode(approval);
       tx.update(passkeyApprovals)
         .set({ codeHash: this.codeHash(approval.verificationId, code) })
         .where(eq(passkeyApprovals.verificationId, approval.verificationId))
@@ -374,6 +377,24 @@ export class PasskeyService {
 
   private hash(secret: string, purpose: string): string {
     return this.deps.secrets.lookupHash(secret, purpose);
+  }
+
+  /**
+   * A verification's approval code: the same whenever its sign-in is approved, so a second tab or
+   * device shows the code the first one showed, and both keep working (a fresh code at each
+   * approval silently ended the first, and entering it then cost an attempt and a step towards the
+   * lock). It is derived, not stored: an HMAC under the data key's lookup key of the verification
+   * and its approval's secret hash (random per start). Whoever holds that key and the store can
+   * compute it, but they could already find it from the stored code hash by trying the 10^8 codes,
+   * so this keeps nothing the hash did not. It works only once an assertion has verified (redeem
+   * compares with the hash written then). 64 bits reduced mod 10^8: the bias is below 10^-11.
+   */
+  private approvalCode(approval: { verificationId: string; secretHash: string }): string {
+    const digest = this.hash(
+      `${approval.verificationId}\0${approval.secretHash}`,
+      "passkey-approval-code-derivation",
+    );
+    return String(BigInt(`0x${digest.slice(0, 16)}`) % 100_000_000n).padStart(8, "0");
   }
 
   private codeHash(verificationId: string, code: string): string {
