@@ -278,10 +278,11 @@ describe("registration", () => {
 });
 
 /**
- * Runs a served page's inline script against stand-ins for the browser objects it uses, clicks
- * its button, and returns the paths its requests went to.
+ * Runs a served page's inline script against stand-ins for the browser objects it uses (the
+ * script throwing, as a browser would stop it, fails the call), and returns its output element,
+ * its button, the button's click handler and the paths its requests went to.
  */
-async function pagePosts(script: string, pathname: string, hash: string): Promise<string[]> {
+function openPage(script: string, pathname: string, hash: string) {
   const posted: string[] = [];
   let click: (() => Promise<void>) | undefined;
   const element = () => ({
@@ -329,11 +330,23 @@ async function pagePosts(script: string, pathname: string, hash: string): Promis
     fetch,
     { replaceState: () => {} },
   );
-  expect(click).toBeDefined();
-  await click?.();
-  expect(out.textContent).toBe("stop");
-  return posted;
+  return { out, button, click, posted };
 }
+
+async function pagePosts(script: string, pathname: string, hash: string): Promise<string[]> {
+  const page = openPage(script, pathname, hash);
+  expect(page.click).toBeDefined();
+  await page.click?.();
+  expect(page.out.textContent).toBe("stop");
+  return page.posted;
+}
+
+const servedScript = async (path: string) => {
+  const page = await t.call("GET", path, { key: null });
+  const scripts = [...page.text.matchAll(/<script>([\s\S]*?)<\/script>/g)].map((m) => m[1] as string);
+  expect(scripts.length).toBe(1);
+  return { page, script: scripts[0] as string };
+};
 
 describe("the pages' own requests", () => {
   test("go to the page's routes whether it was opened with or without a trailing slash; the CSP hash is the script's", async () => {
@@ -342,17 +355,32 @@ describe("the pages' own requests", () => {
       ["/passkeys/v1/approve", "#ver_1.secret"],
     ] as const) {
       for (const spelling of [path, `${path}/`]) {
-        const page = await t.call("GET", spelling, { key: null });
+        const { page, script } = await servedScript(spelling);
         expect(page.status).toBe(200);
-        const scripts = [...page.text.matchAll(/<script>([\s\S]*?)<\/script>/g)].map((m) => m[1] as string);
-        expect(scripts.length).toBe(1);
-        const script = scripts[0] as string;
         const digest = createHash("sha256").update(script).digest("base64");
         expect(page.headers.get("content-security-policy")).toContain(`script-src 'sha256-${digest}'`);
         expect(await pagePosts(script, spelling, hash)).toEqual([`${path}/options`, path]);
       }
     }
   });
+
+  test.each([
+    ["/passkeys/v1/register", "#%"],
+    ["/passkeys/v1/register", "#abc%E0%A4%A"],
+    ["/passkeys/v1/register", ""],
+    ["/passkeys/v1/approve", "#%"],
+    ["/passkeys/v1/approve", "#ver_1.secret%"],
+    ["/passkeys/v1/approve", "#no-dot"],
+    ["/passkeys/v1/approve", ""],
+  ])(
+    "%s opened with the fragment '%s' says the link is incomplete and hides its button",
+    async (path, hash) => {
+      const { script } = await servedScript(path);
+      const page = openPage(script, path, hash);
+      expect(page.out.textContent).toContain("This link is incomplete");
+      expect(page.button.hidden).toBe(true);
+    },
+  );
 });
 
 describe("approval of a sign-in", () => {
