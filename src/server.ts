@@ -24,6 +24,7 @@ import { startSweeper } from "./jobs/sweeper.ts";
 import { WebhookDispatcher } from "./jobs/webhook-dispatcher.ts";
 import { createMailTransport, DEFAULT_MAIL_FROM } from "./mail/transport.ts";
 import { MailWorker } from "./mail/worker.ts";
+import { passkeyBaseUrlProblem } from "./modules/named-users/passkeys.ts";
 import { createServices } from "./services.ts";
 import { cannotListen, filesWrittenInPlace, StartupError } from "./startup-checks.ts";
 import { startCheckpointer } from "./store/checkpointer.ts";
@@ -231,6 +232,15 @@ function serveWithLock({ config, logger }: StartOptions, keystore: Keystore): Ru
     checkpointer.restartWith(services.groupCommit);
     const app = clock instanceof AdjustableClock ? base.use(testClockRoutes(clock)) : base;
     metrics?.useRoutes(app.routes);
+    const passkeyProblem = passkeyBaseUrlProblem(config.baseUrl);
+    if (passkeyProblem) {
+      // Everything else works; only named users' passkeys need a base URL browsers accept.
+      logger.log("warn", "passkeys cannot work with this base URL", {
+        base_url: config.baseUrl,
+        reason: passkeyProblem.reason,
+        fix: passkeyProblem.message,
+      });
+    }
     if (config.testClock) {
       logger.log(
         "warn",

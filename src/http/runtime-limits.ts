@@ -158,7 +158,7 @@ export function runtimeLimits(deps: RuntimeLimitDeps) {
         const kind = classifyRuntimeRequest(request.method, path);
         if (kind === null) return;
         const now = deps.clock.now();
-        deps.planGate.admit(request.method, path, now);
+        if (kind.planGated) deps.planGate.admit(request.method, path, now);
         const admission: RuntimeAdmission = { metering: kind.metering, at: now };
         if (kind.partition === "address") {
           admitByAddress(request, set.headers, now);

@@ -121,8 +121,20 @@ describe("the OpenAPI document", () => {
     }
   });
 
-  test("every operation documents a 4xx response whose schema is the error envelope", () => {
+  test("every operation documents a 4xx response whose schema is the error envelope, except the static pages and health probes", () => {
+    // No limit refuses these (so no 429), and they take no input to refuse.
+    const noClientErrors = [
+      "get /healthz",
+      "get /readyz",
+      "get /billing/v1/claims",
+      "get /passkeys/v1/register",
+      "get /passkeys/v1/approve",
+    ];
     for (const { path, method, op } of operations()) {
+      if (noClientErrors.includes(`${method} ${path}`)) {
+        expect(Object.keys(op.responses ?? {}).filter((status) => /^4/.test(status))).toEqual([]);
+        continue;
+      }
       const envelopes = Object.entries(op.responses ?? {}).filter(
         ([status, response]) =>
           /^4\d\d$/.test(status) &&
@@ -470,5 +482,92 @@ describe("what Swagger UI and client generators read from the document", () => {
     });
     expect(released.body.response_assertion).toBeDefined();
     expect(deactivated.body.response_assertion).toBeDefined();
+  });
+});
+
+describe("the failure answers each operation documents", () => {
+  const statuses = (method: string, path: string) => Object.keys(doc.paths[path][method].responses);
+
+  test("every response a route declares in detail.responses is in the document, also beside a response schema", () => {
+    const routes = (
+      t.app.routes as { method: string; path: string; hooks?: { detail?: { responses?: Json } } }[]
+    ).filter((route) => route.hooks?.detail?.responses !== undefined);
+    expect(routes.length).toBeGreaterThan(10);
+    const missing = routes.flatMap((route) => {
+      const path = route.path.replace(/:([A-Za-z_]+)/g, "{$1}");
+      const documented = doc.paths[path]?.[route.method.toLowerCase()]?.responses ?? {};
+      return Object.entries(route.hooks?.detail?.responses ?? {})
+        .filter(([status, answer]) => {
+          const description = (answer as { description?: string }).description;
+          return /^2/.test(status)
+            ? documented[status] === undefined
+            : documented[status]?.description !== description;
+        })
+        .map(([status]) => `${route.method} ${path} ${status}`);
+    });
+    expect(missing).toEqual([]);
+  });
+
+  test("the passkey pages are documented as HTML, and are not rate limited", () => {
+    for (const path of ["/passkeys/v1/register", "/passkeys/v1/approve"]) {
+      expect(doc.paths[path].get.responses["200"].content["text/html"]).toBeDefined();
+      expect(statuses("get", path)).not.toContain("429");
+    }
+  });
+
+  test.each([
+    ["post", "/passkeys/v1/register/options", ["200", "400", "404", "413", "422", "429", "500"]],
+    ["post", "/passkeys/v1/register", ["201", "400", "404", "413", "422", "429", "500"]],
+    ["post", "/passkeys/v1/approve/options", ["200", "400", "403", "410", "413", "422", "429", "500"]],
+    ["post", "/passkeys/v1/approve", ["200", "400", "401", "403", "410", "413", "422", "429", "500"]],
+    [
+      "post",
+      "/mgmt/v1/license-users/{id}/two-factor/passkeys/registration-link",
+      ["201", "401", "402", "403", "404", "422", "429", "500"],
+    ],
+    [
+      "post",
+      "/mgmt/v1/license-users/{id}/two-factor/totp",
+      ["201", "400", "401", "402", "403", "404", "409", "422", "429", "500"],
+    ],
+    [
+      "post",
+      "/runtime/v1/email-verifications",
+      ["202", "400", "402", "403", "404", "413", "422", "429", "500"],
+    ],
+    [
+      "post",
+      "/runtime/v1/email-verifications/{verification_id}/confirm",
+      ["200", "400", "401", "402", "403", "404", "410", "413", "422", "429", "500"],
+    ],
+  ] as const)("%s %s documents %j", (method, path, expected) => {
+    expect(statuses(method, path).sort()).toEqual([...expected]);
+  });
+
+  test("the codes a status carries are named where the route says them", () => {
+    const approve = doc.paths["/passkeys/v1/approve"].post.responses;
+    expect(approve["401"].description).toContain("TWO_FACTOR_INVALID");
+    expect(approve["403"].description).toContain("TWO_FACTOR_LOCKED");
+    expect(approve["410"].description).toContain("EMAIL_VERIFICATION_EXPIRED");
+    const confirm = doc.paths["/runtime/v1/email-verifications/{verification_id}/confirm"].post.responses;
+    for (const code of ["EMAIL_VERIFICATION_CODE_INVALID", "TWO_FACTOR_REQUIRED", "TWO_FACTOR_INVALID"])
+      expect(confirm["401"].description).toContain(code);
+    for (const code of [
+      "NAMED_USER_ASSIGNMENT_UNAVAILABLE",
+      "TWO_FACTOR_LOCKED",
+      "PLAN_ENTITLEMENT_REQUIRED",
+    ])
+      expect(confirm["403"].description).toContain(code);
+  });
+
+  test("only what a limit can refuse documents 429: management and runtime calls and the passkey pages' calls", () => {
+    const with429 = operations()
+      .filter(({ op }) => op.responses?.["429"] !== undefined)
+      .map(({ method, path }) => `${method} ${path}`);
+    const limited = (entry: string) =>
+      / \/mgmt\//.test(entry) || / \/runtime\//.test(entry) || /^post \/passkeys\//.test(entry);
+    expect(with429.filter((entry) => !limited(entry))).toEqual([]);
+    const all = operations().map(({ method, path }) => `${method} ${path}`);
+    expect(all.filter(limited).filter((entry) => !with429.includes(entry))).toEqual([]);
   });
 });

@@ -1,6 +1,6 @@
 import { afterEach, beforeEach, describe, expect, test } from "bun:test";
 import { createHash } from "node:crypto";
-import { readFileSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { silentLogger } from "../../src/http/logger.ts";
 import { sweepOnce } from "../../src/jobs/sweeper.ts";
@@ -278,10 +278,11 @@ describe("registration", () => {
 });
 
 /**
- * Runs a served page's inline script against stand-ins for the browser objects it uses, clicks
- * its button, and returns the paths its requests went to.
+ * Runs a served page's inline script against stand-ins for the browser objects it uses (the
+ * script throwing, as a browser would stop it, fails the call), and returns its output element,
+ * its button, the button's click handler and the paths its requests went to.
  */
-async function pagePosts(script: string, pathname: string, hash: string): Promise<string[]> {
+function openPage(script: string, pathname: string, hash: string) {
   const posted: string[] = [];
   let click: (() => Promise<void>) | undefined;
   const element = () => ({
@@ -329,11 +330,23 @@ async function pagePosts(script: string, pathname: string, hash: string): Promis
     fetch,
     { replaceState: () => {} },
   );
-  expect(click).toBeDefined();
-  await click?.();
-  expect(out.textContent).toBe("stop");
-  return posted;
+  return { out, button, click, posted };
 }
+
+async function pagePosts(script: string, pathname: string, hash: string): Promise<string[]> {
+  const page = openPage(script, pathname, hash);
+  expect(page.click).toBeDefined();
+  await page.click?.();
+  expect(page.out.textContent).toBe("stop");
+  return page.posted;
+}
+
+const servedScript = async (path: string) => {
+  const page = await t.call("GET", path, { key: null });
+  const scripts = [...page.text.matchAll(/<script>([\s\S]*?)<\/script>/g)].map((m) => m[1] as string);
+  expect(scripts.length).toBe(1);
+  return { page, script: scripts[0] as string };
+};
 
 describe("the pages' own requests", () => {
   test("go to the page's routes whether it was opened with or without a trailing slash; the CSP hash is the script's", async () => {
@@ -342,17 +355,32 @@ describe("the pages' own requests", () => {
       ["/passkeys/v1/approve", "#ver_1.secret"],
     ] as const) {
       for (const spelling of [path, `${path}/`]) {
-        const page = await t.call("GET", spelling, { key: null });
+        const { page, script } = await servedScript(spelling);
         expect(page.status).toBe(200);
-        const scripts = [...page.text.matchAll(/<script>([\s\S]*?)<\/script>/g)].map((m) => m[1] as string);
-        expect(scripts.length).toBe(1);
-        const script = scripts[0] as string;
         const digest = createHash("sha256").update(script).digest("base64");
         expect(page.headers.get("content-security-policy")).toContain(`script-src 'sha256-${digest}'`);
         expect(await pagePosts(script, spelling, hash)).toEqual([`${path}/options`, path]);
       }
     }
   });
+
+  test.each([
+    ["/passkeys/v1/register", "#%"],
+    ["/passkeys/v1/register", "#abc%E0%A4%A"],
+    ["/passkeys/v1/register", ""],
+    ["/passkeys/v1/approve", "#%"],
+    ["/passkeys/v1/approve", "#ver_1.secret%"],
+    ["/passkeys/v1/approve", "#no-dot"],
+    ["/passkeys/v1/approve", ""],
+  ])(
+    "%s opened with the fragment '%s' says the link is incomplete and hides its button",
+    async (path, hash) => {
+      const { script } = await servedScript(path);
+      const page = openPage(script, path, hash);
+      expect(page.out.textContent).toContain("This link is incomplete");
+      expect(page.button.hidden).toBe(true);
+    },
+  );
 });
 
 describe("approval of a sign-in", () => {
@@ -455,5 +483,169 @@ describe("approval of a sign-in", () => {
     const { id, code, mail } = await started(device);
     expect(mail.approvalUrl).toBeNull();
     expect((await confirmVerification(t, device, id, code)).status).toBe(200);
+  });
+});
+
+describe("an approval for a sign-in that can no longer succeed", () => {
+  const passkeyRow = () =>
+    t.deps.sqlite.query("SELECT sign_count, last_used_at FROM passkeys WHERE user_id = ?").get(f.userId);
+
+  const ending = [
+    ["the vendor disabled the user", () => t.call("DELETE", `/mgmt/v1/license-users/${f.userId}`)],
+    [
+      "the vendor removed the user's assignment",
+      () => t.call("DELETE", `/mgmt/v1/license-assignments/${f.assignmentId}`),
+    ],
+    [
+      "the vendor suspended the license",
+      () => t.call("PATCH", `/mgmt/v1/licenses/${f.licenseId}`, { body: { status_action: "suspended" } }),
+    ],
+    [
+      "the vendor changed the user's address",
+      () => t.call("PATCH", `/mgmt/v1/license-users/${f.userId}`, { body: { email: "new.ada@example.com" } }),
+    ],
+  ] as const;
+
+  test.each(ending)(
+    "is refused once %s, also with the page's options already fetched, and the passkey is not used",
+    async (_, act) => {
+      const authenticator = new SoftAuthenticator("p256");
+      expect((await register(authenticator)).status).toBe(201);
+      const { id, secret } = await started(new TestDevice());
+      const options = await post("/passkeys/v1/approve/options", { verification_id: id, secret });
+      expect(options.status).toBe(200);
+      const before = passkeyRow();
+      expect((await act()).status).toBeLessThan(300);
+      const late = await post("/passkeys/v1/approve", {
+        verification_id: id,
+        secret,
+        ...authenticator.get(options.body.data.challenge),
+      });
+      expect([late.status, late.body.error.code]).toEqual([410, "EMAIL_VERIFICATION_EXPIRED"]);
+      expect(late.body.data).toBeUndefined();
+      expect(passkeyRow()).toEqual(before);
+      const again = await post("/passkeys/v1/approve/options", { verification_id: id, secret });
+      expect([again.status, again.body.error.code]).toEqual([410, "EMAIL_VERIFICATION_EXPIRED"]);
+    },
+  );
+
+  test("is refused once the verification's five attempts are used up", async () => {
+    const authenticator = new SoftAuthenticator("p256");
+    await register(authenticator);
+    const device = new TestDevice();
+    const { id, secret } = await started(device);
+    for (let i = 0; i < 5; i++) {
+      const wrong = await confirmVerification(t, device, id, "000000");
+      expect(wrong.body.error.code).toBe("EMAIL_VERIFICATION_CODE_INVALID");
+    }
+    const before = passkeyRow();
+    const refused = await post("/passkeys/v1/approve/options", { verification_id: id, secret });
+    expect([refused.status, refused.body.error.code]).toEqual([410, "EMAIL_VERIFICATION_EXPIRED"]);
+    expect(passkeyRow()).toEqual(before);
+  });
+
+  test("is refused once the product, license key and address have had 10 wrong codes in 24 hours", async () => {
+    const authenticator = new SoftAuthenticator("p256");
+    await register(authenticator);
+    const device = new TestDevice();
+    for (let round = 0; round < 2; round++) {
+      const { id } = await started(device);
+      for (let i = 0; i < 5; i++) await confirmVerification(t, device, id, "000000");
+    }
+    const { id, code, secret } = await started(device);
+    // The confirm answers 410 whatever it is sent: an approval code would be of no use.
+    expect((await confirmVerification(t, device, id, code)).body.error.code).toBe(
+      "EMAIL_VERIFICATION_EXPIRED",
+    );
+    const refused = await post("/passkeys/v1/approve/options", { verification_id: id, secret });
+    expect([refused.status, refused.body.error.code]).toEqual([410, "EMAIL_VERIFICATION_EXPIRED"]);
+  });
+
+  test("is refused with 403 TWO_FACTOR_LOCKED while two-factor is locked, and works again once the vendor unlocks", async () => {
+    const authenticator = new SoftAuthenticator("p256");
+    await register(authenticator);
+    const device = new TestDevice();
+    // Ten wrong second factors in a row lock two-factor (five attempts per verification).
+    for (let round = 0; round < 2; round++) {
+      const { id, code } = await started(device);
+      for (let i = 0; i < 5; i++) {
+        const wrong = await confirmVerification(t, device, id, code, { second_factor_code: "12345678" });
+        expect(wrong.body.error.code).toBe("TWO_FACTOR_INVALID");
+      }
+    }
+    const { id, code, secret } = await started(device);
+    expect((await confirmVerification(t, device, id, code)).body.error.code).toBe("TWO_FACTOR_LOCKED");
+    const before = passkeyRow();
+    const options = await post("/passkeys/v1/approve/options", { verification_id: id, secret });
+    expect([options.status, options.body.error.code]).toEqual([403, "TWO_FACTOR_LOCKED"]);
+    expect(passkeyRow()).toEqual(before);
+
+    expect((await t.call("POST", `/mgmt/v1/license-users/${f.userId}/two-factor/unlock`)).status).toBe(200);
+    const approved = await approve(authenticator, id, secret);
+    expect(approved.status).toBe(200);
+    const ok = await confirmVerification(t, device, id, code, {
+      second_factor_code: approved.body.data.approval_code,
+    });
+    expect(ok.status).toBe(200);
+  });
+
+  test("locking between the options and the approval is refused too, and uses no passkey counter", async () => {
+    const authenticator = new SoftAuthenticator("p256");
+    await register(authenticator);
+    const { id, secret } = await started(new TestDevice());
+    const options = await post("/passkeys/v1/approve/options", { verification_id: id, secret });
+    t.deps.sqlite.run("UPDATE license_users SET two_factor_locked_at = ? WHERE id = ?", [
+      Date.now(),
+      f.userId,
+    ]);
+    const before = passkeyRow();
+    const late = await post("/passkeys/v1/approve", {
+      verification_id: id,
+      secret,
+      ...authenticator.get(options.body.data.challenge),
+    });
+    expect([late.status, late.body.error.code]).toEqual([403, "TWO_FACTOR_LOCKED"]);
+    expect(passkeyRow()).toEqual(before);
+  });
+});
+
+describe("approving one sign-in twice (two tabs, or a phone and a laptop)", () => {
+  test("shows the same code both times, and that code signs in, with no attempt or lock step spent", async () => {
+    const authenticator = new SoftAuthenticator("p256");
+    await register(authenticator);
+    const device = new TestDevice();
+    const { id, code, secret } = await started(device);
+    const first = await approve(authenticator, id, secret);
+    const second = await approve(authenticator, id, secret);
+    expect([first.status, second.status]).toEqual([200, 200]);
+    expect(second.body.data.approval_code).toBe(first.body.data.approval_code);
+    const ok = await confirmVerification(t, device, id, code, {
+      second_factor_code: first.body.data.approval_code,
+    });
+    expect(ok.status).toBe(200);
+    const user = await t.call("GET", `/mgmt/v1/license-users/${f.userId}`);
+    expect(user.body.data.two_factor.locked).toBe(false);
+    expect(
+      t.deps.sqlite.query("SELECT second_factor_failures AS n FROM license_users WHERE id = ?").get(f.userId),
+    ).toEqual({ n: 0 });
+    // Once used, the link gives no code again.
+    const after = await post("/passkeys/v1/approve/options", { verification_id: id, secret });
+    expect([after.status, after.body.error.code]).toEqual([410, "EMAIL_VERIFICATION_EXPIRED"]);
+  });
+
+  test("each verification has its own code, and none is stored in the clear", async () => {
+    const authenticator = new SoftAuthenticator("p256");
+    await register(authenticator);
+    const device = new TestDevice();
+    const one = await started(device);
+    const codeOne = (await approve(authenticator, one.id, one.secret)).body.data.approval_code as string;
+    const two = await started(device);
+    const codeTwo = (await approve(authenticator, two.id, two.secret)).body.data.approval_code as string;
+    expect(codeTwo).not.toBe(codeOne);
+    for (const file of ["licensing.db", "licensing.db-wal"]) {
+      const path = join(t.dir, file);
+      const stored = existsSync(path) ? readFileSync(path) : Buffer.alloc(0);
+      expect(stored.includes(codeOne) || stored.includes(codeTwo)).toBe(false);
+    }
   });
 });

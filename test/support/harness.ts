@@ -49,6 +49,8 @@ export function createTestContext(
     runtimeRateLimits?: Partial<RuntimeRateLimitSettings>;
     trustForwardedFor?: boolean;
     metricsToken?: string;
+    /** The service's base URL; BASE_URL unless a test needs another. */
+    baseUrl?: string;
   } = {},
 ) {
   const dir = mkdtempSync(join(tmpdir(), "licensing-test-"));
@@ -74,7 +76,7 @@ export function createTestContext(
   ) => apiKeys.create({ environment, scopes: [...scopes], name }).apiKey;
   const keys = { live: keyFor("live"), test: keyFor("test") };
   const app = createApp(deps, {
-    baseUrl: BASE_URL,
+    baseUrl: options.baseUrl ?? BASE_URL,
     managementRateLimit: options.managementRateLimit
       ? { name: "mgmt", ...options.managementRateLimit }
       : { name: "mgmt", limit: 100_000, windowSec: 1 },

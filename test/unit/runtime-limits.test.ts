@@ -33,10 +33,24 @@ describe("runtime route classes", () => {
     ["GET", "/mgmt/v1/plan", null],
     ["GET", "/healthz", null],
     ["GET", "/runtimex/v1/time", null],
+    // The passkey pages' calls: unauthenticated, per address, never metered; the pages are not.
+    ["POST", "/passkeys/v1/register/options", "address/never"],
+    ["POST", "/passkeys/v1/register", "address/never"],
+    ["POST", "/passkeys/v1/approve/options", "address/never"],
+    ["POST", "/passkeys/v1/approve/", "address/never"],
+    ["GET", "/passkeys/v1/approve", null],
+    ["OPTIONS", "/passkeys/v1/approve", null],
   ];
   test.each(cases)("%s %s is %s", (method, path, expected) => {
     const kind = classifyRuntimeRequest(method, path);
     expect(kind ? `${kind.partition}/${kind.metering}` : null).toBe(expected);
+  });
+
+  test("only Runtime API calls are refused by an ended plan, not the passkey pages' calls", () => {
+    expect(classifyRuntimeRequest("POST", "/runtime/v1/email-verifications/ver_1/confirm")?.planGated).toBe(
+      true,
+    );
+    expect(classifyRuntimeRequest("POST", "/passkeys/v1/approve")?.planGated).toBe(false);
   });
 });
 

@@ -59,10 +59,13 @@ const ALLOWED: Reviewed[] = [
   ),
   ...reviewed(
     "two server-held values: a verification's stored address hash and the hash of the user's stored address, under the current key or the one before it (no client input)",
-    ["src/modules/email-verifications/service.ts", "row.addressHash === this.addressHashOf(emailNormalized)"],
     [
-      "src/modules/email-verifications/service.ts",
-      'row.addressHash === this.deps.secrets.lookupHash(older, "email-verification-address")',
+      "src/modules/email-verifications/sign-in-state.ts",
+      "row.addressHash === mailboxHash(secrets, emailNormalized)",
+    ],
+    [
+      "src/modules/email-verifications/sign-in-state.ts",
+      'row.addressHash === secrets.lookupHash(older, "email-verification-address")',
     ],
   ),
   ...reviewed("the hash of a migration's SQL, public and compared at start-up", [

@@ -2,6 +2,7 @@ import { toOpenAPISchema } from "@elysiajs/openapi";
 import type { AnyElysia } from "elysia";
 import { ERROR_CODES } from "../../http/errors.ts";
 import { DEFAULT_PAGE_SIZE } from "../../http/pagination.ts";
+import { classifyRuntimeRequest } from "../../http/runtime-routes.ts";
 import { ErrorEnvelope } from "../../http/schemas.ts";
 import { isPlanReport } from "../plan/plan-route.ts";
 
@@ -69,6 +70,7 @@ export function buildOpenApiDocument(app: AnyElysia, baseUrl: string): Record<st
   );
   const paths = generated.paths as Record<string, Record<string, Operation>>;
   documentRequestBodies(app, paths);
+  documentDeclaredResponses(app, paths);
   for (const [path, item] of Object.entries(paths)) {
     for (const method of METHODS) {
       const operation = item[method];
@@ -191,11 +193,29 @@ function documentRequestBodies(app: AnyElysia, paths: Record<string, Record<stri
 }
 
 /**
+ * The answers a route declares in `detail.responses` (an HTML page's 200, the codes an error status
+ * carries there). The generator drops them whenever the route also has a `response` schema (it
+ * starts the operation's responses afresh from that), so they are put back here; a status the
+ * generator described from the schema keeps its description.
+ */
+function documentDeclaredResponses(app: AnyElysia, paths: Record<string, Record<string, Operation>>): void {
+  for (const route of app.routes) {
+    const declared = (route.hooks as { detail?: { responses?: Record<string, unknown> } } | undefined)?.detail
+      ?.responses;
+    if (!declared) continue;
+    const path = route.path.replace(/:([A-Za-z_]+)/g, "{$1}");
+    const operation = paths[path]?.[route.method.toLowerCase()];
+    if (!operation) continue;
+    operation.responses = { ...declared, ...operation.responses };
+  }
+}
+
+/**
  * The failure statuses an operation can answer, derived from what it takes: every failure uses
  * the error envelope, and each status lists the codes it carries.
  */
 function errorResponsesFor(method: string, path: string, operation: Operation): Record<string, unknown> {
-  const statuses = new Set<number>([429, 500]);
+  const statuses = new Set<number>([500]);
   const add = (...codes: number[]) => {
     for (const code of codes) statuses.add(code);
   };
@@ -203,6 +223,9 @@ function errorResponsesFor(method: string, path: string, operation: Operation): 
     operation.parameters?.some((p) => p.in === "header" && p.name === name) ?? false;
   const hasQuery = operation.parameters?.some((p) => p.in === "query") ?? false;
   const deviceProof = usesDeviceProof(operation);
+  // Limited: management calls per API key, and what the runtime limits class (runtime-routes.ts,
+  // asked here so the document cannot drift from them); nothing else ever answers 429.
+  if (path.startsWith("/mgmt/") || classifyRuntimeRequest(method.toUpperCase(), path) !== null) add(429);
   if (path.startsWith("/mgmt/")) add(401, 403);
   if (planGated(method, path)) add(402);
   if (path.includes("{")) statuses.add(404);

@@ -1,5 +1,6 @@
 import { Elysia } from "elysia";
 import { answerAfterFloor } from "../../http/answer-floor.ts";
+import { errorEnvelopeResponse } from "../../http/schemas.ts";
 import type { Services } from "../../services.ts";
 import { emailVerificationModels } from "./model.ts";
 
@@ -24,6 +25,12 @@ export const emailVerificationsController = ({ emailVerifications, signer }: Ser
         response: { 202: "email_verification.start_result" },
         detail: {
           summary: "Send a sign-in code to a named user (the same 202 whether or not a code was sent)",
+          responses: {
+            403: errorEnvelopeResponse(
+              "PLAN_ENTITLEMENT_REQUIRED (details.entitlement: email_license_verification).",
+            ),
+            404: errorEnvelopeResponse("NOT_FOUND: no such product."),
+          },
         },
       },
     )
@@ -41,6 +48,17 @@ export const emailVerificationsController = ({ emailVerifications, signer }: Ser
         response: { 200: "named_user_token.result" },
         detail: {
           summary: "Exchange the emailed code (and second factor) for a single-use named-user token",
+          responses: {
+            401: errorEnvelopeResponse(
+              "EMAIL_VERIFICATION_CODE_INVALID, TWO_FACTOR_REQUIRED or TWO_FACTOR_INVALID (each with details.remaining_attempts).",
+            ),
+            403: errorEnvelopeResponse(
+              "PLAN_ENTITLEMENT_REQUIRED, NAMED_USER_ASSIGNMENT_UNAVAILABLE or TWO_FACTOR_LOCKED.",
+            ),
+            410: errorEnvelopeResponse(
+              "EMAIL_VERIFICATION_EXPIRED: expired, used, replaced, out of attempts, past the wrong-code budget, or unknown.",
+            ),
+          },
         },
       },
     );

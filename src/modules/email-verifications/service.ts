@@ -14,15 +14,7 @@ import {
 import { emailField } from "../../http/email-field.ts";
 import { ApiError } from "../../http/errors.ts";
 import type { MailOutbox } from "../../mail/outbox.ts";
-import {
-  emailVerifications,
-  licenseAssignments,
-  licenses,
-  licenseUsers,
-  namedUserTokens,
-  policies,
-  products,
-} from "../../store/schema/index.ts";
+import { emailVerifications, namedUserTokens, policies, products } from "../../store/schema/index.ts";
 import type { LicenseService } from "../licenses/service.ts";
 import type { PasskeyService } from "../named-users/passkeys.ts";
 import type { NamedUserService } from "../named-users/service.ts";
@@ -30,6 +22,7 @@ import type { TwoFactorService } from "../named-users/two-factor.ts";
 import { VERIFICATION_SEND_LIMITS, VerificationLimits } from "./limits.ts";
 import type { EmailVerificationConfirmBody, EmailVerificationStartBody } from "./model.ts";
 import { purgeEmailVerifications } from "./purge.ts";
+import { currentSignInState, mailboxHash, type VerificationRow } from "./sign-in-state.ts";
 import {
   assignmentUnavailable,
   NAMED_USER_TOKEN_TTL_SEC,
@@ -41,7 +34,6 @@ import {
 export const RESEND_AFTER_SEC = VERIFICATION_SEND_LIMITS.sameAddressGapSec;
 const FEATURE = "email_license_verification";
 
-type VerificationRow = typeof emailVerifications.$inferSelect;
 type Writer = Parameters<Parameters<Deps["db"]["transaction"]>[0]>[0];
 
 const planLacksFeature = () =>
@@ -110,7 +102,7 @@ export class EmailVerificationService {
     const code = generateCode();
     const expiresAt = new Date(now.getTime() + CODE_TTL_SEC * 1000);
     const subject = `${product.id}\0${canonicalLicenseKey(body.license_key) ?? body.license_key}\0${email.normalized}`;
-    const addressHash = this.addressHashOf(email.normalized);
+    const addressHash = mailboxHash(this.deps.secrets, email.normalized);
     const row: VerificationRow = {
       id,
       environment: product.environment,
@@ -257,7 +249,7 @@ export class EmailVerificationService {
       });
     }
     if (!hasFeature(this.plan(), FEATURE)) return planLacksFeature();
-    const state = this.currentState(tx, row, now);
+    const state = currentSignInState(this.deps.secrets, tx, row, now);
     if (!state) return assignmentUnavailable();
     const { user } = state;
     if (this.twoFactor.required(user)) {
@@ -307,57 +299,6 @@ export class EmailVerificationService {
   /** The sweeper's purge of old verifications, their approvals and tokens (purge.ts). */
   purge(batch?: number, stopped?: () => boolean): Promise<number> {
     return purgeEmailVerifications(this.deps, batch, stopped);
-  }
-
-  /**
-   * The mailbox limits' key, and what ties a verification to the address its code was mailed to:
-   * the address alone, since one mailbox gets codes from both environments (trial sends count so).
-   */
-  private addressHashOf(emailNormalized: string): string {
-    return this.deps.secrets.lookupHash(emailNormalized, "email-verification-mailbox");
-  }
-
-  /**
-   * Whether the code went to this address. A row written before the key dropped the environment
-   * carries the older key: accepted too, so a sign-in under way across the upgrade still confirms
-   * (a code lasts 10 minutes; the older rows only age out of the mailbox counts, over a day).
-   */
-  private mailedTo(row: VerificationRow, emailNormalized: string): boolean {
-    const older = `${row.environment}\0${emailNormalized}`;
-    return (
-      row.addressHash === this.addressHashOf(emailNormalized) ||
-      row.addressHash === this.deps.secrets.lookupHash(older, "email-verification-address")
-    );
-  }
-
-  /**
-   * Rule 8: the assignment, user, license and policy the code was sent for, if all still hold. The
-   * user must still have the address the code went to: a vendor who changes a user's address (a
-   * mailbox lost or taken over) cuts off a sign-in under way through the old one.
-   */
-  private currentState(tx: Writer, row: VerificationRow, now: Date) {
-    if (!row.licenseId || !row.userId || !row.assignmentId) return null;
-    const assignment = tx
-      .select()
-      .from(licenseAssignments)
-      .where(eq(licenseAssignments.id, row.assignmentId))
-      .get();
-    const user = tx.select().from(licenseUsers).where(eq(licenseUsers.id, row.userId)).get();
-    const license = tx.select().from(licenses).where(eq(licenses.id, row.licenseId)).get();
-    const policy = license
-      ? tx.select().from(policies).where(eq(policies.id, license.policyId)).get()
-      : undefined;
-    if (
-      assignment?.status !== "active" ||
-      user?.status !== "active" ||
-      !this.mailedTo(row, user.emailNormalized) ||
-      !license ||
-      licenseStatus(license, now) !== "active" ||
-      policy?.identityMode !== "named_user"
-    ) {
-      return null;
-    }
-    return { user, licenseId: license.id, assignmentId: assignment.id };
   }
 }
 

@@ -4,7 +4,12 @@ import { changeContext } from "../../http/context.ts";
 import { postOnce } from "../../http/idempotency.ts";
 import { parseIfMatch } from "../../http/preconditions.ts";
 import { noContent } from "../../http/respond.ts";
-import { IdempotencyHeaders, IfMatchHeaders, NoEtagIfMatchHeaders } from "../../http/schemas.ts";
+import {
+  errorEnvelopeResponse,
+  IdempotencyHeaders,
+  IfMatchHeaders,
+  NoEtagIfMatchHeaders,
+} from "../../http/schemas.ts";
 import type { Services } from "../../services.ts";
 import { AssignmentListQuery, LicenseUserListQuery, namedUserModels } from "./model.ts";
 import { passkeysController } from "./passkey-routes.ts";
@@ -210,7 +215,14 @@ const managementRoutes = ({ namedUsers, twoFactor, passkeys, licenses, idempoten
         scope: "licenses:write",
         headers: IfMatchHeaders,
         response: { 201: "two_factor.enrolment" },
-        detail: { summary: "Enrol TOTP: the otpauth:// URI and ten recovery codes, shown once" },
+        detail: {
+          summary: "Enrol TOTP: the otpauth:// URI and ten recovery codes, shown once",
+          responses: {
+            422: errorEnvelopeResponse(
+              "INVALID_TRANSITION: the user is disabled, or two-factor is already on (details.from).",
+            ),
+          },
+        },
       },
     )
     .post(
@@ -258,6 +270,11 @@ const managementRoutes = ({ namedUsers, twoFactor, passkeys, licenses, idempoten
         detail: {
           summary:
             "A single-use link (24 h) for the user to register a passkey; send it to them. It ends any link sent before.",
+          responses: {
+            422: errorEnvelopeResponse(
+              "INVALID_TRANSITION: the user is disabled (details.from), or the service's base URL has an IP address as its host, which browsers never accept for passkeys (details.reason: base_url_host_is_ip_address).",
+            ),
+          },
         },
       },
     )

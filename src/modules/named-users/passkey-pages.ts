@@ -19,11 +19,15 @@ const say = (text) => { out.textContent = text; };
 // The page is also served at its path with one trailing slash: the routes are under the bare path.
 const base = location.pathname.replace(/\\/$/, "");
 if (!window.PublicKeyCredential) { say("This browser does not support passkeys."); button.hidden = true; }
+// A link a mail program mangled (a stray %) must end in the message below, not in a script error
+// that leaves a button doing nothing.
+const fragment = (() => { try { return decodeURIComponent(location.hash.slice(1)); } catch { return ""; } })();
+const incomplete = () => { say("This link is incomplete. Open the link you were sent, whole."); button.hidden = true; };
 `;
 
 const REGISTER_SCRIPT = `${COMMON}
-const token = decodeURIComponent(location.hash.slice(1));
-if (!token) { say("This link has no token. Open the link you were sent."); button.hidden = true; }
+const token = fragment;
+if (!token) incomplete();
 button.addEventListener("click", async () => {
   button.disabled = true;
   try {
@@ -57,11 +61,10 @@ button.addEventListener("click", async () => {
 `;
 
 const APPROVE_SCRIPT = `${COMMON}
-const fragment = decodeURIComponent(location.hash.slice(1));
 const dot = fragment.indexOf(".");
 const verification_id = fragment.slice(0, dot);
 const secret = fragment.slice(dot + 1);
-if (dot < 1) { say("This link is incomplete. Open the link from your email."); button.hidden = true; }
+if (dot < 1) incomplete();
 button.addEventListener("click", async () => {
   button.disabled = true;
   try {

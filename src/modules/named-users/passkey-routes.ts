@@ -1,7 +1,7 @@
 import { Type } from "@sinclair/typebox";
 import { Elysia } from "elysia";
 import { requestState } from "../../http/request-state.ts";
-import { dataOf, IdField } from "../../http/schemas.ts";
+import { dataOf, errorEnvelopeResponse, IdField } from "../../http/schemas.ts";
 import type { Services } from "../../services.ts";
 import { APPROVE_PAGE, REGISTER_PAGE } from "./passkey-pages.ts";
 
@@ -62,6 +62,20 @@ const models = {
   ),
 };
 
+const htmlPage = (description: string) => ({
+  description,
+  content: { "text/html": { schema: { type: "string" as const } } },
+});
+const linkGone = errorEnvelopeResponse(
+  "NOT_FOUND: the registration link is unknown, used, expired or ended.",
+);
+const approvalGone = errorEnvelopeResponse(
+  "EMAIL_VERIFICATION_EXPIRED: the approval link is unknown or its secret wrong, or its sign-in can no longer succeed (used, replaced, expired, out of attempts, or the assignment, user, license or address changed).",
+);
+const approvalLocked = errorEnvelopeResponse(
+  "TWO_FACTOR_LOCKED: the user's two-factor is locked; the vendor must unlock it.",
+);
+
 /**
  * The license user's side of passkeys (no API key: the secrets in the links are the credential).
  * Two HTML pages for the user's browser, and the JSON calls they make.
@@ -70,15 +84,24 @@ export const passkeysController = ({ passkeys }: Services) =>
   new Elysia({ prefix: "/passkeys/v1", detail: { tags: ["Passkeys"], security: [] } })
     .model(models)
     .get("/register", () => new Response(REGISTER_PAGE.html, { headers: REGISTER_PAGE.headers }), {
-      detail: { summary: "HTML page: register a passkey (the link's token is in the fragment)" },
+      detail: {
+        summary: "HTML page: register a passkey (the link's token is in the fragment)",
+        responses: { 200: htmlPage("The registration page.") },
+      },
     })
     .get("/approve", () => new Response(APPROVE_PAGE.html, { headers: APPROVE_PAGE.headers }), {
-      detail: { summary: "HTML page: approve a sign-in with a passkey (from the verification email)" },
+      detail: {
+        summary: "HTML page: approve a sign-in with a passkey (from the verification email)",
+        responses: { 200: htmlPage("The approval page.") },
+      },
     })
     .post("/register/options", ({ body }) => ({ data: passkeys.registrationOptions(body.token) }), {
       body: "passkey.registration_options_request",
       response: { 200: "passkey.registration_options" },
-      detail: { summary: "WebAuthn creation options for a registration link" },
+      detail: {
+        summary: "WebAuthn creation options for a registration link",
+        responses: { 404: linkGone },
+      },
     })
     .post(
       "/register",
@@ -89,7 +112,18 @@ export const passkeysController = ({ passkeys }: Services) =>
       {
         body: "passkey.registration",
         response: { 201: "passkey.registered" },
-        detail: { summary: "Register the passkey created in the browser (single-use link)" },
+        detail: {
+          summary: "Register the passkey created in the browser (single-use link)",
+          responses: {
+            400: errorEnvelopeResponse(
+              "INVALID_REQUEST: malformed, or no options were asked for this link first.",
+            ),
+            404: linkGone,
+            422: errorEnvelopeResponse(
+              "VALIDATION_FAILED (the attestation does not verify, or the passkey is registered already) or INVALID_TRANSITION (the user has 10 passkeys).",
+            ),
+          },
+        },
       },
     )
     .post(
@@ -98,11 +132,27 @@ export const passkeysController = ({ passkeys }: Services) =>
       {
         body: "passkey.approval_options_request",
         response: { 200: "passkey.approval_options" },
-        detail: { summary: "WebAuthn request options for a verification's approval link" },
+        detail: {
+          summary: "WebAuthn request options for a verification's approval link",
+          responses: { 403: approvalLocked, 410: approvalGone },
+        },
       },
     )
     .post("/approve", ({ body }) => ({ data: passkeys.approve(body) }), {
       body: "passkey.approval",
       response: { 200: "passkey.approved" },
-      detail: { summary: "Approve a sign-in with a passkey: an approval code for second_factor_code" },
+      detail: {
+        summary:
+          "Approve a sign-in with a passkey: the verification's approval code for second_factor_code (the same at every approval)",
+        responses: {
+          400: errorEnvelopeResponse(
+            "INVALID_REQUEST: malformed, or no options were asked for this verification first.",
+          ),
+          401: errorEnvelopeResponse(
+            "TWO_FACTOR_INVALID: the passkey assertion did not verify (details.reason).",
+          ),
+          403: approvalLocked,
+          410: approvalGone,
+        },
+      },
     });

@@ -1,4 +1,5 @@
-import { randomBytes, randomInt } from "node:crypto";
+import { randomBytes } from "node:crypto";
+import { isIP } from "node:net";
 import { and, count, eq, isNotNull, isNull, lte, or, sql } from "drizzle-orm";
 import { constantTimeEqual } from "../../crypto/constant-time.ts";
 import {
@@ -17,6 +18,8 @@ import {
   passkeyRegistrations,
   passkeys,
 } from "../../store/schema/index.ts";
+import { VerificationLimits } from "../email-verifications/limits.ts";
+import { secondFactorState } from "../email-verifications/sign-in-state.ts";
 import { recordAudit } from "../events/service.ts";
 import type { NamedUserService } from "./service.ts";
 
@@ -34,12 +37,47 @@ const linkGone = () =>
 const approvalGone = () =>
   new ApiError(
     "EMAIL_VERIFICATION_EXPIRED",
-    "This approval link is unknown, used or expired; start again in the app.",
+    "This approval link is unknown, used or expired, or its sign-in can no longer succeed; start again in the app.",
+  );
+const twoFactorLocked = () =>
+  new ApiError(
+    "TWO_FACTOR_LOCKED",
+    "Two-factor is locked for this user after too many wrong second factors; the vendor must unlock it.",
   );
 const refused = (error: unknown) =>
   new ApiError("TWO_FACTOR_INVALID", "The passkey did not verify.", {
     reason: error instanceof WebAuthnError ? error.message : "invalid",
   });
+
+/** Why browsers will not use passkeys at a base URL (passkeyBaseUrlProblem). */
+export interface PasskeyBaseUrlProblem {
+  reason: "base_url_host_is_ip_address" | "base_url_not_secure";
+  message: string;
+}
+
+/**
+ * Why browsers will not use passkeys of a relying party at this base URL, or null when they will.
+ * The RP ID is the base URL's host, and WebAuthn refuses an IP address as an RP ID in every
+ * browser (the default base URL, http://127.0.0.1:PORT, is one); it also runs only in a secure
+ * context: HTTPS, or plain HTTP on localhost.
+ */
+export function passkeyBaseUrlProblem(baseUrl: string): PasskeyBaseUrlProblem | null {
+  const url = new URL(baseUrl);
+  const host = url.hostname.replace(/^\[(.*)\]$/, "$1");
+  if (isIP(host) !== 0) {
+    return {
+      reason: "base_url_host_is_ip_address",
+      message: `its host ${url.hostname} is an IP address, which browsers never accept for passkeys: set --base-url (or LICENSING_BASE_URL) to a URL whose host is a domain name, such as https://licensing.example.com, or http://localhost:${url.port || 80} on this machine`,
+    };
+  }
+  if (url.protocol !== "https:" && host !== "localhost" && !host.endsWith(".localhost")) {
+    return {
+      reason: "base_url_not_secure",
+      message: `it is plain ${url.protocol.slice(0, -1)} on ${url.hostname}, and browsers offer passkeys only on https:// pages (or on localhost): set --base-url (or LICENSING_BASE_URL) to the https:// URL users reach`,
+    };
+  }
+  return null;
+}
 
 export interface RegistrationBody {
   token: string;
@@ -65,6 +103,7 @@ export interface ApprovalBody {
  */
 export class PasskeyService {
   readonly rp: RelyingParty;
+  private readonly limits: VerificationLimits;
 
   constructor(
     private readonly deps: Deps,
@@ -73,6 +112,7 @@ export class PasskeyService {
   ) {
     const url = new URL(baseUrl);
     this.rp = { id: url.hostname, origin: url.origin };
+    this.limits = new VerificationLimits(deps.sqlite);
   }
 
   count(userId: string): number {
@@ -83,6 +123,17 @@ export class PasskeyService {
 
   registrationLink(userId: string, ctx: ChangeContext) {
     const user = this.users.get(userId, ctx.environment);
+    // A link on an IP address could never register anything: the vendor is told so, not the
+    // user later. Plain http on another host is only warned about at start: a browser can be told
+    // to treat such an origin as secure (test set-ups do).
+    const problem = passkeyBaseUrlProblem(this.baseUrl);
+    if (problem?.reason === "base_url_host_is_ip_address") {
+      throw new ApiError(
+        "INVALID_TRANSITION",
+        `Passkeys cannot work with this service's base URL ${this.baseUrl}: ${problem.message}.`,
+        { reason: problem.reason, base_url: this.baseUrl },
+      );
+    }
     if (user.status !== "active")
       throw new ApiError("INVALID_TRANSITION", "The user is disabled.", { from: "disabled" });
     const token = randomBytes(32).toString("base64url");
@@ -238,7 +289,10 @@ export class PasskeyService {
     });
   }
 
-  /** Verifies the assertion and returns a fresh approval code; the challenge is spent either way. */
+  /**
+   * Verifies the assertion and returns the verification's approval code, the same one at every
+   * approval (approvalCode); the challenge is spent either way.
+   */
   approve(body: ApprovalBody) {
     const outcome = this.deps.db.transaction((tx) => {
       const { userId, approval, expiresAt } = this.openApproval(tx, body.verification_id, body.secret);
@@ -270,7 +324,7 @@ export class PasskeyService {
       }
       const now = this.deps.clock.now();
       tx.update(passkeys).set({ signCount, lastUsedAt: now }).where(eq(passkeys.id, credential.id)).run();
-      const code = String(randomInt(0, 100_000_000)).padStart(8, "0");
+      const code = this.approvalCode(approval);
       tx.update(passkeyApprovals)
         .set({ codeHash: this.codeHash(approval.verificationId, code) })
         .where(eq(passkeyApprovals.verificationId, approval.verificationId))
@@ -325,6 +379,24 @@ export class PasskeyService {
     return this.deps.secrets.lookupHash(secret, purpose);
   }
 
+  /**
+   * A verification's approval code: the same whenever its sign-in is approved, so a second tab or
+   * device shows the code the first one showed, and both keep working (a fresh code at each
+   * approval silently ended the first, and entering it then cost an attempt and a step towards the
+   * lock). It is derived, not stored: an HMAC under the data key's lookup key of the verification
+   * and its approval's secret hash (random per start). Whoever holds that key and the store can
+   * compute it, but they could already find it from the stored code hash by trying the 10^8 codes,
+   * so this keeps nothing the hash did not. It works only once an assertion has verified (redeem
+   * compares with the hash written then). 64 bits reduced mod 10^8: the bias is below 10^-11.
+   */
+  private approvalCode(approval: { verificationId: string; secretHash: string }): string {
+    const digest = this.hash(
+      `${approval.verificationId}\0${approval.secretHash}`,
+      "passkey-approval-code-derivation",
+    );
+    return String(BigInt(`0x${digest.slice(0, 16)}`) % 100_000_000n).padStart(8, "0");
+  }
+
   private codeHash(verificationId: string, code: string): string {
     return this.hash(`${verificationId}\0${code}`, "passkey-approval-code");
   }
@@ -340,7 +412,12 @@ export class PasskeyService {
     return link;
   }
 
-  /** The approval of an open, matched verification whose secret is right; anything else is 410. */
+  /**
+   * The approval of a matched verification whose secret is right and whose sign-in can still
+   * succeed (the checks confirm makes before comparing a second factor): 403 TWO_FACTOR_LOCKED
+   * while the user's two-factor is locked; anything else is 410. Asked by the options and again
+   * by the approval, so a change the vendor makes while the page is open counts.
+   */
   private openApproval(tx: Writer, verificationId: string, secret: string) {
     const approval = tx
       .select()
@@ -352,23 +429,20 @@ export class PasskeyService {
       .from(emailVerifications)
       .where(eq(emailVerifications.id, verificationId))
       .get();
-    const now = this.deps.clock.now().getTime();
+    const now = this.deps.clock.now();
     // Checked first and always: every start has an approval, with or without a user, and a wrong
     // secret must cost the same for both (the check after it would skip the hash for one of them).
     const secretMatches = constantTimeEqual(
       approval?.secretHash ?? "",
       this.hash(secret, `passkey-approval:${verificationId}`),
     );
-    if (
-      !approval ||
-      !secretMatches ||
-      !verification?.userId ||
-      approval.usedAt !== null ||
-      verification.closedAt !== null ||
-      verification.expiresAt.getTime() <= now
-    ) {
+    if (!approval || !secretMatches || !verification?.userId || approval.usedAt !== null) {
       throw approvalGone();
     }
+    // Past the secret: only the mailbox the link went to learns where its sign-in stands.
+    const state = secondFactorState(this.deps.secrets, this.limits, tx, verification, now);
+    if (state === "locked") throw twoFactorLocked();
+    if (state === "ended") throw approvalGone();
     return { userId: verification.userId, approval, expiresAt: verification.expiresAt };
   }
 }
