@@ -3,9 +3,10 @@
  * 1, 10 and 12, §8; DESIGN §4 "Rate limits"). It looks at the method and path only, by pattern, so
  * a runtime route added later is covered the day it lands: anything under /runtime/ that is not a
  * device-proof route is limited per client address, and counts toward the monthly allowance
- * unless it is one of the verification calls. The passkey pages' calls (/passkeys/) are limited
- * here too: unauthenticated, each costs keystore HMACs and a store transaction, as a verification
- * confirm does, so they share its per-address window.
+ * unless it is one of the verification calls. The served pages' own calls (the passkey pages'
+ * under /passkeys/, and the buyer's claim page's redeem) are limited here too: unauthenticated,
+ * each costs keystore HMACs and a store transaction, as a verification confirm does, so they
+ * share its per-address window.
  */
 
 /** Who a request's burst windows belong to. */
@@ -37,6 +38,8 @@ export interface RuntimeRouteClass {
 export const RUNTIME_PREFIX = "/runtime/";
 const V1 = "/runtime/v1/";
 export const PASSKEYS_PREFIX = "/passkeys/";
+/** The billing claim page's one call; the page itself (GET) is static. */
+const CLAIM_REDEEM_PATH = "/billing/v1/claims/redeem";
 
 const ADDRESS_COUNTS: RuntimeRouteClass = { partition: "address", metering: "counts", planGated: true };
 const ADDRESS_NEVER: RuntimeRouteClass = { partition: "address", metering: "never", planGated: true };
@@ -46,18 +49,19 @@ const ADDRESS_ACTIVATION: RuntimeRouteClass = {
   planGated: true,
 };
 const DEVICE_COUNTS: RuntimeRouteClass = { partition: "device", metering: "counts", planGated: true };
-/** The passkey pages' JSON calls: the per-address window, never metered, never 402. */
-const PASSKEY_CALL: RuntimeRouteClass = { partition: "address", metering: "never", planGated: false };
+/** The served pages' JSON calls: the per-address window, never metered, never 402. */
+const PAGE_CALL: RuntimeRouteClass = { partition: "address", metering: "never", planGated: false };
 
 /**
  * The class of a runtime request, or null when it is not one the limits apply to: outside
- * /runtime/ (except a passkey page's POST), or an OPTIONS request (a CORS preflight is never
+ * /runtime/ (except a served page's POST), or an OPTIONS request (a CORS preflight is never
  * limited or counted, §8). Constant time: a few prefix checks on the path, no allocation on the
  * hot path.
  */
 export function classifyRuntimeRequest(method: string, path: string): RuntimeRouteClass | null {
   // The pages themselves (GET) are static and cost nothing to serve.
-  if (path.startsWith(PASSKEYS_PREFIX)) return method === "POST" ? PASSKEY_CALL : null;
+  if (path.startsWith(PASSKEYS_PREFIX)) return method === "POST" ? PAGE_CALL : null;
+  if (path === CLAIM_REDEEM_PATH) return method === "POST" ? PAGE_CALL : null;
   if (!path.startsWith(RUNTIME_PREFIX) || method === "OPTIONS") return null;
   if (!path.startsWith(V1)) return ADDRESS_COUNTS;
   // The router serves a path with one trailing slash as the same route, so it is the same class.

@@ -560,12 +560,15 @@ describe("the failure answers each operation documents", () => {
       expect(confirm["403"].description).toContain(code);
   });
 
-  test("only what a limit can refuse documents 429: management and runtime calls and the passkey pages' calls", () => {
+  test("only what a limit can refuse documents 429: management and runtime calls and the served pages' calls", () => {
     const with429 = operations()
       .filter(({ op }) => op.responses?.["429"] !== undefined)
       .map(({ method, path }) => `${method} ${path}`);
     const limited = (entry: string) =>
-      / \/mgmt\//.test(entry) || / \/runtime\//.test(entry) || /^post \/passkeys\//.test(entry);
+      / \/mgmt\//.test(entry) ||
+      / \/runtime\//.test(entry) ||
+      /^post \/passkeys\//.test(entry) ||
+      entry === "post /billing/v1/claims/redeem";
     expect(with429.filter((entry) => !limited(entry))).toEqual([]);
     const all = operations().map(({ method, path }) => `${method} ${path}`);
     expect(all.filter(limited).filter((entry) => !with429.includes(entry))).toEqual([]);

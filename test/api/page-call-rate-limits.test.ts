@@ -2,9 +2,10 @@ import { afterEach, beforeEach, describe, expect, test } from "bun:test";
 import { createTestContext, type TestContext } from "../support/harness.ts";
 
 /**
- * The passkey pages' JSON calls take no credential but the secret in the link, and each costs
- * keystore HMACs and a store transaction: they share the per-address window of the unauthenticated
- * runtime calls (docs/api.md, Rate limits), like email-verification confirm.
+ * The served pages' JSON calls (the passkey pages', the billing claim page's redeem) take no
+ * credential but the secret in the link, and each costs keystore HMACs and a store transaction:
+ * they share the per-address window of the unauthenticated runtime calls (docs/api.md, Rate
+ * limits), like email-verification confirm.
  */
 let t: TestContext;
 beforeEach(() => {
@@ -17,12 +18,13 @@ const CALLS = [
   ["/passkeys/v1/register", { token: "A".repeat(43) }],
   ["/passkeys/v1/approve/options", { verification_id: "ver_unknown", secret: "A".repeat(43) }],
   ["/passkeys/v1/approve", { verification_id: "ver_unknown", secret: "A".repeat(43) }],
+  ["/billing/v1/claims/redeem", { token: "A".repeat(43) }],
 ] as const;
 
 const runtimeUsed = async () =>
   (await t.call("GET", "/mgmt/v1/plan")).body.data.quotas.runtime_requests.used as number;
 
-describe("the passkey pages' calls", () => {
+describe("the served pages' calls", () => {
   test.each(CALLS)("POST %s is refused with 429 once the address's window is used up", async (path, body) => {
     const from = (clientAddress: string) => t.call("POST", path, { key: null, body, clientAddress });
     const answers = [];
@@ -62,10 +64,13 @@ describe("the passkey pages' calls", () => {
     expect([answer.status, answer.body.error.code]).toEqual([404, "NOT_FOUND"]);
   });
 
-  test("the pages themselves (GET) are not limited", async () => {
-    for (let i = 0; i < 6; i++) {
-      const page = await t.call("GET", "/passkeys/v1/approve", { key: null, clientAddress: "203.0.113.9" });
-      expect(page.status).toBe(200);
-    }
-  });
+  test.each(["/passkeys/v1/approve", "/billing/v1/claims"])(
+    "the page %s itself (GET) is not limited",
+    async (path) => {
+      for (let i = 0; i < 6; i++) {
+        const page = await t.call("GET", path, { key: null, clientAddress: "203.0.113.9" });
+        expect(page.status).toBe(200);
+      }
+    },
+  );
 });
