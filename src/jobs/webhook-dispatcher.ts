@@ -315,6 +315,14 @@ export class WebhookDispatcher {
       { delaysSec: this.retryDelays, random: this.options.random ?? Math.random },
       this.counters,
     );
+    if (result.outcome === "refused" && result.detail !== undefined) {
+      // The address behind a refused host, for the operator: never in the delivery log (address.ts).
+      this.options.logger.log("debug", "webhook address refused", {
+        delivery_id: row.id,
+        webhook_id: row.endpoint_id,
+        detail: result.detail,
+      });
+    }
     if (result.outcome !== "succeeded") {
       // Never the URL: for team chat it is a secret.
       this.options.logger.log("warn", "webhook attempt failed", {
