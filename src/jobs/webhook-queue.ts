@@ -62,7 +62,7 @@ export interface RecordedAttempt {
  * lapsed (a process that died mid-attempt).
  */
 
-interface DueRow {
+export interface DueRow {
   id: string;
   at: number;
 }
@@ -70,10 +70,17 @@ interface DueRow {
 /** The dispatcher's reads and its claim, each by index (webhook_deliveries_endpoint_due, _due). */
 export function dispatchStatements(sqlite: Deps["sqlite"]) {
   return {
-    endpoints: sqlite.query<{ id: string }, []>("SELECT id FROM webhook_endpoints"),
-    oldestPending: sqlite.query<{ at: number }, [string, number]>(
-      `SELECT next_attempt_at AS at FROM webhook_deliveries
-       WHERE endpoint_id = ?1 AND status = 'pending' AND next_attempt_at <= ?2 ORDER BY next_attempt_at LIMIT 1`,
+    // Active endpoints only, found by webhook_endpoints_status, and each one's oldest due delivery
+    // by a seek: a pass runs every second and whenever an attempt ends, so it must cost what can be
+    // sent (at most the plan's endpoints), never every endpoint ever stopped or disabled. Their
+    // queued deliveries were cancelled in the transaction that ended them (service.ts, a 410).
+    // Grouping the due rows by endpoint instead reads every due row: 18 ms at 50,000 (0039).
+    // `at` is null for an endpoint with nothing due (a filter on it would run the seek twice).
+    oldestDue: sqlite.query<{ id: string; at: number | null }, [number]>(
+      `SELECT w.id, (SELECT d.next_attempt_at FROM webhook_deliveries d
+         WHERE d.endpoint_id = w.id AND d.status = 'pending' AND d.next_attempt_at <= ?1
+         ORDER BY d.next_attempt_at LIMIT 1) AS at
+       FROM webhook_endpoints w WHERE w.status = 'active'`,
     ),
     lapsedByEndpoint: sqlite.query<{ endpoint_id: string; at: number }, [number]>(
       `SELECT endpoint_id, min(next_attempt_at) AS at FROM webhook_deliveries
