@@ -31,7 +31,8 @@ export interface AttemptRow {
 export type AttemptResult =
   | { outcome: "succeeded"; status: number }
   | { outcome: "failed"; status: number | null; error: string; gone?: boolean }
-  | { outcome: "refused"; status: null; error: string };
+  /** `detail` (the address, the resolver's error) is for the server log only (address.ts says why). */
+  | { outcome: "refused"; status: null; error: string; detail?: string };
 
 export interface SenderOptions {
   allowPrivateNetworks: boolean;
@@ -140,7 +141,7 @@ export class WebhookSender {
         );
       } catch (error) {
         if (error instanceof AddressRefused)
-          return { outcome: "refused", status: null, error: error.message };
+          return { outcome: "refused", status: null, error: error.message, detail: error.detail };
         if (deadline.aborted) return timedOut;
         throw error;
       }

@@ -9,6 +9,7 @@ import { cancelPending } from "../modules/webhooks/service.ts";
 import { ATTEMPT_TIMEOUT_MS, type AttemptResult, WebhookSender } from "./webhook-attempt.ts";
 import {
   type ClaimedRow,
+  type DueRow,
   dispatchStatements,
   loadClaimed,
   queueDepth,
@@ -20,6 +21,12 @@ export { RETRY_JITTER, WEBHOOK_RETRY_DELAYS_SEC } from "./webhook-queue.ts";
 
 export const PER_ENDPOINT_CONCURRENCY = 2;
 export const GLOBAL_CONCURRENCY = 16;
+/**
+ * A successful attempt that took this long makes its endpoint limited, like a failed one, until an
+ * attempt is quicker again: a receiver that answers 2xx after 8 s holds its slots as long as one
+ * that hangs.
+ */
+export const SLOW_ATTEMPT_MS = 2_000;
 /**
  * A claim outlives its attempt's timeout by this much; then a claim left by a dead process is due
  * again. The timeout bounds the whole attempt, DNS included (webhook-attempt.ts), so a live
@@ -44,6 +51,8 @@ export interface DispatcherOptions {
   timeoutMs?: number;
   perEndpointConcurrency?: number;
   globalConcurrency?: number;
+  /** A successful attempt at least this long counts as slow (SLOW_ATTEMPT_MS by default). */
+  slowAttemptMs?: number;
   retryDelaysSec?: readonly number[];
   /** A number in [0, 1); Math.random by default. */
   random?: () => number;
@@ -59,6 +68,17 @@ export interface DispatcherOptions {
   connectOverride?: (url: URL) => string | undefined;
   /** Tests only, never reachable from configuration: a CA to trust besides the system's (a test TLS receiver). */
   extraCa?: string;
+  /** Tests only: the milliseconds an attempt's duration is measured in (performance.now by default). */
+  monotonicMs?: () => number;
+}
+
+/** An endpoint with deliveries due, in one pass. */
+interface Candidate {
+  id: string;
+  /** When its oldest due delivery became due. */
+  at: number;
+  /** Its due deliveries, oldest first, read when it first gets a slot in the pass. */
+  due: DueRow[] | null;
 }
 
 /**
@@ -76,14 +96,21 @@ export class WebhookDispatcher {
   private readonly attempting = new Set<string>();
   private readonly running = new Set<Promise<void>>();
   private total = 0;
-  /** How each endpoint's last attempt by this process went (true: failed). */
-  private readonly lastFailed = new Map<string, boolean>();
-  /** When this process last claimed for each endpoint, as a count of claims: failing ones take turns by it. */
+  /**
+   * Endpoints whose last attempt by this process failed or was slow: one attempt at a time each,
+   * and at most half the pool together (see dispatchDue).
+   */
+  private readonly limited = new Set<string>();
+  /** When this process last claimed for each endpoint, as a count of claims: limited ones take turns by it. */
   private readonly lastTried = new Map<string, number>();
   private tries = 0;
   private readonly statements: ReturnType<typeof dispatchStatements>;
-  /** Attempts in flight to failing endpoints: at most half the pool (see dispatchDue). */
-  private failingTotal = 0;
+  /** Attempts in flight to limited endpoints. */
+  private limitedTotal = 0;
+  private readonly perEndpoint: number;
+  private readonly global: number;
+  /** The slots limited endpoints may hold together: half the pool. */
+  private readonly limitedShare: number;
   /** Set by start(): claims more at once when an attempt gives its slot back. */
   private wake: (() => void) | null = null;
   private stopped = false;
@@ -98,6 +125,9 @@ export class WebhookDispatcher {
     this.sender = new WebhookSender(deps.secrets, options);
     this.retryDelays = options.retryDelaysSec ?? WEBHOOK_RETRY_DELAYS_SEC;
     this.statements = dispatchStatements(deps.sqlite);
+    this.perEndpoint = options.perEndpointConcurrency ?? PER_ENDPOINT_CONCURRENCY;
+    this.global = options.globalConcurrency ?? GLOBAL_CONCURRENCY;
+    this.limitedShare = Math.max(1, Math.floor(this.global / 2));
   }
 
   /** Claims every due delivery there is room for and waits for those attempts; resolves with how many were made. */
@@ -217,63 +247,65 @@ export class WebhookDispatcher {
 
   private dispatchDue(): Promise<void>[] {
     const now = this.clock.now().getTime();
-    const perEndpoint = this.options.perEndpointConcurrency ?? PER_ENDPOINT_CONCURRENCY;
-    const global = this.options.globalConcurrency ?? GLOBAL_CONCURRENCY;
-    // Receivers that fail (hang until the timeout, refuse, answer 5xx) get one attempt at a time
-    // each, and at most half the pool together: eight endpoints that hang could otherwise hold all
-    // sixteen slots for 10 s at a time, and every healthy endpoint would wait behind them.
-    const failingShare = Math.max(1, Math.floor(global / 2));
     const s = this.statements;
-    // Each endpoint's oldest due delivery, a seek each (this runs whenever an attempt ends); and
-    // the deliveries whose claim lapsed (a process that died mid-attempt), few by nature.
+    // Each active endpoint's oldest due delivery (one statement, a seek each); and the deliveries
+    // whose claim lapsed (a process that died mid-attempt), few by nature.
     const oldest = new Map<string, number>();
-    for (const { id } of s.endpoints.all()) {
-      const at = s.oldestPending.get(id, now)?.at;
-      if (at !== undefined) oldest.set(id, at);
-    }
+    for (const { id, at } of s.oldestDue.all(now)) if (at !== null) oldest.set(id, at);
     for (const { endpoint_id: id, at } of s.lapsedByEndpoint.all(now))
       oldest.set(id, Math.min(at, oldest.get(id) ?? at));
-    // Healthy endpoints first, the one waiting longest first; failing ones after them, taking turns
-    // (the one this process tried least recently first), so a failing endpoint's backlog never
-    // keeps its slot from another.
-    const failing = (id: string) => this.lastFailed.get(id) === true;
-    const rank = (id: string, at: number): [number, number, number] =>
-      failing(id) ? [1, this.lastTried.get(id) ?? 0, at] : [0, at, 0];
-    const order = [...oldest]
-      .map(([id, at]) => ({ id, rank: rank(id, at) }))
-      .sort((x, y) => x.rank[0] - y.rank[0] || x.rank[1] - y.rank[1] || x.rank[2] - y.rank[2]);
+    const quick: Candidate[] = [];
+    const limited: Candidate[] = [];
+    for (const [id, at] of oldest) (this.limited.has(id) ? limited : quick).push({ id, at, due: null });
+    // Quick endpoints first, the one waiting longest first, in rounds: each gets a slot before any
+    // gets a second, so endpoints that are slow before this process has seen them be slow never
+    // take the whole pool. Limited ones after them, taking turns (the one this process tried least
+    // recently first), so a backlog never keeps its slot from another.
+    quick.sort((x, y) => x.at - y.at);
+    limited.sort((x, y) => (this.lastTried.get(x.id) ?? 0) - (this.lastTried.get(y.id) ?? 0) || x.at - y.at);
     const started: Promise<void>[] = [];
-    // Derived from the attempt's timeout, never set apart from it: a claim shorter than the attempt
-    // would let another process send a second copy while the first is still on its way.
-    const claimMs = (this.options.timeoutMs ?? ATTEMPT_TIMEOUT_MS) + CLAIM_MARGIN_MS;
-    for (const { id: endpointId } of order) {
-      const isFailing = failing(endpointId);
-      const room = Math.min(
-        (isFailing ? 1 : perEndpoint) - (this.inFlight.get(endpointId) ?? 0),
-        global - this.total,
-        isFailing ? failingShare - this.failingTotal : global,
-      );
-      if (room <= 0) continue;
-      const due = [...s.pendingDue.all(endpointId, now, room), ...s.lapsedDue.all(endpointId, now, room)]
-        .sort((x, y) => x.at - y.at || (x.id < y.id ? -1 : x.id > y.id ? 1 : 0))
-        .slice(0, room);
-      for (const { id } of due) {
-        // Its own attempt still running (the store clock moved past the claim, as the test clock
-        // can): claiming it again would send a second copy in parallel.
-        if (this.attempting.has(id)) continue;
-        if (s.claim.run(now, now + claimMs, now, id).changes !== 1) continue;
-        this.lastTried.set(endpointId, ++this.tries);
-        started.push(this.track(endpointId, id, isFailing, this.attempt(id)));
-      }
+    for (let round = 1; round <= this.perEndpoint; round++) {
+      for (const candidate of quick) this.claimNext(candidate, round, now, started);
     }
+    for (const candidate of limited) this.claimNext(candidate, 1, now, started);
     return started;
   }
 
-  private track(endpointId: string, id: string, failing: boolean, work: Promise<void>): Promise<void> {
+  /**
+   * Claims the endpoint's oldest due delivery and starts its attempt, if the endpoint has fewer
+   * than `upTo` attempts in flight (1 when limited) and the pool (for a limited endpoint, the
+   * limited share of it) has a slot.
+   */
+  private claimNext(candidate: Candidate, upTo: number, now: number, started: Promise<void>[]): void {
+    const endpointId = candidate.id;
+    const isLimited = this.limited.has(endpointId);
+    if ((this.inFlight.get(endpointId) ?? 0) >= (isLimited ? 1 : upTo)) return;
+    if (this.total >= this.global || (isLimited && this.limitedTotal >= this.limitedShare)) return;
+    const s = this.statements;
+    // Read at most once a pass, as many as the endpoint could take, oldest first.
+    candidate.due ??= [
+      ...s.pendingDue.all(endpointId, now, this.perEndpoint),
+      ...s.lapsedDue.all(endpointId, now, this.perEndpoint),
+    ].sort((x, y) => x.at - y.at || (x.id < y.id ? -1 : x.id > y.id ? 1 : 0));
+    // Derived from the attempt's timeout, never set apart from it: a claim shorter than the attempt
+    // would let another process send a second copy while the first is still on its way.
+    const claimMs = (this.options.timeoutMs ?? ATTEMPT_TIMEOUT_MS) + CLAIM_MARGIN_MS;
+    for (let next = candidate.due.shift(); next; next = candidate.due.shift()) {
+      // Its own attempt still running (the store clock moved past the claim, as the test clock
+      // can): claiming it again would send a second copy in parallel.
+      if (this.attempting.has(next.id)) continue;
+      if (s.claim.run(now, now + claimMs, now, next.id).changes !== 1) continue;
+      this.lastTried.set(endpointId, ++this.tries);
+      started.push(this.track(endpointId, next.id, isLimited, this.attempt(next.id)));
+      return;
+    }
+  }
+
+  private track(endpointId: string, id: string, limited: boolean, work: Promise<void>): Promise<void> {
     this.inFlight.set(endpointId, (this.inFlight.get(endpointId) ?? 0) + 1);
     this.attempting.add(id);
     this.total++;
-    if (failing) this.failingTotal++;
+    if (limited) this.limitedTotal++;
     const done = work
       .catch((error: Error) =>
         this.options.logger.log("error", "webhook attempt failed unexpectedly", { error: error.message }),
@@ -284,7 +316,7 @@ export class WebhookDispatcher {
         else this.inFlight.delete(endpointId);
         this.attempting.delete(id);
         this.total--;
-        if (failing) this.failingTotal--;
+        if (limited) this.limitedTotal--;
         this.running.delete(done);
         this.wake?.();
       });
@@ -300,21 +332,32 @@ export class WebhookDispatcher {
       cancelPending(this.deps, row.endpoint_id, startedAt);
       return;
     }
-    const began = performance.now();
+    const timer = this.options.monotonicMs ?? (() => performance.now());
+    const began = timer();
     const result = await this.sender.send(row, startedAt);
-    const durationMs = Math.round(performance.now() - began);
+    const durationMs = Math.round(timer() - began);
     this.record(row, result, startedAt, durationMs);
   }
 
   private record(row: ClaimedRow, result: AttemptResult, startedAt: Date, durationMs: number): void {
     const now = this.clock.now().getTime();
-    this.lastFailed.set(row.endpoint_id, result.outcome !== "succeeded");
+    const slow = durationMs >= (this.options.slowAttemptMs ?? SLOW_ATTEMPT_MS);
+    if (result.outcome !== "succeeded" || slow) this.limited.add(row.endpoint_id);
+    else this.limited.delete(row.endpoint_id);
     const { number, status, error } = recordAttempt(
       this.deps,
       { row, result, startedAt, durationMs, now },
       { delaysSec: this.retryDelays, random: this.options.random ?? Math.random },
       this.counters,
     );
+    if (result.outcome === "refused" && result.detail !== undefined) {
+      // The address behind a refused host, for the operator: never in the delivery log (address.ts).
+      this.options.logger.log("debug", "webhook address refused", {
+        delivery_id: row.id,
+        webhook_id: row.endpoint_id,
+        detail: result.detail,
+      });
+    }
     if (result.outcome !== "succeeded") {
       // Never the URL: for team chat it is a secret.
       this.options.logger.log("warn", "webhook attempt failed", {

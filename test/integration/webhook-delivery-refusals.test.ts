@@ -1,5 +1,6 @@
 import { describe, expect, test } from "bun:test";
 import type { DispatcherOptions } from "../../src/jobs/webhook-dispatcher.ts";
+import { CANNOT_RESOLVE, NOT_PUBLIC } from "../../src/modules/webhooks/address.ts";
 import { queryPlan, sqlPreparedDuring } from "../support/query-plan.ts";
 import {
   customerCreated,
@@ -258,15 +259,17 @@ test("a failing endpoint with a long backlog takes turns with another failing on
   }
 });
 
-test("the dispatcher finds due deliveries by index, never by reading every due row (it asks whenever an attempt ends)", async () => {
+test("the dispatcher finds due deliveries by index, never by reading every due row or every endpoint ever made (it asks whenever an attempt ends)", async () => {
   const { sql } = await sqlPreparedDuring(t.deps.sqlite, () => dispatcher());
-  const reads = sql.filter((text) => /^\s*SELECT[\s\S]*FROM webhook_deliveries/.test(text));
+  const reads = sql.filter((text) => /^\s*SELECT[\s\S]*FROM webhook_(deliveries|endpoints)/.test(text));
   expect(reads).toHaveLength(4);
   for (const text of reads) {
     const plan = queryPlan(t.deps.sqlite, text);
+    // Stopped endpoints are kept (the API lists them): the active ones are found by their status.
     expect(plan).toMatch(
-      /^SEARCH webhook_deliveries USING (COVERING )?INDEX webhook_deliveries_(endpoint_due|due) \(/,
+      /^SEARCH (webhook_deliveries USING (COVERING )?INDEX webhook_deliveries_(endpoint_due|due)|w USING INDEX webhook_endpoints_status) \(/,
     );
+    expect(plan).not.toMatch(/\bSCAN\b/);
     expect(plan).not.toContain("TEMP B-TREE FOR ORDER BY");
   }
 });
@@ -282,9 +285,48 @@ describe("the outbound address check", () => {
 
   test("refuses the loopback receiver when private networks are not allowed, and sends nothing", async () => {
     const attempt = await refusedBy(receiver.url(), {});
-    expect(attempt).toMatchObject({ outcome: "refused", response_status: null });
-    expect(attempt.error).toContain("127.0.0.1");
+    expect(attempt).toMatchObject({ outcome: "refused", response_status: null, error: NOT_PUBLIC });
     expect(receiver.received).toHaveLength(0);
+  });
+
+  test("the delivery log never says what an internal name resolves to: the address goes to the server log at debug only", async () => {
+    const lines: { level: string; msg: string; fields?: Record<string, unknown> }[] = [];
+    const logger = {
+      log: (level: string, msg: string, fields?: Record<string, unknown>) =>
+        lines.push({ level, msg, fields }),
+    };
+    const { row } = subscribe(`http://db.corp.internal:${receiver.port}/hook`);
+    await customerCreated();
+    await dispatcher({
+      allowPrivateNetworks: false,
+      resolver: async () => ["10.20.30.40"],
+      logger,
+    }).runOnce();
+    const [listed] = await deliveries(row.id);
+    const detail = await delivery(row.id, listed?.id as string);
+    expect(detail.attempt_log[0]).toMatchObject({ outcome: "refused", error: NOT_PUBLIC });
+    expect(listed?.last_error).toBe(NOT_PUBLIC);
+    expect(JSON.stringify(detail)).not.toContain("10.20.30.40");
+    expect(
+      lines.filter((line) => JSON.stringify(line).includes("10.20.30.40")).map((line) => line.level),
+    ).toEqual(["debug"]);
+  });
+
+  test.each([
+    [
+      "a name that does not exist",
+      () => Promise.reject(new Error("getaddrinfo ENOTFOUND nowhere.corp.internal")),
+    ],
+    ["a resolver that fails", () => Promise.reject(new Error("queryA ESERVFAIL nowhere.corp.internal"))],
+    ["a name with no address", () => Promise.resolve([])],
+  ])("the delivery log says the same for %s, without the resolver's words", async (_what, resolver) => {
+    const { row } = subscribe(`http://nowhere.corp.internal:${receiver.port}/hook`);
+    await customerCreated();
+    await dispatcher({ allowPrivateNetworks: false, resolver }).runOnce();
+    const [listed] = await deliveries(row.id);
+    const detail = await delivery(row.id, listed?.id as string);
+    expect(detail.attempt_log[0]).toMatchObject({ outcome: "refused", error: CANNOT_RESOLVE });
+    expect(listed?.last_error).toBe(CANNOT_RESOLVE);
   });
 
   test.each([

@@ -230,3 +230,82 @@ describe("retries", () => {
     expect(status).toMatchObject({ status: "succeeded" });
   });
 });
+
+describe("a delivery cancelled while its attempt is in flight", () => {
+  /** Holds the receiver's answer to its first request until `answer` is called. */
+  function holdFirstAnswer(): { answer: (response: Response) => void } {
+    const held = { answer: (_response: Response) => {} };
+    const first = new Promise<Response>((resolve) => {
+      held.answer = resolve;
+    });
+    const then = receiver.behaviour;
+    receiver.behaviour = (request, n) => (n === 1 ? first : then(request, n));
+    return held;
+  }
+
+  test("counts the attempt and is succeeded when the receiver answered 2xx: it has the event", async () => {
+    const { row } = subscribe();
+    const held = holdFirstAnswer();
+    await customerCreated();
+    const pass = dispatcher().runOnce();
+    while (receiver.received.length === 0) await Bun.sleep(5);
+    expect((await t.call("DELETE", `/mgmt/v1/webhooks/${row.id}`)).status).toBe(204);
+    expect((await deliveries(row.id))[0]?.status).toBe("cancelled");
+    held.answer(new Response("ok"));
+    await pass;
+    const [after] = await deliveries(row.id);
+    expect(after).toMatchObject({
+      status: "succeeded",
+      attempts: 1,
+      last_response_status: 200,
+      last_error: null,
+    });
+    expect(after?.completed_at).not.toBeNull();
+    const detail = await delivery(row.id, after?.id as string);
+    expect(detail.attempt_log).toMatchObject([{ number: 1, outcome: "succeeded", response_status: 200 }]);
+  });
+
+  test("counts a failed attempt and stays cancelled, never retried", async () => {
+    const { row } = subscribe();
+    const held = holdFirstAnswer();
+    await customerCreated();
+    const d = dispatcher();
+    const pass = d.runOnce();
+    while (receiver.received.length === 0) await Bun.sleep(5);
+    expect((await t.call("DELETE", `/mgmt/v1/webhooks/${row.id}`)).status).toBe(204);
+    const [cancelled] = await deliveries(row.id);
+    held.answer(new Response("down", { status: 503 }));
+    await pass;
+    const [after] = await deliveries(row.id);
+    expect(after).toMatchObject({
+      status: "cancelled",
+      attempts: 1,
+      next_attempt_at: null,
+      last_response_status: 503,
+      last_error: "HTTP 503",
+      completed_at: cancelled?.completed_at,
+    });
+    t.clock.advance(86_400);
+    expect(await d.runOnce()).toBe(0);
+    expect(receiver.received).toHaveLength(1);
+  });
+
+  test("by a 410 to another delivery of its endpoint, still counts its own 2xx as succeeded", async () => {
+    const { row } = subscribe();
+    receiver.behaviour = () => new Response("gone", { status: 410 });
+    const held = holdFirstAnswer();
+    await customerCreated("A");
+    await customerCreated("B");
+    const pass = dispatcher({ perEndpointConcurrency: 2 }).runOnce();
+    // The second request answers 410 at once and disables the endpoint; the first is still out.
+    while ((await t.call("GET", `/mgmt/v1/webhooks/${row.id}`)).body.data.status !== "disabled")
+      await Bun.sleep(5);
+    held.answer(new Response("ok"));
+    await pass;
+    const log = await deliveries(row.id);
+    expect(log.map((d) => [d.status, d.attempts, d.last_response_status]).sort()).toEqual([
+      ["failed", 1, 410],
+      ["succeeded", 1, 200],
+    ]);
+  });
+});

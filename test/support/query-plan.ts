@@ -40,3 +40,44 @@ export function queryPlan(sqlite: Database, sql: string): string {
     .map((step) => step.detail)
     .join(" | ");
 }
+
+const RUNNING = new Set(["all", "get", "run", "values", "iterate"]);
+
+/**
+ * Records every statement `target` runs from now until `stop()`: the statements it prepares (also
+ * those it hands out again from its cache) are wrapped, so a test counts how many statements a
+ * code path runs and how many rows they return, whatever the data. For work that must not grow
+ * with a table: count once small, once large, and compare.
+ */
+export function recordStatementRuns(target: Preparing): {
+  runs: { sql: string; rows: number }[];
+  stop: () => void;
+} {
+  const runs: { sql: string; rows: number }[] = [];
+  const saved = METHODS.map((name) => [name, Object.getOwnPropertyDescriptor(target, name)] as const);
+  for (const name of METHODS) {
+    const original = target[name] as (this: unknown, ...args: unknown[]) => object;
+    (target as unknown as Record<string, unknown>)[name] = function (this: unknown, ...args: unknown[]) {
+      const sql = String(args[0]);
+      const statement = original.apply(this, args);
+      return new Proxy(statement, {
+        get(inner, property) {
+          const value = Reflect.get(inner, property, inner);
+          if (typeof value !== "function" || !RUNNING.has(String(property))) return value;
+          return (...params: unknown[]) => {
+            const result = (value as (...p: unknown[]) => unknown).apply(inner, params);
+            runs.push({ sql, rows: Array.isArray(result) ? result.length : result ? 1 : 0 });
+            return result;
+          };
+        },
+      });
+    };
+  }
+  const stop = () => {
+    for (const [name, descriptor] of saved) {
+      if (descriptor) Object.defineProperty(target, name, descriptor);
+      else delete (target as unknown as Record<string, unknown>)[name];
+    }
+  };
+  return { runs, stop };
+}

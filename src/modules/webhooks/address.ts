@@ -77,6 +77,11 @@ export function isPrivateAddress(address: string): boolean {
   return true;
 }
 
+/** What the delivery log says of a refused host (AddressRefused says why so little). */
+export const CANNOT_RESOLVE = "cannot resolve the host";
+export const NOT_PUBLIC =
+  "the host resolves to a non-public address (private, loopback, link-local or reserved)";
+
 export type Resolver = (host: string) => Promise<string[]>;
 
 /** The system resolver; every address it gives is checked, so a mix of public and private is refused. */
@@ -86,8 +91,16 @@ export const systemResolver: Resolver = async (host) => {
   return found.map((entry) => entry.address);
 };
 
+/**
+ * `message` goes into the delivery log, which anyone with `webhooks:read` reads: it never names an
+ * address or the resolver's error, or endpoints pointed at internal names would map the network
+ * the server sees (which names exist, where they point). `detail` has those, for the server log.
+ */
 export class AddressRefused extends Error {
-  constructor(message: string) {
+  constructor(
+    message: string,
+    readonly detail: string,
+  ) {
     super(message);
     this.name = "AddressRefused";
   }
@@ -95,7 +108,8 @@ export class AddressRefused extends Error {
 
 /**
  * Resolves `host` and returns the addresses to connect to, in the resolver's order. Throws
- * AddressRefused when any answer is private (and that is not allowed) or there is no answer.
+ * AddressRefused when any answer is private (and that is not allowed) or there is no answer; a
+ * name that does not exist and one the resolver failed on are refused in the same words.
  */
 export async function checkedAddresses(
   host: string,
@@ -106,13 +120,12 @@ export async function checkedAddresses(
   try {
     addresses = await resolver(host);
   } catch (error) {
-    throw new AddressRefused(`cannot resolve ${host}: ${(error as Error).message}`);
+    throw new AddressRefused(CANNOT_RESOLVE, `cannot resolve ${host}: ${(error as Error).message}`);
   }
-  if (addresses.length === 0) throw new AddressRefused(`${host} has no address`);
+  if (addresses.length === 0) throw new AddressRefused(CANNOT_RESOLVE, `${host} has no address`);
   if (!allowPrivate) {
     const blocked = addresses.find(isPrivateAddress);
-    if (blocked !== undefined)
-      throw new AddressRefused(`${host} resolves to ${blocked}, a private, loopback or link-local address`);
+    if (blocked !== undefined) throw new AddressRefused(NOT_PUBLIC, `${host} resolves to ${blocked}`);
   }
   return addresses;
 }

@@ -32,17 +32,39 @@ interface EndpointRow {
   events: string;
 }
 
-const kicks = new WeakMap<Database, Set<() => void>>();
+interface Listeners {
+  set: Set<() => void>;
+  /** A call is scheduled: the events queued until it runs share it. */
+  scheduled: boolean;
+}
 
-/** The dispatcher listens here, so a new event goes out without waiting for the next poll. */
+const kicks = new WeakMap<Database, Listeners>();
+
+/**
+ * The dispatcher listens here, so a new event goes out without waiting for the next poll. Called
+ * once for however many events were queued in a turn of the event loop: each call is a dispatch
+ * pass, and a request (an import, a bulk change) can queue hundreds.
+ */
 export function onEnqueue(sqlite: Database, listener: () => void): () => void {
-  let set = kicks.get(sqlite);
-  if (!set) {
-    set = new Set();
-    kicks.set(sqlite, set);
+  let listeners = kicks.get(sqlite);
+  if (!listeners) {
+    listeners = { set: new Set(), scheduled: false };
+    kicks.set(sqlite, listeners);
   }
+  const { set } = listeners;
   set.add(listener);
   return () => set.delete(listener);
+}
+
+function kickListeners(sqlite: Database): void {
+  const listeners = kicks.get(sqlite);
+  if (!listeners?.set.size || listeners.scheduled) return;
+  listeners.scheduled = true;
+  // After the caller's transaction has committed: the dispatcher must see the rows.
+  setTimeout(() => {
+    listeners.scheduled = false;
+    for (const kick of listeners.set) kick();
+  }, 0);
 }
 
 function subscribedEndpoints(sqlite: Database, type: string): string[] {
@@ -116,13 +138,7 @@ export function enqueuePayload(
   for (const endpointId of endpoints) {
     insert.run(`whd_${deps.ids.ulid(ms)}`, endpointId, id, event.environment, type, ms, ms, ms);
   }
-  const listeners = kicks.get(deps.sqlite);
-  // After the caller's transaction has committed: the dispatcher must see the rows.
-  if (listeners?.size) {
-    setTimeout(() => {
-      for (const kick of listeners) kick();
-    }, 0);
-  }
+  kickListeners(deps.sqlite);
   return id;
 }
 
