@@ -4,6 +4,18 @@ import type { EmbeddedMigration } from "./migrations.macro.ts";
 
 const MIGRATIONS: EmbeddedMigration[] = embeddedMigrations();
 
+/**
+ * Earlier texts of shipped migrations, by tag, whose statements are the ones shipped now: a store
+ * that recorded one of these hashes ran the same schema change, and is re-recorded with today's
+ * hash. A shipped migration must otherwise never change (test/unit/migration-hashes.test.ts pins
+ * them): its hash covers the whole file, comments too, and a store that ran another text is
+ * refused for good.
+ */
+export const SUPERSEDED_MIGRATION_HASHES: Readonly<Record<string, readonly string[]>> = {
+  // 388e61f reworded a comment; stores made or migrated between 2178809 and it recorded this.
+  "0026_verification_counted": ["5eef677be02bcc9a932e37c24ff2057d702436c65cd7d156d5b2999cfca9e97e"],
+};
+
 export interface MigrationResult {
   applied: string[];
   current: string | null;
@@ -13,7 +25,11 @@ export interface MigrationResult {
  * Forward-only: each pending migration runs in its own transaction and is recorded with its hash.
  * A database that has a migration this binary does not know (a newer binary ran) is refused.
  */
-export function migrate(sqlite: Database, migrations: EmbeddedMigration[] = MIGRATIONS): MigrationResult {
+export function migrate(
+  sqlite: Database,
+  migrations: EmbeddedMigration[] = MIGRATIONS,
+  superseded: Readonly<Record<string, readonly string[]>> = SUPERSEDED_MIGRATION_HASHES,
+): MigrationResult {
   sqlite.run(
     "CREATE TABLE IF NOT EXISTS schema_migrations (tag TEXT PRIMARY KEY, hash TEXT NOT NULL, applied_at INTEGER NOT NULL)",
   );
@@ -34,9 +50,16 @@ export function migrate(sqlite: Database, migrations: EmbeddedMigration[] = MIGR
   for (const migration of migrations) {
     const recorded = known.get(migration.tag);
     if (recorded !== undefined) {
-      if (recorded !== migration.hash) {
+      if (recorded === migration.hash) continue;
+      if (!superseded[migration.tag]?.includes(recorded)) {
         throw new Error(`migration ${migration.tag} differs from the one applied to this database`);
       }
+      // Only when it still holds the earlier hash: another process may have re-recorded it.
+      sqlite.run("UPDATE schema_migrations SET hash = ? WHERE tag = ? AND hash = ?", [
+        migration.hash,
+        migration.tag,
+        recorded,
+      ]);
       continue;
     }
     // IMMEDIATE takes the write lock before re-checking, so two processes starting on one data

@@ -3,7 +3,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { openStore, type Store } from "../../src/store/db.ts";
-import { migrate } from "../../src/store/migrate.ts";
+import { migrate, SUPERSEDED_MIGRATION_HASHES } from "../../src/store/migrate.ts";
 import type { EmbeddedMigration } from "../../src/store/migrations.macro.ts";
 
 let dir: string;
@@ -62,6 +62,27 @@ describe("the embedded migrations", () => {
       0,
     ]);
     expect(() => migrate(store.sqlite)).toThrow(/newer version \(9999_from_the_future\)/);
+  });
+
+  test("a database that ran an earlier text of a migration (a superseded hash) upgrades, re-recorded with today's hash", () => {
+    const { applied } = migrate(store.sqlite);
+    const now = recorded();
+    store.sqlite.run("UPDATE schema_migrations SET hash = ? WHERE tag = ?", [
+      SUPERSEDED_MIGRATION_HASHES["0026_verification_counted"]?.[0] ?? "",
+      "0026_verification_counted",
+    ]);
+    expect(applied).toContain("0026_verification_counted");
+    expect(migrate(store.sqlite).applied).toEqual([]);
+    expect(recorded()).toEqual(now);
+  });
+
+  test("a superseded hash is accepted only for its own migration", () => {
+    migrate(store.sqlite);
+    store.sqlite.run("UPDATE schema_migrations SET hash = ? WHERE tag = ?", [
+      SUPERSEDED_MIGRATION_HASHES["0026_verification_counted"]?.[0] ?? "",
+      "0025_device_index_status_first",
+    ]);
+    expect(() => migrate(store.sqlite)).toThrow(/migration 0025_device_index_status_first differs/);
   });
 
   test("a database whose recorded hash differs from the embedded migration is refused", () => {
