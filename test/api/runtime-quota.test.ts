@@ -188,6 +188,20 @@ describe("counting", () => {
     expect(await used()).toBe(before);
   });
 
+  test("calls for a test product count toward the workspace's one monthly allowance, as live ones do", async () => {
+    const testFx = await runtimeFixture(t, { key: t.keys.test });
+    const before = await used();
+    const answer = await t.call("POST", "/runtime/v1/time", {
+      key: null,
+      body: { product_id: testFx.productId, nonce: "a-time-nonce-of-enough-length" },
+    });
+    expect(answer.status).toBe(200);
+    expect(await used()).toBe(before + 1);
+    // The test key's plan report shows the same figure.
+    const asTest = await t.call("GET", "/mgmt/v1/plan", { key: t.keys.test });
+    expect(asTest.body.data.quotas.runtime_requests.used).toBe(before + 1);
+  });
+
   test("counting writes to the store in batches, not once per request", async () => {
     expect((await time()).status).toBe(200);
     const stored = () =>
