@@ -12,6 +12,30 @@ export interface ReportPeriod {
 }
 
 const MONTH = /^(\d{4})-(0[1-9]|1[0-2])$/;
+/** The longest `period` the route's schema documents; longer ones are not looked at. */
+export const MAX_PERIOD_LENGTH = 32;
+
+const BAD_PERIOD = "period must be current_month, previous_month or YYYY-MM.";
+
+/**
+ * The report's query, checked before its schema is: the spec lists only 400 for this route, so an
+ * unknown parameter (`period[]` included) or an overlong period is 400 INVALID_REQUEST, as a bad
+ * period's value is, not the 422 a schema failure answers elsewhere.
+ */
+export function checkReportQuery(query: Record<string, unknown>): void {
+  for (const [name, value] of Object.entries(query)) {
+    if (name !== "period") {
+      throw new ApiError("INVALID_REQUEST", "The usage report takes no query parameter but period.", {
+        errors: { [name]: ["is not a known query parameter"] },
+      });
+    }
+    if (typeof value !== "string" || value.length > MAX_PERIOD_LENGTH) {
+      throw new ApiError("INVALID_REQUEST", BAD_PERIOD, {
+        errors: { period: [`must be at most ${MAX_PERIOD_LENGTH} characters`] },
+      });
+    }
+  }
+}
 
 /**
  * `period` is `current_month` (default), `previous_month`, or a calendar month `YYYY-MM` (UTC).
@@ -27,9 +51,7 @@ export function resolvePeriod(period: string | undefined, now: Date): ReportPeri
   if (period === "previous_month") return month(monthStart(now, -1));
   const match = MONTH.exec(period);
   if (!match) {
-    throw new ApiError("INVALID_REQUEST", "period must be current_month, previous_month or YYYY-MM.", {
-      period,
-    });
+    throw new ApiError("INVALID_REQUEST", BAD_PERIOD, { period });
   }
   if (Number(match[1]) < 1970) throw new ApiError("INVALID_REQUEST", "period is before 1970.", { period });
   const start = new Date(Date.UTC(Number(match[1]), Number(match[2]) - 1, 1));
