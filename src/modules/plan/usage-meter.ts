@@ -31,7 +31,7 @@ export class UsageMeter {
   private readonly persisted = new Map<string, number>();
   private readonly pending = new Map<string, number>();
   private pendingTotal = 0;
-  private lastFlush = 0;
+  private lastFlush: number;
   private readonly read;
   private readonly add;
 
@@ -39,6 +39,8 @@ export class UsageMeter {
     private readonly sqlite: Database,
     private readonly clock: Clock,
   ) {
+    // The first batch is 5 seconds' like any other, not a write of the first count alone.
+    this.lastFlush = clock.now().getTime();
     this.read = sqlite.prepare<{ count: number }, [string, string]>(
       "SELECT count FROM usage_counters WHERE metric = ? AND period = ?",
     );
