@@ -21,6 +21,7 @@ import { Metrics } from "./http/metrics.ts";
 import { pathOf } from "./http/request-path.ts";
 import { testClockRoutes } from "./http/test-clock.ts";
 import { startSweeper } from "./jobs/sweeper.ts";
+import { startUsageFlusher } from "./jobs/usage-flush.ts";
 import { WebhookDispatcher } from "./jobs/webhook-dispatcher.ts";
 import { createMailTransport, DEFAULT_MAIL_FROM } from "./mail/transport.ts";
 import { MailWorker } from "./mail/worker.ts";
@@ -176,6 +177,7 @@ function serveWithLock({ config, logger }: StartOptions, keystore: Keystore): Ru
   let inFlight = 0;
   let server: Server<undefined> | undefined;
   let stopSweeper: () => void = () => {};
+  let stopUsageFlusher: () => void = () => {};
   let flushUsage: () => void = () => {};
   let stopMail: () => Promise<void> = async () => {};
   let stopWebhooks: () => Promise<void> = async () => {};
@@ -228,6 +230,8 @@ function serveWithLock({ config, logger }: StartOptions, keystore: Keystore): Ru
     stopWebhooks = webhookDispatcher.start();
     metrics?.collect(() => webhookDispatcher.metricLines());
     flushUsage = () => services.usageMeter.flush();
+    // Answered calls are on disk within 5 seconds even when no further request comes.
+    stopUsageFlusher = startUsageFlusher(services.usageMeter, logger);
     // The WAL is restarted by holding the device calls' shared commits for a moment (checkpointer.ts).
     checkpointer.restartWith(services.groupCommit);
     const app = clock instanceof AdjustableClock ? base.use(testClockRoutes(clock)) : base;
@@ -309,6 +313,7 @@ function serveWithLock({ config, logger }: StartOptions, keystore: Keystore): Ru
     }
   } catch (error) {
     stopSweeper();
+    stopUsageFlusher();
     void stopMail();
     void stopWebhooks();
     // The database file's own descriptor last: closing it drops SQLite's locks (checkpointer.ts).
@@ -354,6 +359,7 @@ function serveWithLock({ config, logger }: StartOptions, keystore: Keystore): Ru
             // After the drain, so the requests that finished during it are counted too. It may
             // fail (a command holding the write lock past the busy timeout): the store still
             // closes, and `closed` (with the serve lock) is still let go.
+            stopUsageFlusher();
             flushUsage();
           } catch (error) {
             logger.log("error", "shutdown: usage not recorded", { error: (error as Error).message });

@@ -108,8 +108,10 @@ export function httpConventions(deps: ConventionDeps) {
       const requestId = state?.requestId ?? "req_unknown";
       // Read once the answer is final: the runtime allowance depends on the code (runtime-limits.ts).
       if (state) state.errorCode = apiError.code;
-      // No route: no mapResponse will settle a runtime request's allowance place.
-      if (code === "NOT_FOUND") state?.finishUnrouted?.(request);
+      // No route: no mapResponse will settle a runtime request's allowance place. Elysia passes
+      // a thrown ApiError's own code too: a routed operation's 404 (an unknown product or
+      // activation) is answered by its route, mapped and counted like any other answer.
+      if (code === "NOT_FOUND" && !(error instanceof ApiError)) state?.finishUnrouted?.(request);
       if (apiError.code === "INTERNAL_ERROR" && isStoreDamage(error)) {
         deps.logger.log("error", "store damaged", {
           request_id: requestId,

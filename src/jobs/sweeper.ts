@@ -22,10 +22,6 @@ export function sweepOnce(services: Services, logger: Logger): Record<string, nu
     retired_keys: () => services.trust.pruneExpiredKeys(),
     compromised_sealing_keys: () => services.sealedFiles.completeCompromises(),
     passkey_links: () => services.passkeys.purgeLinks(),
-    usage_meter: () => {
-      services.usageMeter.flush();
-      return 0;
-    },
   };
   const done: Record<string, number> = {};
   for (const [name, step] of Object.entries(steps)) {

@@ -168,6 +168,28 @@ describe("usage report", () => {
     expect(current.body.data.active_licenses).toBe(0);
   });
 
+  test("every bad query answers 400 as the spec lists, never 422: an unknown parameter, an overlong or bracketed period", async () => {
+    for (const query of [
+      "colour=red",
+      "period=current_month&x",
+      `period=${"2".repeat(33)}`,
+      `period=${"2".repeat(20)}`,
+      "period[]=2026-01",
+      "period[0]=previous_month",
+      "=x",
+    ]) {
+      const response = await t.call("GET", `/mgmt/v1/reports/usage?${query}`);
+      expect({ query, status: response.status }).toEqual({ query, status: 400 });
+      expect(response.body.error.code).toBe("INVALID_REQUEST");
+    }
+    const unknown = await t.call("GET", "/mgmt/v1/reports/usage?colour=red");
+    expect(unknown.body.error.details.errors).toEqual({ colour: ["is not a known query parameter"] });
+    // A caller without the scope learns nothing about the query: 403 first.
+    const unscoped = t.keyFor("live", ["licenses:read"]);
+    const refused = await t.call("GET", "/mgmt/v1/reports/usage?colour=red", { key: unscoped });
+    expect(refused.status).toBe(403);
+  });
+
   test("an unknown or future period answers 400", async () => {
     for (const period of ["last_week", "2026-13", "2999-01", "0000-01"]) {
       const response = await t.call("GET", `/mgmt/v1/reports/usage?period=${period}`);

@@ -109,13 +109,16 @@ function insertLeases(owners: Awaited<ReturnType<typeof holders>>): string[] {
   });
 }
 
-/** The count the whole table gives (the query the report ran before counts were stored). */
+/**
+ * The count the whole table gives (the query the report ran before counts were stored): a lease
+ * taken at the month start itself is the new month's, one released or expiring then is not held.
+ */
 const wholeTableCount = (sqlite: Database, environment: string, at: number) =>
   sqlite
     .query<{ n: number }, [string, number]>(
       `SELECT count(*) AS n FROM leases l JOIN licenses c ON c.id = l.license_id WHERE c.environment = ?1
        AND l.status IN ('active', 'released') AND l.expires_at > ?2
-       AND l.created_at <= ?2 AND (l.released_at IS NULL OR l.released_at > ?2)`,
+       AND l.created_at < ?2 AND (l.released_at IS NULL OR l.released_at > ?2)`,
     )
     .get(environment, at)?.n ?? 0;
 

@@ -3,6 +3,7 @@ import { machineInfoDigest } from "../../src/modules/activations/machine.ts";
 import { TestDevice } from "../support/device.ts";
 import { type CallResult, createTestContext, type TestContext } from "../support/harness.ts";
 import {
+  activate,
   activatedDevice,
   heartbeatPath,
   proofCall,
@@ -64,6 +65,41 @@ const time = () =>
   });
 const beat = (device: TestDevice, activationId: string) =>
   proofCall(t, device, "POST", heartbeatPath(activationId), activationId, { machine_info_digest: DIGEST });
+
+/**
+ * Runtime operations that answer 404 NOT_FOUND from their route (spec §4.2: every answered
+ * request counts), set up beforehand so that calling them makes no other request.
+ */
+async function routedNotFounds(): Promise<(() => Promise<CallResult>)[]> {
+  const unknownProduct = "prd_doesnotexist0000000000";
+  const unknownActivation = "act_doesnotexist00000000000";
+  const d = await activatedDevice(t, fx);
+  const other = await activatedDevice(t, fx);
+  // Another device's lease does not exist for this device.
+  const lease = await proofCall(t, other.device, "POST", "/runtime/v1/leases", other.activationId, {
+    activation_id: other.activationId,
+    instance_id: "instance-1",
+  });
+  expect(lease.status).toBe(201);
+  const leasePath = `/runtime/v1/leases/${lease.body.data.lease_id}`;
+  return [
+    () =>
+      t.call("POST", "/runtime/v1/time", {
+        key: null,
+        body: { product_id: unknownProduct, nonce: "a-time-nonce-of-enough-length" },
+      }),
+    () => t.call("GET", `/runtime/v1/products/${unknownProduct}/trust-bundle`, { key: null }),
+    () => activate(t, new TestDevice(), { licenseKey: fx.licenseKey, productId: unknownProduct }),
+    () =>
+      proofCall(t, d.device, "POST", heartbeatPath(unknownActivation), unknownActivation, {
+        machine_info_digest: DIGEST,
+      }),
+    () => proofCall(t, d.device, "DELETE", `/runtime/v1/activations/${unknownActivation}`, unknownActivation),
+    () =>
+      proofCall(t, d.device, "POST", `${leasePath}/heartbeat`, d.activationId, { instance_id: "instance-1" }),
+    () => proofCall(t, d.device, "DELETE", leasePath, d.activationId, { instance_id: "instance-1" }),
+  ];
+}
 
 describe("counting", () => {
   test("the plan report shows the allowance: limit, overage, used, remaining and the reset", async () => {
@@ -136,6 +172,34 @@ describe("counting", () => {
     const before = await used();
     expect((await t.call("POST", "/runtime/v1/nothing-here", { key: null, body: {} })).status).toBe(404);
     expect(await used()).toBe(before);
+  });
+
+  test("a routed operation's 404 (an unknown product, activation or lease) counts once, while an unknown path does not", async () => {
+    const calls = await routedNotFounds();
+    for (const call of calls) {
+      const before = await used();
+      const answer = await call();
+      expect(answer.status).toBe(404);
+      expect(answer.body.error.code).toBe("NOT_FOUND");
+      expect((await used()) - before).toBe(1);
+    }
+    const before = await used();
+    expect((await t.call("POST", "/runtime/v1/nothing-here", { key: null, body: {} })).status).toBe(404);
+    expect(await used()).toBe(before);
+  });
+
+  test("calls for a test product count toward the workspace's one monthly allowance, as live ones do", async () => {
+    const testFx = await runtimeFixture(t, { key: t.keys.test });
+    const before = await used();
+    const answer = await t.call("POST", "/runtime/v1/time", {
+      key: null,
+      body: { product_id: testFx.productId, nonce: "a-time-nonce-of-enough-length" },
+    });
+    expect(answer.status).toBe(200);
+    expect(await used()).toBe(before + 1);
+    // The test key's plan report shows the same figure.
+    const asTest = await t.call("GET", "/mgmt/v1/plan", { key: t.keys.test });
+    expect(asTest.body.data.quotas.runtime_requests.used).toBe(before + 1);
   });
 
   test("counting writes to the store in batches, not once per request", async () => {
@@ -261,6 +325,14 @@ describe("the allowance used up", () => {
         expect((await t.call("GET", `${path}${i}`, { key: null })).status).toBe(404);
     }
     expect([(await time()).status, (await time()).status, (await time()).status]).toEqual([200, 200, 429]);
+    expect(await used()).toBe(CEILING);
+  });
+
+  test("routed 404 answers give their place back once counted: with as many calls left, each is answered and the next call is refused", async () => {
+    const calls = await routedNotFounds();
+    seedNextMonth(CEILING - calls.length);
+    for (const call of calls) expect((await call()).status).toBe(404);
+    expect((await time()).status).toBe(429);
     expect(await used()).toBe(CEILING);
   });
 

@@ -99,9 +99,10 @@ test("a known script of management and runtime calls shows up exactly in the pla
   expect(after.quotas.licenses.used).toBe(1);
 
   const live = (await t.call("GET", "/mgmt/v1/reports/usage")).body.data;
+  // Machines: a only; b was deactivated, and r's license revoked.
   expect(live).toMatchObject({
     new_activations: 3,
-    active_machines: 2,
+    active_machines: 1,
     active_licenses: 1,
     active_leases: 1,
   });

@@ -99,8 +99,11 @@ function seed() {
   });
 }
 
-/** Each figure as one statement over the whole table, as the report counted before chunks. */
-function wholeTable(environment: Environment, start: number, end: number, at: number) {
+/**
+ * Each figure as one statement over the whole table, as the report counted before chunks: the state
+ * at `at` of what was made before `madeBefore` (the period's end, or just after now).
+ */
+function wholeTable(environment: Environment, start: number, end: number, at: number, madeBefore: number) {
   const count = (sql: string, ...params: (string | number)[]) =>
     t.deps.sqlite.query<{ n: number }, (string | number)[]>(sql).get(...params)?.n ?? 0;
   return {
@@ -111,24 +114,28 @@ function wholeTable(environment: Environment, start: number, end: number, at: nu
       end,
     ),
     active_machines: count(
-      `SELECT count(*) AS n FROM activations WHERE environment = ?1 AND activated_at <= ?2
-       AND (deactivated_at IS NULL OR deactivated_at > ?2)`,
+      `SELECT count(*) AS n FROM activations a JOIN licenses l ON l.id = a.license_id
+       WHERE a.environment = ?1 AND a.activated_at < ?3
+       AND (a.deactivated_at IS NULL OR a.deactivated_at > ?2) AND (l.revoked_at IS NULL OR l.revoked_at > ?2)`,
       environment,
       at,
+      madeBefore,
     ),
     active_licenses: count(
-      `SELECT count(*) AS n FROM licenses WHERE environment = ?1 AND created_at <= ?2
+      `SELECT count(*) AS n FROM licenses WHERE environment = ?1 AND created_at < ?3
        AND (revoked_at IS NULL OR revoked_at > ?2) AND (suspended_at IS NULL OR suspended_at > ?2)
        AND (expires_at IS NULL OR expires_at > ?2)`,
       environment,
       at,
+      madeBefore,
     ),
     active_leases: count(
       `SELECT count(*) AS n FROM leases l JOIN licenses c ON c.id = l.license_id WHERE c.environment = ?1
        AND l.status IN ('active', 'released') AND l.expires_at > ?2
-       AND l.created_at <= ?2 AND (l.released_at IS NULL OR l.released_at > ?2)`,
+       AND l.created_at < ?3 AND (l.released_at IS NULL OR l.released_at > ?2)`,
       environment,
       at,
+      madeBefore,
     ),
   };
 }
@@ -144,8 +151,8 @@ test("counted two rows a chunk, every figure equals the whole table's, for this 
     const previous = await chunked.report(environment, "previous_month");
     const { period: _current, ...currentFigures } = current;
     const { period: _previous, ...previousFigures } = previous;
-    expect(currentFigures).toEqual(wholeTable(environment, MAR, Date.UTC(2027, 3, 1), NOW));
-    expect(previousFigures).toEqual(wholeTable(environment, FEB, MAR, MAR));
+    expect(currentFigures).toEqual(wholeTable(environment, MAR, Date.UTC(2027, 3, 1), NOW, NOW + 1));
+    expect(previousFigures).toEqual(wholeTable(environment, FEB, MAR, MAR, MAR));
     // The spread gives each figure something to count, so a chunk that dropped rows would show.
     for (const figures of [currentFigures, previousFigures]) {
       expect(Object.values(figures).every((n) => n > 0)).toBe(true);
@@ -193,7 +200,7 @@ test("an empty environment reports zeros", async () => {
   });
 });
 
-test("each chunk of a figure seeks its covering index, never the table; a month with licenses changed since seeks their history by license", async () => {
+test("each chunk of a figure seeks its covering index, never the table, but for revoked licenses' devices; a month with licenses changed since seeks their history by license", async () => {
   const { sql } = await sqlPreparedDuring(t.deps.sqlite, () => new UsageReportService(t.deps));
   const all = sql.map((text) => queryPlan(t.deps.sqlite, text));
   const history = all.filter((plan) => plan.includes("license_state_history"));
@@ -210,7 +217,13 @@ test("each chunk of a figure seeks its covering index, never the table; a month 
       "SEARCH p USING COVERING INDEX sqlite_autoindex_license_state_history_1 (license_id=? AND changed_at>?)",
     ].join(" | "),
   ]);
-  const plans = all.filter((plan) => !history.includes(plan));
+  // Devices of revoked licenses: the licenses' window by their index (which holds revoked_at, so
+  // only a revoked license's row is read), then its activations by license.
+  const ofRevoked = all.filter((plan) => plan.includes("SEARCH a "));
+  expect(ofRevoked).toEqual([
+    "SEARCH l USING INDEX licenses_env_lifetime (environment=? AND created_at>? AND created_at<?) | SEARCH a USING INDEX activations_license_device (license_id=?)",
+  ]);
+  const plans = all.filter((plan) => !history.includes(plan) && !ofRevoked.includes(plan));
   expect(plans.filter((plan) => plan.includes("licenses_env_lifetime"))).toHaveLength(2);
   expect(plans.filter((plan) => plan.includes("activations_env_activated"))).toHaveLength(3);
   for (const plan of plans) {

@@ -2,6 +2,8 @@ import { Database } from "bun:sqlite";
 import { beforeEach, describe, expect, test } from "bun:test";
 import { AdjustableClock } from "../../src/domain/clock.ts";
 import { nextMonthStart } from "../../src/domain/months.ts";
+import type { Logger } from "../../src/http/logger.ts";
+import { flushPendingUsage } from "../../src/jobs/usage-flush.ts";
 import { monthOf, UsageMeter } from "../../src/modules/plan/usage-meter.ts";
 import { migrate } from "../../src/store/migrate.ts";
 
@@ -42,6 +44,94 @@ test("each calendar month counts from zero", () => {
   meter.count("m");
   clock.advance((nextMonthStart(clock.now()).getTime() - clock.now().getTime()) / 1000 + 1);
   expect(meter.used("m")).toBe(0);
+});
+
+/** Writes of the metric "b" fail (as a full disk or a refused COMMIT would) until `restore` is called. */
+function failWritesOfB(): { restore(): void } {
+  for (const event of ["INSERT", "UPDATE"]) {
+    sqlite.run(
+      `CREATE TEMP TRIGGER fail_${event} BEFORE ${event} ON usage_counters
+       WHEN NEW.metric = 'b' BEGIN SELECT RAISE(ABORT, 'disk I/O error'); END`,
+    );
+  }
+  return {
+    restore() {
+      sqlite.run("DROP TRIGGER fail_INSERT");
+      sqlite.run("DROP TRIGGER fail_UPDATE");
+    },
+  };
+}
+
+describe("a flush that fails", () => {
+  test("changes nothing in memory: after a successful retry every figure is exactly what was counted", () => {
+    const meter = new UsageMeter(sqlite, clock);
+    meter.flush();
+    meter.count("a");
+    meter.count("b");
+    // "a" is written first in the transaction, then "b" fails and the whole transaction goes.
+    const failing = failWritesOfB();
+    expect(() => meter.flush()).toThrow("disk I/O error");
+    expect(stored("a")).toBe(0);
+    expect(meter.used("a")).toBe(1);
+    expect(meter.used("b")).toBe(1);
+    expect(meter.pendingCount).toBe(2);
+    failing.restore();
+    meter.flush();
+    expect(meter.used("a")).toBe(1);
+    expect(meter.used("b")).toBe(1);
+    expect(stored("a")).toBe(1);
+    expect(stored("b")).toBe(1);
+    expect(new UsageMeter(sqlite, clock).used("a")).toBe(1);
+  });
+
+  test("failing again and again never inflates the figure that quotas are checked against", () => {
+    const meter = new UsageMeter(sqlite, clock);
+    meter.flush();
+    meter.count("a");
+    meter.count("b");
+    const failing = failWritesOfB();
+    for (let i = 0; i < 3; i++) {
+      expect(() => meter.flush()).toThrow("disk I/O error");
+      meter.count("a");
+    }
+    failing.restore();
+    meter.flush();
+    expect(meter.used("a")).toBe(4);
+    expect(stored("a")).toBe(4);
+  });
+});
+
+describe("the flusher's tick", () => {
+  const logged: string[] = [];
+  const logger: Logger = { log: (level, msg) => logged.push(`${level} ${msg}`) };
+  beforeEach(() => {
+    logged.length = 0;
+  });
+
+  test("writes counts that no later count would have written", () => {
+    const meter = new UsageMeter(sqlite, clock);
+    meter.count("m");
+    meter.count("m");
+    // Within 5 seconds of the meter's start: both wait, and no request follows.
+    expect(stored("m")).toBe(0);
+    flushPendingUsage(meter, logger);
+    expect(stored("m")).toBe(2);
+    expect(meter.pendingCount).toBe(0);
+  });
+
+  test("a failing write is logged and the counts stay for the next tick", () => {
+    const meter = new UsageMeter(sqlite, clock);
+    meter.flush();
+    meter.count("b");
+    const failing = failWritesOfB();
+    flushPendingUsage(meter, logger);
+    expect(logged).toEqual(["error usage counts not recorded"]);
+    expect(meter.pendingCount).toBe(1);
+    failing.restore();
+    flushPendingUsage(meter, logger);
+    expect(stored("b")).toBe(1);
+    expect(meter.used("b")).toBe(1);
+  });
 });
 
 describe("monthOf", () => {

@@ -27,15 +27,17 @@ interface IdChunk {
 }
 
 /**
- * The seats held at ?3 among the leases with ids in (?1, ?2], per environment. A lease is held at
- * a moment when it was taken by then, not released by then and not yet expired. Each lease reads
- * its license by primary key, for the environment.
+ * The seats held at ?3 among the leases with ids in (?1, ?2] taken before ?4, per environment. A
+ * lease is held at a moment when it was not released by then and not yet expired. A month start's
+ * count takes ?4 = ?3: a lease taken at that very millisecond is the new month's (as the usage
+ * report's other figures count it), while one released or expiring then is no longer held. Each
+ * lease reads its license by primary key, for the environment.
  */
 const HELD_IN_CHUNK_SQL = `SELECT c.environment AS environment, count(*) AS n
   FROM leases l JOIN licenses c ON c.id = l.license_id
   WHERE l.id > ?1 AND l.id <= ?2
     AND l.status IN ('active', 'released') AND l.expires_at > ?3
-    AND l.created_at <= ?3 AND (l.released_at IS NULL OR l.released_at > ?3)
+    AND l.created_at < ?4 AND (l.released_at IS NULL OR l.released_at > ?3)
   GROUP BY c.environment`;
 interface HeldInChunk {
   environment: Environment;
@@ -58,6 +60,8 @@ export function leasesHeldAt(
   sqlite: Database,
   environment: Environment,
   at: Date,
+  /** Leases taken at or after this (ms) are not counted: `at` for a month start, just after it for now. */
+  takenBefore: number,
   chunk = LEASE_COUNT_CHUNK,
 ): Promise<number> {
   const stored = sqlite
@@ -67,7 +71,7 @@ export function leasesHeldAt(
     .get(environment, at.getTime());
   if (stored) return Promise.resolve(stored.active);
   const ids = sqlite.query<IdChunk, [string, string, number]>(ID_CHUNK_SQL);
-  const held = sqlite.query<HeldInChunk, [string, string, number]>(HELD_IN_CHUNK_SQL);
+  const held = sqlite.query<HeldInChunk, [string, string, number, number]>(HELD_IN_CHUNK_SQL);
   const through = sqlite.query<{ id: string | null }, []>("SELECT max(id) AS id FROM leases").get()?.id ?? "";
   let after = "";
   return countInSteps(() => {
@@ -75,7 +79,7 @@ export function leasesHeldAt(
     const window = ids.get(after, through, chunk);
     const last = window?.last ?? through;
     const counted =
-      held.all(after, last, at.getTime()).find((row) => row.environment === environment)?.n ?? 0;
+      held.all(after, last, at.getTime(), takenBefore).find((row) => row.environment === environment)?.n ?? 0;
     after = last;
     return counted;
   });
@@ -132,7 +136,7 @@ export class MonthCounts {
         "DELETE FROM lease_month_count_progress WHERE at > ?",
       ),
       chunk: sqlite.prepare<IdChunk, [string, string, number]>(ID_CHUNK_SQL),
-      held: sqlite.prepare<HeldInChunk, [string, string, number]>(HELD_IN_CHUNK_SQL),
+      held: sqlite.prepare<HeldInChunk, [string, string, number, number]>(HELD_IN_CHUNK_SQL),
       save: sqlite.prepare<unknown, [number, string, string, number, number]>(
         `INSERT INTO lease_month_count_progress (at, after_id, through_id, live, test) VALUES (?, ?, ?, ?, ?)
          ON CONFLICT (at) DO UPDATE SET after_id = excluded.after_id, live = excluded.live, test = excluded.test`,
@@ -183,7 +187,7 @@ export class MonthCounts {
         const last = window?.last ?? through;
         let { live, test } = progress;
         if (scanned > 0) {
-          for (const row of this.statements.held.all(after, last, at)) {
+          for (const row of this.statements.held.all(after, last, at, at)) {
             if (row.environment === "live") live += row.n;
             else test += row.n;
           }

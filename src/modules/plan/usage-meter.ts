@@ -4,7 +4,7 @@ import { monthLabel, monthStart, nextMonthStart } from "../../domain/months.ts";
 
 /** Writes are batched: at most this many counts, or this long, are held in memory. */
 const FLUSH_EVERY_COUNTS = 100;
-const FLUSH_EVERY_MS = 5_000;
+export const FLUSH_EVERY_MS = 5_000;
 
 /** The month last asked for, and its bounds: every request asks, nearly always for this month. */
 let lastMonth = { from: 0, to: 0, label: "" };
@@ -22,14 +22,16 @@ export function monthOf(date: Date): string {
 
 /**
  * Monthly request counters for plan quotas. Counting every request with its own write would cost
- * a write per call, so counts gather in memory and are flushed in batches (and at shutdown); a
- * crash can forget the last few, which only ever errs in the customer's favour.
+ * a write per call, so counts gather in memory and are flushed in batches: every 100, when a count
+ * arrives 5 seconds after the last write, every 5 seconds in between (jobs/usage-flush.ts) and at
+ * shutdown. A crash can forget the last few seconds' counts, which only ever errs in the
+ * customer's favour.
  */
 export class UsageMeter {
   private readonly persisted = new Map<string, number>();
   private readonly pending = new Map<string, number>();
   private pendingTotal = 0;
-  private lastFlush = 0;
+  private lastFlush: number;
   private readonly read;
   private readonly add;
 
@@ -37,6 +39,8 @@ export class UsageMeter {
     private readonly sqlite: Database,
     private readonly clock: Clock,
   ) {
+    // The first batch is 5 seconds' like any other, not a write of the first count alone.
+    this.lastFlush = clock.now().getTime();
     this.read = sqlite.prepare<{ count: number }, [string, string]>(
       "SELECT count FROM usage_counters WHERE metric = ? AND period = ?",
     );
@@ -66,6 +70,16 @@ export class UsageMeter {
       this.flush(at);
   }
 
+  /** Counts held in memory, not written yet. */
+  get pendingCount(): number {
+    return this.pendingTotal;
+  }
+
+  /**
+   * Writes the pending counts in one transaction. If it fails (the write lock held past the busy
+   * timeout, a full disk, a failing COMMIT), nothing in memory changes: the counts stay pending
+   * and the next flush writes them, so a month's figure is never counted twice.
+   */
   flush(at: Date = this.clock.now()): void {
     this.lastFlush = at.getTime();
     if (this.pendingTotal === 0) return;
@@ -74,10 +88,11 @@ export class UsageMeter {
         for (const [key, n] of this.pending) {
           const [metric, period] = key.split("|") as [string, string];
           this.add.run(metric, period, n);
-          this.persisted.set(key, (this.persisted.get(key) ?? 0) + n);
         }
       })
       .immediate();
+    // Only once committed: `persisted` is what the store holds.
+    for (const [key, n] of this.pending) this.persisted.set(key, (this.persisted.get(key) ?? 0) + n);
     this.pending.clear();
     this.pendingTotal = 0;
   }

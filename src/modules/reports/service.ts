@@ -12,6 +12,30 @@ export interface ReportPeriod {
 }
 
 const MONTH = /^(\d{4})-(0[1-9]|1[0-2])$/;
+/** The longest `period` the route's schema documents; longer ones are not looked at. */
+export const MAX_PERIOD_LENGTH = 32;
+
+const BAD_PERIOD = "period must be current_month, previous_month or YYYY-MM.";
+
+/**
+ * The report's query, checked before its schema is: the spec lists only 400 for this route, so an
+ * unknown parameter (`period[]` included) or an overlong period is 400 INVALID_REQUEST, as a bad
+ * period's value is, not the 422 a schema failure answers elsewhere.
+ */
+export function checkReportQuery(query: Record<string, unknown>): void {
+  for (const [name, value] of Object.entries(query)) {
+    if (name !== "period") {
+      throw new ApiError("INVALID_REQUEST", "The usage report takes no query parameter but period.", {
+        errors: { [name]: ["is not a known query parameter"] },
+      });
+    }
+    if (typeof value !== "string" || value.length > MAX_PERIOD_LENGTH) {
+      throw new ApiError("INVALID_REQUEST", BAD_PERIOD, {
+        errors: { period: [`must be at most ${MAX_PERIOD_LENGTH} characters`] },
+      });
+    }
+  }
+}
 
 /**
  * `period` is `current_month` (default), `previous_month`, or a calendar month `YYYY-MM` (UTC).
@@ -27,9 +51,7 @@ export function resolvePeriod(period: string | undefined, now: Date): ReportPeri
   if (period === "previous_month") return month(monthStart(now, -1));
   const match = MONTH.exec(period);
   if (!match) {
-    throw new ApiError("INVALID_REQUEST", "period must be current_month, previous_month or YYYY-MM.", {
-      period,
-    });
+    throw new ApiError("INVALID_REQUEST", BAD_PERIOD, { period });
   }
   if (Number(match[1]) < 1970) throw new ApiError("INVALID_REQUEST", "period is before 1970.", { period });
   const start = new Date(Date.UTC(Number(match[1]), Number(match[2]) - 1, 1));
@@ -101,13 +123,27 @@ export class UsageReportService {
         `SELECT count(*) AS n FROM activations WHERE environment = ?1 AND activated_at >= ?2 AND activated_at < ?3
          AND (deactivated_at IS NULL OR deactivated_at > ?4)`,
       ),
+      // Of those, the ones whose license (made in [?2, ?3)) was revoked by ?4, made before ?5:
+      // found from the licenses' index (revoked_at is in it), so only a revoked license's row and
+      // its activations are read. Revocation is final, so the row tells it.
+      activationsHeldOfRevoked: sqlite.prepare<Counted, [...Window, number, number]>(
+        `SELECT count(*) AS n FROM licenses l CROSS JOIN activations a ON a.license_id = l.id
+         WHERE l.environment = ?1 AND l.created_at >= ?2 AND l.created_at < ?3 AND l.revoked_at <= ?4
+         AND a.activated_at < ?5 AND (a.deactivated_at IS NULL OR a.deactivated_at > ?4)`,
+      ),
     };
   }
 
   async report(environment: Environment, period: string | undefined) {
     const now = this.deps.clock.now();
     const resolved = resolvePeriod(period, now);
-    const at = (resolved.end.getTime() < now.getTime() ? resolved.end : now).getTime();
+    const ended = resolved.end.getTime() < now.getTime();
+    // The moment counted: the period's end once it has passed, else now. A change at exactly that
+    // moment counts as made (a license revoked at the next month's first millisecond is not active
+    // in the month before: migration 0043), but a thing made then is not in the period: it is the
+    // next month's, as new_activations counts it. So what is counted was made before `madeBefore`.
+    const at = ended ? resolved.end.getTime() : now.getTime();
+    const madeBefore = ended ? at : at + 1;
     const { statements: s, chunks } = this;
     const activationEdge = (from: number, end: number, skip: number) =>
       s.activationEdge.get(environment, from, end, skip)?.t ?? null;
@@ -115,6 +151,8 @@ export class UsageReportService {
       s.licenseEdge.get(environment, from, end, skip)?.t ?? null;
     const made = (from: number, to: number) => s.activationsMade.get(environment, from, to)?.n ?? 0;
     const held = (from: number, to: number) => s.activationsHeld.get(environment, from, to, at)?.n ?? 0;
+    const heldOfRevoked = (from: number, to: number) =>
+      s.activationsHeldOfRevoked.get(environment, from, to, at, madeBefore)?.n ?? 0;
     // Only a license changed after `at` needs its history (never so for the current month).
     const counted = s.changedSince.get(at) ? s.licensesActiveThen : s.licensesActive;
     const active = (from: number, to: number) => counted.get(environment, from, to, at)?.n ?? 0;
@@ -123,16 +161,28 @@ export class UsageReportService {
     const newActivations = await countInSteps(
       timeWindows(activationEdge, made, start.getTime(), end.getTime(), chunks.entries),
     );
-    // Devices that held an activation at the end of the period (or now).
-    const activeMachines = await countInSteps(
-      timeWindows(activationEdge, held, EARLIEST, at + 1, chunks.entries),
+    // Devices that held an activation at the end of the period (or now), but not those of a
+    // license revoked by then: they can no longer use it (heartbeats answer LICENSE_REVOKED),
+    // and a vendor planning capacity or billing by machines does not count them.
+    const heldActivations = await countInSteps(
+      timeWindows(activationEdge, held, EARLIEST, madeBefore, chunks.entries),
     );
+    const revokedActivations = await countInSteps(
+      timeWindows(licenseEdge, heldOfRevoked, EARLIEST, madeBefore, chunks.entries),
+    );
+    const activeMachines = heldActivations - revokedActivations;
     const activeLicenses = await countInSteps(
-      timeWindows(licenseEdge, active, EARLIEST, at + 1, chunks.entries),
+      timeWindows(licenseEdge, active, EARLIEST, madeBefore, chunks.entries),
     );
     // Seats held at that moment. A past month's is read from the count stored before its leases
     // could be deleted (leases/retention.ts), so the purge never changes it.
-    const activeLeases = await leasesHeldAt(this.deps.sqlite, environment, new Date(at), chunks.leases);
+    const activeLeases = await leasesHeldAt(
+      this.deps.sqlite,
+      environment,
+      new Date(at),
+      madeBefore,
+      chunks.leases,
+    );
     return {
       period: { label: resolved.label, start: resolved.start.toISOString(), end: resolved.end.toISOString() },
       new_activations: newActivations,
