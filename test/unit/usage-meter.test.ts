@@ -84,6 +84,28 @@ describe("a flush that fails", () => {
     expect(new UsageMeter(sqlite, clock).used("a")).toBe(1);
   });
 
+  test("a count whose batch cannot be written still counts, and never throws at the call it counts", () => {
+    const meter = new UsageMeter(sqlite, clock);
+    meter.flush();
+    meter.count("b");
+    const failing = failWritesOfB();
+    let writes = 0;
+    const write = sqlite.transaction.bind(sqlite);
+    sqlite.transaction = ((fn: () => void) => {
+      writes++;
+      return write(fn);
+    }) as typeof sqlite.transaction;
+    for (let i = 1; i < 150; i++) meter.count("b");
+    expect(meter.pendingCount).toBe(150);
+    expect(meter.used("b")).toBe(150);
+    // One try at the hundredth count; the rest wait for the timer rather than each trying again.
+    expect(writes).toBe(1);
+    failing.restore();
+    meter.flush();
+    meter.count("b");
+    expect([stored("b"), meter.pendingCount, meter.used("b")]).toEqual([150, 1, 151]);
+  });
+
   test("failing again and again never inflates the figure that quotas are checked against", () => {
     const meter = new UsageMeter(sqlite, clock);
     meter.flush();

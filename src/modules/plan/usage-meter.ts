@@ -32,6 +32,8 @@ export class UsageMeter {
   private readonly pending = new Map<string, number>();
   private pendingTotal = 0;
   private lastFlush: number;
+  /** The last write failed: counts leave retrying to the timer until one succeeds. */
+  private writeFailing = false;
   private readonly read;
   private readonly add;
 
@@ -66,8 +68,18 @@ export class UsageMeter {
     const key = `${metric}|${monthOf(at)}`;
     this.pending.set(key, (this.pending.get(key) ?? 0) + 1);
     this.pendingTotal++;
-    if (this.pendingTotal >= FLUSH_EVERY_COUNTS || at.getTime() - this.lastFlush >= FLUSH_EVERY_MS)
+    const due = this.pendingTotal >= FLUSH_EVERY_COUNTS || at.getTime() - this.lastFlush >= FLUSH_EVERY_MS;
+    // After a failed write only the timer tries again: each try may wait out the busy timeout on
+    // the request thread, and every count past a hundred would otherwise try.
+    if (!due || this.writeFailing) return;
+    try {
       this.flush(at);
+    } catch {
+      // The call being counted was answered: a failed write of the counts must not turn it into
+      // an error. They stay pending (flush changes nothing in memory when it fails), and the
+      // timer's next flush writes them or logs why it cannot (jobs/usage-flush.ts).
+      this.writeFailing = true;
+    }
   }
 
   /** Counts held in memory, not written yet. */
@@ -91,6 +103,7 @@ export class UsageMeter {
         }
       })
       .immediate();
+    this.writeFailing = false;
     // Only once committed: `persisted` is what the store holds.
     for (const [key, n] of this.pending) this.persisted.set(key, (this.persisted.get(key) ?? 0) + n);
     this.pending.clear();
