@@ -23,8 +23,9 @@ import type { Deps } from "../deps.ts";
 import { WorkspaceService } from "../modules/workspace/service.ts";
 import { buildDeps, openKeystore } from "../server.ts";
 import { openStore, type Store, unusableStoreFile } from "../store/db.ts";
-import { migrate } from "../store/migrate.ts";
+import { migrate, pendingMigrations } from "../store/migrate.ts";
 import type { Actor } from "../store/schema/index.ts";
+import { type ServeLock, takeServeLock } from "../store/serve-lock.ts";
 import { formatOptions, type OptionSpec, UsageError } from "./args.ts";
 
 /** A failure the operator can act on: printed as one line, no stack trace. */
@@ -268,7 +269,17 @@ export function serviceBaseUrl(config: Config, deps: Deps): string {
   return new WorkspaceService(deps).recordedBaseUrl() ?? config.baseUrl;
 }
 
-/** Opens an existing store and brings its schema up to date (forward-only, a no-op when current). */
+export const OLDER_SERVER_RUNNING =
+  "the running server is older than this executable (the store needs migrations it has not run): " +
+  "upgrade the server and restart it first, or stop it";
+
+/**
+ * Opens an existing store and brings its schema up to date (forward-only, a no-op when current).
+ * Migrations are refused while a server runs on the data directory: a server running while the
+ * store needs them is older than this executable, and migrating under it would leave the rows it
+ * writes afterwards without what the new columns mean (and stop it from starting again). With
+ * nothing pending, a command beside a running server goes ahead, as it always has.
+ */
 export function openExistingStore(dataDir: string): { store: Store; applied: string[] } {
   const path = dataPaths(dataDir).store;
   if (!existsSync(path)) {
@@ -278,11 +289,37 @@ export function openExistingStore(dataDir: string): { store: Store; applied: str
   if (unusable) throw new CliError(`the store ${path} ${unusable}; restore the store from a backup`);
   const store = openStore(path);
   try {
-    return { store, applied: migrate(store.sqlite).applied };
+    const lock = pendingMigrations(store.sqlite).length > 0 ? lockOutServer(dataDir) : null;
+    try {
+      return { store, applied: migrate(store.sqlite).applied };
+    } finally {
+      lock?.release();
+    }
   } catch (error) {
     store.close();
+    if (error instanceof CliError) throw error;
     throw new CliError(`cannot use the store ${path}: ${(error as Error).message}`);
   }
+}
+
+/**
+ * The server's lock, held while a command migrates so that no server starts on a half-migrated
+ * store (one starting then is refused, and its restart finds the store migrated); refused with
+ * {@link OLDER_SERVER_RUNNING} while a server holds it. Null when there is no lock file, which
+ * every server makes (the command does not make one: it would be the command's user's file), or
+ * a file SQLite cannot lock, which no server can hold either.
+ */
+function lockOutServer(dataDir: string): ServeLock | null {
+  const lockPath = dataPaths(dataDir).serveLock;
+  if (!existsSync(lockPath)) return null;
+  let lock: ServeLock | null;
+  try {
+    lock = takeServeLock(lockPath);
+  } catch {
+    return null;
+  }
+  if (!lock) throw new CliError(OLDER_SERVER_RUNNING);
+  return lock;
 }
 
 /** Text for `--help` and usage errors. */
