@@ -59,7 +59,9 @@ const holdServeLock = () => {
 function recordedMigrations(): { tag: string; hash: string }[] {
   const db = new Database(storePath(), { readonly: true });
   try {
-    return db.query<{ tag: string; hash: string }, []>("SELECT tag, hash FROM schema_migrations ORDER BY tag").all();
+    return db
+      .query<{ tag: string; hash: string }, []>("SELECT tag, hash FROM schema_migrations ORDER BY tag")
+      .all();
   } finally {
     db.close();
   }
@@ -113,7 +115,8 @@ describe("a store that needs migrations", () => {
 
   test("whose only change is a superseded checksum to re-record keeps it while a server holds the lock", async () => {
     const [tag, hashes] = Object.entries(SUPERSEDED_MIGRATION_HASHES)[0] ?? [];
-    if (tag === undefined || hashes?.[0] === undefined) throw new Error("no superseded checksum to test with");
+    if (tag === undefined || hashes?.[0] === undefined)
+      throw new Error("no superseded checksum to test with");
     mkdirSync(dataDir, { mode: 0o700 });
     const store = openStore(storePath());
     migrate(store.sqlite);
@@ -139,7 +142,18 @@ describe("a store with nothing to migrate", () => {
 
     const listed = await keysList();
     const created = await runInProcess(
-      ["keys", "create", "--env", "test", "--scopes", "all", "--name", "beside the server", "--data-dir", dataDir],
+      [
+        "keys",
+        "create",
+        "--env",
+        "test",
+        "--scopes",
+        "all",
+        "--name",
+        "beside the server",
+        "--data-dir",
+        dataDir,
+      ],
       work,
     );
     const plan = await runInProcess(["plan", "show", "--data-dir", dataDir], work);
