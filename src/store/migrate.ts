@@ -45,7 +45,10 @@ export function pendingMigrations(
   return migrations
     .filter((migration) => {
       const recorded = known.get(migration.tag);
-      return recorded === undefined || (recorded !== migration.hash && superseded[migration.tag]?.includes(recorded));
+      return (
+        recorded === undefined ||
+        (recorded !== migration.hash && superseded[migration.tag]?.includes(recorded))
+      );
     })
     .map((migration) => migration.tag);
 }

@@ -21,8 +21,7 @@ export const healthController = (readiness: Readiness) =>
     .get(
       "/readyz",
       () => {
-        if (!readiness.ready())
-          throw new ApiError("SERVICE_UNAVAILABLE", "The service is shutting down.");
+        if (!readiness.ready()) throw new ApiError("SERVICE_UNAVAILABLE", "The service is shutting down.");
         return { status: "ready" as const };
       },
       {
