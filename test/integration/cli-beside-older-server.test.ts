@@ -4,6 +4,7 @@ import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { finishInit, initialise } from "../../src/cli/init.ts";
+import { STORE_OPEN_ELSEWHERE } from "../../src/cli/shared.ts";
 import { resolveConfig } from "../../src/config.ts";
 import { openStore } from "../../src/store/db.ts";
 import { migrate, SUPERSEDED_MIGRATION_HASHES } from "../../src/store/migrate.ts";
@@ -82,6 +83,41 @@ describe("a store that needs migrations", () => {
     expect(recordedMigrations()).toEqual(before);
   });
 
+  test("is not migrated while a server from before serve.lock has it open: the command says so and exits 1", async () => {
+    storeOneMigrationBehind();
+    // Such a server holds no lock file, only its connection to the store, which it has read.
+    const server = new Database(storePath());
+    try {
+      server.query("SELECT count(*) FROM schema_migrations").get();
+      const before = recordedMigrations();
+
+      const result = await keysList();
+
+      expect(result.code).toBe(1);
+      expect(result.stderr).toBe(`licensing keys list: ${STORE_OPEN_ELSEWHERE}\n`);
+      expect(recordedMigrations()).toEqual(before);
+      expect(existsSync(lockPath())).toBe(false);
+      // The server goes on writing to the store the command left alone.
+      server.run("INSERT INTO schema_migrations (tag, hash, applied_at) VALUES ('zz_probe', 'x', 0)");
+      server.run("DELETE FROM schema_migrations WHERE tag = 'zz_probe'");
+    } finally {
+      server.close();
+    }
+  });
+
+  test("is migrated through a connection that no server can read beside, of whatever version", () => {
+    storeOneMigrationBehind();
+    const migrating = openStore(storePath(), { alone: true });
+    const starting = new Database(storePath());
+    try {
+      expect(() => starting.query("SELECT count(*) FROM schema_migrations").get()).toThrow(/locked/);
+      expect(() => openStore(storePath(), { alone: true })).toThrow(/locked/);
+    } finally {
+      starting.close();
+      migrating.close();
+    }
+  });
+
   test("is migrated once the server has stopped, its lock file left behind", async () => {
     storeOneMigrationBehind();
     holdServeLock();
@@ -138,6 +174,8 @@ describe("a store with nothing to migrate", () => {
   test("is read and written by commands while a server holds the lock", async () => {
     finishInit(initialise(resolveConfig({ "data-dir": dataDir }, {}, work)));
     holdServeLock();
+    const server = new Database(storePath());
+    server.query("SELECT count(*) FROM schema_migrations").get();
     const before = recordedMigrations();
 
     const listed = await keysList();
@@ -158,6 +196,7 @@ describe("a store with nothing to migrate", () => {
     );
     const plan = await runInProcess(["plan", "show", "--data-dir", dataDir], work);
 
+    server.close();
     expect([listed.code, created.code, plan.code]).toEqual([0, 0, 0]);
     expect(recordedMigrations()).toEqual(before);
   });
