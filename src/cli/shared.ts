@@ -23,8 +23,9 @@ import type { Deps } from "../deps.ts";
 import { WorkspaceService } from "../modules/workspace/service.ts";
 import { buildDeps, openKeystore } from "../server.ts";
 import { openStore, type Store, unusableStoreFile } from "../store/db.ts";
-import { migrate } from "../store/migrate.ts";
+import { migrate, pendingMigrations } from "../store/migrate.ts";
 import type { Actor } from "../store/schema/index.ts";
+import { type ServeLock, takeServeLock } from "../store/serve-lock.ts";
 import { formatOptions, type OptionSpec, UsageError } from "./args.ts";
 
 /** A failure the operator can act on: printed as one line, no stack trace. */
@@ -268,7 +269,20 @@ export function serviceBaseUrl(config: Config, deps: Deps): string {
   return new WorkspaceService(deps).recordedBaseUrl() ?? config.baseUrl;
 }
 
-/** Opens an existing store and brings its schema up to date (forward-only, a no-op when current). */
+export const OLDER_SERVER_RUNNING =
+  "the running server is older than this executable (the store needs migrations it has not run): " +
+  "upgrade the server and restart it first, or stop it";
+/** What another process having the store open means where no serve.lock names a server. */
+export const STORE_OPEN_ELSEWHERE =
+  "another process has the store open, a running server older than this executable or another command " +
+  "(the store needs migrations it has not run): upgrade the server and restart it first, or stop it, " +
+  "or let the command finish";
+
+/**
+ * Opens an existing store and brings its schema up to date (forward-only, a no-op when current).
+ * With nothing to migrate, a command works beside a running server, as it always has; otherwise
+ * see {@link migrateAlone}.
+ */
 export function openExistingStore(dataDir: string): { store: Store; applied: string[] } {
   const path = dataPaths(dataDir).store;
   if (!existsSync(path)) {
@@ -278,11 +292,65 @@ export function openExistingStore(dataDir: string): { store: Store; applied: str
   if (unusable) throw new CliError(`the store ${path} ${unusable}; restore the store from a backup`);
   const store = openStore(path);
   try {
-    return { store, applied: migrate(store.sqlite).applied };
+    // migrate() on a current store writes nothing; it still refuses one a newer version migrated.
+    if (pendingMigrations(store.sqlite).length === 0)
+      return { store, applied: migrate(store.sqlite).applied };
   } catch (error) {
     store.close();
     throw new CliError(`cannot use the store ${path}: ${(error as Error).message}`);
   }
+  // Its connection would count as another process's below.
+  store.close();
+  const applied = migrateAlone(dataDir);
+  return { store: openStore(path), applied };
+}
+
+/**
+ * Runs the pending migrations only while no other process has the store open, and keeps every
+ * other out until they are done. A server running on a store that still needs migrations is older
+ * than this executable: migrating under it would leave the rows it writes afterwards without what
+ * the new columns mean, and stop it from starting again. A server since serve.lock is named by
+ * its lock (held here too, so none starts meanwhile); an older one, or another command, by its
+ * connection to the store, as every open connection holds a shared lock on it.
+ */
+function migrateAlone(dataDir: string): string[] {
+  const paths = dataPaths(dataDir);
+  const lock = lockOutServer(paths.serveLock);
+  try {
+    let store: Store;
+    try {
+      store = openStore(paths.store, { alone: true });
+    } catch (error) {
+      if ((error as { code?: string }).code === "SQLITE_BUSY") throw new CliError(STORE_OPEN_ELSEWHERE);
+      throw new CliError(`cannot use the store ${paths.store}: ${(error as Error).message}`);
+    }
+    try {
+      return migrate(store.sqlite).applied;
+    } catch (error) {
+      throw new CliError(`cannot use the store ${paths.store}: ${(error as Error).message}`);
+    } finally {
+      store.close();
+    }
+  } finally {
+    lock?.release();
+  }
+}
+
+/**
+ * The server's lock, or {@link OLDER_SERVER_RUNNING} when a server holds it. Null when there is no
+ * lock file (the command does not make one: it would be the command's user's file, which a server
+ * running as another user could not lock), or a file SQLite cannot lock, which no server holds.
+ */
+function lockOutServer(lockPath: string): ServeLock | null {
+  if (!existsSync(lockPath)) return null;
+  let lock: ServeLock | null;
+  try {
+    lock = takeServeLock(lockPath);
+  } catch {
+    return null;
+  }
+  if (!lock) throw new CliError(OLDER_SERVER_RUNNING);
+  return lock;
 }
 
 /** Text for `--help` and usage errors. */

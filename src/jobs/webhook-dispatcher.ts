@@ -6,6 +6,7 @@ import { onEnqueue } from "../modules/webhooks/enqueue.ts";
 import { announceExpiries } from "../modules/webhooks/expiries.ts";
 import { purgeFinishedDeliveries } from "../modules/webhooks/retention.ts";
 import { cancelPending } from "../modules/webhooks/service.ts";
+import { RepeatedFailureLog } from "./repeated-failure-log.ts";
 import { ATTEMPT_TIMEOUT_MS, type AttemptResult, WebhookSender } from "./webhook-attempt.ts";
 import {
   type ClaimedRow,
@@ -68,7 +69,10 @@ export interface DispatcherOptions {
   connectOverride?: (url: URL) => string | undefined;
   /** Tests only, never reachable from configuration: a CA to trust besides the system's (a test TLS receiver). */
   extraCa?: string;
-  /** Tests only: the milliseconds an attempt's duration is measured in (performance.now by default). */
+  /**
+   * Tests only: the milliseconds an attempt's duration, and the time between lines of a repeated
+   * dispatch failure, are measured in (performance.now by default).
+   */
   monotonicMs?: () => number;
 }
 
@@ -114,6 +118,7 @@ export class WebhookDispatcher {
   /** Set by start(): claims more at once when an attempt gives its slot back. */
   private wake: (() => void) | null = null;
   private stopped = false;
+  private readonly dispatchFailures: RepeatedFailureLog;
   /** Counters for /metrics. */
   readonly counters = { attempts: 0, failedAttempts: 0, failedDeliveries: 0, disabledEndpoints: 0 };
 
@@ -128,6 +133,11 @@ export class WebhookDispatcher {
     this.perEndpoint = options.perEndpointConcurrency ?? PER_ENDPOINT_CONCURRENCY;
     this.global = options.globalConcurrency ?? GLOBAL_CONCURRENCY;
     this.limitedShare = Math.max(1, Math.floor(this.global / 2));
+    this.dispatchFailures = new RepeatedFailureLog(options.logger, {
+      failed: "webhook dispatch failed",
+      recovered: "webhook dispatch recovered",
+      nowMs: options.monotonicMs,
+    });
   }
 
   /** Claims every due delivery there is room for and waits for those attempts; resolves with how many were made. */
@@ -135,6 +145,20 @@ export class WebhookDispatcher {
     const started = this.dispatchDue();
     await Promise.all(started);
     return started.length;
+  }
+
+  /**
+   * A pass as the running dispatcher makes one, on every wake-up: what fails (a full disk fails the
+   * claims) is logged rather than thrown, and while it goes on failing, at most once a minute.
+   */
+  dispatchPass(): void {
+    try {
+      this.dispatchDue();
+    } catch (error) {
+      this.dispatchFailures.failed(error);
+      return;
+    }
+    this.dispatchFailures.succeeded();
   }
 
   /** Waits until nothing is in flight (tests, shutdown). */
@@ -145,12 +169,7 @@ export class WebhookDispatcher {
   /** Polls and reacts to new events at once. The returned stop waits (bounded) for attempts in flight. */
   start(): () => Promise<void> {
     const kick = () => {
-      if (this.stopped) return;
-      try {
-        this.dispatchDue();
-      } catch (error) {
-        this.options.logger.log("error", "webhook dispatch failed", { error: (error as Error).message });
-      }
+      if (!this.stopped) this.dispatchPass();
     };
     let purgedAt = 0;
     let purging = false;

@@ -11,13 +11,33 @@ export interface Store {
   close(): void;
 }
 
+export interface OpenStoreOptions {
+  /**
+   * Open the store only if no other connection has it open, in this process or another, and keep
+   * every other out until this one closes (SQLite's exclusive locking mode; WAL works on without
+   * shared memory). Throws SQLITE_BUSY at once when another has it open.
+   */
+  alone?: boolean;
+}
+
 /**
  * WAL with synchronous=NORMAL: a committed transaction survives a crash of the process (kill -9);
  * only an OS crash or power loss can drop the last few. busy_timeout covers the CLI writing while
  * the server runs.
  */
-export function openStore(path: string): Store {
+export function openStore(path: string, options: OpenStoreOptions = {}): Store {
   const sqlite = new Database(path, { create: true, strict: true });
+  if (options.alone) {
+    try {
+      // Before the first access, which takes the lock: every open connection holds a shared one.
+      sqlite.run("PRAGMA busy_timeout = 0");
+      sqlite.run("PRAGMA locking_mode = EXCLUSIVE");
+      sqlite.query("SELECT count(*) FROM sqlite_master").get();
+    } catch (error) {
+      sqlite.close();
+      throw error;
+    }
+  }
   sqlite.run("PRAGMA journal_mode = WAL");
   sqlite.run("PRAGMA synchronous = NORMAL");
   sqlite.run("PRAGMA busy_timeout = 5000");

@@ -22,6 +22,38 @@ export interface MigrationResult {
 }
 
 /**
+ * The migrations {@link migrate} would write to this database: those it has not recorded, and
+ * those recorded with a superseded hash (re-recorded with today's). Read only, so a caller can
+ * decide before anything changes; a migration it would refuse is left for `migrate` to report.
+ */
+export function pendingMigrations(
+  sqlite: Database,
+  migrations: EmbeddedMigration[] = MIGRATIONS,
+  superseded: Readonly<Record<string, readonly string[]>> = SUPERSEDED_MIGRATION_HASHES,
+): string[] {
+  const hasTable = sqlite
+    .query("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'")
+    .get();
+  const known = new Map(
+    hasTable
+      ? sqlite
+          .query<{ tag: string; hash: string }, []>("SELECT tag, hash FROM schema_migrations")
+          .all()
+          .map((row) => [row.tag, row.hash])
+      : [],
+  );
+  return migrations
+    .filter((migration) => {
+      const recorded = known.get(migration.tag);
+      return (
+        recorded === undefined ||
+        (recorded !== migration.hash && superseded[migration.tag]?.includes(recorded))
+      );
+    })
+    .map((migration) => migration.tag);
+}
+
+/**
  * Forward-only: each pending migration runs in its own transaction and is recorded with its hash.
  * A database that has a migration this binary does not know (a newer binary ran) is refused.
  */

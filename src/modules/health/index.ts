@@ -8,7 +8,9 @@ export interface Readiness {
 
 /**
  * /healthz answers while the process lives; /readyz once the store is open and the keystore is
- * unlocked, and no longer once shutdown has begun (so a load balancer stops sending work).
+ * unlocked, and no longer once shutdown has begun (so a load balancer stops sending work). Nothing
+ * listens before then (server.ts), so "not ready" only ever means shutting down: during start-up
+ * and its migrations, connections are refused instead.
  */
 export const healthController = (readiness: Readiness) =>
   new Elysia({ detail: { tags: ["Health"] } })
@@ -19,8 +21,7 @@ export const healthController = (readiness: Readiness) =>
     .get(
       "/readyz",
       () => {
-        if (!readiness.ready())
-          throw new ApiError("SERVICE_UNAVAILABLE", "The service is starting or shutting down.");
+        if (!readiness.ready()) throw new ApiError("SERVICE_UNAVAILABLE", "The service is shutting down.");
         return { status: "ready" as const };
       },
       {
