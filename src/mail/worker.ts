@@ -1,6 +1,7 @@
 import { and, asc, eq, gt, inArray, lt, lte } from "drizzle-orm";
 import type { Deps } from "../deps.ts";
 import type { Logger } from "../http/logger.ts";
+import { RepeatedFailureLog } from "../jobs/repeated-failure-log.ts";
 import { mailOutbox } from "../store/schema/index.ts";
 import { purgeInSteps } from "../store/stepped-count.ts";
 import { type MailOutbox, mailPayloadContext } from "./outbox.ts";
@@ -22,6 +23,8 @@ export interface MailWorkerOptions {
   logger: Logger;
   retryDelaysSec?: readonly number[];
   pollMs?: number;
+  /** Tests only: the monotonic milliseconds the failure log's minute is measured in. */
+  monotonicMs?: () => number;
 }
 
 /**
@@ -34,6 +37,8 @@ export class MailWorker {
   private running: Promise<number> | null = null;
   private again = false;
   private readonly retryDelays: readonly number[];
+  /** A store that fails every poll (a full disk) is logged once a minute, not every 2 s. */
+  private readonly failures: RepeatedFailureLog;
 
   constructor(
     private readonly deps: Pick<Deps, "db" | "clock" | "secrets">,
@@ -41,6 +46,19 @@ export class MailWorker {
     private readonly options: MailWorkerOptions,
   ) {
     this.retryDelays = options.retryDelaysSec ?? MAIL_RETRY_DELAYS_SEC;
+    this.failures = new RepeatedFailureLog(options.logger, {
+      failed: "mail worker failed",
+      recovered: "mail worker recovered",
+      nowMs: options.monotonicMs,
+    });
+  }
+
+  /** One poll as the timer and the outbox's wake-up make it: a failure is logged, never thrown. */
+  poll(): Promise<void> {
+    return this.runOnce().then(
+      () => this.failures.succeeded(),
+      (error: unknown) => this.failures.failed(error),
+    );
   }
 
   /** Sends every due mail; resolves with how many were sent. Calls made meanwhile join the run and trigger one more. */
@@ -67,9 +85,7 @@ export class MailWorker {
   /** Polls, and sends at once whenever the outbox gets a row. Returns a stop function that waits for the current send. */
   start(outbox?: MailOutbox): () => Promise<void> {
     const kick = () => {
-      this.runOnce().catch((error: Error) =>
-        this.options.logger.log("error", "mail worker failed", { error: error.message }),
-      );
+      void this.poll();
     };
     const unsubscribe = outbox?.onEnqueue(kick) ?? (() => false);
     const timer = setInterval(kick, this.options.pollMs ?? POLL_MS);

@@ -3,7 +3,7 @@ import { readdirSync, readFileSync, statSync } from "node:fs";
 import { createServer, type Socket } from "node:net";
 import { join } from "node:path";
 import { eq } from "drizzle-orm";
-import { silentLogger } from "../../src/http/logger.ts";
+import { type LogLevel, silentLogger } from "../../src/http/logger.ts";
 import { MailOutbox } from "../../src/mail/outbox.ts";
 import { renderMail, resolveLocale } from "../../src/mail/templates.ts";
 import { fileTransport, redactSmtpUrl, smtpTransport } from "../../src/mail/transport.ts";
@@ -292,4 +292,33 @@ test("templates escape data in HTML, keep subjects on one line and fall back to 
   expect(resolveLocale("de-AT", "email_verification_code")).toBe("en");
   expect(resolveLocale("EN_gb", "trial_verification_code")).toBe("en");
   expect(resolveLocale(undefined, "trial_verification_code")).toBe("en");
+});
+
+test("a store that fails every poll is logged once a minute with how many were not, and its recovery once", async () => {
+  smtp = await startSmtpServer();
+  const lines: { level: LogLevel; msg: string; fields: Record<string, unknown> }[] = [];
+  let nowMs = 0;
+  const worker = new MailWorker(t.deps, smtpTransport(smtp.url), {
+    from: "a@b.test",
+    logger: { log: (level, msg, fields = {}) => lines.push({ level, msg, fields }) },
+    monotonicMs: () => nowMs,
+  });
+  // Every poll's read fails, as on a store that cannot be used.
+  t.deps.sqlite.run("ALTER TABLE mail_outbox RENAME TO mail_outbox_away");
+  for (; nowMs < 60_000; nowMs += 2_000) await worker.poll();
+  expect(lines.map((line) => [line.level, line.msg, line.fields.suppressed])).toEqual([
+    ["error", "mail worker failed", 0],
+  ]);
+  await worker.poll();
+  expect(lines.at(-1)).toMatchObject({
+    level: "error",
+    msg: "mail worker failed",
+    fields: { suppressed: 29 },
+  });
+  t.deps.sqlite.run("ALTER TABLE mail_outbox_away RENAME TO mail_outbox");
+  await worker.poll();
+  await worker.poll();
+  expect(lines.slice(2)).toEqual([
+    { level: "info", msg: "mail worker recovered", fields: { suppressed: 0 } },
+  ]);
 });
