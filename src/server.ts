@@ -31,7 +31,8 @@ import { cannotListen, filesWrittenInPlace, StartupError } from "./startup-check
 import { startCheckpointer } from "./store/checkpointer.ts";
 import { undecryptableValue } from "./store/data-key.ts";
 import { openStore, type Store, unusableStoreFile } from "./store/db.ts";
-import { migrate } from "./store/migrate.ts";
+import { migrate, pendingMigrations } from "./store/migrate.ts";
+import { migrateAlone, StoreOpenElsewhere } from "./store/migrate-alone.ts";
 import { type ServeLock, takeServeLock } from "./store/serve-lock.ts";
 
 /**
@@ -96,10 +97,21 @@ function openMigratedStore(config: Config, logger: Logger): Store {
     throw new StartupError(`cannot use the store ${path}: ${(error as Error).message}`);
   }
   try {
-    const result = migrate(store.sqlite);
+    // Migrations run over a connection of their own that has the store alone (migrate-alone.ts):
+    // a server from before serve.lock, or a command, may have it open.
+    const pending = pendingMigrations(store.sqlite).length > 0;
+    if (pending) store.close();
+    const result = pending ? migrateAlone(path) : migrate(store.sqlite);
+    if (pending) store = openStore(path);
     logger.log("info", "store ready", { path, applied: result.applied, schema: result.current });
   } catch (error) {
     store.close();
+    if (error instanceof StoreOpenElsewhere) {
+      throw new StartupError(
+        `the store ${path} needs migrations, and another process has it open: a server older than ` +
+          "this executable (from before serve.lock) or a command; stop it, then start this one (nothing was migrated)",
+      );
+    }
     throw new StartupError(`cannot use the store ${path}: ${(error as Error).message}`);
   }
   return store;

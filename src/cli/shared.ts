@@ -24,6 +24,7 @@ import { WorkspaceService } from "../modules/workspace/service.ts";
 import { buildDeps, openKeystore } from "../server.ts";
 import { openStore, type Store, unusableStoreFile } from "../store/db.ts";
 import { migrate, pendingMigrations } from "../store/migrate.ts";
+import { migrateAlone, StoreOpenElsewhere } from "../store/migrate-alone.ts";
 import type { Actor } from "../store/schema/index.ts";
 import { type ServeLock, takeServeLock } from "../store/serve-lock.ts";
 import { formatOptions, type OptionSpec, UsageError } from "./args.ts";
@@ -281,7 +282,7 @@ export const STORE_OPEN_ELSEWHERE =
 /**
  * Opens an existing store and brings its schema up to date (forward-only, a no-op when current).
  * With nothing to migrate, a command works beside a running server, as it always has; otherwise
- * see {@link migrateAlone}.
+ * see {@link migrateWithoutServer}.
  */
 export function openExistingStore(dataDir: string): { store: Store; applied: string[] } {
   const path = dataPaths(dataDir).store;
@@ -301,7 +302,7 @@ export function openExistingStore(dataDir: string): { store: Store; applied: str
   }
   // Its connection would count as another process's below.
   store.close();
-  const applied = migrateAlone(dataDir);
+  const applied = migrateWithoutServer(dataDir);
   return { store: openStore(path), applied };
 }
 
@@ -313,23 +314,15 @@ export function openExistingStore(dataDir: string): { store: Store; applied: str
  * its lock (held here too, so none starts meanwhile); an older one, or another command, by its
  * connection to the store, as every open connection holds a shared lock on it.
  */
-function migrateAlone(dataDir: string): string[] {
+function migrateWithoutServer(dataDir: string): string[] {
   const paths = dataPaths(dataDir);
   const lock = lockOutServer(paths.serveLock);
   try {
-    let store: Store;
     try {
-      store = openStore(paths.store, { alone: true });
+      return migrateAlone(paths.store).applied;
     } catch (error) {
-      if ((error as { code?: string }).code === "SQLITE_BUSY") throw new CliError(STORE_OPEN_ELSEWHERE);
+      if (error instanceof StoreOpenElsewhere) throw new CliError(STORE_OPEN_ELSEWHERE);
       throw new CliError(`cannot use the store ${paths.store}: ${(error as Error).message}`);
-    }
-    try {
-      return migrate(store.sqlite).applied;
-    } catch (error) {
-      throw new CliError(`cannot use the store ${paths.store}: ${(error as Error).message}`);
-    } finally {
-      store.close();
     }
   } finally {
     lock?.release();

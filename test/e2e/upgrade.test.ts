@@ -74,3 +74,32 @@ test("the executable refuses a store whose applied migration differs from its ow
   expect(result.stderr).toContain("migration 0000_initial differs from the one applied to this database");
   expect(readFileSync(join(data.dataDir, "licensing.db")).equals(before)).toBe(true);
 });
+
+test("a store that needs migrations is not migrated while another process has it open (a server from before serve.lock): serve refuses and changes nothing", async () => {
+  const data = createFirstSchemaDataDir(join(tempDir(), "data"));
+  const recorded = (db: Database) =>
+    db.query<{ tag: string }, []>("SELECT tag FROM schema_migrations ORDER BY tag").all();
+  // Such a server holds no lock file, only its connection to the store, which it has read.
+  const older = new Database(join(data.dataDir, "licensing.db"));
+  try {
+    const before = recorded(older);
+    const result = await runServeToExit(["--data-dir", data.dataDir], {
+      env: { LICENSING_KEYSTORE_PASSPHRASE: FIRST_SCHEMA_PASSPHRASE },
+    });
+    expect(result.exitCode).toBe(1);
+    expect(result.stderr).toContain("needs migrations, and another process has it open");
+    expect(recorded(older)).toEqual(before);
+  } finally {
+    older.close();
+  }
+  // Once it has stopped, the same start migrates.
+  server = await startServe(["--data-dir", data.dataDir], {
+    env: { LICENSING_KEYSTORE_PASSPHRASE: FIRST_SCHEMA_PASSPHRASE },
+  });
+  expect((await server.logLine((line) => line.msg === "store ready"))?.applied).toHaveLength(
+    embeddedMigrations().length - 1,
+  );
+  await expectUpgradedDataIntact(server.url, data);
+  expect(await server.stop("SIGTERM")).toBe(0);
+  server = undefined;
+}, 60_000);
