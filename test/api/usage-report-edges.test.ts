@@ -113,6 +113,20 @@ test("a license, device or seat made at the next month's first millisecond is th
   expect(await figures(label(monthA))).toEqual(monthAFigures);
 });
 
+test("asked at the very moment a month ends, the month's report already leaves out what is made in that moment", async () => {
+  const fx: RuntimeFixture = await runtimeFixture(t, { policy: { max_machines: 10 } });
+  const monthA = monthStartAhead(1);
+  const monthB = monthStartAhead(2);
+  goTo(monthB - 1);
+  await activatedDevice(t, fx);
+  goTo(monthB);
+  await activatedDevice(t, fx);
+  const atTheEnd = await figures(label(monthA));
+  goTo(monthB + 1);
+  expect(atTheEnd).toEqual(await figures(label(monthA)));
+  expect(atTheEnd).toMatchObject({ new_activations: 1, active_machines: 1, active_licenses: 1 });
+});
+
 test("active machines leave out the devices of a license revoked by the period's end, and a month that ended before the revocation still counts them", async () => {
   const revokedLater = await runtimeFixture(t, { policy: { max_machines: 5 } });
   const revokedAtEnd = await runtimeFixture(t, { policy: { max_machines: 5 } });

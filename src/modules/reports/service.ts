@@ -137,7 +137,8 @@ export class UsageReportService {
   async report(environment: Environment, period: string | undefined) {
     const now = this.deps.clock.now();
     const resolved = resolvePeriod(period, now);
-    const ended = resolved.end.getTime() < now.getTime();
+    // At `end` itself the month is over: what is made in that millisecond is the next month's.
+    const ended = resolved.end.getTime() <= now.getTime();
     // The moment counted: the period's end once it has passed, else now. A change at exactly that
     // moment counts as made (a license revoked at the next month's first millisecond is not active
     // in the month before: migration 0043), but a thing made then is not in the period: it is the
