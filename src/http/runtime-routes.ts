@@ -61,7 +61,9 @@ const PAGE_CALL: RuntimeRouteClass = { partition: "address", metering: "never", 
 export function classifyRuntimeRequest(method: string, path: string): RuntimeRouteClass | null {
   // The pages themselves (GET) are static and cost nothing to serve.
   if (path.startsWith(PASSKEYS_PREFIX)) return method === "POST" ? PAGE_CALL : null;
-  if (path === CLAIM_REDEEM_PATH) return method === "POST" ? PAGE_CALL : null;
+  // The router serves it with one trailing slash too (as below for runtime routes).
+  if (path === CLAIM_REDEEM_PATH || path === `${CLAIM_REDEEM_PATH}/`)
+    return method === "POST" ? PAGE_CALL : null;
   if (!path.startsWith(RUNTIME_PREFIX) || method === "OPTIONS") return null;
   if (!path.startsWith(V1)) return ADDRESS_COUNTS;
   // The router serves a path with one trailing slash as the same route, so it is the same class.

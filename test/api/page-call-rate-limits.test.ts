@@ -39,6 +39,17 @@ describe("the served pages' calls", () => {
     expect((await from("203.0.113.8")).status).not.toBe(429);
   });
 
+  test.each(CALLS)(
+    "POST %s/ (a trailing slash, which the router serves as the same route) is limited alike",
+    async (path, body) => {
+      const answers = [];
+      for (let i = 0; i < 4; i++)
+        answers.push(await t.call("POST", `${path}/`, { key: null, body, clientAddress: "203.0.113.20" }));
+      expect(answers.map((a) => a.status)).toEqual([...answers.slice(0, 3).map((a) => a.status), 429]);
+      expect(answers[0]?.status).not.toBe(429);
+    },
+  );
+
   test("share the window with the runtime calls from the same address", async () => {
     const [path, body] = CALLS[2];
     for (let i = 0; i < 3; i++)
