@@ -1,6 +1,6 @@
 import { describe, expect, test } from "bun:test";
 import type { DispatcherOptions } from "../../src/jobs/webhook-dispatcher.ts";
-import { CANNOT_RESOLVE, NOT_PUBLIC } from "../../src/modules/webhooks/address.ts";
+import { CANNOT_RESOLVE, NO_PUBLIC_ADDRESS } from "../../src/modules/webhooks/address.ts";
 import { queryPlan, sqlPreparedDuring } from "../support/query-plan.ts";
 import {
   customerCreated,
@@ -285,7 +285,7 @@ describe("the outbound address check", () => {
 
   test("refuses the loopback receiver when private networks are not allowed, and sends nothing", async () => {
     const attempt = await refusedBy(receiver.url(), {});
-    expect(attempt).toMatchObject({ outcome: "refused", response_status: null, error: NOT_PUBLIC });
+    expect(attempt).toMatchObject({ outcome: "refused", response_status: null, error: NO_PUBLIC_ADDRESS });
     expect(receiver.received).toHaveLength(0);
   });
 
@@ -304,8 +304,8 @@ describe("the outbound address check", () => {
     }).runOnce();
     const [listed] = await deliveries(row.id);
     const detail = await delivery(row.id, listed?.id as string);
-    expect(detail.attempt_log[0]).toMatchObject({ outcome: "refused", error: NOT_PUBLIC });
-    expect(listed?.last_error).toBe(NOT_PUBLIC);
+    expect(detail.attempt_log[0]).toMatchObject({ outcome: "refused", error: NO_PUBLIC_ADDRESS });
+    expect(listed?.last_error).toBe(NO_PUBLIC_ADDRESS);
     expect(JSON.stringify(detail)).not.toContain("10.20.30.40");
     expect(
       lines.filter((line) => JSON.stringify(line).includes("10.20.30.40")).map((line) => line.level),
@@ -319,13 +319,27 @@ describe("the outbound address check", () => {
     ],
     ["a resolver that fails", () => Promise.reject(new Error("queryA ESERVFAIL nowhere.corp.internal"))],
     ["a name with no address", () => Promise.resolve([])],
-  ])("the delivery log says the same for %s, without the resolver's words", async (_what, resolver) => {
+  ])(
+    "the delivery log says the same for %s as for a private answer, without the resolver's words: it cannot tell which internal names exist",
+    async (_what, resolver) => {
+      const { row } = subscribe(`http://nowhere.corp.internal:${receiver.port}/hook`);
+      await customerCreated();
+      await dispatcher({ allowPrivateNetworks: false, resolver }).runOnce();
+      const [listed] = await deliveries(row.id);
+      const detail = await delivery(row.id, listed?.id as string);
+      expect(detail.attempt_log[0]).toMatchObject({ outcome: "refused", error: NO_PUBLIC_ADDRESS });
+      expect(listed?.last_error).toBe(NO_PUBLIC_ADDRESS);
+    },
+  );
+
+  test("where private networks are allowed, a name that does not resolve is said so", async () => {
     const { row } = subscribe(`http://nowhere.corp.internal:${receiver.port}/hook`);
     await customerCreated();
-    await dispatcher({ allowPrivateNetworks: false, resolver }).runOnce();
+    await dispatcher({
+      allowPrivateNetworks: true,
+      resolver: () => Promise.reject(new Error("getaddrinfo ENOTFOUND nowhere.corp.internal")),
+    }).runOnce();
     const [listed] = await deliveries(row.id);
-    const detail = await delivery(row.id, listed?.id as string);
-    expect(detail.attempt_log[0]).toMatchObject({ outcome: "refused", error: CANNOT_RESOLVE });
     expect(listed?.last_error).toBe(CANNOT_RESOLVE);
   });
 

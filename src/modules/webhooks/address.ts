@@ -77,10 +77,15 @@ export function isPrivateAddress(address: string): boolean {
   return true;
 }
 
-/** What the delivery log says of a refused host (AddressRefused says why so little). */
+/**
+ * What the delivery log says of a refused host (AddressRefused says why so little). Where private
+ * networks are not allowed, a name that does not resolve and one that resolves to a private address
+ * are refused in the same words: two texts would tell which internal names exist.
+ */
+export const NO_PUBLIC_ADDRESS =
+  "the host does not resolve to a public address (it has none, or a private, loopback, link-local or reserved one)";
+/** Where private networks are allowed, only a name without an answer is refused. */
 export const CANNOT_RESOLVE = "cannot resolve the host";
-export const NOT_PUBLIC =
-  "the host resolves to a non-public address (private, loopback, link-local or reserved)";
 
 export type Resolver = (host: string) => Promise<string[]>;
 
@@ -109,23 +114,25 @@ export class AddressRefused extends Error {
 /**
  * Resolves `host` and returns the addresses to connect to, in the resolver's order. Throws
  * AddressRefused when any answer is private (and that is not allowed) or there is no answer; a
- * name that does not exist and one the resolver failed on are refused in the same words.
+ * name that does not exist and one the resolver failed on are refused in the same words, and so,
+ * where private networks are not allowed, is a name with a private answer.
  */
 export async function checkedAddresses(
   host: string,
   resolver: Resolver,
   allowPrivate: boolean,
 ): Promise<string[]> {
+  const unresolved = allowPrivate ? CANNOT_RESOLVE : NO_PUBLIC_ADDRESS;
   let addresses: string[];
   try {
     addresses = await resolver(host);
   } catch (error) {
-    throw new AddressRefused(CANNOT_RESOLVE, `cannot resolve ${host}: ${(error as Error).message}`);
+    throw new AddressRefused(unresolved, `cannot resolve ${host}: ${(error as Error).message}`);
   }
-  if (addresses.length === 0) throw new AddressRefused(CANNOT_RESOLVE, `${host} has no address`);
+  if (addresses.length === 0) throw new AddressRefused(unresolved, `${host} has no address`);
   if (!allowPrivate) {
     const blocked = addresses.find(isPrivateAddress);
-    if (blocked !== undefined) throw new AddressRefused(NOT_PUBLIC, `${host} resolves to ${blocked}`);
+    if (blocked !== undefined) throw new AddressRefused(NO_PUBLIC_ADDRESS, `${host} resolves to ${blocked}`);
   }
   return addresses;
 }
