@@ -9,9 +9,10 @@ export const SWEEP_INTERVAL_MS = 10 * 60 * 1000;
  * Housekeeping that keeps the store small and the key material current: expired idempotency
  * records, runtime events past their 7 days, old device nonces, products whose signing keys are
  * still pending, retired keys whose retention ended, compromised sealing keys' private halves
- * that an interrupted command left in the keystore, and spent or expired passkey registration
- * links. Each step is independent; one failing does not stop the others. Finished leases go in
- * their own pass (`sweepLeases`), and verifications in batches (`sweepVerifications`).
+ * that an interrupted command left in the keystore, spent or expired passkey registration
+ * links, and webhook deliveries left queued on endpoints that no longer receive. Each step is
+ * independent; one failing does not stop the others. Finished leases go in their own pass
+ * (`sweepLeases`), and verifications in batches (`sweepVerifications`).
  */
 export function sweepOnce(services: Services, logger: Logger): Record<string, number> {
   const steps: Record<string, () => number> = {
@@ -22,6 +23,7 @@ export function sweepOnce(services: Services, logger: Logger): Record<string, nu
     retired_keys: () => services.trust.pruneExpiredKeys(),
     compromised_sealing_keys: () => services.sealedFiles.completeCompromises(),
     passkey_links: () => services.passkeys.purgeLinks(),
+    orphaned_webhook_deliveries: () => services.webhookDeliveries.cancelOrphaned(),
   };
   const done: Record<string, number> = {};
   for (const [name, step] of Object.entries(steps)) {

@@ -2,7 +2,10 @@ import { describe, expect, test } from "bun:test";
 import { SecretBox } from "../../src/crypto/secret-box.ts";
 import type { Deps } from "../../src/deps.ts";
 import { IdGenerator } from "../../src/domain/ids.ts";
+import { silentLogger } from "../../src/http/logger.ts";
+import { sweepOnce } from "../../src/jobs/sweeper.ts";
 import { RETRY_JITTER, WEBHOOK_RETRY_DELAYS_SEC } from "../../src/jobs/webhook-dispatcher.ts";
+import { createServices } from "../../src/services.ts";
 import { openStore } from "../../src/store/db.ts";
 import {
   ctx,
@@ -307,5 +310,49 @@ describe("a delivery cancelled while its attempt is in flight", () => {
       ["failed", 1, 410],
       ["succeeded", 1, 200],
     ]);
+  });
+});
+
+describe("a delivery left queued on an endpoint that no longer receives", () => {
+  test("is cancelled by the sweep, while queued deliveries of active endpoints stay", async () => {
+    const stopped = subscribe();
+    const active = subscribe();
+    await customerCreated();
+    // As a store written by a version that stopped endpoints without cancelling their queue.
+    t.deps.sqlite.run("UPDATE webhook_endpoints SET status = 'stopped' WHERE id = ?", [stopped.row.id]);
+    const swept = sweepOnce(createServices(t.deps, { baseUrl: "http://licensing.test" }), silentLogger);
+    expect(swept.orphaned_webhook_deliveries).toBe(1);
+    expect((await deliveries(stopped.row.id)).map((d) => d.status)).toEqual(["cancelled"]);
+    expect((await deliveries(active.row.id)).map((d) => d.status)).toEqual(["pending"]);
+  });
+
+  test("cannot be made by a replay: the endpoint's check and the update are one transaction", async () => {
+    const { row } = subscribe();
+    await customerCreated();
+    await dispatcher().runOnce();
+    const [done] = await deliveries(row.id);
+    // Another process stops the endpoint, holding the write lock while the replay comes in.
+    const stopper = Bun.spawn(
+      [
+        process.execPath,
+        "-e",
+        `const { Database } = require("bun:sqlite");
+         const db = new Database(process.argv[1]);
+         db.run("BEGIN IMMEDIATE");
+         db.run("UPDATE webhook_endpoints SET status = 'stopped' WHERE id = ?", [process.argv[2]]);
+         console.log("locked");
+         await Bun.sleep(300);
+         db.run("COMMIT");`,
+        t.deps.sqlite.filename,
+        row.id,
+      ],
+      { stdout: "pipe" },
+    );
+    const reader = stopper.stdout.getReader();
+    expect(new TextDecoder().decode((await reader.read()).value)).toContain("locked");
+    const replay = await t.call("POST", `/mgmt/v1/webhooks/${row.id}/deliveries/${done?.id}/replay`);
+    expect(await stopper.exited).toBe(0);
+    expect([replay.status, replay.body.error?.code]).toEqual([422, "INVALID_TRANSITION"]);
+    expect((await deliveries(row.id)).map((d) => d.status)).toEqual(["succeeded"]);
   });
 });

@@ -101,6 +101,14 @@ export class DeliveryLog {
   replay(endpointId: string, deliveryId: string, environment: Environment) {
     // Sending again is queueing again: without the plan's feature nothing is queued (enqueue.ts).
     if (!planHasWebhooks(this.deps.sqlite)) throw planLacksWebhooks();
+    // The check and the update in one write transaction: a stop committed between them would
+    // leave a pending delivery on an endpoint no dispatch pass reads.
+    return this.deps.sqlite
+      .transaction(() => this.replayChecked(endpointId, deliveryId, environment))
+      .immediate();
+  }
+
+  private replayChecked(endpointId: string, deliveryId: string, environment: Environment) {
     const endpoint = this.endpoints.get(endpointId);
     const current = this.get(endpointId, deliveryId, environment);
     if (endpoint.status !== "active") {
@@ -121,5 +129,22 @@ export class DeliveryLog {
       )
       .run(now, now, deliveryId);
     return this.get(endpointId, deliveryId, environment);
+  }
+
+  /**
+   * Cancels deliveries still queued on an endpoint that is stopped or disabled, from the sweeper.
+   * Stopping or disabling cancels them in the same transaction, and a dispatch pass reads only
+   * active endpoints; a store written by a version that did neither would keep such rows queued
+   * for good (and in the queue depth). Returns how many went.
+   */
+  cancelOrphaned(): number {
+    const now = this.deps.clock.now().getTime();
+    return this.deps.sqlite
+      .query<unknown, [number, number]>(
+        `UPDATE webhook_deliveries SET status = 'cancelled', completed_at = ?1, updated_at = ?2, claimed_until = NULL
+         WHERE status IN ('pending', 'delivering')
+           AND endpoint_id IN (SELECT id FROM webhook_endpoints WHERE status <> 'active')`,
+      )
+      .run(now, now).changes;
   }
 }
