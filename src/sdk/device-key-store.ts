@@ -24,7 +24,31 @@ export interface LockManagerLike {
 /** navigator.locks, where there is one (browsers in a secure context). */
 export function platformLocks(): LockManagerLike | undefined {
   const platform = globalThis as { navigator?: { locks?: LockManagerLike } };
-  return platform.navigator?.locks ?? undefined;
+  const locks = platform.navigator?.locks;
+  return locks ? deniedLocksRunUnlocked(locks) : undefined;
+}
+
+/**
+ * Locks that run the callback without the lock where the platform denies them: an opaque origin
+ * (a sandboxed iframe) has `navigator.locks`, but each request rejects with SecurityError, and
+ * such a context shares no storage with any other to take turns over. Only a refusal before the
+ * callback ran counts: an error the callback throws is the callback's.
+ */
+export function deniedLocksRunUnlocked(locks: LockManagerLike): LockManagerLike {
+  return {
+    async request<T>(name: string, callback: () => Promise<T>): Promise<T> {
+      let started = false;
+      try {
+        return await locks.request(name, () => {
+          started = true;
+          return callback();
+        });
+      } catch (error) {
+        if (started || (error as { name?: unknown } | null)?.name !== "SecurityError") throw error;
+        return callback();
+      }
+    },
+  };
 }
 
 export class DeviceKeyStore {

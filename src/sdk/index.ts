@@ -59,7 +59,11 @@ export {
   type ServerErrorBody,
 } from "./errors.ts";
 export type { FetchLike, RequestInitLike, ResponseLike } from "./http.ts";
-export { IndexedDbStorage, type IndexedDbStorageOptions } from "./indexeddb-storage.ts";
+export {
+  type EnumerableWebStorage,
+  IndexedDbStorage,
+  type IndexedDbStorageOptions,
+} from "./indexeddb-storage.ts";
 export { CanonicalizationError, canonicalize, type JsonValue } from "./jcs.ts";
 export {
   type DeviceKeys,

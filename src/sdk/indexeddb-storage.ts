@@ -2,11 +2,28 @@ import type { Storage } from "./storage.ts";
 
 const STORE = "entries";
 
+/** The part of Web Storage an import reads (window.localStorage has it). */
+export interface EnumerableWebStorage {
+  readonly length: number;
+  key(index: number): string | null;
+  getItem(key: string): string | null;
+}
+
+/** The SDK's keys in any storage: every item it stores starts so (ClientState's prefix). */
+const SDK_KEY_PREFIX = "svc.v1.";
+
 export interface IndexedDbStorageOptions {
   /** The database's name; one per app (several clients share it through their `prefix`). */
   name?: string;
   /** The IndexedDB to use; `globalThis.indexedDB` when left out. */
   factory?: IDBFactory;
+  /**
+   * An app moving from `LocalStorageAdapter`: pass `window.localStorage`. While the database holds
+   * nothing yet, the SDK's entries found there (device keys, activation, certificate, ...) are
+   * copied in, in one transaction, so the device stays the one it was. Nothing is copied into a
+   * database that holds anything, and `localStorage` is left as it was.
+   */
+  importFrom?: EnumerableWebStorage;
 }
 
 /**
@@ -41,6 +58,7 @@ export class IndexedDbStorage implements Storage {
         `the IndexedDB database "${name}" has no "${STORE}" store: it is not the SDK's; pass another name`,
       );
     }
+    if (options.importFrom) await storage.importIfEmpty(options.importFrom);
     return storage;
   }
 
@@ -56,6 +74,27 @@ export class IndexedDbStorage implements Storage {
 
   async delete(key: string): Promise<void> {
     await this.run("readwrite", (store) => store.delete(key));
+  }
+
+  /**
+   * Copies the SDK's entries of `source` when the store is empty; the check and the copy are one
+   * transaction, so two tabs opening at once copy once, and never over what a tab wrote first.
+   */
+  private async importIfEmpty(source: EnumerableWebStorage): Promise<void> {
+    const entries: [string, string][] = [];
+    for (let i = 0; i < source.length; i++) {
+      const key = source.key(i);
+      const value = key?.startsWith(SDK_KEY_PREFIX) ? source.getItem(key) : null;
+      if (key && value !== null) entries.push([key, value]);
+    }
+    if (entries.length === 0) return;
+    await this.run("readwrite", (store) => {
+      const counted = store.count();
+      counted.onsuccess = () => {
+        if (counted.result === 0) for (const [key, value] of entries) store.put(value, key);
+      };
+      return counted;
+    });
   }
 
   /** Closes the connection; a later call opens it again. */

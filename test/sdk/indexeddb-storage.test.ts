@@ -1,6 +1,6 @@
 import { afterEach, beforeEach, describe, expect, test } from "bun:test";
 import { IDBFactory } from "fake-indexeddb";
-import { IndexedDbStorage } from "../../src/sdk/index.ts";
+import { IndexedDbStorage, LocalStorageAdapter } from "../../src/sdk/index.ts";
 import { createTestContext, type TestContext } from "../support/harness.ts";
 import { integrationConfig, MACHINE, sdkClient } from "../support/offline.ts";
 import { type RuntimeFixture, runtimeFixture } from "../support/runtime.ts";
@@ -13,6 +13,26 @@ let factory: IDBFactory;
 beforeEach(() => {
   factory = new IDBFactory();
 });
+
+/** window.localStorage as far as the SDK uses it: items, and their keys by index. */
+class FakeLocalStorage {
+  readonly items = new Map<string, string>();
+  get length() {
+    return this.items.size;
+  }
+  key(index: number) {
+    return [...this.items.keys()][index] ?? null;
+  }
+  getItem(key: string) {
+    return this.items.get(key) ?? null;
+  }
+  setItem(key: string, value: string) {
+    this.items.set(key, value);
+  }
+  removeItem(key: string) {
+    this.items.delete(key);
+  }
+}
 
 /** Opens a database with the given stores, as another script on the origin might have. */
 function openRaw(name: string, stores: string[] = []): Promise<IDBDatabase> {
@@ -117,5 +137,33 @@ describe("as the SDK's storage", () => {
     expect(await tabB.activationId()).toBe(activated.activationId);
     expect((await tabB.deviceKeys()).signing.publicKey).toBe((await tabA.deviceKeys()).signing.publicKey);
     expect(await tabB.licenseState()).toBe("valid");
+  });
+
+  test("an app moving from localStorage imports its entries once: the same device, still activated, on the same slot", async () => {
+    const local = new FakeLocalStorage();
+    local.setItem("unrelated.app.setting", "dark");
+    const before = sdkClient(t, config, { storage: new LocalStorageAdapter(local) });
+    const activated = await before.activate({ licenseKey: fx.licenseKey, machineInfo: MACHINE });
+    const copied = [...local.items].filter(([key]) => key.startsWith("svc.v1."));
+
+    const storage = await IndexedDbStorage.open({ factory, importFrom: local });
+    const after = sdkClient(t, config, { storage });
+    expect(await after.activationId()).toBe(activated.activationId);
+    expect((await after.deviceKeys()).signing.publicKey).toBe((await before.deviceKeys()).signing.publicKey);
+    expect(await after.licenseState()).toBe("valid");
+    for (const [key, value] of copied) expect(await storage.get(key)).toBe(value);
+    expect(await storage.get("unrelated.app.setting")).toBeUndefined();
+    // localStorage is left as it was, for a tab still running the older app.
+    expect(local.getItem("unrelated.app.setting")).toBe("dark");
+    expect([...local.items].filter(([key]) => key.startsWith("svc.v1."))).toEqual(copied);
+  });
+
+  test("nothing is imported into a database that holds anything: what a tab wrote first stays", async () => {
+    const local = new FakeLocalStorage();
+    local.setItem("svc.v1.live.prod_x.device_keys", "from localStorage");
+    const first = await IndexedDbStorage.open({ factory });
+    await first.set("svc.v1.live.prod_x.device_keys", "written first");
+    const second = await IndexedDbStorage.open({ factory, importFrom: local });
+    expect(await second.get("svc.v1.live.prod_x.device_keys")).toBe("written first");
   });
 });
