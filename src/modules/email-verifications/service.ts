@@ -182,7 +182,7 @@ export class EmailVerificationService {
           )
           .run();
         tx.insert(emailVerifications).values(row).run();
-        const approvalSecret = this.passkeys.newApproval(tx, id);
+        const approvalSecret = this.passkeys.approvals.newApproval(tx, id);
         this.mail.enqueue(
           tx,
           {
@@ -194,7 +194,9 @@ export class EmailVerificationService {
               code,
               product_name: product.name,
               expires_minutes: String(CODE_TTL_SEC / 60),
-              ...(withPasskeys ? { approval_url: this.passkeys.approvalUrl(id, approvalSecret) } : {}),
+              ...(withPasskeys
+                ? { approval_url: this.passkeys.approvals.approvalUrl(id, approvalSecret) }
+                : {}),
             },
           },
           { suppressed: !send },

@@ -128,7 +128,7 @@ export const passkeysController = ({ passkeys }: Services) =>
     )
     .post(
       "/approve/options",
-      ({ body }) => ({ data: passkeys.approvalOptions(body.verification_id, body.secret) }),
+      ({ body }) => ({ data: passkeys.approvals.approvalOptions(body.verification_id, body.secret) }),
       {
         body: "passkey.approval_options_request",
         response: { 200: "passkey.approval_options" },
@@ -138,7 +138,7 @@ export const passkeysController = ({ passkeys }: Services) =>
         },
       },
     )
-    .post("/approve", ({ body }) => ({ data: passkeys.approve(body) }), {
+    .post("/approve", ({ body }) => ({ data: passkeys.approvals.approve(body) }), {
       body: "passkey.approval",
       response: { 200: "passkey.approved" },
       detail: {

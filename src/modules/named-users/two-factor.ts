@@ -7,12 +7,8 @@ import { assertIfMatch, type IfMatch } from "../../http/preconditions.ts";
 import type { Db } from "../../store/db.ts";
 import { licenseUsers, recoveryCodes } from "../../store/schema/index.ts";
 import { recordAudit } from "../events/service.ts";
-import {
-  APPROVAL_CODE_PATTERN,
-  bumpRevision,
-  endRegistrationLinks,
-  type PasskeyService,
-} from "./passkeys.ts";
+import { APPROVAL_CODE_PATTERN } from "./passkey-approvals.ts";
+import { bumpRevision, endRegistrationLinks, type PasskeyService } from "./passkeys.ts";
 import { type LicenseUserRow, licenseUserEtag, type NamedUserService } from "./service.ts";
 
 /**
@@ -212,7 +208,7 @@ export class TwoFactorService {
     // recovery codes not at all until then.
     const totpOn = user.totpStatus === "enabled";
     if (APPROVAL_CODE_PATTERN.test(code)) {
-      accepted = this.passkeys.redeem(tx, verificationId, code);
+      accepted = this.passkeys.approvals.redeem(tx, verificationId, code);
       if (accepted)
         tx.update(licenseUsers).set({ secondFactorFailures: 0 }).where(eq(licenseUsers.id, user.id)).run();
     } else if (/^[0-9]{6}$/.test(code)) {
