@@ -85,7 +85,7 @@ export function createServices(deps: Deps, options: ServiceOptions) {
   const trialSignups = new TrialSignupService(deps, products, policies, plan);
   const mail = new MailOutbox(deps);
   const namedUsers = new NamedUserService(deps);
-  const passkeys = new PasskeyService(deps, namedUsers, options.baseUrl);
+  const passkeys = new PasskeyService(deps, namedUsers, options.baseUrl, plan);
   const twoFactor = new TwoFactorService(deps, namedUsers, passkeys);
   const billing = new BillingService(deps, plan, options.baseUrl);
   const billingClaims = new ClaimService(deps);

@@ -504,6 +504,13 @@ describe("an approval for a sign-in that can no longer succeed", () => {
       "the vendor changed the user's address",
       () => t.call("PATCH", `/mgmt/v1/license-users/${f.userId}`, { body: { email: "new.ada@example.com" } }),
     ],
+    [
+      "the workspace's plan no longer includes email license verification",
+      async () => {
+        t.workspace.setPlan("free");
+        return { status: 200 };
+      },
+    ],
   ] as const;
 
   test.each(ending)(

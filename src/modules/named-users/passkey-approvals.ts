@@ -3,6 +3,7 @@ import { and, eq, isNull } from "drizzle-orm";
 import { constantTimeEqual } from "../../crypto/constant-time.ts";
 import { type RelyingParty, verifyAssertion, WebAuthnError } from "../../crypto/webauthn.ts";
 import type { Deps } from "../../deps.ts";
+import { hasFeature, type PlanDefinition } from "../../domain/plans.ts";
 import { ApiError } from "../../http/errors.ts";
 import type { Db } from "../../store/db.ts";
 import { emailVerifications, passkeyApprovals, passkeys } from "../../store/schema/index.ts";
@@ -51,6 +52,8 @@ export class PasskeyApprovals {
     private readonly deps: Deps,
     private readonly rp: RelyingParty,
     private readonly baseUrl: string,
+    /** The workspace's plan: confirm refuses every code once it lacks email license verification. */
+    private readonly plan: () => PlanDefinition,
   ) {
     this.limits = new VerificationLimits(deps.sqlite);
   }
@@ -211,7 +214,7 @@ export class PasskeyApprovals {
     // Past the secret: only the mailbox the link went to learns where its sign-in stands.
     const state = secondFactorState(this.deps.secrets, this.limits, tx, verification, now);
     if (state === "locked") throw twoFactorLocked();
-    if (state === "ended") throw approvalGone();
+    if (state === "ended" || !hasFeature(this.plan(), "email_license_verification")) throw approvalGone();
     return { userId: verification.userId, approval, expiresAt: verification.expiresAt };
   }
 }

@@ -3,6 +3,7 @@ import { isIP } from "node:net";
 import { count, eq, isNotNull, lte, or, sql } from "drizzle-orm";
 import { type RelyingParty, verifyRegistration, WebAuthnError } from "../../crypto/webauthn.ts";
 import type { ChangeContext, Deps } from "../../deps.ts";
+import type { PlanDefinition } from "../../domain/plans.ts";
 import { ApiError } from "../../http/errors.ts";
 import type { Db } from "../../store/db.ts";
 import { licenseUsers, passkeyRegistrations, passkeys } from "../../store/schema/index.ts";
@@ -71,10 +72,11 @@ export class PasskeyService {
     private readonly deps: Deps,
     private readonly users: NamedUserService,
     private readonly baseUrl: string,
+    plan: () => PlanDefinition,
   ) {
     const url = new URL(baseUrl);
     this.rp = { id: url.hostname, origin: url.origin };
-    this.approvals = new PasskeyApprovals(deps, this.rp, baseUrl);
+    this.approvals = new PasskeyApprovals(deps, this.rp, baseUrl, plan);
   }
 
   count(userId: string): number {
