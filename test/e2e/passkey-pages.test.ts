@@ -31,7 +31,7 @@ afterAll(async () => {
 });
 
 /** Opens the page at `path` + `hash`, served by the app; returns what it shows and any script errors. */
-async function opened(path: string, hash: string) {
+async function opened(path: string, hash: string, origin = ORIGIN) {
   const context = await browser.newContext();
   const page = await context.newPage();
   const errors: string[] = [];
@@ -39,7 +39,7 @@ async function opened(path: string, hash: string) {
   page.on("console", (message) => {
     if (message.type() === "error") errors.push(message.text());
   });
-  await page.route(`${ORIGIN}/**`, async (route) => {
+  await page.route(`${origin}/**`, async (route) => {
     const url = new URL(route.request().url());
     const answer = await t.call(route.request().method(), url.pathname, { key: null });
     await route.fulfill({
@@ -48,7 +48,7 @@ async function opened(path: string, hash: string) {
       body: answer.text,
     });
   });
-  await page.goto(`${ORIGIN}${path}${hash}`);
+  await page.goto(`${origin}${path}${hash}`);
   const state = await page.evaluate(() => ({
     out: document.getElementById("out")?.textContent ?? "",
     hidden: (document.getElementById("go") as HTMLButtonElement).hidden,
@@ -78,3 +78,17 @@ test.each([
 ])("%s with a whole link runs under its CSP and offers its button", async (path, hash) => {
   expect(await opened(path, hash)).toEqual({ out: "", hidden: false, errors: [] });
 });
+
+test.each([
+  ["/passkeys/v1/register", "#token"],
+  ["/passkeys/v1/approve", "#ver_abc.secret"],
+])(
+  "%s opened over plain http on another host than localhost says it needs a secure page, not that the browser lacks passkeys",
+  async (path, hash) => {
+    expect(await opened(path, hash, "http://licensing.example:18999")).toEqual({
+      out: "Passkeys need a secure page (https://), and this one was opened over plain http. Ask for a link that starts with https://.",
+      hidden: true,
+      errors: [],
+    });
+  },
+);

@@ -18,7 +18,10 @@ const post = async (path, body) => {
 const say = (text) => { out.textContent = text; };
 // The page is also served at its path with one trailing slash: the routes are under the bare path.
 const base = location.pathname.replace(/\\/$/, "");
-if (!window.PublicKeyCredential) { say("This browser does not support passkeys."); button.hidden = true; }
+// Browsers offer passkeys only to secure pages (https, or http on localhost): say so, not that the
+// browser lacks them, on a page served over plain http from another host.
+if (!window.isSecureContext) { say("Passkeys need a secure page (https://), and this one was opened over plain http. Ask for a link that starts with https://."); button.hidden = true; }
+else if (!window.PublicKeyCredential) { say("This browser does not support passkeys."); button.hidden = true; }
 // A link a mail program mangled (a stray %) must end in the message below, not in a script error
 // that leaves a button doing nothing.
 const fragment = (() => { try { return decodeURIComponent(location.hash.slice(1)); } catch { return ""; } })();
