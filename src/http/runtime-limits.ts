@@ -228,7 +228,8 @@ export function runtimeLimits(deps: RuntimeLimitDeps) {
     const address = addressPartition(clientAddress.of(request, deps.trustForwardedFor));
     const decision = byAddress.check(address, now.getTime());
     Object.assign(headers, byAddress.headers(decision));
-    if (!decision.allowed) throw refused("Too many requests from this address; try again after Retry-After.", byAddress, decision);
+    if (!decision.allowed)
+      throw refused("Too many requests from this address; try again shortly.", byAddress, decision);
   }
 
   /**

@@ -36,9 +36,7 @@ describe("the served pages' calls", () => {
     expect(refused?.headers.get("retry-after")).not.toBeNull();
     expect(refused?.body.error.details.policy).toBe("runtime-ip");
     // The page's user sees this text: it names no API they have never heard of.
-    expect(refused?.body.error.message).toBe(
-      "Too many requests from this address; try again after Retry-After.",
-    );
+    expect(refused?.body.error.message).toBe("Too many requests from this address; try again shortly.");
     // Another address has its own window.
     expect((await from("203.0.113.8")).status).not.toBe(429);
   });
