@@ -1,13 +1,18 @@
 import type { Deps } from "../deps.ts";
 import type { Clock } from "../domain/clock.ts";
-import type { Logger } from "../http/logger.ts";
-import type { Resolver } from "../modules/webhooks/address.ts";
 import { onEnqueue } from "../modules/webhooks/enqueue.ts";
 import { announceExpiries } from "../modules/webhooks/expiries.ts";
 import { purgeFinishedDeliveries } from "../modules/webhooks/retention.ts";
 import { cancelPending } from "../modules/webhooks/service.ts";
 import { RepeatedFailureLog } from "./repeated-failure-log.ts";
 import { ATTEMPT_TIMEOUT_MS, type AttemptResult, WebhookSender } from "./webhook-attempt.ts";
+import {
+  CLAIM_MARGIN_MS,
+  type DispatcherOptions,
+  GLOBAL_CONCURRENCY,
+  PER_ENDPOINT_CONCURRENCY,
+  SLOW_ATTEMPT_MS,
+} from "./webhook-dispatch-options.ts";
 import {
   type ClaimedRow,
   type DueRow,
@@ -18,63 +23,18 @@ import {
   WEBHOOK_RETRY_DELAYS_SEC,
 } from "./webhook-queue.ts";
 
+export {
+  CLAIM_MARGIN_MS,
+  type DispatcherOptions,
+  GLOBAL_CONCURRENCY,
+  PER_ENDPOINT_CONCURRENCY,
+  SLOW_ATTEMPT_MS,
+} from "./webhook-dispatch-options.ts";
 export { RETRY_JITTER, WEBHOOK_RETRY_DELAYS_SEC } from "./webhook-queue.ts";
 
-export const PER_ENDPOINT_CONCURRENCY = 2;
-export const GLOBAL_CONCURRENCY = 16;
-/**
- * A successful attempt that took this long makes its endpoint limited, like a failed one, until an
- * attempt is quicker again: a receiver that answers 2xx after 8 s holds its slots as long as one
- * that hangs.
- */
-export const SLOW_ATTEMPT_MS = 2_000;
-/**
- * A claim outlives its attempt's timeout by this much; then a claim left by a dead process is due
- * again. The timeout bounds the whole attempt, DNS included (webhook-attempt.ts), so a live
- * process's claim never lapses while its attempt runs.
- */
-export const CLAIM_MARGIN_MS = 15_000;
 const POLL_MS = 1_000;
 const EXPIRY_SCAN_MS = 30_000;
 const PURGE_MS = 3_600_000;
-
-export interface DispatcherOptions {
-  logger: Logger;
-  allowPrivateNetworks: boolean;
-  resolver?: Resolver;
-  /** Schedules retries and claims; the store's clock (the test clock moves it). */
-  clock?: Clock;
-  /**
-   * The `webhook-timestamp` of an attempt: real time, because receivers check it against their own
-   * clock (Standard Webhooks allows 5 minutes). The test clock does not move it.
-   */
-  wallClock?: Clock;
-  timeoutMs?: number;
-  perEndpointConcurrency?: number;
-  globalConcurrency?: number;
-  /** A successful attempt at least this long counts as slow (SLOW_ATTEMPT_MS by default). */
-  slowAttemptMs?: number;
-  retryDelaysSec?: readonly number[];
-  /** A number in [0, 1); Math.random by default. */
-  random?: () => number;
-  pollMs?: number;
-  expiryScanMs?: number;
-  /** Rows of the leases table per call of the expiry scan (expiries.ts); tests make it small. */
-  leaseScanChunk?: number;
-  /**
-   * Tests only, never reachable from configuration: the origin to connect to instead of the URL's
-   * own (team-chat hosts cannot be reached from a test). Skips the address check, as a test
-   * receiver is on loopback.
-   */
-  connectOverride?: (url: URL) => string | undefined;
-  /** Tests only, never reachable from configuration: a CA to trust besides the system's (a test TLS receiver). */
-  extraCa?: string;
-  /**
-   * Tests only: the milliseconds an attempt's duration, and the time between lines of a repeated
-   * dispatch failure, are measured in (performance.now by default).
-   */
-  monotonicMs?: () => number;
-}
 
 /** An endpoint with deliveries due, in one pass. */
 interface Candidate {
@@ -264,13 +224,36 @@ export class WebhookDispatcher {
     ];
   }
 
+  /** Endpoints this process keeps a turn and a slowness mark for: the active ones, and those in flight. */
+  get trackedEndpointCount(): number {
+    return this.lastTried.size;
+  }
+
+  /**
+   * Drops what this process remembers of endpoints that are no longer active (stopped, disabled)
+   * and have nothing in flight: they never receive again, and a process that has tried many
+   * endpoints over its life would otherwise keep every one.
+   */
+  private forgetInactive(active: Set<string>): void {
+    for (const id of this.lastTried.keys()) {
+      if (active.has(id) || this.inFlight.has(id)) continue;
+      this.lastTried.delete(id);
+      this.limited.delete(id);
+    }
+  }
+
   private dispatchDue(): Promise<void>[] {
     const now = this.clock.now().getTime();
     const s = this.statements;
     // Each active endpoint's oldest due delivery (one statement, a seek each); and the deliveries
     // whose claim lapsed (a process that died mid-attempt), few by nature.
     const oldest = new Map<string, number>();
-    for (const { id, at } of s.oldestDue.all(now)) if (at !== null) oldest.set(id, at);
+    const active = new Set<string>();
+    for (const { id, at } of s.oldestDue.all(now)) {
+      active.add(id);
+      if (at !== null) oldest.set(id, at);
+    }
+    this.forgetInactive(active);
     for (const { endpoint_id: id, at } of s.lapsedByEndpoint.all(now))
       oldest.set(id, Math.min(at, oldest.get(id) ?? at));
     const quick: Candidate[] = [];

@@ -187,3 +187,22 @@ describe("receivers that answer slowly", () => {
     }
   });
 });
+
+describe("what a dispatcher remembers of endpoints", () => {
+  test("is let go once an endpoint no longer receives, so a long-lived process does not keep every endpoint it ever tried", async () => {
+    const kept = subscribe();
+    const stopped = [subscribe(), subscribe()];
+    await customerCreated();
+    const d = dispatcher();
+    await d.runOnce();
+    expect(d.trackedEndpointCount).toBe(3);
+    for (const { row } of stopped)
+      expect((await t.call("DELETE", `/mgmt/v1/webhooks/${row.id}`)).status).toBe(204);
+    await customerCreated("Grace");
+    await d.runOnce();
+    expect(d.trackedEndpointCount).toBe(1);
+    // The endpoint still active goes on receiving: three deliveries of the first event, one of the second.
+    expect(receiver.received).toHaveLength(4);
+    expect((await t.call("GET", `/mgmt/v1/webhooks/${kept.row.id}/deliveries`)).body.data).toHaveLength(2);
+  });
+});
