@@ -5,7 +5,7 @@ import { ApiError } from "../../http/errors.ts";
 import type { PageRequest } from "../../http/pagination.ts";
 import { assertIfMatch, type IfMatch, opaqueEtag } from "../../http/preconditions.ts";
 import { customers, licenses } from "../../store/schema/index.ts";
-import { recordAudit } from "../events/service.ts";
+import { recordSharedAudit } from "../events/service.ts";
 import type { CustomerBody } from "./model.ts";
 
 export type CustomerRow = typeof customers.$inferSelect;
@@ -98,7 +98,7 @@ export class CustomerService {
     };
     this.deps.db.transaction((tx) => {
       tx.insert(customers).values(row).run();
-      recordAudit(tx, this.deps, ctx, { type: "customer.created", target: { type: "customer", id: row.id } });
+      recordSharedAudit(tx, this.deps, ctx, { type: "customer.created", target: { type: "customer", id: row.id } });
     });
     return row;
   }
@@ -131,7 +131,7 @@ export class CustomerService {
       next.revision = current.revision + 1;
       next.updatedAt = this.deps.clock.now();
       tx.update(customers).set(next).where(eq(customers.id, id)).run();
-      recordAudit(tx, this.deps, ctx, {
+      recordSharedAudit(tx, this.deps, ctx, {
         type: "customer.updated",
         target: { type: "customer", id },
         data: {
@@ -154,7 +154,7 @@ export class CustomerService {
         .set({ status: "archived", archivedAt: now, updatedAt: now, revision: current.revision + 1 })
         .where(eq(customers.id, id))
         .run();
-      recordAudit(tx, this.deps, ctx, { type: "customer.archived", target: { type: "customer", id } });
+      recordSharedAudit(tx, this.deps, ctx, { type: "customer.archived", target: { type: "customer", id } });
     });
   }
 

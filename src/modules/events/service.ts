@@ -48,6 +48,22 @@ export function recordAudit(
   }));
 }
 
+/**
+ * The audit event of a change to a record both environments share (customers, resellers): in the
+ * acting key's environment, and, when a test key acted, in the live one too. A test key (kept on
+ * CI runners and developers' machines) may change what live keys rely on, and the live audit log,
+ * with its webhooks, must show that it did and which key it was.
+ */
+export function recordSharedAudit(
+  writer: Writer,
+  deps: Pick<Deps, "clock" | "ids"> & Partial<Pick<Deps, "sqlite">>,
+  ctx: ChangeContext,
+  entry: AuditEntry,
+): void {
+  recordAudit(writer, deps, ctx, entry);
+  if (ctx.environment === "test") recordAudit(writer, deps, { ...ctx, environment: "live" }, entry);
+}
+
 export type AuditEventRow = typeof auditEvents.$inferSelect;
 
 export function presentAuditEvent(row: AuditEventRow) {

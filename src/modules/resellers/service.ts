@@ -7,7 +7,7 @@ import type { PageRequest } from "../../http/pagination.ts";
 import { assertIfMatch, type IfMatch, opaqueEtag } from "../../http/preconditions.ts";
 import { checkMetadataKeys } from "../../http/schemas.ts";
 import { resellers } from "../../store/schema/index.ts";
-import { recordAudit } from "../events/service.ts";
+import { recordSharedAudit } from "../events/service.ts";
 import type { ResellerCreateBody, ResellerUpdateBody } from "./model.ts";
 
 export type ResellerRow = typeof resellers.$inferSelect;
@@ -96,7 +96,7 @@ export class ResellerService {
     };
     this.deps.db.transaction((tx) => {
       tx.insert(resellers).values(row).run();
-      recordAudit(tx, this.deps, ctx, { type: "reseller.created", target: { type: "reseller", id: row.id } });
+      recordSharedAudit(tx, this.deps, ctx, { type: "reseller.created", target: { type: "reseller", id: row.id } });
     });
     return row;
   }
@@ -133,7 +133,7 @@ export class ResellerService {
       if (Object.keys(changes).length === 0) return current;
       const next: ResellerRow = { ...current, ...changes, revision: current.revision + 1, updatedAt: now };
       tx.update(resellers).set(next).where(eq(resellers.id, id)).run();
-      recordAudit(tx, this.deps, ctx, {
+      recordSharedAudit(tx, this.deps, ctx, {
         type: "reseller.updated",
         target: { type: "reseller", id },
         data: { changes: Object.keys(changes).flatMap((c) => CHANGE_NAMES[c as keyof ResellerRow] ?? []) },
