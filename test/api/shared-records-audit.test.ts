@@ -38,7 +38,7 @@ describe.each([
     const testKeyId = (await t.call("GET", "/mgmt/v1/events?limit=1", { key: t.keys.test })).body.data[0]
       .actor.id;
     expect(updated?.actor).toMatchObject({ type: "api_key", id: testKeyId });
-    expect(await eventsOf(t.keys.test, id)).toEqual([updated]);
+    expect(await eventsOf(t.keys.test, id)).toEqual(live.slice(0, 1));
   });
 
   test("made by a test key is in both audit logs; made by a live key, in the live one only", async () => {
