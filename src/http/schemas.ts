@@ -28,21 +28,24 @@ export const IdField = (description?: string) =>
   Type.String({ minLength: 1, maxLength: 64, ...(description ? { description } : {}) });
 
 /**
- * A display name: one line of 1-200 characters with no control characters (C0, DEL, C1). Names
- * are printed by the command line and shown in dashboards, where an ESC or a line break could
- * forge output; descriptions and notes, which may span lines, are not names.
- */
-/**
  * C0, DEL and C1, as the inside of a regular expression's character class: what no one-line text
  * we take (names, the mail From) may hold, and what a terminal listing escapes.
  */
 export const CONTROL_CHARACTERS = "\\u0000-\\u001f\\u007f-\\u009f";
+/** U+2028 and U+2029: line breaks to browsers, JavaScript and many renderers, though not controls. */
+const LINE_SEPARATORS = "\\u2028\\u2029";
 
+/**
+ * A display name: one line of 1-200 characters with no control characters (C0, DEL, C1) and no
+ * Unicode line or paragraph separator. Names are printed by the command line and shown in
+ * dashboards, where an ESC or a line break could forge output; descriptions and notes, which may
+ * span lines, are not names.
+ */
 export const NameField = (description?: string) =>
   Type.String({
     minLength: 1,
     maxLength: 200,
-    pattern: `^[^${CONTROL_CHARACTERS}]*$`,
+    pattern: `^[^${CONTROL_CHARACTERS}${LINE_SEPARATORS}]*$`,
     "x-rule": "must be one line of 1 to 200 characters without control characters",
     ...(description ? { description } : {}),
   });

@@ -32,6 +32,8 @@ describe.each(creates)("a %s name", (table, path, body) => {
     ["a tab", "Acme\tCorp"],
     ["DEL", "Acme\u007f"],
     ["a C1 control (NEL)", "Acme\u0085Corp"],
+    ["a Unicode line separator", "Acme\u2028Paid in full"],
+    ["a Unicode paragraph separator", "Acme\u2029Paid in full"],
   ])("with %s answers 422 keyed by name and creates nothing", async (_, name) => {
     const before = count(table);
     const response = await t.call("POST", path, { body: body(name), headers: t.idem() });
