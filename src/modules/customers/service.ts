@@ -98,7 +98,10 @@ export class CustomerService {
     };
     this.deps.db.transaction((tx) => {
       tx.insert(customers).values(row).run();
-      recordSharedAudit(tx, this.deps, ctx, { type: "customer.created", target: { type: "customer", id: row.id } });
+      recordSharedAudit(tx, this.deps, ctx, {
+        type: "customer.created",
+        target: { type: "customer", id: row.id },
+      });
     });
     return row;
   }

@@ -96,7 +96,10 @@ export class ResellerService {
     };
     this.deps.db.transaction((tx) => {
       tx.insert(resellers).values(row).run();
-      recordSharedAudit(tx, this.deps, ctx, { type: "reseller.created", target: { type: "reseller", id: row.id } });
+      recordSharedAudit(tx, this.deps, ctx, {
+        type: "reseller.created",
+        target: { type: "reseller", id: row.id },
+      });
     });
     return row;
   }
