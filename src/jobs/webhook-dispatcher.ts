@@ -23,13 +23,6 @@ import {
   WEBHOOK_RETRY_DELAYS_SEC,
 } from "./webhook-queue.ts";
 
-export {
-  CLAIM_MARGIN_MS,
-  type DispatcherOptions,
-  GLOBAL_CONCURRENCY,
-  PER_ENDPOINT_CONCURRENCY,
-  SLOW_ATTEMPT_MS,
-} from "./webhook-dispatch-options.ts";
 export { RETRY_JITTER, WEBHOOK_RETRY_DELAYS_SEC } from "./webhook-queue.ts";
 
 const POLL_MS = 1_000;

@@ -1,5 +1,5 @@
 import { describe, expect, test } from "bun:test";
-import type { DispatcherOptions } from "../../src/jobs/webhook-dispatcher.ts";
+import type { DispatcherOptions } from "../../src/jobs/webhook-dispatch-options.ts";
 import { CANNOT_RESOLVE, NO_PUBLIC_ADDRESS } from "../../src/modules/webhooks/address.ts";
 import { queryPlan, sqlPreparedDuring } from "../support/query-plan.ts";
 import {

@@ -3,7 +3,8 @@ import type { Server } from "bun";
 import { Webhook } from "standardwebhooks";
 import type { Deps } from "../../src/deps.ts";
 import { silentLogger } from "../../src/http/logger.ts";
-import { type DispatcherOptions, WebhookDispatcher } from "../../src/jobs/webhook-dispatcher.ts";
+import type { DispatcherOptions } from "../../src/jobs/webhook-dispatch-options.ts";
+import { WebhookDispatcher } from "../../src/jobs/webhook-dispatcher.ts";
 import { WebhookService } from "../../src/modules/webhooks/service.ts";
 import { createTestContext, type TestContext } from "./harness.ts";
 
