@@ -30,9 +30,8 @@ import { createServices } from "./services.ts";
 import { cannotListen, filesWrittenInPlace, StartupError } from "./startup-checks.ts";
 import { startCheckpointer } from "./store/checkpointer.ts";
 import { undecryptableValue } from "./store/data-key.ts";
-import { openStore, type Store, unusableStoreFile } from "./store/db.ts";
-import { migrate, pendingMigrations } from "./store/migrate.ts";
-import { migrateAlone, StoreOpenElsewhere } from "./store/migrate-alone.ts";
+import { type Store, unusableStoreFile } from "./store/db.ts";
+import { openMigratedStore, StoreOpenElsewhere } from "./store/migrate-alone.ts";
 import { type ServeLock, takeServeLock } from "./store/serve-lock.ts";
 
 /**
@@ -78,7 +77,7 @@ export function buildDeps(store: Store, keystore: Keystore, clock: Clock = syste
   };
 }
 
-function openMigratedStore(config: Config, logger: Logger): Store {
+function openServedStore(config: Config, logger: Logger): Store {
   const path = dataPaths(config.dataDir).store;
   if (!existsSync(path)) {
     throw new StartupError(`no store at ${path}, but a keystore exists; restore the store from a backup`);
@@ -89,32 +88,22 @@ function openMigratedStore(config: Config, logger: Logger): Store {
       `the store ${path} ${unusable}, but a keystore exists; restore the store from a backup`,
     );
   }
-  let store: Store;
   try {
-    store = openStore(path);
-  } catch (error) {
-    // Not SQLite at all (overwritten, truncated to nothing useful): say which file.
-    throw new StartupError(`cannot use the store ${path}: ${(error as Error).message}`);
-  }
-  try {
-    // Migrations run over a connection of their own that has the store alone (migrate-alone.ts):
-    // a server from before serve.lock, or a command, may have it open.
-    const pending = pendingMigrations(store.sqlite).length > 0;
-    if (pending) store.close();
-    const result = pending ? migrateAlone(path) : migrate(store.sqlite);
-    if (pending) store = openStore(path);
+    // Migrations run over a connection that has the store alone (migrate-alone.ts): a server from
+    // before serve.lock, or a command, may have it open.
+    const { store, result } = openMigratedStore(path);
     logger.log("info", "store ready", { path, applied: result.applied, schema: result.current });
+    return store;
   } catch (error) {
-    store.close();
     if (error instanceof StoreOpenElsewhere) {
       throw new StartupError(
         `the store ${path} needs migrations, and another process has it open: a server older than ` +
           "this executable (from before serve.lock) or a command; stop it, then start this one (nothing was migrated)",
       );
     }
+    // Not SQLite at all (overwritten, truncated to nothing useful): say which file.
     throw new StartupError(`cannot use the store ${path}: ${(error as Error).message}`);
   }
-  return store;
 }
 
 /**
@@ -152,7 +141,7 @@ export function startServer(options: StartOptions): RunningServer {
 }
 
 function serveWithLock({ config, logger }: StartOptions, keystore: Keystore): RunningServer {
-  const store = openMigratedStore(config, logger);
+  const store = openServedStore(config, logger);
   // A keystore of another install opens with its own passphrase; without this, every read of a
   // license would answer 500 instead of the server refusing to start.
   const unreadable = undecryptableValue(store.sqlite, new SecretBox(keystore.secret("data-key")));

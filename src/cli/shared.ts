@@ -22,9 +22,8 @@ import {
 import type { Deps } from "../deps.ts";
 import { WorkspaceService } from "../modules/workspace/service.ts";
 import { buildDeps, openKeystore } from "../server.ts";
-import { openStore, type Store, unusableStoreFile } from "../store/db.ts";
-import { migrate, pendingMigrations } from "../store/migrate.ts";
-import { migrateAlone, StoreOpenElsewhere } from "../store/migrate-alone.ts";
+import { type Store, unusableStoreFile } from "../store/db.ts";
+import { openMigratedStore, StoreOpenElsewhere } from "../store/migrate-alone.ts";
 import type { Actor } from "../store/schema/index.ts";
 import { type ServeLock, takeServeLock } from "../store/serve-lock.ts";
 import { formatOptions, type OptionSpec, UsageError } from "./args.ts";
@@ -281,51 +280,36 @@ export const STORE_OPEN_ELSEWHERE =
 
 /**
  * Opens an existing store and brings its schema up to date (forward-only, a no-op when current).
- * With nothing to migrate, a command works beside a running server, as it always has; otherwise
- * see {@link migrateWithoutServer}.
+ * With nothing to migrate, a command works beside a running server, as it always has. Otherwise
+ * the migrations run only while no other process has the store open, and keep every other out
+ * until they are done: a server running on a store that still needs migrations is older than this
+ * executable, and migrating under it would leave the rows it writes afterwards without what the
+ * new columns mean, and stop it from starting again. A server since serve.lock is named by its
+ * lock (held here too, so none starts meanwhile); an older one, or another command, by its
+ * connection to the store (openMigratedStore).
  */
 export function openExistingStore(dataDir: string): { store: Store; applied: string[] } {
-  const path = dataPaths(dataDir).store;
+  const paths = dataPaths(dataDir);
+  const path = paths.store;
   if (!existsSync(path)) {
     throw new CliError(`no store at ${path}; run "licensing init --data-dir ${dataDir}" first`);
   }
   const unusable = unusableStoreFile(path);
   if (unusable) throw new CliError(`the store ${path} ${unusable}; restore the store from a backup`);
-  const store = openStore(path);
   try {
-    // migrate() on a current store writes nothing; it still refuses one a newer version migrated.
-    if (pendingMigrations(store.sqlite).length === 0)
-      return { store, applied: migrate(store.sqlite).applied };
+    const { store, result } = openMigratedStore(path, (migrateNow) => {
+      const lock = lockOutServer(paths.serveLock);
+      try {
+        return migrateNow();
+      } finally {
+        lock?.release();
+      }
+    });
+    return { store, applied: result.applied };
   } catch (error) {
-    store.close();
+    if (error instanceof CliError) throw error;
+    if (error instanceof StoreOpenElsewhere) throw new CliError(STORE_OPEN_ELSEWHERE);
     throw new CliError(`cannot use the store ${path}: ${(error as Error).message}`);
-  }
-  // Its connection would count as another process's below.
-  store.close();
-  const applied = migrateWithoutServer(dataDir);
-  return { store: openStore(path), applied };
-}
-
-/**
- * Runs the pending migrations only while no other process has the store open, and keeps every
- * other out until they are done. A server running on a store that still needs migrations is older
- * than this executable: migrating under it would leave the rows it writes afterwards without what
- * the new columns mean, and stop it from starting again. A server since serve.lock is named by
- * its lock (held here too, so none starts meanwhile); an older one, or another command, by its
- * connection to the store, as every open connection holds a shared lock on it.
- */
-function migrateWithoutServer(dataDir: string): string[] {
-  const paths = dataPaths(dataDir);
-  const lock = lockOutServer(paths.serveLock);
-  try {
-    try {
-      return migrateAlone(paths.store).applied;
-    } catch (error) {
-      if (error instanceof StoreOpenElsewhere) throw new CliError(STORE_OPEN_ELSEWHERE);
-      throw new CliError(`cannot use the store ${paths.store}: ${(error as Error).message}`);
-    }
-  } finally {
-    lock?.release();
   }
 }
 

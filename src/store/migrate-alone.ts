@@ -1,5 +1,5 @@
 import { openStore, type Store } from "./db.ts";
-import { type MigrationResult, migrate } from "./migrate.ts";
+import { type MigrationResult, migrate, pendingMigrations } from "./migrate.ts";
 
 /** Migrations are pending, and another connection (a process, or this one) has the store open. */
 export class StoreOpenElsewhere extends Error {
@@ -29,4 +29,28 @@ export function migrateAlone(path: string): MigrationResult {
   } finally {
     store.close();
   }
+}
+
+/**
+ * Opens the store at `path` with its schema up to date, for `serve` and the commands alike. With
+ * nothing pending it migrates in place (which writes nothing, and still refuses a store a newer
+ * version migrated), so a command works beside a running server. Otherwise this connection is
+ * closed (it would count as another's) and the migrations run alone (migrateAlone), wrapped in
+ * `whileAlone` (the command line keeps a server from starting meanwhile); then the store is
+ * opened again.
+ */
+export function openMigratedStore(
+  path: string,
+  whileAlone: (migrateNow: () => MigrationResult) => MigrationResult = (migrateNow) => migrateNow(),
+): { store: Store; result: MigrationResult } {
+  const store = openStore(path);
+  try {
+    if (pendingMigrations(store.sqlite).length === 0) return { store, result: migrate(store.sqlite) };
+  } catch (error) {
+    store.close();
+    throw error;
+  }
+  store.close();
+  const result = whileAlone(() => migrateAlone(path));
+  return { store: openStore(path), result };
 }
