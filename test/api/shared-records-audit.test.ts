@@ -51,3 +51,26 @@ describe.each([
     expect(await eventsOf(t.keys.test, liveMade)).toEqual([]);
   });
 });
+
+test("a test key's change to a shared record reaches the live webhooks subscribed to it", async () => {
+  const hook = await t.call("POST", "/mgmt/v1/webhooks", {
+    body: { url: "https://hooks.example.com/in", events: ["reseller.updated"] },
+  });
+  expect(hook.status).toBe(201);
+  const created = await t.call("POST", "/mgmt/v1/resellers", {
+    body: { name: "Partner" },
+    headers: t.idem(),
+  });
+  const id = created.body.data.public_id as string;
+  const etag = (await t.call("GET", `/mgmt/v1/resellers/${id}`)).headers.get("etag") ?? "";
+  const patched = await t.call("PATCH", `/mgmt/v1/resellers/${id}`, {
+    key: t.keys.test,
+    body: { organization_limit: 0 },
+    headers: { "if-match": etag },
+  });
+  expect(patched.status).toBe(200);
+  const queued = await t.call("GET", `/mgmt/v1/webhooks/${hook.body.data.public_id}/deliveries`);
+  expect(
+    queued.body.data.map((d: { event_type: string; environment: string }) => [d.event_type, d.environment]),
+  ).toEqual([["reseller.updated", "live"]]);
+});
