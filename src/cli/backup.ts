@@ -25,17 +25,10 @@ import {
   snapshotStore,
 } from "../store/backup.ts";
 import { UsageError } from "./args.ts";
+import { CliError, err, out } from "./console.ts";
 import { fsyncDir } from "./init.ts";
-import {
-  CliError,
-  type Command,
-  err,
-  JSON_OPTION,
-  out,
-  readSecretLine,
-  resolvePassphrase,
-  withinDataDir,
-} from "./shared.ts";
+import { readSecretLine, resolvePassphrase } from "./secrets.ts";
+import { type Command, JSON_OPTION, withinDataDir } from "./shared.ts";
 
 export const STORE = "licensing.db";
 export const KEYSTORE = "keystore.json";

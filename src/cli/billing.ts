@@ -12,16 +12,14 @@ import {
 } from "../modules/billing/service.ts";
 import { WorkspaceService } from "../modules/workspace/service.ts";
 import { type OptionSpec, UsageError } from "./args.ts";
+import { CliError, err, out } from "./console.ts";
 import { table } from "./keys.ts";
+import { readSecretLine } from "./secrets.ts";
 import {
-  CliError,
   type Command,
   type CommandContext,
   cliActor,
-  err,
   JSON_OPTION,
-  out,
-  readSecretLine,
   serviceBaseUrl,
   withKeystoreDeps,
 } from "./shared.ts";

@@ -25,20 +25,16 @@ import { openStore } from "../store/db.ts";
 import { migrate } from "../store/migrate.ts";
 import { type ServeLock, takeServeLock } from "../store/serve-lock.ts";
 import { UsageError } from "./args.ts";
+import { CliError, err, out } from "./console.ts";
 import { holdSignals, signalExitCode } from "./held-signals.ts";
 import { clearInterruptedInit, INIT_STAGING_PREFIX, STAGED } from "./interrupted-init.ts";
+import { checkNewPassphrase, type PassphraseSource, resolvePassphrase } from "./secrets.ts";
 import {
-  CliError,
   type Command,
-  checkNewPassphrase,
-  err,
   isInitialised,
   JSON_OPTION,
   leftoverFolders,
-  out,
-  type PassphraseSource,
   refuseInterruptedRestore,
-  resolvePassphrase,
 } from "./shared.ts";
 
 export interface InitResult {

@@ -1,7 +1,8 @@
 import { closeSync, openSync, readSync, rmSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { dataPaths } from "../config.ts";
-import { CliError, leftoverFolders } from "./shared.ts";
+import { CliError } from "./console.ts";
+import { leftoverFolders } from "./shared.ts";
 
 /** Where a first start builds the data dir's files before linking them into place. */
 export const INIT_STAGING_PREFIX = ".init-";

@@ -6,15 +6,8 @@ import { ENVIRONMENTS, type Environment, isScope, SCOPES, type Scope } from "../
 import { CONTROL_CHARACTERS, NameField } from "../http/schemas.ts";
 import { ApiKeyService } from "../modules/api-keys/service.ts";
 import { type OptionSpec, UsageError } from "./args.ts";
-import {
-  CliError,
-  type Command,
-  cliActor,
-  JSON_OPTION,
-  noPositionals,
-  openExistingStore,
-  out,
-} from "./shared.ts";
+import { CliError, out } from "./console.ts";
+import { type Command, cliActor, JSON_OPTION, noPositionals, openExistingStore } from "./shared.ts";
 
 /**
  * A key's name follows the API's rule for names (one line, 1-200 characters, no control

@@ -11,14 +11,13 @@ import { EXPIRES_AT_RULE } from "../modules/offline/request.ts";
 import { createServices } from "../services.ts";
 import { licenses } from "../store/schema/index.ts";
 import { UsageError } from "./args.ts";
+import { CliError, out } from "./console.ts";
+import { readBoundedFile } from "./secrets.ts";
 import {
-  CliError,
   type Command,
   cliActor,
   JSON_OPTION,
   located,
-  out,
-  readBoundedFile,
   serviceBaseUrl,
   withinDataDir,
   withKeystoreDeps,

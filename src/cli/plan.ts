@@ -5,8 +5,9 @@ import { IdGenerator } from "../domain/ids.ts";
 import { PLANS, planByCode } from "../domain/plans.ts";
 import { type PlanTerms, WorkspaceService } from "../modules/workspace/service.ts";
 import { UsageError } from "./args.ts";
+import { CliError, out } from "./console.ts";
 import { table } from "./keys.ts";
-import { CliError, type Command, cliActor, JSON_OPTION, openExistingStore, out } from "./shared.ts";
+import { type Command, cliActor, JSON_OPTION, openExistingStore } from "./shared.ts";
 
 /** The plan lives in the workspace row only, so these commands need the store but not the keystore. */
 function withWorkspace<T>(line: CommandLine, work: (workspace: WorkspaceService) => T): T {

@@ -28,18 +28,10 @@ import { migrate } from "../store/migrate.ts";
 import { takeServeLock } from "../store/serve-lock.ts";
 import { UsageError } from "./args.ts";
 import { KEYSTORE, onePositional, openVerified, PASSPHRASE, resolvePath, STORE } from "./backup.ts";
+import { CliError, err, out } from "./console.ts";
 import { copyStore, fsyncDir, place } from "./init.ts";
-import {
-  CliError,
-  type Command,
-  err,
-  JSON_OPTION,
-  leftoverRestores,
-  out,
-  RESTORE_STAGING_PREFIX,
-  readSecretLine,
-  resolvePassphrase,
-} from "./shared.ts";
+import { readSecretLine, resolvePassphrase } from "./secrets.ts";
+import { type Command, JSON_OPTION, leftoverRestores, RESTORE_STAGING_PREFIX } from "./shared.ts";
 
 /** The only names a backup may hold, so a doctored manifest cannot make restore read elsewhere. */
 const KNOWN_FILES = new Set([STORE, KEYSTORE, PASSPHRASE]);

@@ -4,7 +4,8 @@ import { parseSealingKeyLine, sealFile } from "../crypto/sealed-file.ts";
 import { ENTITLEMENT_NAME, ENTITLEMENT_NAME_RULE } from "../domain/entitlements.ts";
 import { FileWriteError, removeTempFilesOnSignals } from "../fs/atomic-file.ts";
 import { UsageError } from "./args.ts";
-import { CliError, type Command, JSON_OPTION, out } from "./shared.ts";
+import { CliError, out } from "./console.ts";
+import { type Command, JSON_OPTION } from "./shared.ts";
 
 /**
  * `licensing seal`: seals a file for a product's licensed devices. It needs nothing but the

@@ -7,15 +7,14 @@ import {
   type SealingKeyView,
 } from "../modules/sealed-files/lifecycle.ts";
 import { UsageError } from "./args.ts";
+import { CliError, out } from "./console.ts";
 import { table } from "./keys.ts";
 import {
-  CliError,
   type Command,
   cliActor,
   JSON_OPTION,
   KEYSTORE_CONFIG_KEYS,
   noPositionals,
-  out,
   PRODUCT_OPTION,
   productFlag,
   withKeystoreDeps,

@@ -3,18 +3,12 @@ import { jsonLogger, type Logger } from "../http/logger.ts";
 import { startServer } from "../server.ts";
 import { refuseUnusableAddress } from "../startup-checks.ts";
 import { UsageError } from "./args.ts";
+import { err, out } from "./console.ts";
 import { holdSignals, signalExitCode } from "./held-signals.ts";
 import { describeInit, finishInit, initialiseIfNeeded } from "./init.ts";
 import { INIT_STAGING_PREFIX } from "./interrupted-init.ts";
-import {
-  type Command,
-  err,
-  isInitialised,
-  leftoverFolders,
-  out,
-  refuseInterruptedRestore,
-  resolvePassphrase,
-} from "./shared.ts";
+import { resolvePassphrase } from "./secrets.ts";
+import { type Command, isInitialised, leftoverFolders, refuseInterruptedRestore } from "./shared.ts";
 
 export const serveCommand: Command = {
   name: "serve",

@@ -14,9 +14,9 @@ import {
 } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { CliError } from "../../src/cli/console.ts";
 import { finishInit, type InitStep, initialise } from "../../src/cli/init.ts";
 import { INIT_STAGING_PREFIX, STAGED } from "../../src/cli/interrupted-init.ts";
-import { CliError } from "../../src/cli/shared.ts";
 import { type Env, resolveConfig } from "../../src/config.ts";
 import { openKeystore } from "../../src/server.ts";
 import { takeServeLock } from "../../src/store/serve-lock.ts";

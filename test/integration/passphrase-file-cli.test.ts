@@ -2,7 +2,7 @@ import { afterAll, describe, expect, test } from "bun:test";
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { MAX_SECRET_FILE_BYTES, readBoundedFile } from "../../src/cli/shared.ts";
+import { MAX_SECRET_FILE_BYTES, readBoundedFile } from "../../src/cli/secrets.ts";
 import { openKeystore } from "../../src/server.ts";
 import { runInProcess } from "../support/in-process-cli.ts";
 

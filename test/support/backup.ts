@@ -1,7 +1,7 @@
 import { expect } from "bun:test";
 import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { CliError } from "../../src/cli/shared.ts";
+import { CliError } from "../../src/cli/console.ts";
 import { describeFile } from "../../src/store/backup.ts";
 
 /** Rewrites a backup's manifest checksums after a test altered its files on purpose. */
