@@ -24,7 +24,16 @@ export interface IndexedDbStorageOptions {
    * database that holds anything, and `localStorage` is left as it was.
    */
   importFrom?: EnumerableWebStorage;
+  /**
+   * How long opening the database may take before it fails (default 10 s). Some browsers leave
+   * an open pending for good (older Safari on a page's first open, a profile whose storage is
+   * stuck); without a bound every call of the client would wait forever instead of failing into
+   * the app's fallback. `Infinity` waits as long as the platform does.
+   */
+  openTimeoutMs?: number;
 }
+
+const DEFAULT_OPEN_TIMEOUT_MS = 10_000;
 
 /**
  * IndexedDB, for web apps that may be open in several tabs. Unlike `localStorage`, IndexedDB is
@@ -42,6 +51,7 @@ export class IndexedDbStorage implements Storage {
   private constructor(
     private readonly name: string,
     private readonly factory: IDBFactory,
+    private readonly openTimeoutMs: number,
   ) {}
 
   /** Opens (creating when needed) the database; fails when the platform has no IndexedDB. */
@@ -49,7 +59,9 @@ export class IndexedDbStorage implements Storage {
     const factory = options.factory ?? (globalThis as { indexedDB?: IDBFactory }).indexedDB;
     if (!factory) throw new Error("IndexedDB is not available on this platform");
     const name = options.name ?? "licensing-sdk";
-    const storage = new IndexedDbStorage(name, factory);
+    const openTimeoutMs = options.openTimeoutMs ?? DEFAULT_OPEN_TIMEOUT_MS;
+    if (!(openTimeoutMs > 0)) throw new RangeError("openTimeoutMs must be a positive number of milliseconds");
+    const storage = new IndexedDbStorage(name, factory, openTimeoutMs);
     const database = await storage.database();
     // A database of that name made by other code: writing into it would fail at every call.
     if (!database.objectStoreNames.contains(STORE)) {
@@ -150,14 +162,35 @@ export class IndexedDbStorage implements Storage {
     this.current = undefined;
   }
 
+  /**
+   * Opens the database, or fails once `openTimeoutMs` has passed. An open that succeeds after its
+   * timeout closes the connection it got, so nothing holds the database open unseen; the next
+   * call tries again.
+   */
   private openDatabase(): Promise<IDBDatabase> {
     return new Promise((resolve, reject) => {
+      let timedOut = false;
+      const timer = Number.isFinite(this.openTimeoutMs)
+        ? setTimeout(() => {
+            timedOut = true;
+            const error = new Error(
+              `IndexedDB did not open the database "${this.name}" within ${this.openTimeoutMs} ms`,
+            );
+            error.name = "TimeoutError";
+            reject(error);
+          }, this.openTimeoutMs)
+        : undefined;
       const request = this.factory.open(this.name, 1);
       request.onupgradeneeded = () => {
         if (!request.result.objectStoreNames.contains(STORE)) request.result.createObjectStore(STORE);
       };
       request.onsuccess = () => {
+        clearTimeout(timer);
         const database = request.result;
+        if (timedOut) {
+          database.close();
+          return;
+        }
         // Another tab's newer page asking for a new version must not wait for this one to close.
         const forget = () => {
           if (this.current === database) this.forget();
@@ -170,7 +203,10 @@ export class IndexedDbStorage implements Storage {
         this.current = database;
         resolve(database);
       };
-      request.onerror = () => reject(request.error ?? new Error("IndexedDB could not be opened"));
+      request.onerror = () => {
+        clearTimeout(timer);
+        reject(request.error ?? new Error("IndexedDB could not be opened"));
+      };
     });
   }
 }

@@ -46,6 +46,49 @@ function openRaw(name: string, stores: string[] = []): Promise<IDBDatabase> {
   });
 }
 
+/**
+ * The origin's factory, except that each open's success is held until `release()`: a browser
+ * whose open stays pending (older Safari's first open of a page) and may answer much later.
+ */
+function heldFactory(): { factory: IDBFactory; release(): void } {
+  const held: (() => void)[] = [];
+  let releasing = false;
+  const open = (name: string, version?: number): IDBOpenDBRequest => {
+    const request = factory.open(name, version);
+    return new Proxy(request, {
+      get: (target, property) => Reflect.get(target, property, target),
+      set: (target, property, value) => {
+        if (property !== "onsuccess" || typeof value !== "function")
+          return Reflect.set(target, property, value, target);
+        target.onsuccess = (event) => {
+          if (releasing) value.call(target, event);
+          else held.push(() => value.call(target, event));
+        };
+        return true;
+      },
+    });
+  };
+  return {
+    factory: { open } as unknown as IDBFactory,
+    release() {
+      releasing = true;
+      for (const answer of held.splice(0)) answer();
+    },
+  };
+}
+
+/** Deletes the database; rejects when an open connection holds the deletion back. */
+const deleteUnblocked = (name: string) =>
+  new Promise<void>((resolve, reject) => {
+    const deletion = factory.deleteDatabase(name);
+    deletion.onsuccess = () => resolve();
+    deletion.onerror = () => reject(deletion.error);
+    deletion.onblocked = () => reject(new Error("the deletion was blocked by an open connection"));
+  });
+
+const stillPendingAfter = (ms: number) =>
+  new Promise<string>((resolve) => setTimeout(() => resolve("still pending"), ms));
+
 describe("reads and writes", () => {
   test("a value set in one tab is read in another once set has resolved; delete removes it for both", async () => {
     const tabA = await IndexedDbStorage.open({ factory });
@@ -100,6 +143,49 @@ describe("failures", () => {
       await expect(IndexedDbStorage.open()).rejects.toThrow("IndexedDB is not available");
     } finally {
       if (saved !== undefined) (globalThis as { indexedDB?: unknown }).indexedDB = saved;
+    }
+  });
+
+  test("an open the platform never answers fails after openTimeoutMs with a TimeoutError naming the database", async () => {
+    const silent = { open: () => ({}) as IDBOpenDBRequest } as unknown as IDBFactory;
+    const opening = IndexedDbStorage.open({ factory: silent, name: "stuck", openTimeoutMs: 50 });
+    const outcome = await Promise.race([
+      opening.then(
+        () => "opened",
+        (error: Error) => error,
+      ),
+      stillPendingAfter(2000),
+    ]);
+    expect(outcome).toBeInstanceOf(Error);
+    expect((outcome as Error).name).toBe("TimeoutError");
+    expect((outcome as Error).message).toContain('"stuck" within 50 ms');
+  });
+
+  test("an open answered after its timeout closes what it got, so nothing holds the database; opening again works", async () => {
+    const slow = heldFactory();
+    try {
+      const opening = IndexedDbStorage.open({ factory: slow.factory, openTimeoutMs: 30 });
+      const outcome = await Promise.race([
+        opening.then(
+          () => "opened",
+          (error: Error) => error,
+        ),
+        stillPendingAfter(2000),
+      ]);
+      expect(outcome).toBeInstanceOf(Error);
+      expect((outcome as Error).message).toContain("did not open");
+    } finally {
+      slow.release();
+    }
+    await deleteUnblocked("licensing-sdk");
+    const storage = await IndexedDbStorage.open({ factory: slow.factory });
+    await storage.set("k", "v");
+    expect(await storage.get("k")).toBe("v");
+  });
+
+  test("an open timeout that is not a positive number is refused before anything opens", async () => {
+    for (const openTimeoutMs of [0, -1, Number.NaN]) {
+      await expect(IndexedDbStorage.open({ factory, openTimeoutMs })).rejects.toThrow(RangeError);
     }
   });
 
