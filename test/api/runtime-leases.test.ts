@@ -121,6 +121,33 @@ describe("seats", () => {
     expect((await release(d, a.lease_id, "a")).body.error.code).toBe("LEASE_EXPIRED");
   });
 
+  test("a lease never outlasts its license: acquire and renew end at the license's expiry", async () => {
+    t.close();
+    t = createTestContext();
+    const endsInSec = 200;
+    fx = await runtimeFixture(t, {
+      policy: { max_machines: 10, max_concurrent: 1, concurrency_unit: "instance", lease_ttl_sec: 600 },
+      license: { expires_at: new Date(t.clock.now().getTime() + endsInSec * 1000).toISOString() },
+    });
+    const licenseEnds = Math.floor(t.clock.now().getTime() / 1000) + endsInSec;
+    const d = await activatedDevice(t, fx);
+    const taken = await acquire(d, "a");
+    expect(taken.status).toBe(201);
+    expect(taken.body.data.expires_at).toBe(licenseEnds);
+    t.clock.advance(100);
+    const kept = await keep(d, taken.body.data.lease_id, "a");
+    expect(kept.status).toBe(200);
+    expect(kept.body.data.expires_at).toBe(licenseEnds);
+    // Extended by the vendor, the license lets the next renewal run its full lease_ttl_sec.
+    const later = new Date(t.clock.now().getTime() + 3_600_000);
+    const extended = await t.call("PATCH", `/mgmt/v1/licenses/${fx.licenseId}`, {
+      body: { expires_at: later.toISOString() },
+    });
+    expect(extended.status).toBe(200);
+    const renewed = await keep(d, taken.body.data.lease_id, "a");
+    expect(renewed.body.data.expires_at).toBe(Math.floor(t.clock.now().getTime() / 1000) + 600);
+  });
+
   test("a released lease frees its seat and answers 410 to a heartbeat", async () => {
     const d = await activatedDevice(t, fx);
     const a = (await acquire(d, "a")).body.data;

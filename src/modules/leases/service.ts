@@ -10,6 +10,15 @@ import type { ActivationService } from "../activations/service.ts";
 
 export type LeaseRow = typeof leases.$inferSelect;
 
+/**
+ * `lease_ttl_sec` from now, but never past the license's expiry: a seat is not signed for time
+ * the license does not have, as the certificate is not. Its seat frees when the license ends.
+ */
+const leaseExpiry = (license: { expiresAt: Date | null }, ttlSec: number, now: Date): Date => {
+  const full = now.getTime() + ttlSec * 1000;
+  return new Date(license.expiresAt ? Math.min(full, license.expiresAt.getTime()) : full);
+};
+
 interface LeaseData {
   lease_id: string;
   activation_id: string;
@@ -65,7 +74,7 @@ export class LeaseService {
       // A named user's device whose assignment ended takes no seat, as it gets no heartbeat.
       this.gate.denyDeviceUse("lease", { activation, license, policy, now, signedFor });
       this.slots.cullIfDisplaced(activation, license, policy, now, signedFor);
-      const expiresAt = new Date(now.getTime() + policy.lease_ttl_sec * 1000);
+      const expiresAt = leaseExpiry(license, policy.lease_ttl_sec, now);
       const lease = this.deps.db.transaction(
         (tx) => {
           const held = tx
@@ -140,7 +149,7 @@ export class LeaseService {
       if (lease.status === "released")
         throw new ApiError("LEASE_RELEASED", "The lease was released; acquire a new one.");
       if (lease.expiresAt.getTime() <= now.getTime()) throw expired();
-      const expiresAt = new Date(now.getTime() + policy.lease_ttl_sec * 1000);
+      const expiresAt = leaseExpiry(license, policy.lease_ttl_sec, now);
       this.deps.db.update(leases).set({ expiresAt }).where(eq(leases.id, lease.id)).run();
       return { data: present({ ...lease, expiresAt }, policy.lease_heartbeat_sec), ...signedFor };
     });
