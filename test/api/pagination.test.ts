@@ -65,7 +65,10 @@ describe("cursors", () => {
     ];
     for (const cursor of cursors) {
       const response = await list(`/mgmt/v1/products?limit=1&cursor=${cursor}`);
-      expect({ length: cursor.length, status: response.status }).toEqual({ length: cursor.length, status: 400 });
+      expect({ length: cursor.length, status: response.status }).toEqual({
+        length: cursor.length,
+        status: 400,
+      });
       expect(response.body.error).toMatchObject({ code: "INVALID_REQUEST", details: { cursor } });
     }
   });

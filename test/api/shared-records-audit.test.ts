@@ -85,7 +85,10 @@ test("webhook endpoint changes by a test key are in the live audit log too, nami
   const id = made.body.data.public_id as string;
   const path = `/mgmt/v1/webhooks/${id}`;
   expect((await t.call("PATCH", path, { key: t.keys.test, body: { name: "renamed" } })).status).toBe(200);
-  const rotated = await t.call("POST", `${path}/rotate-secret`, { key: t.keys.test, body: { overlap_sec: 0 } });
+  const rotated = await t.call("POST", `${path}/rotate-secret`, {
+    key: t.keys.test,
+    body: { overlap_sec: 0 },
+  });
   expect(rotated.status).toBe(200);
   expect((await t.call("DELETE", path, { key: t.keys.test })).status).toBe(204);
 
@@ -135,28 +138,35 @@ describe("one change by a test key reaches each endpoint once", () => {
   test.each([
     ["customer.created", "/mgmt/v1/customers", { name: "Acme" }],
     ["reseller.created", "/mgmt/v1/resellers", { name: "Partner GmbH" }],
-    ["webhook.created", "/mgmt/v1/webhooks", { url: "https://other.example.com/in", events: ["customer.created"] }],
-  ] as const)("%s is delivered once per endpoint, as the live event naming the test key", async (type, path, body) => {
-    const endpoints = [await endpoint(["*"]), await endpoint([type])].sort();
-    const made = await t.call("POST", path, { key: t.keys.test, body, headers: t.idem() });
-    expect(made.status).toBe(201);
-    const id = made.body.data.public_id as string;
+    [
+      "webhook.created",
+      "/mgmt/v1/webhooks",
+      { url: "https://other.example.com/in", events: ["customer.created"] },
+    ],
+  ] as const)(
+    "%s is delivered once per endpoint, as the live event naming the test key",
+    async (type, path, body) => {
+      const endpoints = [await endpoint(["*"]), await endpoint([type])].sort();
+      const made = await t.call("POST", path, { key: t.keys.test, body, headers: t.idem() });
+      expect(made.status).toBe(201);
+      const id = made.body.data.public_id as string;
 
-    const queued = queuedFor(type).filter((row) => row.payload.data.target.id === id);
-    expect(queued.map((row) => row.endpoint_id)).toEqual(endpoints);
-    const [live] = await t.call("GET", "/mgmt/v1/events?limit=100").then((r) =>
-      (r.body.data as { target: { id: string } }[]).filter((event) => event.target.id === id),
-    );
-    const testKeyId = (await t.call("GET", "/mgmt/v1/events?limit=1", { key: t.keys.test })).body.data[0]
-      .actor.id;
-    for (const row of queued) {
-      expect(row.environment).toBe("live");
-      expect(row.payload).toMatchObject({ type, environment: "live", data: live });
-      expect(row.payload.data.actor).toMatchObject({ type: "api_key", id: testKeyId });
-    }
-    // The test copy is still in the test audit log; it is only not delivered a second time.
-    expect((await eventsOf(t.keys.test, id)).map((event) => event.type)).toEqual([type]);
-  });
+      const queued = queuedFor(type).filter((row) => row.payload.data.target.id === id);
+      expect(queued.map((row) => row.endpoint_id)).toEqual(endpoints);
+      const [live] = await t
+        .call("GET", "/mgmt/v1/events?limit=100")
+        .then((r) => (r.body.data as { target: { id: string } }[]).filter((event) => event.target.id === id));
+      const testKeyId = (await t.call("GET", "/mgmt/v1/events?limit=1", { key: t.keys.test })).body.data[0]
+        .actor.id;
+      for (const row of queued) {
+        expect(row.environment).toBe("live");
+        expect(row.payload).toMatchObject({ type, environment: "live", data: live });
+        expect(row.payload.data.actor).toMatchObject({ type: "api_key", id: testKeyId });
+      }
+      // The test copy is still in the test audit log; it is only not delivered a second time.
+      expect((await eventsOf(t.keys.test, id)).map((event) => event.type)).toEqual([type]);
+    },
+  );
 
   test("a plan change, in both audit logs, is delivered once per endpoint, as the live event", async () => {
     const endpoints = [await endpoint(["*"]), await endpoint(["workspace.plan_changed"])].sort();
