@@ -23,9 +23,10 @@ export const pageParams = {
       description: `Page size in plain decimal digits, 1-${MAX_PAGE_SIZE} (default ${DEFAULT_PAGE_SIZE}).`,
     }),
   ),
+  // No maxLength: a schema bound would answer 422, and every bad cursor, however long, is 400
+  // (PageCursors.read checks the length first; the request line limit bounds what arrives).
   cursor: t.Optional(
     t.String({
-      maxLength: 512,
       description:
         "Opaque cursor from `pagination.next_cursor` of the previous page of this listing, with the same filters.",
     }),
@@ -106,6 +107,7 @@ const FORMAT = 1;
 const ID_BYTES = 16;
 const TAG_BYTES = 16;
 /** base64url of format (1) + id (16) + tag (16) bytes: 44 characters, no padding, no spare bits. */
+const CURSOR_LENGTH = 44;
 const CURSOR = /^[A-Za-z0-9_-]{44}$/;
 const ID_BODY = /^[0-9A-HJKMNP-TV-Z]{26}$/;
 const MAX_ID = 1n << 128n;
@@ -168,7 +170,7 @@ export class PageCursors {
 
   private read(cursor: string, listing: Listing, direction: Direction): string {
     // The pattern refuses standard base64 (`+`, `/`, `=`) and any other length before decoding.
-    if (!CURSOR.test(cursor)) throw notIssued(cursor);
+    if (cursor.length !== CURSOR_LENGTH || !CURSOR.test(cursor)) throw notIssued(cursor);
     const bytes = Buffer.from(cursor, "base64url");
     if (bytes[0] !== FORMAT) throw notIssued(cursor);
     const id = idFrom(bytes.subarray(1, 1 + ID_BYTES), listing.idPrefix);

@@ -108,6 +108,30 @@ describe("happy path", () => {
     expect(response.body.data.allowed_origins).toEqual(origins);
   });
 
+  test("hosts that are DNS names of letters, digits and hyphens, or IP addresses, are accepted", async () => {
+    const longest = `https://${"a".repeat(63)}.example.com`;
+    const response = await patch({
+      enabled: true,
+      allowed_origins: [
+        "https://a-b.example.com",
+        "https://xn--bcher-kva.example",
+        "https://1st.example",
+        longest,
+        "https://203.0.113.7",
+        "https://[2001:db8::1]:8443",
+      ],
+    });
+    expect(response.body.error).toBeUndefined();
+    expect(response.body.data.allowed_origins).toEqual([
+      "https://a-b.example.com",
+      "https://xn--bcher-kva.example",
+      "https://1st.example",
+      longest,
+      "https://203.0.113.7",
+      "https://[2001:db8::1]:8443",
+    ]);
+  });
+
   test("a test product also accepts http origins on loopback hosts", async () => {
     const testProduct = await product("test");
     const response = await patch(
@@ -189,6 +213,16 @@ describe("validation", () => {
     ["a backslash path", "https://app.example.com\\evil", /path/],
     ["an invalid host", "https://exa mple", /spaces/],
     ["an invalid port", "https://app.example.com:99999", /valid origin/],
+    ["an empty host label", "https://a..com", /empty label/],
+    ["a leading dot", "https://.a.com", /empty label/],
+    ["a host label over 63 characters", `https://${"a".repeat(64)}.example.com`, /longer than 63/],
+    ["a host over 253 characters", `https://${`${"a".repeat(63)}.`.repeat(4)}com`, /253/],
+    ["a host label starting with a hyphen", "https://-a.com", /hyphen/],
+    ["a host label ending with a hyphen", "https://a-.example.com", /hyphen/],
+    ["an underscore in the host", "https://a_b.com", /letters, digits and hyphens/],
+    ["a dollar sign in the host", "https://a$b.com", /letters, digits and hyphens/],
+    ["a trailing dot", "https://a.com.", /end its host with a dot/],
+    ["a trailing dot on localhost", "https://localhost.", /end its host with a dot/],
   ];
 
   test.each(refusals)("%s is refused with 422 and nothing changes", async (_, origin, message) => {

@@ -113,6 +113,58 @@ describe("happy path", () => {
     ]);
   });
 
+  test("suspending a suspended license with another reason replaces the reason as a license.updated change", async () => {
+    const id = (await create(base())).body.data.public_id;
+    const suspend = (body: Record<string, unknown>) =>
+      t.call("PATCH", `/mgmt/v1/licenses/${id}`, { body: { status_action: "suspended", ...body } });
+    expect((await suspend({ reason: "chargeback" })).body.data).toMatchObject({ version: 2 });
+    const suspendedAt = (await t.call("GET", `/mgmt/v1/licenses/${id}`)).body.data.suspended_at;
+
+    const changed = await suspend({ reason: "fraud review" });
+    expect(changed.status).toBe(200);
+    expect(changed.body.data).toMatchObject({
+      status: "suspended",
+      status_reason: "fraud review",
+      suspended_at: suspendedAt,
+      version: 3,
+    });
+    const events = (await t.call("GET", "/mgmt/v1/events")).body.data;
+    expect(events.slice(0, 2).map((e: { type: string; data: unknown }) => [e.type, e.data])).toEqual([
+      ["license.updated", { changes: ["status_reason"] }],
+      ["license.suspended", { reason: "chargeback" }],
+    ]);
+  });
+
+  test("status_action active on an active license with a reason records that reason as a license.updated change", async () => {
+    const id = (await create(base())).body.data.public_id;
+    const response = await t.call("PATCH", `/mgmt/v1/licenses/${id}`, {
+      body: { status_action: "active", reason: "checked by support" },
+    });
+    expect(response.body.data).toMatchObject({
+      status: "active",
+      status_reason: "checked by support",
+      version: 2,
+    });
+    expect((await t.call("GET", "/mgmt/v1/events")).body.data[0]).toMatchObject({
+      type: "license.updated",
+      data: { changes: ["status_reason"] },
+    });
+  });
+
+  test("suspending a suspended license again with the same reason, or none, changes nothing and records nothing", async () => {
+    const id = (await create(base())).body.data.public_id;
+    const suspend = (body: Record<string, unknown>) =>
+      t.call("PATCH", `/mgmt/v1/licenses/${id}`, { body: { status_action: "suspended", ...body } });
+    await suspend({ reason: "chargeback" });
+    for (const body of [{ reason: "chargeback" }, {}]) {
+      const again = await suspend(body);
+      expect(again.status).toBe(200);
+      expect(again.body.data).toMatchObject({ status_reason: "chargeback", version: 2 });
+    }
+    const types = (await t.call("GET", "/mgmt/v1/events")).body.data.map((e: { type: string }) => e.type);
+    expect(types).toEqual(["license.suspended", "license.created"]);
+  });
+
   test("an expired license is resumed by extending its expiry; its status reads expired until then", async () => {
     const at = new Date(t.clock.now().getTime() + DAY).toISOString();
     const id = (await create({ ...base(), expires_at: at })).body.data.public_id;

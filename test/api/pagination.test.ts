@@ -50,6 +50,29 @@ describe("cursors", () => {
     expectRefused(await list(`/mgmt/v1/products?limit=1&cursor=${encodeURIComponent(standard)}`));
   });
 
+  test("a cursor of any length the listing did not issue answers 400 INVALID_REQUEST with details.cursor, never 422", async () => {
+    f.product();
+    f.product();
+    const genuine = await cursorOf("/mgmt/v1/products?limit=1");
+    const cursors = [
+      genuine.slice(0, -1),
+      `${genuine}A`,
+      genuine.repeat(2),
+      "A".repeat(512),
+      "A".repeat(513),
+      "A".repeat(4000),
+      `${genuine}${"_".repeat(600)}`,
+    ];
+    for (const cursor of cursors) {
+      const response = await list(`/mgmt/v1/products?limit=1&cursor=${cursor}`);
+      expect({ length: cursor.length, status: response.status }).toEqual({
+        length: cursor.length,
+        status: 400,
+      });
+      expect(response.body.error).toMatchObject({ code: "INVALID_REQUEST", details: { cursor } });
+    }
+  });
+
   test("a cursor of the live listing answers 400 to a test key", async () => {
     f.product();
     f.product();

@@ -26,6 +26,23 @@ export function recordAudit(
   ctx: ChangeContext,
   entry: AuditEntry,
 ): void {
+  const row = writeAuditRow(writer, deps, ctx, entry);
+  // Every caller passes the full Deps; some declare a narrower type, so the connection is looked up.
+  const sqlite = deps.sqlite ?? (writer as { $client?: Database }).$client;
+  if (!sqlite) throw new Error("recordAudit needs deps.sqlite to queue the event for webhooks");
+  enqueuePayload({ clock: deps.clock, ids: deps.ids, sqlite }, entry.type, () => ({
+    environment: ctx.environment,
+    data: presentAuditEvent(row),
+  }));
+}
+
+/** The audit row alone, queued for no endpoint: for a change whose live copy is the one delivered. */
+function writeAuditRow(
+  writer: Writer,
+  deps: Pick<Deps, "clock" | "ids">,
+  ctx: ChangeContext,
+  entry: AuditEntry,
+): AuditEventRow {
   const now = deps.clock.now();
   const row: AuditEventRow = {
     id: deps.ids.next("event", now.getTime()),
@@ -39,20 +56,18 @@ export function recordAudit(
     createdAt: now,
   };
   writer.insert(auditEvents).values(row).run();
-  // Every caller passes the full Deps; some declare a narrower type, so the connection is looked up.
-  const sqlite = deps.sqlite ?? (writer as { $client?: Database }).$client;
-  if (!sqlite) throw new Error("recordAudit needs deps.sqlite to queue the event for webhooks");
-  enqueuePayload({ clock: deps.clock, ids: deps.ids, sqlite }, entry.type, () => ({
-    environment: ctx.environment,
-    data: presentAuditEvent(row),
-  }));
+  return row;
 }
 
 /**
- * The audit event of a change to a record both environments share (customers, resellers): in the
- * acting key's environment, and, when a test key acted, in the live one too. A test key (kept on
- * CI runners and developers' machines) may change what live keys rely on, and the live audit log,
- * with its webhooks, must show that it did and which key it was.
+ * The audit event of a change to a record both environments share (customers, resellers, webhook
+ * endpoints): in the acting key's environment, and, when a test key acted, in the live one too. A
+ * test key (kept on CI runners and developers' machines) may change what live keys rely on, and
+ * the live audit log, with its webhooks, must show that it did and which key it was.
+ *
+ * One change is one delivery per endpoint: every endpoint receives both environments' events, so
+ * queueing both copies would reach each receiver twice under two `webhook-id`s, and a receiver
+ * deduplicating on that id (docs/api.md "Delivery") would act twice.
  */
 export function recordSharedAudit(
   writer: Writer,
@@ -60,8 +75,23 @@ export function recordSharedAudit(
   ctx: ChangeContext,
   entry: AuditEntry,
 ): void {
-  recordAudit(writer, deps, ctx, entry);
-  if (ctx.environment === "test") recordAudit(writer, deps, { ...ctx, environment: "live" }, entry);
+  if (ctx.environment === "test") recordInBothEnvironments(writer, deps, ctx, entry);
+  else recordAudit(writer, deps, ctx, entry);
+}
+
+/**
+ * One change both audit logs show (a test key's change to a shared record, a plan change), queued
+ * once for webhooks: as the live event, the one live receivers rely on. The test copy is written
+ * first, stays in the test audit log and is delivered to no endpoint.
+ */
+export function recordInBothEnvironments(
+  writer: Writer,
+  deps: Pick<Deps, "clock" | "ids"> & Partial<Pick<Deps, "sqlite">>,
+  ctx: Omit<ChangeContext, "environment">,
+  entry: AuditEntry,
+): void {
+  writeAuditRow(writer, deps, { ...ctx, environment: "test" }, entry);
+  recordAudit(writer, deps, { ...ctx, environment: "live" }, entry);
 }
 
 export type AuditEventRow = typeof auditEvents.$inferSelect;

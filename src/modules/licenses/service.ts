@@ -240,6 +240,18 @@ export class LicenseService {
         Object.assign(changes, { status: "active", suspendedAt: null, statusReason: body.reason ?? null });
         events.push("license.reinstated");
       }
+      // The status it already has, with another reason: `status_reason` is the reason of the last
+      // status_action, so it changes as any field does (license.updated); the same reason, or none,
+      // changes nothing.
+      if (
+        events.length === 0 &&
+        body.status_action === current.status &&
+        body.reason !== undefined &&
+        body.reason !== current.statusReason
+      ) {
+        changes.statusReason = body.reason;
+        fields.push("status_reason");
+      }
       const next: LicenseRow = { ...current, ...changes };
       if (body.status_action === "active" && licenseStatus(next, now) === "expired") {
         throw transition(

@@ -14,7 +14,8 @@ const INVISIBLE = /[\s\p{Cc}]/u;
  * Checks one entry of `allowed_origins` (spec §4.3 rule 2) and returns its canonical form, the
  * exact string a browser sends in `Origin`: scheme and host lower-cased, an internationalised host
  * in punycode, the default port (443, or 80 for http) left out. Refused: `null`, wildcards,
- * userinfo, any path (even a lone `/`), query or fragment, percent-encoding, schemes other than
+ * userinfo, any path (even a lone `/`), query or fragment, percent-encoding, a host that is not an
+ * IP address or a DNS name of letters, digits and hyphens (or ends with a dot), schemes other than
  * https, and http except for loopback hosts of test products.
  */
 export function canonicalOrigin(raw: string, environment: Environment): OriginCheck {
@@ -42,6 +43,8 @@ export function canonicalOrigin(raw: string, environment: Environment): OriginCh
   } catch {
     return { error: "is not a valid origin" };
   }
+  const hostProblem = originHostProblem(url.hostname);
+  if (hostProblem) return { error: hostProblem };
   if (protocol === "http") {
     if (environment !== "test") {
       return { error: "must use https (http is accepted only for loopback origins of test products)" };
@@ -51,6 +54,32 @@ export function canonicalOrigin(raw: string, environment: Environment): OriginCh
     }
   }
   return { origin: url.origin };
+}
+
+const IPV4 = /^\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}$/;
+// After URL parsing: lower case, an internationalised label already in punycode (`xn--…`).
+const LDH = /^[a-z0-9-]+$/;
+
+/**
+ * Why `hostname` (as URL serialises it) cannot be the host of an origin a browser sends, or null.
+ * URL parsing keeps hosts no DNS name has (`a..com`, `-a.com`, `a_b.com`, `a$b.com`): stored, they
+ * would never match a page's `Origin`, and the vendor would learn of it only when the browser
+ * client is refused. IP literals are left as URL normalised them.
+ */
+function originHostProblem(hostname: string): string | null {
+  if (hostname.startsWith("[") || IPV4.test(hostname)) return null;
+  const name = hostname.endsWith(".") ? hostname.slice(0, -1) : hostname;
+  if (name.length > 253) return "must have a host of at most 253 characters";
+  for (const label of name.split(".")) {
+    if (label === "") return "must not have an empty label in its host (two dots in a row, or a leading dot)";
+    if (label.length > 63) return "must not have a host label longer than 63 characters";
+    if (!LDH.test(label)) return "must have a host of letters, digits and hyphens only (no _ or other signs)";
+    if (label.startsWith("-") || label.endsWith("-"))
+      return "must not have a host label that starts or ends with a hyphen";
+  }
+  if (name !== hostname)
+    return "must not end its host with a dot; list the host as the site is addressed (https://app.example.com)";
+  return null;
 }
 
 /** `hostname` as URL serialises it: IPv4 normalised to dotted quads, IPv6 in brackets. */

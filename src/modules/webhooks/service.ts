@@ -5,7 +5,7 @@ import { ApiError, FieldErrorCollector } from "../../http/errors.ts";
 import type { PageRequest } from "../../http/pagination.ts";
 import { assertIfMatch, type IfMatch, opaqueEtag } from "../../http/preconditions.ts";
 import { webhookEndpoints } from "../../store/schema/index.ts";
-import { recordAudit } from "../events/service.ts";
+import { recordSharedAudit } from "../events/service.ts";
 import { isKnownEvent } from "./catalogue.ts";
 import { type DestinationKind, parseDestination } from "./destinations.ts";
 import { countEndpoints, planHasWebhooks, planOf } from "./enqueue.ts";
@@ -121,7 +121,7 @@ export class WebhookService {
       this.assertMayChange(ctx);
       this.assertWithinQuota();
       tx.insert(webhookEndpoints).values(row).run();
-      recordAudit(tx, this.deps, ctx, {
+      recordSharedAudit(tx, this.deps, ctx, {
         type: "webhook.created",
         target: { type: "webhook", id },
         data: { url_host: row.urlHost, destination: PUBLIC_KIND[kind], events },
@@ -183,7 +183,7 @@ export class WebhookService {
         updatedAt: this.deps.clock.now(),
       };
       tx.update(webhookEndpoints).set(next).where(eq(webhookEndpoints.id, id)).run();
-      recordAudit(tx, this.deps, ctx, {
+      recordSharedAudit(tx, this.deps, ctx, {
         type: "webhook.updated",
         target: { type: "webhook", id },
         data: { changes: fields },
@@ -208,7 +208,7 @@ export class WebhookService {
         .where(eq(webhookEndpoints.id, id))
         .run();
       cancelPending(this.deps, id, now);
-      recordAudit(tx, this.deps, ctx, { type: "webhook.stopped", target: { type: "webhook", id } });
+      recordSharedAudit(tx, this.deps, ctx, { type: "webhook.stopped", target: { type: "webhook", id } });
     });
   }
 
@@ -253,7 +253,7 @@ export class WebhookService {
         updatedAt: now,
       };
       tx.update(webhookEndpoints).set(next).where(eq(webhookEndpoints.id, id)).run();
-      recordAudit(tx, this.deps, ctx, {
+      recordSharedAudit(tx, this.deps, ctx, {
         type: "webhook.secret_rotated",
         target: { type: "webhook", id },
         data: {
@@ -274,7 +274,6 @@ export class WebhookService {
     return [...events];
   }
 
-  /** Spec §5.1: a test key cannot create, change or stop endpoints once the workspace has live products. */
   /** The plan's `webhook_endpoints`: endpoints not stopped (a disabled one may be re-enabled). */
   private assertWithinQuota(): void {
     const limit = planOf(this.deps.sqlite).quotas.webhook_endpoints?.limit;
@@ -293,6 +292,7 @@ export class WebhookService {
     if (!planHasWebhooks(this.deps.sqlite)) throw planLacksWebhooks();
   }
 
+  /** Spec §5.1: a test key cannot create, change or stop endpoints once the workspace has live products. */
   private assertMayChange(ctx: ChangeContext): void {
     if (ctx.environment !== "test") return;
     const live = this.deps.sqlite

@@ -1,9 +1,8 @@
 import { and, eq, isNull, ne, or } from "drizzle-orm";
 import type { Deps } from "../../deps.ts";
 import { DEFAULT_PLAN_CODE, PLANS, type PlanDefinition, planByCode, storedPlan } from "../../domain/plans.ts";
-import { ENVIRONMENTS } from "../../domain/scopes.ts";
 import { type Actor, workspace } from "../../store/schema/index.ts";
-import { recordAudit } from "../events/service.ts";
+import { recordInBothEnvironments } from "../events/service.ts";
 
 export const WORKSPACE_ID = "default";
 
@@ -101,18 +100,16 @@ export class WorkspaceService {
         .where(eq(workspace.id, WORKSPACE_ID))
         .run();
       if (actor) {
-        for (const environment of ENVIRONMENTS) {
-          recordAudit(
-            tx,
-            this.deps,
-            { actor, environment, requestId: null },
-            {
-              type: "workspace.plan_changed",
-              target: { type: "workspace", id: WORKSPACE_ID },
-              data: { plan: plan.code, trial, ends_at: endsAt?.toISOString() ?? null },
-            },
-          );
-        }
+        recordInBothEnvironments(
+          tx,
+          this.deps,
+          { actor, requestId: null },
+          {
+            type: "workspace.plan_changed",
+            target: { type: "workspace", id: WORKSPACE_ID },
+            data: { plan: plan.code, trial, ends_at: endsAt?.toISOString() ?? null },
+          },
+        );
       }
     });
     // Once committed: a rolled-back change has nothing for a cached copy to see.
