@@ -398,7 +398,10 @@ describe("confirm refusals", () => {
       });
     const refused = await confirmTrial(t, v.id, body(), "trial-confirm-kem-mismatch");
     expect(refused.status).toBe(409);
-    expect(refused.body.error).toMatchObject({ code: "DEVICE_KEY_MISMATCH", details: { activation_id: activationId } });
+    expect(refused.body.error).toMatchObject({
+      code: "DEVICE_KEY_MISMATCH",
+      details: { activation_id: activationId },
+    });
     expect(refused.body.response_signature).toBeUndefined();
     const kem = t.deps.sqlite
       .query<{ k: string }, [string]>("SELECT device_kem_key AS k FROM activations WHERE id = ?")
@@ -408,6 +411,29 @@ describe("confirm refusals", () => {
     const again = await confirmTrial(t, v.id, trialConfirmBody(t, device, { code: v.code, email }));
     expect(again.status).toBe(201);
     expect(again.body.data.activation_id).toBe(activationId);
+  });
+
+  test("a machine_signals name over 64 characters is 422 keyed at machine_signals and costs no attempt", async () => {
+    const v = await started();
+    const refused = await confirmTrial(
+      t,
+      v.id,
+      trialConfirmBody(t, v.device, {
+        code: v.code,
+        email: v.email,
+        extra: { machine_signals: { ["n".repeat(65)]: "v" } },
+      }),
+    );
+    expect(refused.status).toBe(422);
+    expect(refused.body.error.details.errors).toEqual({
+      machine_signals: ["member names are 1-64 characters"],
+    });
+    const attempts = t.deps.sqlite
+      .query<{ attempts: number }, [string]>("SELECT attempts FROM trial_verifications WHERE id = ?")
+      .get(v.id)?.attempts;
+    expect(attempts).toBe(0);
+    const ok = await confirmTrial(t, v.id, trialConfirmBody(t, v.device, { code: v.code, email: v.email }));
+    expect(ok.status).toBe(201);
   });
 
   test("a device clock more than 300 s off is 401 CLOCK_SKEW", async () => {
