@@ -53,12 +53,12 @@ const snapshot = () => ({
 });
 
 /** A device's offline request, signed by the contract (§17) with the test device's own keys. */
-function offlineRequest(device: TestDevice): Record<string, unknown> {
+function offlineRequest(device: TestDevice, kemPublic = device.kemPublic): Record<string, unknown> {
   const request = {
     format: "service-offline-request-v1",
     product_id: fx.productId,
     device_signing_public_key: device.signingPublic,
-    device_kem_public_key: device.kemPublic,
+    device_kem_public_key: kemPublic,
     machine_info: MACHINE,
     nonce: randomBytes(16).toString("base64url"),
     generated_at: nowSec(t),
@@ -91,6 +91,18 @@ test("a displaced device's offline request on a full license answers 409 MACHINE
     },
   );
   expect(beat.status).toBe(200);
+});
+
+test("an active device asking for a package with another KEM key answers 409 DEVICE_KEY_MISMATCH naming its activation, and changes nothing", async () => {
+  const { device, activationId } = await activatedDevice(t, fx);
+  const before = snapshot();
+
+  const response = await requestPackage(t, fx.licenseId, offlineRequest(device, new TestDevice().kemPublic));
+
+  expect([response.status, response.error?.code]).toEqual([409, "DEVICE_KEY_MISMATCH"]);
+  expect(response.error.details).toEqual({ activation_id: activationId });
+  expect(snapshot()).toEqual(before);
+  expect((await requestPackage(t, fx.licenseId, offlineRequest(device))).status).toBe(200);
 });
 
 test("a silent device whose slot nobody took gets its package on the same activation", async () => {

@@ -378,6 +378,21 @@ describe("what Swagger UI and client generators read from the document", () => {
     );
   });
 
+  test("machine_signals states its name and value bounds, and its key pattern matches every name so each value is checked", () => {
+    for (const path of ["/runtime/v1/activations", "/runtime/v1/trial-verifications/{id}/confirm"]) {
+      const body = componentOf(doc.paths[path].post.requestBody.content["application/json"].schema);
+      const signals = (body?.properties as Record<string, Json> | undefined)?.machine_signals as Json;
+      expect({ path, ...signals }).toMatchObject({
+        path,
+        type: "object",
+        maxProperties: 32,
+        propertyNames: { minLength: 1, maxLength: 64 },
+        patternProperties: { "^[\\s\\S]*$": { type: "string", maxLength: 256 } },
+      });
+      expect(new RegExp(Object.keys(signals.patternProperties as Json)[0] as string).test("a\nb")).toBe(true);
+    }
+  });
+
   test("every list operation takes limit as an integer of 1 to 200 defaulting to 50, the bounds the service enforces", () => {
     const lists = operations().filter(({ op }) => {
       const ok = componentOf(op.responses?.["200"]?.content?.["application/json"]?.schema as Json);

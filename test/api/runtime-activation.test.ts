@@ -176,6 +176,62 @@ describe("replays and repeats", () => {
     );
   });
 
+  test("activating again replaces the machine_signals with those sent, and keeps them when none are sent", async () => {
+    const device = new TestDevice();
+    const first = await activate(t, device, fx);
+    const id = first.body.data.activation_id;
+    const signals = async () => (await t.call("GET", `/mgmt/v1/activations/${id}`)).body.data.machine.signals;
+    expect(await signals()).toEqual({ hostname: "test-host" });
+    const renamed = await activate(t, device, fx, { body: { machine_signals: { hostname: "renamed" } } });
+    expect(renamed.body.data.activation_id).toBe(id);
+    expect(await signals()).toEqual({ hostname: "renamed" });
+    const without = await activate(t, device, fx, { body: { machine_signals: undefined } });
+    expect(without.status).toBe(201);
+    expect(await signals()).toEqual({ hostname: "renamed" });
+  });
+
+  test("activating again with another KEM key is an unsigned 409 DEVICE_KEY_MISMATCH naming the activation; nothing changes and nothing is stored for the key", async () => {
+    const device = new TestDevice();
+    const first = await activate(t, device, fx);
+    const id = first.body.data.activation_id;
+    const rebuiltKem = new TestDevice().kemPublic;
+    const storedKem = () =>
+      t.deps.sqlite
+        .query<{ k: string; info: string }, [string]>(
+          "SELECT device_kem_key AS k, machine_info AS info FROM activations WHERE id = ?",
+        )
+        .get(id);
+    const before = storedKem();
+    const request = {
+      idempotencyKey: "activation-kem-mismatch-1",
+      body: { device_kem_public_key: rebuiltKem, machine_info: { os: "linux", arch: "arm64" } },
+    };
+    for (const attempt of [1, 2]) {
+      const refused = await activate(t, device, fx, request);
+      expect({ attempt, status: refused.status }).toEqual({ attempt, status: 409 });
+      expect(refused.headers.get("idempotent-replayed")).toBeNull();
+      expect(refused.body.error).toMatchObject({
+        code: "DEVICE_KEY_MISMATCH",
+        details: { activation_id: id },
+      });
+      // Unsigned like every refusal outside protocol §16: it proves nothing to the device.
+      expect(refused.body.response_signature).toBeUndefined();
+    }
+    expect(storedKem()).toEqual(before);
+    expect(before?.k).toBe(device.kemPublic);
+    expect(activations()).toBe(1);
+    // After deactivating, the same request under the same key is a new activation with the new KEM key.
+    await t.call("DELETE", `/mgmt/v1/activations/${id}`);
+    const fresh = await activate(t, device, fx, request);
+    expect(fresh.status).toBe(201);
+    expect(fresh.body.data.activation_id).not.toBe(id);
+    expect(
+      t.deps.sqlite
+        .query<{ k: string }, [string]>("SELECT device_kem_key AS k FROM activations WHERE id = ?")
+        .get(fresh.body.data.activation_id)?.k,
+    ).toBe(rebuiltKem);
+  });
+
   test("machine_info takes integers, not fractions (the body is signed as JCS)", async () => {
     const response = await activate(t, new TestDevice(), fx, {
       body: { machine_info: { os: "linux", arch: "x64", cores: 2.5 } },
@@ -307,6 +363,37 @@ describe("errors", () => {
     expect(await codeOf(activate(t, device, fx))).toEqual([403, "DEVICE_BLOCKED"]);
     await t.call("POST", "/mgmt/v1/device-blocks", { body: { kind: "license", license_id: fx.licenseId } });
     expect(await codeOf(activate(t, new TestDevice(), fx))).toEqual([403, "LICENSE_BLOCKED"]);
+  });
+
+  test("machine_signals names are 1-64 UTF-16 code units: an empty, a 65- or a 1000-character name is 422 keyed at machine_signals and activates nothing", async () => {
+    for (const name of ["", "n".repeat(65), "n".repeat(1000), "😀".repeat(33)]) {
+      const response = await activate(t, new TestDevice(), fx, {
+        body: { machine_signals: { ok: "v", [name]: "v" } },
+      });
+      expect({ length: name.length, status: response.status }).toEqual({ length: name.length, status: 422 });
+      expect(response.body.error).toMatchObject({
+        code: "VALIDATION_FAILED",
+        details: { errors: { machine_signals: ["member names are 1-64 characters"] } },
+      });
+    }
+    expect(activations()).toBe(0);
+    // One device activating again each time: the license has two slots.
+    const device = new TestDevice();
+    for (const name of ["n", "n".repeat(64), "😀".repeat(32)]) {
+      const response = await activate(t, device, fx, {
+        body: { machine_signals: { [name]: "v" } },
+      });
+      expect({ length: name.length, status: response.status }).toEqual({ length: name.length, status: 201 });
+    }
+  });
+
+  test("a machine_signals member whose name holds a line break is still checked: its value must be a string", async () => {
+    const response = await activate(t, new TestDevice(), fx, {
+      body: { machine_signals: { "host\nname": { nested: [1, 2, 3] } } },
+    });
+    expect(response.status).toBe(422);
+    expect(Object.keys(response.body.error.details.errors)).toEqual(["machine_signals.host\nname"]);
+    expect(activations()).toBe(0);
   });
 
   test("a KEM key that is not P-256, or a malformed signing key, answers 422", async () => {

@@ -242,6 +242,30 @@ describe("every cause of SEALED_FILE_INVALID", () => {
     ]);
   });
 
+  test("a header line over 4096 bytes, however far over, is invalid_header (field header); the limit counts UTF-8 bytes", async () => {
+    const { device, activationId } = await activatedDevice(t, fx);
+    const tooLong = ["x".repeat(4097), "é".repeat(2049), "x".repeat(15_000)];
+    for (const header of tooLong) {
+      const response = await ask(header, device, activationId);
+      expect({
+        bytes: Buffer.byteLength(header),
+        status: response.status,
+        error: response.body.error,
+      }).toMatchObject({
+        bytes: Buffer.byteLength(header),
+        status: 422,
+        error: { code: "SEALED_FILE_INVALID", details: { reason: "invalid_header", field: "header" } },
+      });
+      expect(response.body.error.message).toContain("too long");
+    }
+    // Exactly 4096 bytes is within the limit: refused for what it is, not for its length.
+    const atLimit = await ask("é".repeat(2048), device, activationId);
+    expect(atLimit.body.error.details).toEqual({ reason: "invalid_header", field: "header" });
+    expect(atLimit.body.error.message).toContain("is not JSON");
+    // The runtime body limit still applies before any of this.
+    expect((await ask("x".repeat(16 * 1024), device, activationId)).status).toBe(413);
+  });
+
   test("junk instead of a header is invalid_header naming the part", async () => {
     const response = await ask("{}");
     expect(reasonOf(response)).toEqual([422, "SEALED_FILE_INVALID", "invalid_header"]);

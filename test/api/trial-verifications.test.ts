@@ -383,6 +383,59 @@ describe("confirm refusals", () => {
     expect((await t.call("GET", "/mgmt/v1/licenses")).body.data).toHaveLength(0);
   });
 
+  test("a device rejoining its running trial with another KEM key is 409 DEVICE_KEY_MISMATCH, and its verification stays unused", async () => {
+    const device = new TestDevice();
+    const email = freshEmail();
+    const first = await signUp(t, smtp, fx.productId, email, device);
+    const activationId = first.response.body.data.activation_id;
+    t.clock.advance(121);
+    const v = await started(device, email);
+    const body = () =>
+      trialConfirmBody(t, device, {
+        code: v.code,
+        email,
+        extra: { device_kem_public_key: new TestDevice().kemPublic },
+      });
+    const refused = await confirmTrial(t, v.id, body(), "trial-confirm-kem-mismatch");
+    expect(refused.status).toBe(409);
+    expect(refused.body.error).toMatchObject({
+      code: "DEVICE_KEY_MISMATCH",
+      details: { activation_id: activationId },
+    });
+    expect(refused.body.response_signature).toBeUndefined();
+    const kem = t.deps.sqlite
+      .query<{ k: string }, [string]>("SELECT device_kem_key AS k FROM activations WHERE id = ?")
+      .get(activationId)?.k;
+    expect(kem).toBe(device.kemPublic);
+    // The refusal rolled back: the same code still confirms with the device's own keys.
+    const again = await confirmTrial(t, v.id, trialConfirmBody(t, device, { code: v.code, email }));
+    expect(again.status).toBe(201);
+    expect(again.body.data.activation_id).toBe(activationId);
+  });
+
+  test("a machine_signals name over 64 characters is 422 keyed at machine_signals and costs no attempt", async () => {
+    const v = await started();
+    const refused = await confirmTrial(
+      t,
+      v.id,
+      trialConfirmBody(t, v.device, {
+        code: v.code,
+        email: v.email,
+        extra: { machine_signals: { ["n".repeat(65)]: "v" } },
+      }),
+    );
+    expect(refused.status).toBe(422);
+    expect(refused.body.error.details.errors).toEqual({
+      machine_signals: ["member names are 1-64 characters"],
+    });
+    const attempts = t.deps.sqlite
+      .query<{ attempts: number }, [string]>("SELECT attempts FROM trial_verifications WHERE id = ?")
+      .get(v.id)?.attempts;
+    expect(attempts).toBe(0);
+    const ok = await confirmTrial(t, v.id, trialConfirmBody(t, v.device, { code: v.code, email: v.email }));
+    expect(ok.status).toBe(201);
+  });
+
   test("a device clock more than 300 s off is 401 CLOCK_SKEW", async () => {
     const v = await started();
     t.clock.freeze();

@@ -50,8 +50,8 @@ const ALLOWED: Reviewed[] = [
     ["src/cli/backup.ts", "readBack !== passphrase"],
   ),
   ...reviewed("a device's public KEM key", [
-    "src/modules/offline/service.ts",
-    "existing.deviceKemKey !== request.kemKey.text",
+    "src/modules/activations/device-keys.ts",
+    "existing.deviceKemKey !== kemKey",
   ]),
   ...reviewed(
     "the SHA-256 of the caller's own request body, under the caller's own API key and Idempotency-Key",

@@ -1,4 +1,5 @@
 import { Type } from "@sinclair/typebox";
+import { ApiError } from "../../http/errors.ts";
 import { DateTime, dataOf, IdField, listOf, Nullable, SafeInteger } from "../../http/schemas.ts";
 import { StringEnum } from "../../http/schemas-enum.ts";
 
@@ -23,9 +24,36 @@ export const MachineInfo = Type.Object(
   },
 );
 
-const MachineSignals = Type.Record(IdField(), Type.String({ maxLength: 256 }), {
-  maxProperties: 32,
-});
+const MAX_SIGNAL_NAME_LENGTH = 64;
+
+/**
+ * TypeBox's Record checks no constraint of its key schema, so `propertyNames` only documents the
+ * name rule (for the OpenAPI document); `checkMachineSignalNames` enforces it. The key pattern
+ * matches every name: TypeBox's default, `^(.*)$`, misses a name with a line break, and checks
+ * nothing about such a member's value.
+ */
+export const MachineSignals = Type.Record(
+  Type.String({ pattern: "^[\\s\\S]*$" }),
+  Type.String({ maxLength: 256 }),
+  {
+    maxProperties: 32,
+    propertyNames: { minLength: 1, maxLength: MAX_SIGNAL_NAME_LENGTH },
+    description: `Up to 32 members, names 1-${MAX_SIGNAL_NAME_LENGTH} characters, values strings of at most 256.`,
+  },
+);
+
+/**
+ * The rest of the body schema for machine_signals: names of 1-64 UTF-16 code units (as maxLength
+ * counts the values). Keyed at `machine_signals`, never at the name, which may be any length.
+ */
+export function checkMachineSignalNames(signals: Record<string, string> | undefined): void {
+  const names = Object.keys(signals ?? {});
+  if (names.some((name) => name.length < 1 || name.length > MAX_SIGNAL_NAME_LENGTH)) {
+    throw ApiError.validation({
+      machine_signals: [`member names are 1-${MAX_SIGNAL_NAME_LENGTH} characters`],
+    });
+  }
+}
 
 export const ActivationCreate = Type.Object(
   {

@@ -3,7 +3,7 @@ import { readDeviceProofHeaders } from "../../http/device-proof.ts";
 import { runtimeCall } from "../../http/runtime-call.ts";
 import { RequiredIdempotencyHeaders } from "../../http/schemas.ts";
 import type { Services } from "../../services.ts";
-import { activationModels } from "./model.ts";
+import { activationModels, checkMachineSignalNames } from "./model.ts";
 
 const ROUTE = "/runtime/v1/activations";
 
@@ -14,6 +14,7 @@ export const runtimeActivationsController = ({ activations, signer }: Services) 
     .post(
       "",
       async ({ body, headers, request, set }) => {
+        checkMachineSignalNames(body.machine_signals);
         const outcome = await activations.activateOnce(
           body,
           headers["idempotency-key"],

@@ -16,6 +16,7 @@ import type { LicenseRow, LicenseService } from "../licenses/service.ts";
 import type { TrustService } from "../trust/service.ts";
 import { enqueueActivationEvent } from "../webhooks/enqueue.ts";
 import { certificateSubject, issueCertificate } from "./certificate.ts";
+import { requireSameKemKey } from "./device-keys.ts";
 import type { PolicyWithId, RuntimeCall, RuntimeGate, SignedResult, Target } from "./gate.ts";
 import { machineInfoCheck, machineInfoDigest } from "./machine.ts";
 import { type ActivationCreateBody, type HeartbeatBody, idempotentPartOf } from "./model.ts";
@@ -186,12 +187,14 @@ export class ActivationService {
       const decided = ((tx: Db) => {
         const existing = this.activationHoldingSlot(license, policy, deviceThumbprint, now, tx);
         if (existing) {
-          // Activating again is a check-in with the full machine_info: it refreshes the slot
-          // and the baseline, and takes no second slot.
+          requireSameKemKey(existing, body.device_kem_public_key);
+          // Activating again is a check-in with the full machine_info: it refreshes the slot,
+          // the baseline and the signals sent with it, and takes no second slot.
           const refreshed = {
             machineInfo: body.machine_info,
             machineInfoDigest: digest,
             machineBaselineAt: now,
+            machineSignals: body.machine_signals ?? existing.machineSignals,
             lastSeenAt: now,
             lastHeartbeatAt: now,
             appVersion: body.app_version ?? existing.appVersion,

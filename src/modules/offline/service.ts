@@ -9,6 +9,7 @@ import { ApiError, FieldErrorCollector } from "../../http/errors.ts";
 import type { Db } from "../../store/db.ts";
 import { activations, offlinePackages } from "../../store/schema/index.ts";
 import { issueCertificate } from "../activations/certificate.ts";
+import { requireSameKemKey } from "../activations/device-keys.ts";
 import { denialError, type PolicyWithId, type RuntimeGate } from "../activations/gate.ts";
 import { machineInfoDigest } from "../activations/machine.ts";
 import type { ActivationRow, ActivationService } from "../activations/service.ts";
@@ -245,13 +246,7 @@ export class OfflinePackageService {
     // activation would hand it a package, and offline_until would then shield it from culling.
     const existing = this.activationService.activationHoldingSlot(license, policy, deviceThumbprint, now, tx);
     if (existing) {
-      if (existing.deviceKemKey !== request.kemKey.text) {
-        throw new ApiError(
-          "DEVICE_KEY_MISMATCH",
-          "This device is active with another KEM key; deactivate it first or use the same keys.",
-          { activation_id: existing.id },
-        );
-      }
+      requireSameKemKey(existing, request.kemKey.text);
       const offlineUntil =
         existing.offlineUntil && existing.offlineUntil > expiresAt ? existing.offlineUntil : expiresAt;
       const changes = { offlineUntil, lastSeenAt: now, certificateExpiresAt: expiresAt };

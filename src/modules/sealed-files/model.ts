@@ -1,4 +1,6 @@
 import { Type } from "@sinclair/typebox";
+import { MAX_HEADER_LINE_BYTES } from "../../crypto/sealed-file.ts";
+import { RUNTIME_BODY_LIMIT } from "../../http/body.ts";
 import { DateTime, dataOf, IdField } from "../../http/schemas.ts";
 import { StringEnum } from "../../http/schemas-enum.ts";
 import { SEALING_KEY_STATUSES } from "../../store/schema/index.ts";
@@ -53,10 +55,13 @@ export const SealedFileStatus = Type.Object({
 
 export const SealedFileKeyRequest = Type.Object(
   {
+    // Only a bound for the schema: the line's own limit (4096 UTF-8 bytes) is the header check's,
+    // which answers SEALED_FILE_INVALID like the header's other defects. The 16 KiB runtime body
+    // limit comes first anyway.
     header: Type.String({
       minLength: 1,
-      maxLength: 4096,
-      description: "The sealed file's header line: the text between `SVCSEAL1\\n` and the next newline.",
+      maxLength: RUNTIME_BODY_LIMIT,
+      description: `The sealed file's header line: the text between \`SVCSEAL1\\n\` and the next newline, at most ${MAX_HEADER_LINE_BYTES} bytes as UTF-8 (longer is 422 SEALED_FILE_INVALID, reason invalid_header).`,
     }),
     sdk_version: Type.Optional(IdField()),
   },

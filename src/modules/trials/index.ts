@@ -3,6 +3,7 @@ import { answerAfterFloor } from "../../http/answer-floor.ts";
 import { runtimeCall } from "../../http/runtime-call.ts";
 import { errorEnvelopeResponse, RequiredIdempotencyHeaders } from "../../http/schemas.ts";
 import type { Services } from "../../services.ts";
+import { checkMachineSignalNames } from "../activations/model.ts";
 import { trialModels } from "./model.ts";
 
 const ROUTE = "/runtime/v1/trial-verifications";
@@ -30,6 +31,7 @@ export const trialVerificationsController = ({ trials, signer }: Services) =>
     .post(
       "/:id/confirm",
       async ({ params, body, headers, request, set }) => {
+        checkMachineSignalNames(body.machine_signals);
         const { outcome, productId } = await trials.confirm(
           params.id,
           body,

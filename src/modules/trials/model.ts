@@ -1,7 +1,7 @@
 import { Type } from "@sinclair/typebox";
 import { EmailAddressField } from "../../http/email-field.ts";
 import { IdField, SafeInteger } from "../../http/schemas.ts";
-import { MachineInfo, NONCE, signed } from "../activations/model.ts";
+import { MachineInfo, MachineSignals, NONCE, signed } from "../activations/model.ts";
 
 const Version = IdField();
 
@@ -36,8 +36,6 @@ export const TrialStartResult = signed({
   }),
   code_length: Type.Integer(),
 });
-
-const MachineSignals = Type.Record(IdField(), Type.String({ maxLength: 256 }), { maxProperties: 32 });
 
 export const TrialConfirm = Type.Object(
   {
