@@ -83,7 +83,11 @@ export class EmailVerificationService {
       : undefined;
     // One row of the same shape whether or not the address has a user, asked with a license id
     // that matches nothing when there is no license, so a non-matching address costs the same.
-    const found = this.users.assignedUserByEmail(product.environment, email.normalized, license?.id ?? "");
+    const found = this.users.assignments.assignedUserByEmail(
+      product.environment,
+      email.normalized,
+      license?.id ?? "",
+    );
     const user =
       found.users === 1 && found.userId !== null && found.userEmail !== null
         ? { id: found.userId, email: found.userEmail }

@@ -11,9 +11,10 @@ import {
   NoEtagIfMatchHeaders,
 } from "../../http/schemas.ts";
 import type { Services } from "../../services.ts";
+import { presentAssignment } from "./assignments.ts";
 import { AssignmentListQuery, LicenseUserListQuery, namedUserModels } from "./model.ts";
 import { passkeysController } from "./passkey-routes.ts";
-import { licenseUserEtag, presentAssignment } from "./service.ts";
+import { licenseUserEtag } from "./service.ts";
 
 const USERS = "/mgmt/v1/license-users";
 
@@ -129,7 +130,7 @@ const managementRoutes = ({ namedUsers, twoFactor, passkeys, licenses, idempoten
           filters: { id: params.id, status: query.status },
         });
         return page.present(
-          namedUsers.listAssignments({ userId: params.id }, page, query.status),
+          namedUsers.assignments.list({ userId: params.id }, page, query.status),
           presentAssignment,
         );
       },
@@ -151,7 +152,7 @@ const managementRoutes = ({ namedUsers, twoFactor, passkeys, licenses, idempoten
           filters: { id: params.id, status: query.status },
         });
         return page.present(
-          namedUsers.listAssignments({ licenseId: params.id }, page, query.status),
+          namedUsers.assignments.list({ licenseId: params.id }, page, query.status),
           presentAssignment,
         );
       },
@@ -173,7 +174,7 @@ const managementRoutes = ({ namedUsers, twoFactor, passkeys, licenses, idempoten
             status: 201,
             body: {
               data: presentAssignment(
-                namedUsers.assign(params.id, body.user_id, changeContext(caller, request)),
+                namedUsers.assignments.assign(params.id, body.user_id, changeContext(caller, request)),
               ),
             },
           }),
@@ -190,7 +191,11 @@ const managementRoutes = ({ namedUsers, twoFactor, passkeys, licenses, idempoten
     .delete(
       "/license-assignments/:id",
       ({ caller, params, headers, request }) => {
-        namedUsers.unassign(params.id, parseIfMatch(headers["if-match"]), changeContext(caller, request));
+        namedUsers.assignments.unassign(
+          params.id,
+          parseIfMatch(headers["if-match"]),
+          changeContext(caller, request),
+        );
         return noContent();
       },
       {
