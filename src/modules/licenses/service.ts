@@ -3,7 +3,6 @@ import type { ChangeContext, Deps } from "../../deps.ts";
 import { canonicalLicenseKey, formatLicenseKey, generateLicenseKey } from "../../domain/license-key.ts";
 import { defaultExpiry, licenseStatus } from "../../domain/license-state.ts";
 import type { PlanDefinition } from "../../domain/plans.ts";
-import type { PolicySettings } from "../../domain/policy-rules.ts";
 import type { Environment } from "../../domain/scopes.ts";
 import { ApiError, FieldErrorCollector } from "../../http/errors.ts";
 import type { PageRequest } from "../../http/pagination.ts";
@@ -20,7 +19,7 @@ import { settingsOf } from "../policies/service.ts";
 import { archived, type ProductService } from "../products/service.ts";
 import type { ConvertTrialBody, LicenseCreateBody, LicenseUpdateBody } from "./model.ts";
 import { presentLicense } from "./present.ts";
-import { unrevokedLicenses } from "./tallies.ts";
+import { checkLicenseQuota } from "./tallies.ts";
 import {
   checkEntitlements,
   checkExpiry,
@@ -157,7 +156,7 @@ export class LicenseService {
     const settings = settingsOf(policy);
     const expiresAt = expiry === undefined ? defaultExpiry(settings, now) : expiry;
     checkExpiry(expiresAt, now, plan);
-    this.checkQuota(plan, settings.license_type, product.environment);
+    checkLicenseQuota(this.deps.db, plan, settings.license_type, product.environment);
 
     const key = generateLicenseKey();
     const canonical = canonicalLicenseKey(key) as string;
@@ -370,32 +369,6 @@ export class LicenseService {
       });
       return next;
     });
-  }
-
-  /**
-   * Plan quotas count live licenses that are not revoked (all, and trials separately); test
-   * licenses are free, so a test key can never use up the live allowance.
-   */
-  private checkQuota(
-    plan: PlanDefinition,
-    licenseType: PolicySettings["license_type"],
-    environment: Environment,
-  ): void {
-    if (environment !== "live") return;
-    const checks: [string, string | undefined][] = [["licenses", undefined]];
-    if (licenseType === "trial") checks.push(["trial_licenses", "trial"]);
-    for (const [quota, type] of checks) {
-      const limit = plan.quotas[quota]?.limit;
-      if (limit === undefined) continue;
-      const used = unrevokedLicenses(this.deps.db, "live", type);
-      if (used >= limit) {
-        throw new ApiError("PLAN_QUOTA_EXCEEDED", `The plan allows ${limit} ${quota.replace("_", " ")}.`, {
-          quota,
-          limit,
-          used,
-        });
-      }
-    }
   }
 }
 
