@@ -23,6 +23,15 @@ export const errorEnvelopeResponse = (description: string) => ({
   content: { "application/json": { schema: { $ref: "#/components/schemas/ErrorEnvelope" } } },
 });
 
+/**
+ * The success answer of a route whose handler sends the resource's ETag: the OpenAPI document
+ * adds the header to the answer the route's response schema describes.
+ */
+export const WithEtag = {
+  description: "The resource; the ETag header carries its entity-tag for If-Match.",
+  headers: { ETag: { $ref: "#/components/headers/ETag" } },
+};
+
 /** A reference to another resource by its public id. */
 export const IdField = (description?: string) =>
   Type.String({ minLength: 1, maxLength: 64, ...(description ? { description } : {}) });

@@ -84,7 +84,8 @@ export const Heartbeat = Type.Object(
   { additionalProperties: false },
 );
 
-const SignedEnvelope = {
+/** The members a signed runtime answer carries beside `data` or `error` (docs/protocol.md §5, §16). */
+export const SignedEnvelope = {
   response_assertion: Type.Object({
     v: Type.Integer(),
     product_id: Type.String(),

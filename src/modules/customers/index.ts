@@ -5,7 +5,7 @@ import { emailField } from "../../http/email-field.ts";
 import { postOnce } from "../../http/idempotency.ts";
 import { parseIfMatch } from "../../http/preconditions.ts";
 import { noContent } from "../../http/respond.ts";
-import { IfMatchHeaders, RequiredIdempotencyHeaders } from "../../http/schemas.ts";
+import { IfMatchHeaders, RequiredIdempotencyHeaders, WithEtag } from "../../http/schemas.ts";
 import type { Services } from "../../services.ts";
 import { CustomerListQuery, customerModels } from "./model.ts";
 import { customerEtag, presentCustomer } from "./service.ts";
@@ -49,7 +49,7 @@ export const customersController = ({ customers, idempotency, pages }: Services)
         body: "customer.create",
         headers: RequiredIdempotencyHeaders,
         response: { 201: "customer.response" },
-        detail: { summary: "Create a customer (name or email required)" },
+        detail: { summary: "Create a customer (name or email required)", responses: { 201: WithEtag } },
       },
     )
     .get(
@@ -62,7 +62,7 @@ export const customersController = ({ customers, idempotency, pages }: Services)
       {
         scope: "customers:read",
         response: { 200: "customer.response" },
-        detail: { summary: "Get a customer (ETag)" },
+        detail: { summary: "Get a customer (ETag)", responses: { 200: WithEtag } },
       },
     )
     .patch(
@@ -83,7 +83,10 @@ export const customersController = ({ customers, idempotency, pages }: Services)
         body: "customer.update",
         headers: IfMatchHeaders,
         response: { 200: "customer.response" },
-        detail: { summary: "Update a customer (If-Match: the ETag, unchanged)" },
+        detail: {
+          summary: "Update a customer (If-Match: the ETag, unchanged)",
+          responses: { 200: WithEtag },
+        },
       },
     )
     .delete(

@@ -1,22 +1,20 @@
 import { toOpenAPISchema } from "@elysiajs/openapi";
 import type { AnyElysia } from "elysia";
-import { ERROR_CODES } from "../../http/errors.ts";
 import { DEFAULT_PAGE_SIZE } from "../../http/pagination.ts";
-import { classifyRuntimeRequest } from "../../http/runtime-routes.ts";
 import { ErrorEnvelope } from "../../http/schemas.ts";
-import { isPlanReport } from "../plan/plan-route.ts";
+import {
+  documentResponseHeaders,
+  documentSignedDenials,
+  errorResponsesFor,
+  type Operation,
+  RESPONSE_HEADERS,
+  SignedErrorEnvelope,
+  usesDeviceProof,
+} from "./openapi-responses.ts";
 
 export const API_VERSION = "2026-09-21";
 
-type Parameter = { in: string; name: string; schema?: Record<string, unknown> };
-
-type Operation = {
-  parameters?: Parameter[];
-  requestBody?: unknown;
-  responses?: Record<string, unknown>;
-  security?: unknown;
-  [key: string]: unknown;
-};
+type Parameter = NonNullable<Operation["parameters"]>[number];
 
 const METHODS = ["get", "post", "put", "patch", "delete"] as const;
 
@@ -39,26 +37,10 @@ const DEVICE_PROOF_HEADERS = [
   },
 ].map((header) => ({ in: "header", required: true, ...header }));
 
-const usesDeviceProof = (operation: Operation) =>
-  Array.isArray(operation.security) &&
-  operation.security.some((entry) => typeof entry === "object" && entry !== null && "deviceProof" in entry);
-
-/**
- * The operations the ended plan refuses with 402 PLAN_ENDED (PlanGate, spec §4.1): every
- * Management and Runtime operation except the plan report.
- */
-const planGated = (method: string, path: string) =>
-  (path.startsWith("/mgmt/") || path.startsWith("/runtime/")) && !isPlanReport(method.toUpperCase(), path);
-
-const errorResponse = (description: string) => ({
-  description,
-  content: { "application/json": { schema: { $ref: "#/components/schemas/ErrorEnvelope" } } },
-});
-
 /**
  * The OpenAPI 3.1 document, generated from the routes themselves and completed with what the
- * generator cannot know: security schemes, and the error envelope on every failure status a route
- * can answer.
+ * generator cannot know: security schemes, the error envelope on every failure status a route can
+ * answer (signed on the routes that sign denials), and the headers each answer carries.
  */
 export function buildOpenApiDocument(app: AnyElysia, baseUrl: string): Record<string, unknown> {
   const generated = toOpenAPISchema(
@@ -68,7 +50,8 @@ export function buildOpenApiDocument(app: AnyElysia, baseUrl: string): Record<st
     undefined,
     "3.1.0",
   );
-  const paths = generated.paths as Record<string, Record<string, Operation>>;
+  // A copy: the generator hands out the routes' own `detail` objects, which the steps below complete.
+  const paths = JSON.parse(JSON.stringify(generated.paths)) as Record<string, Record<string, Operation>>;
   documentRequestBodies(app, paths);
   documentDeclaredResponses(app, paths);
   for (const [path, item] of Object.entries(paths)) {
@@ -87,8 +70,11 @@ export function buildOpenApiDocument(app: AnyElysia, baseUrl: string): Record<st
       if (method === "delete" && !documentsSuccess(operation)) {
         operation.responses = { "204": { description: "Done; no body." }, ...operation.responses };
       }
+      documentSignedDenials(method, path, operation);
+      documentResponseHeaders(method, path, operation);
     }
   }
+  const schemas = allowNullInNullableEnums(withoutIds(generated.components?.schemas ?? {}));
   return {
     openapi: "3.1.0",
     info: {
@@ -114,10 +100,11 @@ export function buildOpenApiDocument(app: AnyElysia, baseUrl: string): Record<st
       { name: "Plan and reports" },
       { name: "Health" },
     ],
-    paths,
+    paths: allowNullInNullableEnums(paths),
     components: {
       ...generated.components,
-      schemas: { ...withoutIds(generated.components?.schemas ?? {}), ErrorEnvelope },
+      schemas: { ...schemas, ErrorEnvelope, SignedErrorEnvelope },
+      headers: RESPONSE_HEADERS,
       securitySchemes: {
         managementApiKey: {
           type: "http",
@@ -196,52 +183,44 @@ function documentRequestBodies(app: AnyElysia, paths: Record<string, Record<stri
  * The answers a route declares in `detail.responses` (an HTML page's 200, the codes an error status
  * carries there). The generator drops them whenever the route also has a `response` schema (it
  * starts the operation's responses afresh from that), so they are put back here; a status the
- * generator described from the schema keeps its description.
+ * generator described from the schema keeps its description and content, and takes the headers
+ * the route declares for it (the ETag its handler sets).
  */
 function documentDeclaredResponses(app: AnyElysia, paths: Record<string, Record<string, Operation>>): void {
   for (const route of app.routes) {
-    const declared = (route.hooks as { detail?: { responses?: Record<string, unknown> } } | undefined)?.detail
+    const declared = (route.hooks as { detail?: { responses?: Operation["responses"] } } | undefined)?.detail
       ?.responses;
     if (!declared) continue;
     const path = route.path.replace(/:([A-Za-z_]+)/g, "{$1}");
     const operation = paths[path]?.[route.method.toLowerCase()];
     if (!operation) continue;
-    operation.responses = { ...declared, ...operation.responses };
+    // Copies: the steps after this one complete the answers, and must not change the route's own.
+    const responses = JSON.parse(JSON.stringify(declared)) as NonNullable<Operation["responses"]>;
+    for (const [status, generated] of Object.entries(operation.responses ?? {})) {
+      const headers = responses[status]?.headers;
+      responses[status] = headers
+        ? { ...generated, headers: { ...generated.headers, ...headers } }
+        : generated;
+    }
+    operation.responses = responses;
   }
 }
 
 /**
- * The failure statuses an operation can answer, derived from what it takes: every failure uses
- * the error envelope, and each status lists the codes it carries.
+ * A copy of `node` in which every schema that allows null by its type also allows it by its
+ * enum or const. The generator writes `Nullable(StringEnum([…]))` as `{ type: [string, null],
+ * enum: […] }` with no null among the values, which refuses the null it means to allow.
  */
-function errorResponsesFor(method: string, path: string, operation: Operation): Record<string, unknown> {
-  const statuses = new Set<number>([500]);
-  const add = (...codes: number[]) => {
-    for (const code of codes) statuses.add(code);
-  };
-  const header = (name: string) =>
-    operation.parameters?.some((p) => p.in === "header" && p.name === name) ?? false;
-  const hasQuery = operation.parameters?.some((p) => p.in === "query") ?? false;
-  const deviceProof = usesDeviceProof(operation);
-  // Limited: management calls per API key, and what the runtime limits class (runtime-routes.ts,
-  // asked here so the document cannot drift from them); nothing else ever answers 429.
-  if (path.startsWith("/mgmt/") || classifyRuntimeRequest(method.toUpperCase(), path) !== null) add(429);
-  if (path.startsWith("/mgmt/")) add(401, 403);
-  if (planGated(method, path)) add(402);
-  if (path.includes("{")) statuses.add(404);
-  if (hasQuery) add(400, 422);
-  if (operation.requestBody) add(400, 413, 422);
-  if (header("if-match") || header("idempotency-key")) add(400, 409);
-  if (deviceProof) add(400, 401, 403, 404, 410, 422);
-  if (path === "/runtime/v1/activations") add(401, 403, 404, 409, 422);
-  if (path.includes("/trust-bundle") || path === "/runtime/v1/time") add(404, 409);
+function allowNullInNullableEnums<T>(node: T): T {
+  if (Array.isArray(node)) return node.map(allowNullInNullableEnums) as T;
+  if (typeof node !== "object" || node === null) return node;
   const out: Record<string, unknown> = {};
-  for (const status of [...statuses].sort()) {
-    if (operation.responses?.[String(status)]) continue;
-    const codes = Object.entries(ERROR_CODES)
-      .filter(([, spec]) => spec.status === status)
-      .map(([code]) => code);
-    out[String(status)] = errorResponse(`Error envelope. Codes with this status: ${codes.join(", ")}.`);
+  for (const [key, value] of Object.entries(node)) out[key] = allowNullInNullableEnums(value);
+  if (!Array.isArray(out.type) || !out.type.includes("null")) return out as T;
+  if ("const" in out) {
+    const { const: only, ...rest } = out;
+    return { ...rest, enum: only === null ? [null] : [only, null] } as T;
   }
-  return out;
+  if (Array.isArray(out.enum) && !out.enum.includes(null)) out.enum = [...out.enum, null];
+  return out as T;
 }

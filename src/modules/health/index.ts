@@ -1,6 +1,7 @@
 import { Type } from "@sinclair/typebox";
 import { Elysia } from "elysia";
 import { ApiError } from "../../http/errors.ts";
+import { errorEnvelopeResponse } from "../../http/schemas.ts";
 
 export interface Readiness {
   ready(): boolean;
@@ -26,6 +27,10 @@ export const healthController = (readiness: Readiness) =>
       },
       {
         response: { 200: Type.Object({ status: Type.Literal("ready") }) },
-        detail: { summary: "Readiness", security: [] },
+        detail: {
+          summary: "Readiness",
+          security: [],
+          responses: { 503: errorEnvelopeResponse("SERVICE_UNAVAILABLE: the service is shutting down.") },
+        },
       },
     );

@@ -1,6 +1,7 @@
 import { Elysia } from "elysia";
 import { readDeviceProofHeaders } from "../../http/device-proof.ts";
 import { runtimeCall } from "../../http/runtime-call.ts";
+import { errorEnvelopeResponse } from "../../http/schemas.ts";
 import type { Services } from "../../services.ts";
 import { leaseModels } from "./model.ts";
 
@@ -22,7 +23,15 @@ export const leasesController = ({ leases, signer }: Services) =>
       {
         body: "lease.create",
         response: { 201: "lease.result" },
-        detail: { summary: "Take a floating seat", ...proofSecurity },
+        detail: {
+          summary: "Take a floating seat",
+          ...proofSecurity,
+          responses: {
+            409: errorEnvelopeResponse(
+              "CONCURRENCY_LIMIT_REACHED: every seat is taken; retry later, or release one.",
+            ),
+          },
+        },
       },
     )
     .post(

@@ -4,7 +4,7 @@ import { changeContext } from "../../http/context.ts";
 import { postOnce } from "../../http/idempotency.ts";
 import { parseIfMatch, versionEtag } from "../../http/preconditions.ts";
 import { noContent } from "../../http/respond.ts";
-import { IfMatchHeaders, RequiredIdempotencyHeaders } from "../../http/schemas.ts";
+import { IfMatchHeaders, RequiredIdempotencyHeaders, WithEtag } from "../../http/schemas.ts";
 import type { Services } from "../../services.ts";
 import { LicenseListQuery, licenseModels } from "./model.ts";
 
@@ -50,7 +50,10 @@ export const licensesController = ({ licenses, idempotency, pages }: Services) =
         body: "license.create",
         headers: RequiredIdempotencyHeaders,
         response: { 201: "license.response" },
-        detail: { summary: "Create a license (product_id and policy_id are required)" },
+        detail: {
+          summary: "Create a license (product_id and policy_id are required)",
+          responses: { 201: WithEtag },
+        },
       },
     )
     .get(
@@ -60,7 +63,11 @@ export const licensesController = ({ licenses, idempotency, pages }: Services) =
         set.headers.etag = versionEtag(row.version);
         return { data: one(row) };
       },
-      { scope: "licenses:read", response: { 200: "license.response" }, detail: { summary: "Get a license" } },
+      {
+        scope: "licenses:read",
+        response: { 200: "license.response" },
+        detail: { summary: "Get a license", responses: { 200: WithEtag } },
+      },
     )
     .patch(
       "/:id",
@@ -81,6 +88,7 @@ export const licensesController = ({ licenses, idempotency, pages }: Services) =
         response: { 200: "license.response" },
         detail: {
           summary: "Update a license: expiry, overrides, metadata, status_action (If-Match: version)",
+          responses: { 200: WithEtag },
         },
       },
     )
@@ -113,7 +121,10 @@ export const licensesController = ({ licenses, idempotency, pages }: Services) =
         body: "license.convert-trial",
         headers: IfMatchHeaders,
         response: { 200: "license.response" },
-        detail: { summary: "Convert a trial into a full license with the same key" },
+        detail: {
+          summary: "Convert a trial into a full license with the same key",
+          responses: { 200: WithEtag },
+        },
       },
     );
 };

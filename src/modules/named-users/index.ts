@@ -9,6 +9,7 @@ import {
   IdempotencyHeaders,
   IfMatchHeaders,
   NoEtagIfMatchHeaders,
+  WithEtag,
 } from "../../http/schemas.ts";
 import type { Services } from "../../services.ts";
 import { presentAssignment } from "./assignments.ts";
@@ -71,7 +72,10 @@ const managementRoutes = ({ namedUsers, twoFactor, passkeys, licenses, idempoten
         body: "license_user.create",
         headers: IdempotencyHeaders,
         response: { 201: "license_user.response" },
-        detail: { summary: "Create a local-ID license user (unique active email per environment)" },
+        detail: {
+          summary: "Create a local-ID license user (unique active email per environment)",
+          responses: { 201: WithEtag },
+        },
       },
     )
     .get(
@@ -84,7 +88,7 @@ const managementRoutes = ({ namedUsers, twoFactor, passkeys, licenses, idempoten
       {
         scope: "licenses:read",
         response: { 200: "license_user.response" },
-        detail: { summary: "Get a license user (ETag)" },
+        detail: { summary: "Get a license user (ETag)", responses: { 200: WithEtag } },
       },
     )
     .patch(
@@ -104,7 +108,7 @@ const managementRoutes = ({ namedUsers, twoFactor, passkeys, licenses, idempoten
         body: "license_user.update",
         headers: IfMatchHeaders,
         response: { 200: "license_user.response" },
-        detail: { summary: "Update a license user (If-Match: the ETag)" },
+        detail: { summary: "Update a license user (If-Match: the ETag)", responses: { 200: WithEtag } },
       },
     )
     .delete(
@@ -247,7 +251,7 @@ const managementRoutes = ({ namedUsers, twoFactor, passkeys, licenses, idempoten
         body: "two_factor.confirm",
         headers: IfMatchHeaders,
         response: { 200: "license_user.response" },
-        detail: { summary: "Turn TOTP on with a code from the authenticator" },
+        detail: { summary: "Turn TOTP on with a code from the authenticator", responses: { 200: WithEtag } },
       },
     )
     .delete(
@@ -298,6 +302,6 @@ const managementRoutes = ({ namedUsers, twoFactor, passkeys, licenses, idempoten
         scope: "licenses:write",
         headers: IfMatchHeaders,
         response: { 200: "license_user.response" },
-        detail: { summary: "Unlock two-factor after TWO_FACTOR_LOCKED" },
+        detail: { summary: "Unlock two-factor after TWO_FACTOR_LOCKED", responses: { 200: WithEtag } },
       },
     );

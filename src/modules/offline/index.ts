@@ -35,6 +35,11 @@ export const offlineController = ({ offlinePackages }: Services) =>
               description:
                 "The package: manifest.json, manifest.sig, license.jwt, trust-bundle.json (docs/protocol.md). An identical request answers the stored bytes while the package stays valid.",
               content: { [OFFLINE_PACKAGE_MEDIA_TYPE]: { schema: { type: "string", format: "binary" } } },
+              headers: {
+                "X-Offline-Package-Id": { $ref: "#/components/headers/X-Offline-Package-Id" },
+                // An identical request's stored bytes, answered again.
+                "Idempotent-Replayed": { $ref: "#/components/headers/Idempotent-Replayed" },
+              },
             },
             403: errorEnvelopeResponse(
               "INSUFFICIENT_SCOPE; PLAN_ENTITLEMENT_REQUIRED (offline_packages); LICENSE_REVOKED, LICENSE_EXPIRED, LICENSE_SUSPENDED, LICENSE_BLOCKED, DEVICE_BLOCKED.",

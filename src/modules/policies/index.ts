@@ -4,7 +4,7 @@ import { changeContext } from "../../http/context.ts";
 import { postOnce } from "../../http/idempotency.ts";
 import { parseIfMatch } from "../../http/preconditions.ts";
 import { noContent } from "../../http/respond.ts";
-import { IfMatchHeaders, RequiredIdempotencyHeaders } from "../../http/schemas.ts";
+import { IfMatchHeaders, RequiredIdempotencyHeaders, WithEtag } from "../../http/schemas.ts";
 import type { Services } from "../../services.ts";
 import { PolicyListQuery, policyModels } from "./model.ts";
 import { policyEtag, presentPolicy } from "./service.ts";
@@ -45,7 +45,10 @@ export const policiesController = ({ policies, idempotency, pages }: Services) =
         body: "policy.create",
         headers: RequiredIdempotencyHeaders,
         response: { 201: "policy.response" },
-        detail: { summary: "Create a policy (only product_id and name are required)" },
+        detail: {
+          summary: "Create a policy (only product_id and name are required)",
+          responses: { 201: WithEtag },
+        },
       },
     )
     .get(
@@ -58,7 +61,7 @@ export const policiesController = ({ policies, idempotency, pages }: Services) =
       {
         scope: "policies:read",
         response: { 200: "policy.response" },
-        detail: { summary: "Get a policy (ETag)" },
+        detail: { summary: "Get a policy (ETag)", responses: { 200: WithEtag } },
       },
     )
     .patch(
@@ -78,7 +81,7 @@ export const policiesController = ({ policies, idempotency, pages }: Services) =
         body: "policy.update",
         headers: IfMatchHeaders,
         response: { 200: "policy.response" },
-        detail: { summary: "Update a policy (If-Match: the ETag, unchanged)" },
+        detail: { summary: "Update a policy (If-Match: the ETag, unchanged)", responses: { 200: WithEtag } },
       },
     )
     .delete(

@@ -2,7 +2,7 @@ import { Elysia } from "elysia";
 import { managementAuth } from "../../http/auth.ts";
 import { changeContext } from "../../http/context.ts";
 import { parseIfMatch, versionEtag } from "../../http/preconditions.ts";
-import { errorEnvelopeResponse, IfMatchHeaders } from "../../http/schemas.ts";
+import { errorEnvelopeResponse, IfMatchHeaders, WithEtag } from "../../http/schemas.ts";
 import type { Services } from "../../services.ts";
 import { browserRuntimeModels } from "./browser-runtime-model.ts";
 
@@ -24,7 +24,7 @@ export const browserRuntimeController = ({ browserRuntime }: Services) =>
         detail: {
           summary:
             "Browser runtime settings: whether browsers may call the Runtime API, and from which origins",
-          responses: { 409: errorEnvelopeResponse("PRODUCT_ARCHIVED.") },
+          responses: { 200: WithEtag, 409: errorEnvelopeResponse("PRODUCT_ARCHIVED.") },
         },
       },
     )
@@ -48,6 +48,7 @@ export const browserRuntimeController = ({ browserRuntime }: Services) =>
         detail: {
           summary: "Change the browser runtime settings (If-Match: the product's version)",
           responses: {
+            200: WithEtag,
             403: errorEnvelopeResponse(
               "INSUFFICIENT_SCOPE, or PLAN_ENTITLEMENT_REQUIRED (details.entitlement: browser_runtime) when enabling.",
             ),

@@ -5,7 +5,7 @@ import { postOnce } from "../../http/idempotency.ts";
 import { PageQuery } from "../../http/pagination.ts";
 import { parseIfMatch, versionEtag } from "../../http/preconditions.ts";
 import { noContent } from "../../http/respond.ts";
-import { IfMatchHeaders, RequiredIdempotencyHeaders } from "../../http/schemas.ts";
+import { IfMatchHeaders, RequiredIdempotencyHeaders, WithEtag } from "../../http/schemas.ts";
 import type { Services } from "../../services.ts";
 import { productModels } from "./model.ts";
 import { presentProduct } from "./service.ts";
@@ -49,7 +49,7 @@ export const productsController = ({ products, idempotency, pages }: Services) =
         body: "product.create",
         headers: RequiredIdempotencyHeaders,
         response: { 201: "product.response" },
-        detail: { summary: "Create a product" },
+        detail: { summary: "Create a product", responses: { 201: WithEtag } },
       },
     )
     .get(
@@ -59,7 +59,11 @@ export const productsController = ({ products, idempotency, pages }: Services) =
         set.headers.etag = versionEtag(row.version);
         return { data: presentProduct(row) };
       },
-      { scope: "products:read", response: { 200: "product.response" }, detail: { summary: "Get a product" } },
+      {
+        scope: "products:read",
+        response: { 200: "product.response" },
+        detail: { summary: "Get a product", responses: { 200: WithEtag } },
+      },
     )
     .patch(
       "/:id",
@@ -78,7 +82,7 @@ export const productsController = ({ products, idempotency, pages }: Services) =
         body: "product.update",
         headers: IfMatchHeaders,
         response: { 200: "product.response" },
-        detail: { summary: "Update a product (If-Match: version)" },
+        detail: { summary: "Update a product (If-Match: version)", responses: { 200: WithEtag } },
       },
     )
     .delete(

@@ -2,7 +2,7 @@ import { Elysia } from "elysia";
 import { managementAuth } from "../../http/auth.ts";
 import { changeContext } from "../../http/context.ts";
 import { parseIfMatch, versionEtag } from "../../http/preconditions.ts";
-import { errorEnvelopeResponse, IfMatchHeaders } from "../../http/schemas.ts";
+import { errorEnvelopeResponse, IfMatchHeaders, WithEtag } from "../../http/schemas.ts";
 import type { Services } from "../../services.ts";
 import { trialSignupModels } from "./trial-signup-model.ts";
 
@@ -23,7 +23,7 @@ export const trialSignupController = ({ trialSignups }: Services) =>
         response: { 200: "trial-signup.response" },
         detail: {
           summary: "Trial sign-up settings (409 for an archived product)",
-          responses: { 409: errorEnvelopeResponse("PRODUCT_ARCHIVED.") },
+          responses: { 200: WithEtag, 409: errorEnvelopeResponse("PRODUCT_ARCHIVED.") },
         },
       },
     )
@@ -47,6 +47,7 @@ export const trialSignupController = ({ trialSignups }: Services) =>
         detail: {
           summary: "Change trial sign-up settings (If-Match: the product's version)",
           responses: {
+            200: WithEtag,
             403: errorEnvelopeResponse(
               "INSUFFICIENT_SCOPE, or PLAN_ENTITLEMENT_REQUIRED (details.entitlement: trial_licenses) when choosing a policy.",
             ),

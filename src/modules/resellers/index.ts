@@ -4,7 +4,7 @@ import { changeContext } from "../../http/context.ts";
 import { postOnce } from "../../http/idempotency.ts";
 import { PageQuery } from "../../http/pagination.ts";
 import { parseIfMatch } from "../../http/preconditions.ts";
-import { IdempotencyHeaders, IfMatchHeaders } from "../../http/schemas.ts";
+import { IdempotencyHeaders, IfMatchHeaders, WithEtag } from "../../http/schemas.ts";
 import type { Services } from "../../services.ts";
 import { resellerModels } from "./model.ts";
 import { presentReseller, resellerEtag } from "./service.ts";
@@ -54,7 +54,7 @@ export const resellersController = ({ resellers, idempotency, pages }: Services)
         body: "reseller.create",
         headers: IdempotencyHeaders,
         response: { 201: "reseller.response" },
-        detail: { summary: "Create a reseller (optional Idempotency-Key)" },
+        detail: { summary: "Create a reseller (optional Idempotency-Key)", responses: { 201: WithEtag } },
       },
     )
     .get(
@@ -67,7 +67,7 @@ export const resellersController = ({ resellers, idempotency, pages }: Services)
       {
         scope: "customers:read",
         response: { 200: "reseller.response" },
-        detail: { summary: "Get a reseller (ETag)" },
+        detail: { summary: "Get a reseller (ETag)", responses: { 200: WithEtag } },
       },
     )
     .patch(
@@ -87,6 +87,6 @@ export const resellersController = ({ resellers, idempotency, pages }: Services)
         body: "reseller.update",
         headers: IfMatchHeaders,
         response: { 200: "reseller.response" },
-        detail: { summary: "Update a reseller (If-Match: the ETag)" },
+        detail: { summary: "Update a reseller (If-Match: the ETag)", responses: { 200: WithEtag } },
       },
     );

@@ -25,6 +25,7 @@ export const trialVerificationsController = ({ trials, signer }: Services) =>
         detail: {
           summary:
             "Start a trial sign-up: mails a six-digit code when the product accepts sign-ups and the send limits allow; the same 202 either way",
+          responses: { 404: errorEnvelopeResponse("NOT_FOUND: no product has this product_id.") },
         },
       },
     )

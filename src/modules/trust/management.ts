@@ -1,7 +1,7 @@
 import { Type } from "@sinclair/typebox";
 import { Elysia } from "elysia";
 import { managementAuth } from "../../http/auth.ts";
-import { dataOf, JsonObject } from "../../http/schemas.ts";
+import { dataOf, errorEnvelopeResponse, JsonObject } from "../../http/schemas.ts";
 import type { Services } from "../../services.ts";
 
 const IntegrationConfig = Type.Object({
@@ -20,6 +20,11 @@ export const integrationConfigController = ({ integrationConfig }: Services) =>
       {
         scope: "products:read",
         response: { 200: "integration-config.response" },
-        detail: { summary: "The service.config.json the app embeds (409 for an archived product)" },
+        detail: {
+          summary: "The service.config.json the app embeds (409 for an archived product)",
+          responses: {
+            409: errorEnvelopeResponse("PRODUCT_ARCHIVED: an archived product gets no new installs."),
+          },
+        },
       },
     );

@@ -5,7 +5,7 @@ import { postOnce } from "../../http/idempotency.ts";
 import { PageQuery } from "../../http/pagination.ts";
 import { parseIfMatch } from "../../http/preconditions.ts";
 import { json, noContent } from "../../http/respond.ts";
-import { IdempotencyHeaders, IfMatchHeaders } from "../../http/schemas.ts";
+import { IdempotencyHeaders, IfMatchHeaders, WithEtag } from "../../http/schemas.ts";
 import type { Services } from "../../services.ts";
 import { presentDelivery } from "./deliveries.ts";
 import { DeliveryListQuery, webhookModels } from "./model.ts";
@@ -68,6 +68,7 @@ export const webhooksController = ({ webhooks, webhookDeliveries, idempotency, p
           summary: "Create a webhook endpoint; the signing secret is in this response only",
           description:
             "A repeat with the same Idempotency-Key and body replays this response, secret included, and creates nothing. A plan without the webhooks feature: 403 PLAN_ENTITLEMENT_REQUIRED (details.entitlement: webhooks).",
+          responses: { 201: WithEtag },
         },
       },
     )
@@ -81,7 +82,10 @@ export const webhooksController = ({ webhooks, webhookDeliveries, idempotency, p
       {
         scope: "webhooks:read",
         response: { 200: "webhook.response" },
-        detail: { summary: "Get a webhook endpoint (ETag; no secret; no URL for team-chat destinations)" },
+        detail: {
+          summary: "Get a webhook endpoint (ETag; no secret; no URL for team-chat destinations)",
+          responses: { 200: WithEtag },
+        },
       },
     )
     .patch(
@@ -105,6 +109,7 @@ export const webhooksController = ({ webhooks, webhookDeliveries, idempotency, p
           summary: "Change a webhook endpoint's name, URL or events, or re-enable it (If-Match: the ETag)",
           description:
             "A plan without the webhooks feature may rename an endpoint only: a new URL, events or re-enabling is 403 PLAN_ENTITLEMENT_REQUIRED.",
+          responses: { 200: WithEtag },
         },
       },
     )
@@ -142,6 +147,7 @@ export const webhooksController = ({ webhooks, webhookDeliveries, idempotency, p
           summary: "Rotate the signing secret; the new one is in this response only",
           description:
             "Both secrets sign every delivery until secret_rotation.activates_at (overlap_sec, default one day).",
+          responses: { 200: WithEtag },
         },
       },
     )
