@@ -109,27 +109,17 @@ describe("happy path", () => {
   });
 
   test("hosts that are DNS names of letters, digits and hyphens, or IP addresses, are accepted", async () => {
-    const longest = `https://${"a".repeat(63)}.example.com`;
-    const response = await patch({
-      enabled: true,
-      allowed_origins: [
-        "https://a-b.example.com",
-        "https://xn--bcher-kva.example",
-        "https://1st.example",
-        longest,
-        "https://203.0.113.7",
-        "https://[2001:db8::1]:8443",
-      ],
-    });
-    expect(response.body.error).toBeUndefined();
-    expect(response.body.data.allowed_origins).toEqual([
+    const origins = [
       "https://a-b.example.com",
       "https://xn--bcher-kva.example",
       "https://1st.example",
-      longest,
+      `https://${"a".repeat(63)}.example.com`,
       "https://203.0.113.7",
       "https://[2001:db8::1]:8443",
-    ]);
+    ];
+    const response = await patch({ enabled: true, allowed_origins: origins });
+    expect(response.body.error).toBeUndefined();
+    expect(response.body.data.allowed_origins).toEqual(origins);
   });
 
   test("a test product also accepts http origins on loopback hosts", async () => {

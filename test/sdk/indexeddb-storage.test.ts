@@ -86,8 +86,15 @@ const deleteUnblocked = (name: string) =>
     deletion.onblocked = () => reject(new Error("the deletion was blocked by an open connection"));
   });
 
-const stillPendingAfter = (ms: number) =>
-  new Promise<string>((resolve) => setTimeout(() => resolve("still pending"), ms));
+/** What an open came to: the storage's failure, "opened", or "still pending" once `ms` have passed. */
+const outcomeWithin = (opening: Promise<unknown>, ms: number): Promise<unknown> =>
+  Promise.race([
+    opening.then(
+      () => "opened",
+      (error: Error) => error,
+    ),
+    new Promise<string>((resolve) => setTimeout(() => resolve("still pending"), ms)),
+  ]);
 
 describe("reads and writes", () => {
   test("a value set in one tab is read in another once set has resolved; delete removes it for both", async () => {
@@ -149,13 +156,7 @@ describe("failures", () => {
   test("an open the platform never answers fails after openTimeoutMs with a TimeoutError naming the database", async () => {
     const silent = { open: () => ({}) as IDBOpenDBRequest } as unknown as IDBFactory;
     const opening = IndexedDbStorage.open({ factory: silent, name: "stuck", openTimeoutMs: 50 });
-    const outcome = await Promise.race([
-      opening.then(
-        () => "opened",
-        (error: Error) => error,
-      ),
-      stillPendingAfter(2000),
-    ]);
+    const outcome = await outcomeWithin(opening, 2000);
     expect(outcome).toBeInstanceOf(Error);
     expect((outcome as Error).name).toBe("TimeoutError");
     expect((outcome as Error).message).toContain('"stuck" within 50 ms');
@@ -165,13 +166,7 @@ describe("failures", () => {
     const slow = heldFactory();
     try {
       const opening = IndexedDbStorage.open({ factory: slow.factory, openTimeoutMs: 30 });
-      const outcome = await Promise.race([
-        opening.then(
-          () => "opened",
-          (error: Error) => error,
-        ),
-        stillPendingAfter(2000),
-      ]);
+      const outcome = await outcomeWithin(opening, 2000);
       expect(outcome).toBeInstanceOf(Error);
       expect((outcome as Error).message).toContain("did not open");
     } finally {
