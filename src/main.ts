@@ -69,6 +69,17 @@ const groupUsage = (group: string): string =>
 
 const isHelp = (arg: string | undefined) => arg === "-h" || arg === "--help" || arg === "help";
 
+/** Prints help text: 0, or 1 with one line when stdout does not take it. */
+function printed(text: string): number {
+  try {
+    out(text);
+    return 0;
+  } catch (error) {
+    process.stderr.write(`licensing: ${(error as Error).message}\n`);
+    return 1;
+  }
+}
+
 /** Runs one command line and returns the exit code: 0 success, 1 failure, 2 usage error. */
 export async function main(argv: readonly string[], env: Env, cwd: string): Promise<number> {
   const [first, second] = argv;
@@ -76,18 +87,12 @@ export async function main(argv: readonly string[], env: Env, cwd: string): Prom
     process.stderr.write(TOP_USAGE);
     return 2;
   }
-  if (isHelp(first)) {
-    process.stdout.write(TOP_USAGE);
-    return 0;
-  }
+  if (isHelp(first)) return printed(TOP_USAGE);
   if (first === "--version") return run(versionCommand, argv.slice(1), env, cwd);
   let command: Command | undefined;
   let rest: readonly string[];
   if (Object.hasOwn(GROUPS, first)) {
-    if (isHelp(second)) {
-      process.stdout.write(groupUsage(first));
-      return 0;
-    }
+    if (isHelp(second)) return printed(groupUsage(first));
     command = COMMANDS.find((c) => c.name === `${first} ${second}`);
     if (!command) {
       const what = second === undefined ? "a subcommand is needed" : `unknown subcommand "${second}"`;
@@ -111,7 +116,7 @@ async function run(command: Command, argv: readonly string[], env: Env, cwd: str
   try {
     const line = parse(command, { argv, env, cwd });
     if (line.help) {
-      process.stdout.write(helpText(command));
+      out(helpText(command));
       return 0;
     }
     return await command.run(line, { argv, env, cwd });

@@ -25,7 +25,7 @@ import { openStore } from "../store/db.ts";
 import { migrate } from "../store/migrate.ts";
 import { type ServeLock, takeServeLock } from "../store/serve-lock.ts";
 import { UsageError } from "./args.ts";
-import { CliError, err, out } from "./console.ts";
+import { CliError, err, OutputError, out } from "./console.ts";
 import { holdSignals, signalExitCode } from "./held-signals.ts";
 import { clearInterruptedInit, INIT_STAGING_PREFIX, STAGED } from "./interrupted-init.ts";
 import { checkNewPassphrase, type PassphraseSource, resolvePassphrase } from "./secrets.ts";
@@ -40,6 +40,8 @@ import {
 export interface InitResult {
   dataDir: string;
   apiKeys: { live: string; test: string };
+  /** Their ids, for the advice when the keys could not be printed. */
+  apiKeyIds: { live: string; test: string };
   /** Null when the passphrase came from LICENSING_KEYSTORE_PASSPHRASE. */
   passphraseFile: string | null;
   passphraseGenerated: boolean;
@@ -159,6 +161,7 @@ function buildAndPlace(
     const keystore = Keystore.create(join(staging, STAGED.keystore), source.passphrase);
     const store = openStore(join(staging, STAGED.store));
     let apiKeys: InitResult["apiKeys"];
+    let apiKeyIds: InitResult["apiKeyIds"];
     let migrations: string[];
     try {
       migrations = migrate(store.sqlite).applied;
@@ -166,9 +169,10 @@ function buildAndPlace(
       new WorkspaceService(deps).ensure();
       const service = new ApiKeyService(deps);
       const create = (environment: "live" | "test") =>
-        service.create({ environment, scopes: [...SCOPES], name: `${environment} key (created by init)` })
-          .apiKey;
-      apiKeys = { live: create("live"), test: create("test") };
+        service.create({ environment, scopes: [...SCOPES], name: `${environment} key (created by init)` });
+      const [live, test] = [create("live"), create("test")];
+      apiKeys = { live: live.apiKey, test: test.apiKey };
+      apiKeyIds = { live: live.id, test: test.id };
       // Folds the WAL into the main file so the single .db file is the whole store.
       const checkpoint = store.sqlite.query<{ busy: number }, []>("PRAGMA wal_checkpoint(TRUNCATE)").get();
       if (checkpoint?.busy !== 0) throw new Error("could not checkpoint the new store");
@@ -195,6 +199,7 @@ function buildAndPlace(
     return {
       dataDir,
       apiKeys,
+      apiKeyIds,
       passphraseFile: source.file,
       passphraseGenerated: source.generated,
       migrations,
@@ -288,6 +293,19 @@ export function describeInit(result: InitResult): string {
   return lines.join("\n");
 }
 
+/**
+ * The failure when the new API keys could not be printed: the data dir is set up, and its two
+ * keys are live, but nobody saw them (only their hashes are stored).
+ */
+export function unprintedKeys(result: InitResult, error: OutputError): CliError {
+  const { live, test } = result.apiKeyIds;
+  return new CliError(
+    `initialised ${result.dataDir}, but its API keys could not be printed (${error.reason}); nobody has seen them: ` +
+      `create new ones with "licensing keys create --data-dir ${result.dataDir}", then revoke ${live} and ${test} ` +
+      'with "licensing keys revoke"',
+  );
+}
+
 export const initCommand: Command = {
   name: "init",
   summary:
@@ -304,6 +322,9 @@ export const initCommand: Command = {
       try {
         for (const note of result.recovered) err(note);
         printInit(result, line.flags.json === true);
+      } catch (error) {
+        if (error instanceof OutputError) throw unprintedKeys(result, error);
+        throw error;
       } finally {
         finishInit(result);
       }

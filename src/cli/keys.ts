@@ -6,7 +6,7 @@ import { ENVIRONMENTS, type Environment, isScope, SCOPES, type Scope } from "../
 import { CONTROL_CHARACTERS, NameField } from "../http/schemas.ts";
 import { ApiKeyService } from "../modules/api-keys/service.ts";
 import { type OptionSpec, UsageError } from "./args.ts";
-import { CliError, out } from "./console.ts";
+import { CliError, OutputError, out } from "./console.ts";
 import { type Command, cliActor, JSON_OPTION, noPositionals, openExistingStore } from "./shared.ts";
 
 /**
@@ -82,8 +82,19 @@ export const keysCreateCommand: Command = {
     const created = withApiKeys(line, (service) =>
       service.create({ environment: env as Environment, scopes, name }, cliActor()),
     );
-    if (line.flags.json === true) out(JSON.stringify({ api_key: created.apiKey, id: created.id }));
-    else out(`Created ${created.id} (${env}, ${scopesFlag}).\nAPI key (shown only now): ${created.apiKey}`);
+    try {
+      if (line.flags.json === true) out(JSON.stringify({ api_key: created.apiKey, id: created.id }));
+      else out(`Created ${created.id} (${env}, ${scopesFlag}).\nAPI key (shown only now): ${created.apiKey}`);
+    } catch (error) {
+      // The key is live and stored only as a hash: unprinted, nobody can ever use it, but it stays
+      // valid until revoked.
+      if (error instanceof OutputError)
+        throw new CliError(
+          `created API key ${created.id} but could not print it (${error.reason}); nobody has seen the key: ` +
+            `revoke it with "licensing keys revoke ${created.id}" and create another`,
+        );
+      throw error;
+    }
     return 0;
   },
 };

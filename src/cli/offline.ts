@@ -1,6 +1,7 @@
 import { statSync } from "node:fs";
 import { dirname, resolve } from "node:path";
 import { eq } from "drizzle-orm";
+import type { Deps } from "../deps.ts";
 import { parseDateTime } from "../domain/datetime.ts";
 import { AtomicFile, FileWriteError } from "../fs/atomic-file.ts";
 import { DEFAULT_BODY_LIMIT, parseJsonBytes, tooLarge } from "../http/body.ts";
@@ -18,6 +19,7 @@ import {
   cliActor,
   JSON_OPTION,
   located,
+  refuseDirectoryForm,
   serviceBaseUrl,
   withinDataDir,
   withKeystoreDeps,
@@ -83,8 +85,27 @@ const describe = (error: ApiError): string => {
     : Object.keys(error.details).length > 0
       ? ` (${JSON.stringify(error.details)})`
       : "";
-  return `${error.code}: ${error.message}${extra}`;
+  // "Some values are invalid." then ": request …" would read ".:".
+  const message = extra.startsWith(":") ? error.message.replace(/\.$/, "") : error.message;
+  return `${error.code}: ${message}${extra}`;
 };
+
+/**
+ * The route answers 402 PLAN_ENDED once the workspace plan has ended, before it looks at the
+ * license (spec §4.1); the command asks the route's own gate, at the same point.
+ */
+function refuseEndedPlan(services: ReturnType<typeof createServices>, deps: Deps, licenseId: string): void {
+  try {
+    services.planGate.admit("POST", `/mgmt/v1/licenses/${licenseId}/offline-certificates`, deps.clock.now());
+  } catch (error) {
+    if (!(error instanceof ApiError)) throw error;
+    const { plan, ended_at } = error.details as { plan?: string; ended_at?: string };
+    throw new CliError(
+      `${error.code}: ${error.message.replace(/\.$/, "")} (plan ${plan}, ended ${ended_at}); ` +
+        'nothing is issued until "licensing plan set" gives the workspace a plan that has not ended',
+    );
+  }
+}
 
 /**
  * `licensing offline issue`: the API route's offline package, made from the data dir with no server
@@ -144,14 +165,16 @@ export const offlineIssueCommand: Command = {
       if (error instanceof ApiError) throw new CliError(`${requestFile}: ${describe(error)}`);
       throw error;
     }
+    refuseDirectoryForm(outFile);
     const outPath = resolve(context.cwd, outFile);
     refuseOut(outPath, outFile, requestPath, line.config);
 
     return withKeystoreDeps(line, (deps) => {
-      const license = deps.db.select().from(licenses).where(eq(licenses.id, licenseId)).get();
-      if (!license) throw new CliError(`no license ${licenseId}`);
       // The issuer its certificates name: the server's own unless --base-url says otherwise.
       const services = createServices(deps, { baseUrl: serviceBaseUrl(line.config, deps) });
+      refuseEndedPlan(services, deps, licenseId);
+      const license = deps.db.select().from(licenses).where(eq(licenses.id, licenseId)).get();
+      if (!license) throw new CliError(`no license ${licenseId}`);
       // The temp file is created before the package is issued: issuing takes a machine slot and
       // is audited, so a destination that cannot be written (no such directory, no permission, a
       // directory in its place) is refused while nothing has been issued yet.

@@ -1,11 +1,11 @@
-import { existsSync, realpathSync } from "node:fs";
+import { existsSync, realpathSync, statSync } from "node:fs";
 import { resolve } from "node:path";
 import { parseSealingKeyLine, sealFile } from "../crypto/sealed-file.ts";
 import { ENTITLEMENT_NAME, ENTITLEMENT_NAME_RULE } from "../domain/entitlements.ts";
-import { FileWriteError, removeTempFilesOnSignals } from "../fs/atomic-file.ts";
+import { FileWriteError, removeTempFilesOnSignals, systemDescription } from "../fs/atomic-file.ts";
 import { UsageError } from "./args.ts";
 import { CliError, out } from "./console.ts";
-import { type Command, JSON_OPTION } from "./shared.ts";
+import { type Command, JSON_OPTION, refuseDirectoryForm } from "./shared.ts";
 
 /**
  * `licensing seal`: seals a file for a product's licensed devices. It needs nothing but the
@@ -48,18 +48,23 @@ export const sealCommand: Command = {
     } catch (error) {
       throw new UsageError(`--sealing-key: ${(error as Error).message}`);
     }
+    refuseDirectoryForm(output);
     const inPath = resolve(context.cwd, input);
     const outPath = resolve(context.cwd, output);
     if (!existsSync(inPath)) throw new CliError(`cannot read ${input}: no such file`);
+    if (statSync(inPath).isDirectory()) throw new CliError(`cannot read ${input}: it is a directory`);
     if (existsSync(outPath) && realpathSync(outPath) === realpathSync(inPath))
       throw new CliError("the output must be another file than the input");
     let result: Awaited<ReturnType<typeof sealFile>>;
-    // Ctrl-C or SIGTERM half-way through a large file removes the partial output.
-    const stopRemovingOnSignals = removeTempFilesOnSignals();
+    // Ctrl-C, SIGTERM, SIGHUP or SIGQUIT half-way through a large file removes the partial output.
+    const stopRemovingOnSignals = removeTempFilesOnSignals("licensing seal");
     try {
       result = await sealFile(inPath, outPath, key, typeof entitlement === "string" ? { entitlement } : {});
     } catch (error) {
       if (error instanceof FileWriteError) throw new CliError(`cannot write ${output}: ${error.message}`);
+      // The input's own failures (permission denied) in words; Node's message names the call.
+      if (typeof (error as NodeJS.ErrnoException).code === "string")
+        throw new CliError(`cannot read ${input}: ${systemDescription(error)}`);
       throw new CliError(`cannot seal ${input}: ${(error as Error).message}`);
     } finally {
       stopRemovingOnSignals();

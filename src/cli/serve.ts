@@ -3,9 +3,9 @@ import { jsonLogger, type Logger } from "../http/logger.ts";
 import { startServer } from "../server.ts";
 import { refuseUnusableAddress } from "../startup-checks.ts";
 import { UsageError } from "./args.ts";
-import { err, out } from "./console.ts";
+import { err, OutputError, out } from "./console.ts";
 import { holdSignals, signalExitCode } from "./held-signals.ts";
-import { describeInit, finishInit, initialiseIfNeeded } from "./init.ts";
+import { describeInit, finishInit, initialiseIfNeeded, unprintedKeys } from "./init.ts";
 import { INIT_STAGING_PREFIX } from "./interrupted-init.ts";
 import { resolvePassphrase } from "./secrets.ts";
 import { type Command, isInitialised, leftoverFolders, refuseInterruptedRestore } from "./shared.ts";
@@ -55,8 +55,13 @@ export const serveCommand: Command = {
     process.on("SIGTERM", onSignal);
     process.on("SIGINT", onSignal);
 
-    out(`Licensing service listening on ${server.url} (base URL ${config.baseUrl})`);
-    if (config.testClock) out("WARNING: the test clock is enabled; this instance is for testing only.");
+    try {
+      out(`Licensing service listening on ${server.url} (base URL ${config.baseUrl})`);
+      if (config.testClock) out("WARNING: the test clock is enabled; this instance is for testing only.");
+    } catch (error) {
+      // A server whose stdout is full or closed goes on serving: the same news is in the log.
+      if (!(error instanceof OutputError)) throw error;
+    }
     logger.log("info", "listening", { url: server.url, base_url: config.baseUrl, data_dir: config.dataDir });
 
     await server.closed;
@@ -77,6 +82,10 @@ async function initialiseFirst(config: Config, logger: Logger): Promise<number |
       try {
         for (const note of init.recovered) err(note);
         out(describeInit(init));
+      } catch (error) {
+        // Serving on keys nobody saw would look like a working install no one can call.
+        if (error instanceof OutputError) throw unprintedKeys(init, error);
+        throw error;
       } finally {
         finishInit(init);
       }

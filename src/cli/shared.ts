@@ -255,6 +255,17 @@ export function cliActor(sources: ActorSources = PROCESS_ACTOR_SOURCES): Extract
   return actor(`uid:${uid}`);
 }
 
+/**
+ * Refuses an output file given with a trailing separator (`seal IN newdir/`): path.resolve drops
+ * it, and a file named like the directory the operator meant would be written instead.
+ */
+export function refuseDirectoryForm(given: string): void {
+  if (given.endsWith("/") || given.endsWith(sep))
+    throw new CliError(
+      `cannot write ${given}: a file is needed, and a name ending in "${sep}" is a directory's`,
+    );
+}
+
 /** Where a path that may not exist yet leads: its nearest existing ancestor's links followed. */
 export function located(path: string): string {
   const rest: string[] = [];

@@ -1,4 +1,4 @@
-import { createCipheriv, hkdfSync, randomBytes } from "node:crypto";
+import { createCipheriv, createPublicKey, hkdfSync, randomBytes } from "node:crypto";
 import { type FileHandle, open } from "node:fs/promises";
 import { ENTITLEMENT_NAME, ENTITLEMENT_NAME_RULE } from "../domain/entitlements.ts";
 import { AtomicFile } from "../fs/atomic-file.ts";
@@ -136,7 +136,20 @@ export function parseSealingKeyLine(line: string): SealingKey {
   if (point?.[0] !== 4) throw new Error("the sealing key's public key is not a 65-byte P-256 point");
   if (keyIdOf(`p256:${encoded}`) !== keyId)
     throw new Error("the sealing key's key id does not match its public key");
+  // Otherwise a point off the curve (its key id made to match) fails only when sealing starts.
+  if (!onP256(point)) throw new Error("the public key is not a point on P-256");
   return { productId, keyId, point };
+}
+
+/** Whether a 65-byte uncompressed point lies on P-256: the JWK import checks the curve equation. */
+function onP256(point: Uint8Array): boolean {
+  const coordinate = (from: number) => b64u.encode(point.subarray(from, from + 32));
+  try {
+    createPublicKey({ key: { kty: "EC", crv: "P-256", x: coordinate(1), y: coordinate(33) }, format: "jwk" });
+    return true;
+  } catch {
+    return false;
+  }
 }
 
 /** K = HKDF-SHA256(DEK, salt = payload_salt, info = "Service-Sealed-File-v1 payload", 32). */

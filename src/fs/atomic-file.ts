@@ -4,6 +4,7 @@ import {
   fsyncSync,
   lstatSync,
   openSync,
+  realpathSync,
   renameSync,
   type Stats,
   statSync,
@@ -26,11 +27,16 @@ export class FileWriteError extends Error {
 }
 
 function reasonFor(error: unknown): string {
-  const { code, errno } = error as NodeJS.ErrnoException;
+  const { code } = error as NodeJS.ErrnoException;
   if (code === "ENOENT" || code === "ENOTDIR") return "its directory does not exist";
   if (code === "EACCES" || code === "EPERM" || code === "EROFS") return "its directory is not writable";
   if (code === "ENAMETOOLONG") return "its name is too long";
-  // The system's description ("no space left on device"): Node's message names the path.
+  return systemDescription(error);
+}
+
+/** The system's description of a failure ("no space left on device"): Node's message names the path. */
+export function systemDescription(error: unknown): string {
+  const { errno } = error as NodeJS.ErrnoException;
   const described = errno === undefined ? undefined : getSystemErrorMap().get(errno)?.[1];
   return described ?? (error as Error).message;
 }
@@ -47,12 +53,39 @@ function specialKind(entry: Stats): string | null {
 }
 
 /**
+ * The system's own trees: devices (`/dev`, whose `stdout` is a link the rename would replace, as
+ * root) and kernel interfaces (`/proc`, `/sys`). Nothing anyone means as a file to write is there.
+ */
+const SYSTEM_TREES: Record<string, string> = {
+  "/dev": "the system's devices",
+  "/proc": "the kernel's process interface",
+  "/sys": "the kernel's device interface",
+};
+
+/** The system tree `dir` lies in, links followed; null for any other directory, or one not there. */
+function systemTreeOf(dir: string): string | null {
+  let real: string;
+  try {
+    real = realpathSync(dir);
+  } catch {
+    // No such directory: creating the temp file fails and says so.
+    return null;
+  }
+  return Object.keys(SYSTEM_TREES).find((tree) => real === tree || real.startsWith(`${tree}/`)) ?? null;
+}
+
+/**
  * Refuses a destination the rename must not replace. The rename would replace a device node, a
  * FIFO or a socket with a regular file (as root, `/dev/null` itself), which no one writing a file
- * means, so those are refused. A symbolic link is replaced itself, never what it points to, as a
- * rename does; one leading to a directory is refused like the directory (the name reads as one).
+ * means, so those are refused, and so is anything in /dev, /proc or /sys. A symbolic link is
+ * replaced itself, never what it points to, as a rename does, but only when it leads to a regular
+ * file or to nothing: a link to a device, a FIFO or a socket (`/dev/stdout` leads to a terminal or
+ * a pipe) names that, and one leading to a directory is refused like the directory.
  */
 function refuseSpecialFile(path: string): void {
+  const tree = systemTreeOf(dirname(path));
+  if (tree !== null)
+    throw new FileWriteError(`it is in ${tree}, ${SYSTEM_TREES[tree]}, not a place for files`);
   let entry: Stats;
   try {
     entry = lstatSync(path);
@@ -62,24 +95,35 @@ function refuseSpecialFile(path: string): void {
     if ((error as NodeJS.ErrnoException).code === "ENOENT") return;
     throw writeError(error);
   }
+  if (entry.isSymbolicLink()) {
+    refuseLinkTarget(path);
+    return;
+  }
   // The rename at the end would fail on a directory.
-  if (entry.isSymbolicLink() ? leadsToDirectory(path) : entry.isDirectory())
-    throw new FileWriteError("it is a directory");
+  if (entry.isDirectory()) throw new FileWriteError("it is a directory");
   const kind = specialKind(entry);
   if (kind) throw new FileWriteError(`it is ${kind}, not a regular file`);
 }
 
 /**
- * Whether a symbolic link leads to a directory. A link that leads nowhere (dangling, looping,
- * through a file, into a directory this user cannot read) is replaced by the rename like any
- * other link, so it is not one.
+ * Refuses a symbolic link unless it leads to a regular file or to nothing: a dangling link (or
+ * one looping, or through a file) is replaced like any other entry, as the README says. One whose
+ * target cannot be looked at (a directory this user cannot search) is refused: it may be anything.
  */
-function leadsToDirectory(link: string): boolean {
+function refuseLinkTarget(link: string): void {
+  let target: Stats;
   try {
-    return statSync(link).isDirectory();
-  } catch {
-    return false;
+    target = statSync(link);
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException).code;
+    if (code === "ENOENT" || code === "ELOOP" || code === "ENOTDIR") return;
+    throw new FileWriteError(
+      `it is a symbolic link whose target cannot be checked (${systemDescription(error)})`,
+    );
   }
+  if (target.isDirectory()) throw new FileWriteError("it is a directory");
+  const kind = specialKind(target);
+  if (kind) throw new FileWriteError(`it is a symbolic link to ${kind}, not to a regular file`);
 }
 
 /** Temp files created and not yet renamed or removed: what a signal leaves to clean up. */
@@ -136,6 +180,7 @@ export class AtomicFile {
       throw writeError(error);
     }
     pending.delete(this.temp);
+    completedWhileArmed?.push(this.path);
     syncDirectory(dirname(this.path));
   }
 
@@ -179,12 +224,26 @@ function syncDirectory(dir: string): void {
 }
 
 /**
- * Until the returned function is called, SIGINT and SIGTERM remove the temp files not yet renamed
- * or removed and end the process with the shell's status for the signal (130, 143). By default
- * they end it at once, and a long write (a seal of gigabytes) leaves its partial file behind. The
- * handler runs when the event loop turns, so the writer must await (its reads, say) as it goes.
+ * The signals that end a long write: Ctrl-C, kill's default, a closed terminal or dropped SSH
+ * session, Ctrl-\ (SIGQUIT). By default each ends the process at once, and a seal of gigabytes leaves its
+ * partial file behind.
  */
-export function removeTempFilesOnSignals(): () => void {
+const ENDING_SIGNALS = ["SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT"] as const;
+
+/** The files put in place while removeTempFilesOnSignals is armed; null while it is not. */
+let completedWhileArmed: string[] | null = null;
+
+/**
+ * Until the returned function is called, SIGINT, SIGTERM, SIGHUP and SIGQUIT remove the temp files
+ * not yet renamed or removed and end the process with the shell's status for the signal (130, 143,
+ * 129, 131). A file already in place (the signal came during its last fsync, or after) is whole
+ * and stays; `command` (`licensing seal`) then says so on stderr, since the status alone reads as
+ * "interrupted". The handler runs when the event loop turns, so the writer must await (its reads,
+ * say) as it goes. SIGKILL cannot be handled: it leaves the `.licensing-<hex>.tmp` file.
+ */
+export function removeTempFilesOnSignals(command: string): () => void {
+  const completed: string[] = [];
+  completedWhileArmed = completed;
   const stop = (signal: NodeJS.Signals) => {
     for (const temp of pending) {
       try {
@@ -193,12 +252,19 @@ export function removeTempFilesOnSignals(): () => void {
         // Gone already: nothing left to remove.
       }
     }
+    for (const path of completed) {
+      try {
+        // Synchronous: the process ends on the next line, before a queued write would go out.
+        writeSync(2, `${command}: stopped by ${signal} after ${path} was complete; the file is kept\n`);
+      } catch {
+        // No stderr to tell: the file is whole either way.
+      }
+    }
     process.exit(128 + constants.signals[signal]);
   };
-  process.on("SIGINT", stop);
-  process.on("SIGTERM", stop);
+  for (const signal of ENDING_SIGNALS) process.on(signal, stop);
   return () => {
-    process.off("SIGINT", stop);
-    process.off("SIGTERM", stop);
+    for (const signal of ENDING_SIGNALS) process.off(signal, stop);
+    if (completedWhileArmed === completed) completedWhileArmed = null;
   };
 }

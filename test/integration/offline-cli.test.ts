@@ -195,6 +195,10 @@ describe("licensing offline issue", () => {
     const bad = await issue("bad.json", "x.zip");
     expect([bad.code, bad.stderr]).toEqual([1, expect.stringContaining("VALIDATION_FAILED")]);
     expect(bad.stderr).toContain("request.product_id");
+    // One sentence: the message, then the fields.
+    expect(bad.stderr).toStartWith(
+      "licensing offline issue: bad.json: VALIDATION_FAILED: Some values are invalid: request",
+    );
     const unknown = await cli([
       "offline",
       "issue",
@@ -216,6 +220,31 @@ describe("licensing offline issue", () => {
     expect(tampered.stderr).toContain("request.device_proof");
     expect(existsSync(join(work, "x.zip"))).toBe(false);
     expect((await cli(["offline", "issue", "--data-dir", dataDir])).code).toBe(2);
+  });
+
+  test("an --out named with a trailing slash, or in /proc, is refused before anything is issued and nothing is made", async () => {
+    writeFileSync(
+      join(work, "slash.json"),
+      JSON.stringify(await device().createOfflineRequest({ machineInfo: { ...MACHINE, hostname: "slash" } })),
+    );
+    mkdirSync(join(work, "pkgdir"));
+    const files = readdirSync(work);
+    const before = storeDigest(store.sqlite);
+    const refusals = [
+      ["newdir/", 'a file is needed, and a name ending in "/" is a directory\'s'],
+      ["pkgdir/", 'a file is needed, and a name ending in "/" is a directory\'s'],
+      ["/proc/self/package.zip", "it is in /proc, the kernel's process interface, not a place for files"],
+    ];
+    for (const [out, reason] of refusals) {
+      expect(await issue("slash.json", out ?? "")).toEqual({
+        code: 1,
+        stdout: "",
+        stderr: `licensing offline issue: cannot write ${out}: ${reason}\n`,
+      });
+    }
+    expect(storeDigest(store.sqlite)).toBe(before);
+    expect(readdirSync(work).sort()).toEqual(files.sort());
+    expect(readdirSync(join(work, "pkgdir"))).toEqual([]);
   });
 
   test("an --out it cannot write (no such directory, a directory in its place) is refused before anything is issued", async () => {
@@ -251,7 +280,7 @@ describe("licensing offline issue", () => {
     expect(readdirSync(work).sort()).toEqual([...files, "unwritten.zip"].sort());
   });
 
-  test("an --out that is a FIFO, a socket or a device node is refused before anything is issued and stays as it was; a link to one is replaced itself", async () => {
+  test("an --out that is a FIFO, a socket or a device node, or a link to one, is refused before anything is issued and stays as it was; a link to a file is replaced itself", async () => {
     // A device that has no package: a refusal after issuing would leave its package and slot.
     writeFileSync(
       join(work, "special.json"),
@@ -274,13 +303,26 @@ describe("licensing offline issue", () => {
       }
       expect(storeDigest(store.sqlite)).toBe(before);
 
-      // A link is an ordinary destination: the rename replaces the link, never what it leads to.
-      // The first test's request, whose package exists: this write takes no machine slot.
+      // A link to one names it (as /dev/stdout names a terminal or a pipe): refused, and kept.
       const [fifo] = special.files;
       symlinkSync(join(work, fifo?.name ?? ""), join(work, "fifo-link.zip"));
-      const linked = await issue("request.json", "fifo-link.zip", "--json");
+      expect(await issue("special.json", "fifo-link.zip")).toEqual({
+        code: 1,
+        stdout: "",
+        stderr:
+          "licensing offline issue: cannot write fifo-link.zip: it is a symbolic link to a FIFO, not to a regular file\n",
+      });
+      expect(lstatSync(join(work, "fifo-link.zip")).isSymbolicLink()).toBe(true);
+      expect(storeDigest(store.sqlite)).toBe(before);
+
+      // A link to a file is an ordinary destination: the rename replaces the link, never what it
+      // leads to. The first test's request, whose package exists: this write takes no machine slot.
+      writeFileSync(join(work, "older.zip"), "an older package");
+      symlinkSync(join(work, "older.zip"), join(work, "file-link.zip"));
+      const linked = await issue("request.json", "file-link.zip", "--json");
       expect([linked.code, linked.stderr]).toEqual([0, ""]);
-      expect(lstatSync(join(work, "fifo-link.zip")).isFile()).toBe(true);
+      expect(lstatSync(join(work, "file-link.zip")).isFile()).toBe(true);
+      expect(readFileSync(join(work, "older.zip"), "utf8")).toBe("an older package");
       expect(stillSpecial(join(work, fifo?.name ?? ""))).toBe(true);
     } finally {
       await special.close();
@@ -624,6 +666,47 @@ describe("the issuer", () => {
       ]);
       expect(run.code).toBe(0);
       expect(issuerOf(new Uint8Array(readFileSync(join(work, `${name}.zip`))))).toBe(issuer);
+    }
+  });
+});
+
+describe("an ended plan", () => {
+  test("offline issue refuses as the route does (402 PLAN_ENDED), naming the end and how to change it, and issues nothing", async () => {
+    writeFileSync(
+      join(work, "ended.json"),
+      JSON.stringify(await device().createOfflineRequest({ machineInfo: { ...MACHINE, hostname: "ended" } })),
+    );
+    const plan = JSON.parse((await cli(["plan", "show", "--json", "--data-dir", dataDir])).stdout).code;
+    const endedAt = "2020-01-01T00:00:00.000Z";
+    const ended = await cli([
+      "plan",
+      "set",
+      plan,
+      "--ends-at",
+      endedAt,
+      "--allow-past",
+      "--data-dir",
+      dataDir,
+    ]);
+    expect(ended.code).toBe(0);
+    try {
+      const route = await rawApi(
+        `/mgmt/v1/licenses/${ids.licenseId}/offline-certificates`,
+        new Uint8Array(readFileSync(join(work, "ended.json"))),
+      );
+      expect(route.code).toBe("PLAN_ENDED");
+      const before = storeDigest(store.sqlite);
+      expect(await issue("ended.json", "ended.zip")).toEqual({
+        code: 1,
+        stdout: "",
+        stderr:
+          `licensing offline issue: PLAN_ENDED: The workspace subscription has ended (plan ${plan}, ended ${endedAt}); ` +
+          'nothing is issued until "licensing plan set" gives the workspace a plan that has not ended\n',
+      });
+      expect(storeDigest(store.sqlite)).toBe(before);
+      expect(existsSync(join(work, "ended.zip"))).toBe(false);
+    } finally {
+      expect((await cli(["plan", "set", plan, "--data-dir", dataDir])).code).toBe(0);
     }
   });
 });

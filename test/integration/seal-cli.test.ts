@@ -2,6 +2,7 @@ import { afterAll, describe, expect, test } from "bun:test";
 import { generateKeyPairSync } from "node:crypto";
 import {
   closeSync,
+  existsSync,
   lstatSync,
   mkdirSync,
   mkdtempSync,
@@ -83,34 +84,93 @@ describe("where licensing seal writes", () => {
     expect(readdirSync(join(dir, "a-directory"))).toEqual([]);
   });
 
-  test("an output that is a FIFO, a socket or a device node is refused and stays as it was; a link to one is replaced itself", async () => {
+  test("an output that is a FIFO, a socket or a device node, or a link to one, is refused and stays as it was; a link to a regular file or to nothing is replaced itself", async () => {
     const dir = folder("special");
     const special = await makeSpecialFiles(dir, ".sealed");
+    // The command's own stdout, as /dev/stdout leads to it: a pipe, by /proc/self/fd.
+    const pipeFd = openSync(join(dir, special.files[0]?.name ?? ""), "r+");
+    symlinkSync(`/proc/self/fd/${pipeFd}`, join(dir, "stdout.sealed"));
     try {
-      for (const { name, kind } of special.files) {
+      const refusals = [
+        ...special.files.map(({ name, kind }) => ({ name, reason: `it is ${kind}, not a regular file` })),
+        ...special.files.map(({ name, kind }) => {
+          symlinkSync(join(dir, name), join(dir, `link-to-${name}`));
+          return {
+            name: `link-to-${name}`,
+            reason: `it is a symbolic link to ${kind}, not to a regular file`,
+          };
+        }),
+        { name: "stdout.sealed", reason: "it is a symbolic link to a FIFO, not to a regular file" },
+      ];
+      for (const { name, reason } of refusals) {
         const run = await seal(dir, "plain.bin", name);
-        expect(run).toEqual({
+        expect({ name, ...run }).toEqual({
+          name,
           code: 1,
           stdout: "",
-          stderr: `licensing seal: cannot write ${name}: it is ${kind}, not a regular file\n`,
+          stderr: `licensing seal: cannot write ${name}: ${reason}\n`,
         });
-        expect(stillSpecial(join(dir, name))).toBe(true);
       }
+      for (const { name } of special.files) expect(stillSpecial(join(dir, name))).toBe(true);
+      for (const { name } of refusals.slice(special.files.length))
+        expect(lstatSync(join(dir, name)).isSymbolicLink()).toBe(true);
       expect(readdirSync(dir).sort()).toEqual(
-        ["plain.bin", ...special.files.map((file) => file.name)].sort(),
+        ["plain.bin", ...refusals.map((refused) => refused.name)].sort(),
       );
 
-      // A link is an ordinary destination: the rename replaces the link, never what it leads to.
-      const [fifo] = special.files;
-      symlinkSync(join(dir, fifo?.name ?? ""), join(dir, "link.sealed"));
-      const linked = await seal(dir, "plain.bin", "link.sealed");
-      expect([linked.code, linked.stderr]).toEqual([0, ""]);
-      expect(lstatSync(join(dir, "link.sealed")).isFile()).toBe(true);
-      expect(fileIdOf(join(dir, "link.sealed"))).toBeDefined();
-      expect(stillSpecial(join(dir, fifo?.name ?? ""))).toBe(true);
+      // A link to a file, or a dangling one, is an ordinary destination: the rename replaces the
+      // link, never what it leads to.
+      writeFileSync(join(dir, "older.sealed"), "an older file");
+      symlinkSync(join(dir, "older.sealed"), join(dir, "file-link.sealed"));
+      symlinkSync(join(dir, "nowhere.sealed"), join(dir, "dangling.sealed"));
+      for (const name of ["file-link.sealed", "dangling.sealed"]) {
+        const linked = await seal(dir, "plain.bin", name);
+        expect([name, linked.code, linked.stderr]).toEqual([name, 0, ""]);
+        expect(lstatSync(join(dir, name)).isFile()).toBe(true);
+        expect(fileIdOf(join(dir, name))).toBeDefined();
+      }
+      expect(readFileSync(join(dir, "older.sealed"), "utf8")).toBe("an older file");
+      expect(existsSync(join(dir, "nowhere.sealed"))).toBe(false);
     } finally {
+      closeSync(pipeFd);
       await special.close();
     }
+  });
+
+  test("an output in /proc or /sys, by its path or through a link to a directory there, is refused before anything is written", async () => {
+    const dir = folder("system");
+    // /dev is where it matters (as root, /dev/stdout is a link the rename would replace), but a
+    // test must not risk a file there: /proc and /sys take the same check, and refuse writes anyway.
+    symlinkSync("/proc/self", join(dir, "proc-link"));
+    const outs = [
+      ["/proc/self/out.sealed", "/proc, the kernel's process interface"],
+      ["/sys/out.sealed", "/sys, the kernel's device interface"],
+      ["proc-link/out.sealed", "/proc, the kernel's process interface"],
+    ];
+    for (const [out, where] of outs) {
+      const run = await seal(dir, "plain.bin", out ?? "");
+      expect(run).toEqual({
+        code: 1,
+        stdout: "",
+        stderr: `licensing seal: cannot write ${out}: it is in ${where}, not a place for files\n`,
+      });
+    }
+    expect(readdirSync(dir).sort()).toEqual(["plain.bin", "proc-link"]);
+  });
+
+  test("an output named with a trailing slash is refused, and neither a file nor a directory of that name is made", async () => {
+    const dir = folder("trailing");
+    mkdirSync(join(dir, "existing"));
+    for (const out of ["newdir/", "existing/"]) {
+      const run = await seal(dir, "plain.bin", out);
+      expect(run).toEqual({
+        code: 1,
+        stdout: "",
+        stderr: `licensing seal: cannot write ${out}: a file is needed, and a name ending in "/" is a directory's\n`,
+      });
+    }
+    expect(readdirSync(dir).sort()).toEqual(["existing", "plain.bin"]);
+    expect(readdirSync(join(dir, "existing"))).toEqual([]);
   });
 
   test("a file beside the output named like another run's temp file is neither in the way nor removed", async () => {
@@ -128,6 +188,9 @@ describe("where licensing seal writes", () => {
   test.each([
     ["SIGINT", 130],
     ["SIGTERM", 143],
+    // A closed terminal or a dropped SSH session; Ctrl-\ (SIGQUIT).
+    ["SIGHUP", 129],
+    ["SIGQUIT", 131],
   ] as const)(
     "a seal interrupted by %s leaves no temp file and exits %d",
     async (signal, status) => {
@@ -219,6 +282,58 @@ describe("where licensing seal writes", () => {
       // Both wrote whole files; the one that finished last is in place, and no temp file is left.
       expect(fileIdOf(join(dir, "out.sealed"))).toBe(JSON.parse(firstRun.stdout).file_id);
       expect(readdirSync(dir).sort()).toEqual(["out.sealed", "plain.bin", "slow.fifo"]);
+    },
+    PROCESS_TIMEOUT_MS,
+  );
+});
+
+describe("what licensing seal says", () => {
+  test("an input that is a directory is refused in words, naming it, and nothing is written", async () => {
+    const dir = folder("input-dir");
+    mkdirSync(join(dir, "assets"));
+    expect(await seal(dir, "assets", "out.sealed")).toEqual({
+      code: 1,
+      stdout: "",
+      stderr: "licensing seal: cannot read assets: it is a directory\n",
+    });
+    expect(readdirSync(dir).sort()).toEqual(["assets", "plain.bin"]);
+  });
+
+  test("a sealing key whose point is not on P-256 is a usage error, even with a key id made to match", async () => {
+    const dir = folder("off-curve");
+    // x = 0, y = 1: 65 bytes with the uncompressed prefix, and no point of the curve.
+    const point = new Uint8Array(65);
+    point[0] = 4;
+    point[64] = 1;
+    const encoded = b64u.encode(point);
+    const line = `service-sealing-key-v1:prod_01JZ8X4M6Q2T9V3B7N5K1R0W8Y:${keyIdOf(`p256:${encoded}`)}:${encoded}`;
+    expect(await runInProcess(["seal", "--sealing-key", line, "plain.bin", "out.sealed"], dir)).toEqual({
+      code: 2,
+      stdout: "",
+      stderr:
+        "licensing seal: --sealing-key: the public key is not a point on P-256\n" +
+        'Run "licensing seal --help" for its options.\n',
+    });
+    expect(readdirSync(dir)).toEqual(["plain.bin"]);
+  });
+
+  test(
+    "a report stdout cannot take (a full disk) fails with one line and exit 1, not a silent 0",
+    () => {
+      const dir = folder("full");
+      const full = openSync("/dev/full", "w");
+      try {
+        const run = Bun.spawnSync(
+          [process.execPath, MAIN, "seal", "--sealing-key", LINE, "--json", "plain.bin", "out.sealed"],
+          { cwd: dir, stdout: full, stderr: "pipe", env: { PATH: Bun.env.PATH } },
+        );
+        expect([run.exitCode, run.stderr.toString()]).toEqual([
+          1,
+          "licensing seal: cannot print to stdout: no space left on device\n",
+        ]);
+      } finally {
+        closeSync(full);
+      }
     },
     PROCESS_TIMEOUT_MS,
   );

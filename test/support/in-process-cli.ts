@@ -1,3 +1,4 @@
+import { captureStdout } from "../../src/cli/console.ts";
 import type { Env } from "../../src/config.ts";
 import { main } from "../../src/main.ts";
 
@@ -13,12 +14,10 @@ export async function runInProcess(
 ): Promise<{ code: number; stdout: string; stderr: string }> {
   let stdout = "";
   let stderr = "";
-  const out = process.stdout.write.bind(process.stdout);
   const err = process.stderr.write.bind(process.stderr);
-  process.stdout.write = ((chunk: string) => {
-    stdout += chunk;
-    return true;
-  }) as typeof process.stdout.write;
+  const release = captureStdout((text) => {
+    stdout += text;
+  });
   process.stderr.write = ((chunk: string) => {
     stderr += chunk;
     return true;
@@ -26,7 +25,7 @@ export async function runInProcess(
   try {
     return { code: await main(args, env, cwd), stdout, stderr };
   } finally {
-    process.stdout.write = out;
+    release();
     process.stderr.write = err;
   }
 }
