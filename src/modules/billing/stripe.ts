@@ -167,8 +167,28 @@ export function invoicePeriodEnd(invoice: Json): number | undefined {
   return ends.length > 0 ? Math.max(...ends) : undefined;
 }
 
+/**
+ * Whether a line is a proration: the credit for the old price and the charge for the new one when
+ * a subscription changes price mid-period, flagged on the line (older API versions) or on its
+ * `parent` details (2025-03+).
+ */
+function isProration(line: Json): boolean {
+  if (line.proration === true) return true;
+  const parent = isObject(line.parent) ? line.parent : undefined;
+  if (!parent) return false;
+  return [parent.subscription_item_details, parent.invoice_item_details].some(
+    (details) => isObject(details) && details.proration === true,
+  );
+}
+
+/**
+ * The prices an invoice charges for its period. Proration lines are left out: a price change
+ * mid-period bills both the old and the new price, and the subscription's own event says which
+ * one it now has.
+ */
 export function invoicePriceIds(invoice: Json): string[] {
   return list(invoice.lines)
+    .filter((line) => !isProration(line))
     .map(linePriceId)
     .filter((id): id is string => id !== undefined);
 }

@@ -1,20 +1,22 @@
 import { eq, sql } from "drizzle-orm";
 import type { ChangeContext, Deps } from "../../deps.ts";
-import { unixSeconds } from "../../domain/clock.ts";
 import { licenseStatus } from "../../domain/license-state.ts";
 import type { PlanDefinition } from "../../domain/plans.ts";
 import type { Environment } from "../../domain/scopes.ts";
 import type { Db } from "../../store/db.ts";
 import { billingSubscriptions, licenses } from "../../store/schema/index.ts";
 import { recordAudit } from "../events/service.ts";
-import type { LicenseService } from "../licenses/service.ts";
+import type { LicenseRow, LicenseService } from "../licenses/service.ts";
 import { done, type Outcome } from "./outcome.ts";
+import { decidePrices, KEEP, type PriceDecision } from "./prices.ts";
 import {
   invoicePeriodEnd,
+  invoicePriceIds,
   invoiceSubscriptionId,
   type ProviderEvent,
   str,
   subscriptionEnd,
+  subscriptionPriceIds,
   subscriptionTerminal,
 } from "./stripe.ts";
 
@@ -40,10 +42,20 @@ export class SubscriptionLedger {
     const periodEnd = invoicePeriodEnd(event.object);
     if (periodEnd === undefined) return done("failed", "no_period_end");
     const current = this.get(subscriptionId, ctx.environment);
+    const license = this.licenseOf(tx, current);
+    let price = decidePrices(tx, ctx.environment, invoicePriceIds(event.object), license);
+    // Nothing is kept of an invoice for a price that cannot renew the license: no time is paid for.
+    if (price.kind === "refused") return done("failed", price.reason, license?.id ?? null);
+    // Only the newest word on the price moves the license: an invoice for an earlier period, or one
+    // made before the subscription change already applied, renews but does not switch it back.
+    const newest =
+      periodEnd * 1000 >= (current?.paidThrough?.getTime() ?? 0) &&
+      !(event.created !== undefined && current && olderThanApplied(event.created, event.id, current));
+    if (!newest) price = KEEP;
     const paidThrough = new Date(Math.max(periodEnd * 1000, current?.paidThrough?.getTime() ?? 0));
     const next = this.upsert(tx, ctx.environment, subscriptionId, { paidThrough });
     if (!next.licenseId) return done("succeeded", "awaiting_checkout");
-    return this.applyEnd(tx, next, event, ctx);
+    return this.applyEnd(tx, next, event, ctx, price);
   }
 
   /**
@@ -61,26 +73,41 @@ export class SubscriptionLedger {
     const ending = event.type === "customer.subscription.deleted" || subscriptionTerminal(event.object);
     // An end is applied even when a newer change came first: the subscription cannot have restarted.
     if (stale && !ending) return done("ignored", "stale", current?.licenseId ?? null);
-    const nowSec = unixSeconds(this.deps.clock.now());
-    const end =
-      event.type === "customer.subscription.deleted"
-        ? (subscriptionEnd({ ...event.object, status: "canceled" }, nowSec) ?? nowSec)
-        : subscriptionEnd(event.object, nowSec);
+    const end = subscriptionEndAt(event, created, current);
+    // An ending subscription's price no longer matters; a running one's decides the license's policy.
+    const license = this.licenseOf(tx, current);
+    const price =
+      ending || !license
+        ? KEEP
+        : decidePrices(tx, ctx.environment, subscriptionPriceIds(event.object), license);
     const next = this.upsert(tx, ctx.environment, subscriptionId, {
       endsAt: end === undefined ? null : new Date(end * 1000),
       ended: ending,
       ...(stale ? {} : { stateEventAt: new Date(created * 1000), stateEventId: event.id }),
     });
     if (!next.licenseId) return done("succeeded", "awaiting_checkout");
-    return this.applyEnd(tx, next, event, ctx);
+    return this.applyEnd(tx, next, event, ctx, price);
+  }
+
+  private licenseOf(tx: Db, subscription: SubscriptionRow | undefined): LicenseRow | undefined {
+    if (!subscription?.licenseId) return undefined;
+    return tx.select().from(licenses).where(eq(licenses.id, subscription.licenseId)).get();
   }
 
   /**
    * Moves the license's expiry to what the subscription now grants, computed from everything known
    * about it rather than from the expiry the last event left: so the events' order does not matter,
-   * and a first paid invoice replaces the checkout's starting expiry, shorter or not.
+   * and a first paid invoice replaces the checkout's starting expiry, shorter or not. A price that
+   * moved to another offering of the product moves the license to that offering's policy; one the
+   * offerings refuse may still shorten or end the license, never lengthen it.
    */
-  private applyEnd(tx: Db, subscription: SubscriptionRow, event: ProviderEvent, ctx: ChangeContext): Outcome {
+  private applyEnd(
+    tx: Db,
+    subscription: SubscriptionRow,
+    event: ProviderEvent,
+    ctx: ChangeContext,
+    price: PriceDecision,
+  ): Outcome {
     const licenseId = subscription.licenseId as string;
     const license = tx.select().from(licenses).where(eq(licenses.id, licenseId)).get();
     if (!license || license.status === "revoked") return done("ignored", "license_revoked", licenseId);
@@ -89,34 +116,65 @@ export class SubscriptionLedger {
     if (license.renewalAuthority === "vendor") return done("ignored", "vendor_renewal_authority", licenseId);
     const now = this.deps.clock.now();
     const target = withinPlan(licenseEnd(subscription), now, this.plan());
-    if ((target?.getTime() ?? null) === (license.expiresAt?.getTime() ?? null)) {
-      return done("ignored", "unchanged", licenseId);
+    const refused = price.kind === "refused" ? price.reason : null;
+    let offering = price.kind === "switch" ? price.offering : undefined;
+    const moves = (target?.getTime() ?? null) !== (license.expiresAt?.getTime() ?? null);
+    const lengthens = moves && license.expiresAt !== null && (target === null || target > license.expiresAt);
+    if (lengthens && refused) return done("failed", refused, licenseId);
+    // An archived product's licenses take no more time and no new terms, as through the Management
+    // API: billing may only take time away. The subscription's record above is kept (an end among
+    // it stays known), so once the product is active again its next event grants what it says.
+    let archived = false;
+    if ((lengthens || offering) && !this.licenses.productIsActive(license)) {
+      if (lengthens) return done("ignored", "product_archived", licenseId);
+      archived = true;
+      offering = undefined;
     }
-    // An archived product's licenses take no more time, as through the Management API: billing
-    // may only take time away. The subscription's record above is kept (an end among it stays
-    // known), so once the product is active again its next event grants what the record says.
-    const lengthens = license.expiresAt !== null && (target === null || target > license.expiresAt);
-    if (lengthens && !this.licenses.productIsActive(license))
-      return done("ignored", "product_archived", licenseId);
-    const next = { ...license, expiresAt: target, updatedAt: now, version: license.version + 1 };
+    if (!moves && !offering) {
+      if (refused) return done("failed", refused, licenseId);
+      return done("ignored", archived ? "product_archived" : "unchanged", licenseId);
+    }
+    const next = {
+      ...license,
+      expiresAt: target,
+      updatedAt: now,
+      version: license.version + 1,
+      ...(offering
+        ? {
+            policyId: offering.policyId,
+            metadata: { ...license.metadata, billing_offering_id: offering.id },
+          }
+        : {}),
+    };
     const before = licenseStatus(license, now);
     const after = licenseStatus(next, now);
-    // Ending it at once is announced by the license.expired audit event below; the expiry scan
-    // must not announce the same expiry again (webhooks/expiries.ts).
-    const endsNow = before !== "expired" && after === "expired";
     tx.update(licenses)
       .set({
-        expiresAt: target,
+        expiresAt: next.expiresAt,
         updatedAt: now,
         version: next.version,
-        ...(endsNow && target ? { expiryAnnounced: target } : {}),
+        policyId: next.policyId,
+        metadata: next.metadata,
+        ...expiryAnnouncement(license, target, now),
       })
       .where(eq(licenses.id, licenseId))
       .run();
+    const changes = [...(offering ? ["policy_id", "metadata"] : []), ...(moves ? ["expires_at"] : [])];
     recordAudit(tx, this.deps, ctx, {
       type: "license.updated",
       target: { type: "license", id: licenseId },
-      data: { changes: ["expires_at"], billing_event_id: event.id, billing_event_type: event.type },
+      data: {
+        changes,
+        billing_event_id: event.id,
+        billing_event_type: event.type,
+        ...(offering
+          ? {
+              from_policy_id: license.policyId,
+              to_policy_id: offering.policyId,
+              billing_offering_id: offering.id,
+            }
+          : {}),
+      },
     });
     if (before === "expired" && after === "active") {
       recordAudit(tx, this.deps, ctx, {
@@ -125,14 +183,14 @@ export class SubscriptionLedger {
         data: { reason: null },
       });
     }
-    if (endsNow) {
+    if (endsAt(license, target, now)) {
       recordAudit(tx, this.deps, ctx, {
         type: "license.expired",
         target: { type: "license", id: licenseId },
         data: { billing_event_id: event.id },
       });
     }
-    return done("succeeded", null, licenseId);
+    return done(refused ? "failed" : "succeeded", refused, licenseId);
   }
 
   get(subscriptionId: string, environment: Environment): SubscriptionRow | undefined {
@@ -179,6 +237,54 @@ export class SubscriptionLedger {
       .run();
     return row;
   }
+}
+
+/**
+ * Whether this change ends the license at once: its expiry was still ahead and now is not. Read
+ * from the expiry alone, whatever the license's suspension: a suspended license's expiry passes
+ * like any other (the expiry scan announces it too), so a late cancellation that ends a suspended
+ * license is announced as well.
+ */
+function endsAt(license: LicenseRow, target: Date | null, now: Date): boolean {
+  const ranBefore = license.expiresAt === null || license.expiresAt.getTime() > now.getTime();
+  return ranBefore && target !== null && target.getTime() <= now.getTime();
+}
+
+/**
+ * The license.expired audit event of a change that ends the license at once announces it, so the
+ * expiry scan must not (webhooks/expiries.ts). An expiry that had passed and been announced, moved
+ * to another past moment, is the same end: it stays announced ("not announced twice").
+ */
+function expiryAnnouncement(license: LicenseRow, target: Date | null, now: Date): { expiryAnnounced?: Date } {
+  if (!target) return {};
+  if (endsAt(license, target, now)) return { expiryAnnounced: target };
+  const announced =
+    license.expiresAt !== null &&
+    license.expiresAt.getTime() <= now.getTime() &&
+    license.expiryAnnounced?.getTime() === license.expiresAt.getTime();
+  return announced && target.getTime() <= now.getTime() ? { expiryAnnounced: target } : {};
+}
+
+/**
+ * When a subscription event says the subscription stops granting the license (Unix seconds;
+ * undefined: it runs on). An end without `ended_at` (a deletion, or `unpaid`, which has none) is
+ * the event's own `created` time rather than the moment it happens to be delivered, so a redelivery
+ * or a late retry says the same. A subscription still unpaid keeps the earlier end its first unpaid
+ * state gave: each later update of it (Stripe rolls an unpaid subscription's period on) would
+ * otherwise move an ended license's end later.
+ */
+function subscriptionEndAt(
+  event: ProviderEvent,
+  created: number,
+  current: SubscriptionRow | undefined,
+): number | undefined {
+  if (event.type === "customer.subscription.deleted")
+    return subscriptionEnd({ ...event.object, status: "canceled" }, created) ?? created;
+  const end = subscriptionEnd(event.object, created);
+  const stored = current?.endsAt ? Math.floor(current.endsAt.getTime() / 1000) : undefined;
+  if (str(event.object.status) === "unpaid" && end !== undefined && stored !== undefined)
+    return Math.min(end, stored);
+  return end;
 }
 
 /**
