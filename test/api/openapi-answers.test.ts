@@ -1,6 +1,4 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import Ajv2020 from "ajv/dist/2020.js";
-import addFormats from "ajv-formats";
 import { createApp } from "../../src/app.ts";
 import { SIGNED_DENIAL_OPERATIONS } from "../../src/modules/docs/openapi-responses.ts";
 import { TestDevice } from "../support/device.ts";
@@ -11,6 +9,7 @@ import {
   createTestContext,
   type TestContext,
 } from "../support/harness.ts";
+import { OpenApiTruth } from "../support/openapi-truth.ts";
 import { activatedDevice, heartbeatPath, proofCall, runtimeFixture } from "../support/runtime.ts";
 import { freshEmail, startTrial } from "../support/trials.ts";
 
@@ -22,80 +21,27 @@ import { freshEmail, startTrial } from "../support/trials.ts";
  */
 
 type Json = Record<string, unknown>;
-type Answer = { description?: string; headers?: Json; content?: Record<string, { schema?: Json }> };
-type Operation = { parameters?: { in: string; name: string }[]; responses: Record<string, Answer> };
-
-/** The response headers the service sends that a client may act on. */
-const CHECKED_HEADERS = [
-  "x-request-id",
-  "etag",
-  "idempotent-replayed",
-  "retry-after",
-  "ratelimit",
-  "ratelimit-policy",
-  "x-offline-package-id",
-];
 
 // biome-ignore lint/suspicious/noExplicitAny: the document is arbitrary JSON read by the assertions.
 let doc: any;
-let ajv: Ajv2020;
+let truth: OpenApiTruth;
 let t: TestContext;
 
 beforeAll(async () => {
   t = createTestContext();
   doc = (await t.call("GET", "/openapi.json", { key: null })).body;
-  ajv = new Ajv2020({ strict: false, allErrors: true });
-  addFormats(ajv);
-  ajv.addSchema({ ...doc, $id: "doc" });
+  truth = new OpenApiTruth(doc);
 });
 afterAll(() => t.close());
 
-const pointerSegment = (segment: string) => segment.replace(/~/g, "~0").replace(/\//g, "~1");
+const mismatches = (method: string, url: string, answer: CallResult) => truth.mismatches(method, url, answer);
+
+type Answer = { description?: string; headers?: Json; content?: Record<string, { schema?: Json }> };
+type Operation = { parameters?: { in: string; name: string }[]; responses: Record<string, Answer> };
 const operations = (): { path: string; method: string; op: Operation }[] =>
   Object.entries(doc.paths as Record<string, Record<string, Operation>>).flatMap(([path, item]) =>
     Object.entries(item).map(([method, op]) => ({ path, method, op })),
   );
-
-/** The documented path a concrete one falls under, preferring literal segments over parameters. */
-function templateOf(method: string, url: string): string | undefined {
-  const path = url.split("?")[0] as string;
-  return Object.keys(doc.paths)
-    .filter((template) => doc.paths[template][method.toLowerCase()] !== undefined)
-    .filter((template) => new RegExp(`^${template.replace(/\{[^}]+\}/g, "[^/]+")}$`).test(path))
-    .sort((a, b) => (a.match(/\{/g)?.length ?? 0) - (b.match(/\{/g)?.length ?? 0))[0];
-}
-
-/** What the document gets wrong about this answer; empty when it tells the truth. */
-function mismatches(method: string, url: string, answer: CallResult): string[] {
-  const template = templateOf(method, url);
-  if (!template) return [`${method} ${url} is not documented`];
-  const where = `${method} ${template} ${answer.status}`;
-  const declared: Answer | undefined = doc.paths[template][method.toLowerCase()].responses[answer.status];
-  if (!declared) return [`${where} is not declared`];
-  const problems: string[] = [];
-  const declaredHeaders = Object.keys(declared.headers ?? {}).map((name) => name.toLowerCase());
-  for (const name of CHECKED_HEADERS)
-    if (answer.headers.has(name) && !declaredHeaders.includes(name))
-      problems.push(`${where}: ${name} not declared`);
-  for (const [name, header] of Object.entries(declared.headers ?? {})) {
-    const required = (header as { $ref?: string }).$ref?.endsWith("/X-Request-Id") || name === "ETag";
-    if (required && !answer.headers.has(name))
-      problems.push(`${where}: declares ${name} but did not send it`);
-  }
-  const schema = declared.content?.["application/json"]?.schema;
-  if (schema && answer.headers.get("content-type")?.startsWith("application/json")) {
-    const pointer = `/paths/${pointerSegment(template)}/${method.toLowerCase()}/responses/${answer.status}/content/application~1json/schema`;
-    const validate = ajv.compile({ $ref: `doc#${pointer}` });
-    if (!validate(answer.body)) problems.push(`${where}: ${ajv.errorsText(validate.errors)}`);
-    // Top-level members the schema does not name (a signed denial's signature beside `error`).
-    const ref = schema.$ref as string | undefined;
-    const resolved = ref ? doc.components.schemas[ref.replace("#/components/schemas/", "")] : schema;
-    const named = Object.keys((resolved?.properties as Json | undefined) ?? {});
-    for (const member of Object.keys(answer.body ?? {}))
-      if (!named.includes(member)) problems.push(`${where}: member ${member} not in the schema`);
-  }
-  return problems;
-}
 
 /** A call whose answer the document must describe truly. */
 async function checked(method: string, url: string, options: CallOptions = {}, on = t): Promise<CallResult> {

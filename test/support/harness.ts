@@ -1,4 +1,4 @@
-import { mkdtempSync, rmSync } from "node:fs";
+import { appendFileSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createApp } from "../../src/app.ts";
@@ -36,6 +36,23 @@ export interface CallResult {
   // biome-ignore lint/suspicious/noExplicitAny: tests read arbitrary JSON response shapes.
   body: any;
   text: string;
+}
+
+/**
+ * Where every answer of `call` is appended as a JSON line when LICENSING_OPENAPI_RECORD names a
+ * file: CI runs the suite so and then checks each answer against the OpenAPI document
+ * (test/tools/openapi-audit.ts), so the document is held to thousands of real answers, error
+ * paths included, not only to the ones a test of it thought of.
+ */
+const ANSWER_RECORD = process.env.LICENSING_OPENAPI_RECORD;
+
+function recordAnswer(method: string, path: string, response: Response, body: unknown): void {
+  if (!ANSWER_RECORD) return;
+  const headers = Object.fromEntries(response.headers);
+  appendFileSync(
+    ANSWER_RECORD,
+    `${JSON.stringify({ method, path, status: response.status, headers, body })}\n`,
+  );
 }
 
 /**
@@ -107,6 +124,7 @@ export function createTestContext(
     } catch {
       parsed = null;
     }
+    recordAnswer(method, path, response, parsed);
     return { status: response.status, headers: response.headers, body: parsed, text };
   }
 

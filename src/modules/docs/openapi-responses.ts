@@ -144,7 +144,8 @@ export function errorResponsesFor(
     add(413, 422);
   if (header("if-match") || header("idempotency-key")) add(409);
   if (usesDeviceProof(operation)) add(401, 403, 404, 410, 422);
-  if (path === "/runtime/v1/activations") add(401, 403, 404, 409, 422);
+  // 410: an Idempotency-Key replay whose activation was deactivated since (signed).
+  if (path === "/runtime/v1/activations") add(401, 403, 404, 409, 410, 422);
   if (path.includes("/trust-bundle") || path === "/runtime/v1/time") add(404, 409);
   const out: Record<string, Response> = {};
   for (const status of [...statuses].sort()) {

@@ -4,7 +4,7 @@ import { parseDateTime } from "../../domain/datetime.ts";
 import { managementAuth } from "../../http/auth.ts";
 import { ApiError } from "../../http/errors.ts";
 import { pageParams } from "../../http/pagination.ts";
-import { DateTime, listOf, Nullable } from "../../http/schemas.ts";
+import { DateTime, errorEnvelopeResponse, listOf, Nullable } from "../../http/schemas.ts";
 import type { Services } from "../../services.ts";
 import { presentRuntimeEvent } from "./service.ts";
 
@@ -84,6 +84,13 @@ export const runtimeEventsController = ({
           ),
         }),
         response: { 200: "runtime-event.list" },
-        detail: { summary: "Rejected runtime requests of the last 7 days, oldest first" },
+        detail: {
+          summary: "Rejected runtime requests of the last 7 days, oldest first",
+          responses: {
+            404: errorEnvelopeResponse(
+              "NOT_FOUND: the license, product or activation a filter names does not exist for this key.",
+            ),
+          },
+        },
       },
     );
