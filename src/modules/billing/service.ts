@@ -24,6 +24,11 @@ export const DEFAULT_API_BASE_URL = "https://api.stripe.com";
 /** Where the provider posts events (its body limit and early refusals key on the same path). */
 export const WEBHOOK_PATH = BILLING_WEBHOOK_PATH;
 export const CLAIM_PATH = "/billing/v1/claims";
+export const CLAIM_REDEEM_PATH = `${CLAIM_PATH}/redeem`;
+
+/** The exact path (a trailing slash is the same route to the router), nothing under it. */
+export const isClaimRedeemPath = (path: string): boolean =>
+  path === CLAIM_REDEEM_PATH || path === `${CLAIM_REDEEM_PATH}/`;
 
 export const apiKeyContext = (environment: Environment) => `billing-api-key:${environment}`;
 const webhookSecretContext = (environment: Environment) => `billing-webhook-secret:${environment}`;
