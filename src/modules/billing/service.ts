@@ -15,6 +15,7 @@ import {
   products,
 } from "../../store/schema/index.ts";
 import { recordAudit } from "../events/service.ts";
+import { failureStatus } from "./failures.ts";
 import type { BillingIntegrationView } from "./model.ts";
 
 export type IntegrationRow = typeof billingIntegrations.$inferSelect;
@@ -170,6 +171,10 @@ export class BillingService {
       lastEventResult: current?.lastEventResult ?? null,
       lastEventReason: current?.lastEventReason ?? null,
       lastEventAt: current?.lastEventAt ?? null,
+      lastFailureId: current?.lastFailureId ?? null,
+      lastFailureType: current?.lastFailureType ?? null,
+      lastFailureReason: current?.lastFailureReason ?? null,
+      lastFailureAt: current?.lastFailureAt ?? null,
       createdAt: current?.createdAt ?? now,
       updatedAt: now,
     };
@@ -348,6 +353,7 @@ export class BillingService {
               at: row.lastEventAt.toISOString(),
             }
           : null,
+      ...failureStatus(this.deps.db, environment, row),
       offerings: this.offerings(environment).map(presentOffering),
     };
   }
