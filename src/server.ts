@@ -192,6 +192,7 @@ function serveWithLock({ config, logger }: StartOptions, keystore: Keystore): Ru
       baseUrl: config.baseUrl,
       sealedFileEnvironments: config.sealedFileEnvironments,
       webhookAllowPrivateNetworks: config.webhookAllowPrivateNetworks,
+      logger,
     });
     // Kept only when someone may scrape them: otherwise no request pays for counting.
     const metrics = config.metricsToken ? new Metrics({ version: pkg.version, sqlite: store.sqlite }) : null;

@@ -2,6 +2,7 @@ import type { Deps } from "./deps.ts";
 import type { Environment } from "./domain/scopes.ts";
 import { DeviceProofVerifier } from "./http/device-proof.ts";
 import { IdempotencyStore } from "./http/idempotency.ts";
+import type { Logger } from "./http/logger.ts";
 import { PageCursors } from "./http/pagination.ts";
 import { RuntimeSigner } from "./http/signed-response.ts";
 import { MailOutbox } from "./mail/outbox.ts";
@@ -52,6 +53,8 @@ export interface ServiceOptions {
   sealedFileEnvironments?: readonly Environment[];
   /** LICENSING_WEBHOOK_ALLOW_PRIVATE_NETWORKS: webhook URLs on loopback and private networks (and http) allowed. */
   webhookAllowPrivateNetworks?: boolean;
+  /** Where services that report problems no request answers (a failed billing event) write. */
+  logger?: Logger;
 }
 
 /** Every service, built once from the same deps. Constructing them prepares statements; nothing else. */
@@ -173,6 +176,7 @@ export function createServices(deps: Deps, options: ServiceOptions) {
       products,
       plan,
       mail,
+      options.logger,
     ),
   };
 }

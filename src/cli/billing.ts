@@ -2,6 +2,7 @@ import { resolve } from "node:path";
 import type { CommandLine } from "../config.ts";
 import { ENVIRONMENTS, type Environment } from "../domain/scopes.ts";
 import { ApiError } from "../http/errors.ts";
+import type { BillingIntegrationView } from "../modules/billing/model.ts";
 import {
   BillingService,
   baseUrlProblem,
@@ -271,6 +272,12 @@ export const billingDisableCommand: Command = {
   },
 };
 
+/** The failure that needs fixing and resending, or when a resend was applied. */
+const lastFailure = (failure: BillingIntegrationView["last_failure"]): string =>
+  failure
+    ? `${failure.type} ${failure.reason ?? "failed"} ${failure.at}${failure.resolved_at ? ` (resolved ${failure.resolved_at})` : ""}`
+    : "-";
+
 export const billingStatusCommand: Command = {
   name: "billing status",
   summary: "Show the billing integration of each environment, as GET /mgmt/v1/billing-integration does.",
@@ -286,12 +293,14 @@ export const billingStatusCommand: Command = {
     else {
       out(
         table(
-          ["MODE", "STATUS", "OFFERINGS", "LAST EVENT"],
+          ["MODE", "STATUS", "OFFERINGS", "LAST EVENT", "LAST FAILURE", "UNRESOLVED"],
           statuses.map((s) => [
             s.mode,
             s.status,
             String(s.offerings.filter((o) => o.status === "active").length),
             s.last_event ? `${s.last_event.type} ${s.last_event.result} ${s.last_event.at}` : "-",
+            lastFailure(s.last_failure),
+            String(s.unresolved_failures),
           ]),
         ),
       );

@@ -270,6 +270,52 @@ describe("claims", () => {
     }
   });
 
+  test.each([
+    ["malformed JSON", "/billing/v1/claims/redeem", "{", "application/json", 400],
+    ["a form body", "/billing/v1/claims/redeem", "token=abc", "application/x-www-form-urlencoded", 400],
+    ["text/plain", "/billing/v1/claims/redeem", JSON.stringify({ token: "A".repeat(43) }), "text/plain", 400],
+    [
+      "a token that is not a string",
+      "/billing/v1/claims/redeem",
+      JSON.stringify({ token: 1 }),
+      "application/json",
+      422,
+    ],
+    [
+      "an unexpected field",
+      "/billing/v1/claims/redeem",
+      JSON.stringify({ token: "A".repeat(43), x: 1 }),
+      "application/json",
+      422,
+    ],
+    [
+      "a token too long",
+      "/billing/v1/claims/redeem",
+      JSON.stringify({ token: "A".repeat(129) }),
+      "application/json",
+      422,
+    ],
+    ["an empty body", "/billing/v1/claims/redeem", "", "application/json", 400],
+    ["a trailing slash and no token", "/billing/v1/claims/redeem/", "{}", "application/json", 422],
+    [
+      "an unknown token",
+      "/billing/v1/claims/redeem",
+      JSON.stringify({ token: "A".repeat(43) }),
+      "application/json",
+      410,
+    ],
+  ])(
+    "a redeem refused for %s still says Cache-Control: no-store",
+    async (_name, path, rawBody, contentType, status) => {
+      const answer = await t.call("POST", path, {
+        key: null,
+        rawBody,
+        headers: { "content-type": contentType },
+      });
+      expect([answer.status, answer.headers.get("cache-control")]).toEqual([status, "no-store"]);
+    },
+  );
+
   test("with secure claims off, the email carries the key itself", async () => {
     configureTest({ secureClaims: false });
     try {

@@ -46,6 +46,8 @@ describe("GET /mgmt/v1/billing-integration", () => {
       license_claim_url: null,
       webhook_url: `${BASE_URL}${WEBHOOK}`,
       last_event: null,
+      last_failure: null,
+      unresolved_failures: 0,
       offerings: [],
     });
   });

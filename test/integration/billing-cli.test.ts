@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { randomBytes } from "node:crypto";
+import { createHmac, randomBytes } from "node:crypto";
 import { chmodSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -269,6 +269,47 @@ describe("the service's base URL", () => {
     await serve("https://licenses.example.org/service");
     expect(await webhookUrl()).toBe("https://licenses.example.org/service/billing/v1/stripe/webhook");
     expect(await webhookUrl("--base-url", BASE)).toBe(`${BASE}/billing/v1/stripe/webhook`);
+  });
+});
+
+describe("licensing billing status", () => {
+  test("shows the last failed event beside the last event, and how many failures no resend has applied", async () => {
+    const body = JSON.stringify({
+      id: `evt_cli_${Date.now()}`,
+      object: "event",
+      created: Math.floor(Date.now() / 1000),
+      livemode: false,
+      type: "checkout.session.completed",
+      data: {
+        object: {
+          id: "cs_test_cli",
+          object: "checkout.session",
+          mode: "payment",
+          payment_status: "paid",
+          metadata: { licensing_price_id: "price_notmapped" },
+        },
+      },
+    });
+    const timestamp = Math.floor(Date.now() / 1000);
+    const signature = createHmac("sha256", SECRET).update(`${timestamp}.${body}`).digest("hex");
+    const delivered = await app.handle(
+      new Request(`${BASE}/billing/v1/stripe/webhook`, {
+        method: "POST",
+        headers: { "content-type": "application/json", "stripe-signature": `t=${timestamp},v1=${signature}` },
+        body,
+      }),
+    );
+    expect(((await delivered.json()) as { data: { result: string } }).data.result).toBe("failed");
+    const { id } = JSON.parse(body);
+    const json = JSON.parse((await cli(["billing", "status", "--json", "--base-url", BASE])).stdout);
+    expect(json[1]).toMatchObject({
+      mode: "test",
+      last_failure: { id, type: "checkout.session.completed", reason: "unknown_price", resolved_at: null },
+      unresolved_failures: 1,
+    });
+    const table = (await cli(["billing", "status", "--base-url", BASE])).stdout;
+    expect(table).toContain("LAST FAILURE");
+    expect(table).toMatch(/test .*checkout\.session\.completed unknown_price \S+ +1\n/);
   });
 });
 

@@ -3,6 +3,7 @@ import { randomBytes } from "node:crypto";
 import { sql } from "drizzle-orm";
 import Stripe from "stripe";
 import { unixSeconds } from "../../src/domain/clock.ts";
+import type { Logger } from "../../src/http/logger.ts";
 import { BillingService } from "../../src/modules/billing/service.ts";
 import { licenses } from "../../src/store/schema/index.ts";
 import { factories } from "./factories.ts";
@@ -33,11 +34,11 @@ export const next = (prefix: string) =>
 /**
  * Gives the calling test file its own store (made before its tests, closed after them). With
  * `configured`, the test integration is set up as well, as `configureTest()` leaves it; without,
- * the file starts from no integration at all.
+ * the file starts from no integration at all. `logger` receives the app's log lines.
  */
-export function useBillingContext(options: { configured?: boolean } = {}) {
+export function useBillingContext(options: { configured?: boolean; logger?: Logger } = {}) {
   beforeAll(() => {
-    t = createTestContext();
+    t = createTestContext({ logger: options.logger });
     billing = new BillingService(t.deps, () => t.workspace.plan(), BASE_URL);
     const f = factories(t);
     const product = f.product({ environment: "test", name: "Widget Pro" });

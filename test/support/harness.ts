@@ -10,7 +10,7 @@ import { AdjustableClock } from "../../src/domain/clock.ts";
 import { IdGenerator } from "../../src/domain/ids.ts";
 import { SCOPES, type Scope } from "../../src/domain/scopes.ts";
 import { clientAddress } from "../../src/http/client-address.ts";
-import { silentLogger } from "../../src/http/logger.ts";
+import { type Logger, silentLogger } from "../../src/http/logger.ts";
 import { Metrics } from "../../src/http/metrics.ts";
 import type { RuntimeRateLimitSettings } from "../../src/http/rate-limit.ts";
 import { ApiKeyService } from "../../src/modules/api-keys/service.ts";
@@ -68,6 +68,8 @@ export function createTestContext(
     metricsToken?: string;
     /** The service's base URL; BASE_URL unless a test needs another. */
     baseUrl?: string;
+    /** Where the app and its services log; silent unless a test reads the lines. */
+    logger?: Logger;
   } = {},
 ) {
   const dir = mkdtempSync(join(tmpdir(), "licensing-test-"));
@@ -99,6 +101,7 @@ export function createTestContext(
       : { name: "mgmt", limit: 100_000, windowSec: 1 },
     runtimeRateLimits: { ip: null, activation: null, license: null, ...options.runtimeRateLimits },
     trustForwardedFor: options.trustForwardedFor,
+    logger: options.logger,
     metrics: options.metricsToken
       ? { registry: new Metrics({ version: "test", sqlite: store.sqlite }), token: options.metricsToken }
       : undefined,

@@ -53,6 +53,7 @@ const SHIPPED: Record<string, string> = {
   "0041_customers_external_ref": "f9e6665559e35ba75af035c7ecd29f6853e30cfb622a962e8f7ce5e8d125ca31",
   "0042_passkey_registrations_indexes": "3052ccb52aa39281ae7f424673d513e5bba89b4b45662aa879a7e547656457ea",
   "0043_license_state_history": "2b9292e98efeb320784d0115ff972cc710e9fae383f0538fa73fe893c87500c9",
+  "0044_billing_ids_per_environment": "75d1ef622b5156ea4b89704405474e8a5fd85eec6eb43a9a66eb391886d63197",
 };
 
 test("no shipped migration has changed, and each new one is pinned here", () => {

@@ -8,7 +8,7 @@ import { errorEnvelopeResponse } from "../../http/schemas.ts";
 import type { Services } from "../../services.ts";
 import { CLAIM_PAGE } from "./claim-page.ts";
 import { billingModels, billingPublicModels } from "./model.ts";
-import { CLAIM_PATH, WEBHOOK_PATH } from "./service.ts";
+import { CLAIM_PATH, CLAIM_REDEEM_PATH, isClaimRedeemPath, WEBHOOK_PATH } from "./service.ts";
 
 /** `GET /mgmt/v1/billing-integration` (spec §4.3): the status for the key's environment. */
 export const billingIntegrationController = ({ billing }: Services) =>
@@ -36,9 +36,13 @@ export const billingPublicController = ({ billingWebhooks, billingClaims }: Serv
   new Elysia({ prefix: "", detail: { tags: ["Billing"], security: [] } })
     // Before the body is read (conventions.ts parses it): see BillingWebhookReceiver.admit.
     .onRequest(
-      routedHook(({ request, path }) => {
-        if (request.method === "POST" && isBillingWebhookPath(path))
-          billingWebhooks.admit(request.headers.get("stripe-signature"));
+      routedHook(({ request, set, path }) => {
+        if (request.method !== "POST") return;
+        if (isBillingWebhookPath(path)) billingWebhooks.admit(request.headers.get("stripe-signature"));
+        // Before the body is read, so every answer carries it: a refusal of a malformed or
+        // invalid body never reaches the handler, and no cache should keep any answer of a call
+        // whose success carries a license key.
+        else if (isClaimRedeemPath(path)) set.headers["cache-control"] = "no-store";
       }),
     )
     .model(billingPublicModels)
@@ -90,12 +94,9 @@ export const billingPublicController = ({ billingWebhooks, billingClaims }: Serv
       },
     })
     .post(
-      `${CLAIM_PATH}/redeem`,
-      ({ body, set }) => {
-        // The answer carries the license key: no cache keeps it (set first, so refusals carry it too).
-        set.headers["cache-control"] = "no-store";
-        return { data: billingClaims.redeem(body.token) };
-      },
+      CLAIM_REDEEM_PATH,
+      // Cache-Control: no-store is set for every answer of this route by the onRequest hook above.
+      ({ body }) => ({ data: billingClaims.redeem(body.token) }),
       {
         body: "billing-claim.request",
         response: { 200: "billing-claim.response" },

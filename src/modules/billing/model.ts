@@ -52,6 +52,31 @@ export const BillingIntegrationStatus = Type.Object({
       at: DateTime(),
     }),
   ),
+  last_failure: Nullable(
+    Type.Object(
+      {
+        id: Type.String(),
+        type: Type.String(),
+        result: StringEnum(["failed"] as const),
+        reason: Nullable(Type.String()),
+        at: DateTime(),
+        resolved_at: Nullable(
+          DateTime(
+            "When a later delivery of the same event (a resend) was applied; null while it has not been.",
+          ),
+        ),
+      },
+      {
+        description:
+          "The last event that failed, kept when later events succeed (only the next failure replaces it); null before the first.",
+      },
+    ),
+  ),
+  unresolved_failures: Type.Integer({
+    minimum: 0,
+    description:
+      "Events answered `failed` that no later delivery has applied: each needs its cause fixed and the event resent.",
+  }),
   offerings: Type.Array(BillingOffering),
 });
 

@@ -15,6 +15,7 @@ import {
   products,
 } from "../../store/schema/index.ts";
 import { recordAudit } from "../events/service.ts";
+import { failureStatus } from "./failures.ts";
 import type { BillingIntegrationView } from "./model.ts";
 
 export type IntegrationRow = typeof billingIntegrations.$inferSelect;
@@ -24,6 +25,11 @@ export const DEFAULT_API_BASE_URL = "https://api.stripe.com";
 /** Where the provider posts events (its body limit and early refusals key on the same path). */
 export const WEBHOOK_PATH = BILLING_WEBHOOK_PATH;
 export const CLAIM_PATH = "/billing/v1/claims";
+export const CLAIM_REDEEM_PATH = `${CLAIM_PATH}/redeem`;
+
+/** The exact path (a trailing slash is the same route to the router), nothing under it. */
+export const isClaimRedeemPath = (path: string): boolean =>
+  path === CLAIM_REDEEM_PATH || path === `${CLAIM_REDEEM_PATH}/`;
 
 export const apiKeyContext = (environment: Environment) => `billing-api-key:${environment}`;
 const webhookSecretContext = (environment: Environment) => `billing-webhook-secret:${environment}`;
@@ -165,6 +171,10 @@ export class BillingService {
       lastEventResult: current?.lastEventResult ?? null,
       lastEventReason: current?.lastEventReason ?? null,
       lastEventAt: current?.lastEventAt ?? null,
+      lastFailureId: current?.lastFailureId ?? null,
+      lastFailureType: current?.lastFailureType ?? null,
+      lastFailureReason: current?.lastFailureReason ?? null,
+      lastFailureAt: current?.lastFailureAt ?? null,
       createdAt: current?.createdAt ?? now,
       updatedAt: now,
     };
@@ -343,6 +353,7 @@ export class BillingService {
               at: row.lastEventAt.toISOString(),
             }
           : null,
+      ...failureStatus(this.deps.db, environment, row),
       offerings: this.offerings(environment).map(presentOffering),
     };
   }

@@ -1,10 +1,11 @@
-import { eq } from "drizzle-orm";
+import { and, eq } from "drizzle-orm";
 import type { ChangeContext, Deps } from "../../deps.ts";
 import { unixSeconds } from "../../domain/clock.ts";
 import { defaultExpiry } from "../../domain/license-state.ts";
 import { hasFeature, type PlanDefinition } from "../../domain/plans.ts";
 import type { Environment } from "../../domain/scopes.ts";
 import { ApiError } from "../../http/errors.ts";
+import { type Logger, silentLogger } from "../../http/logger.ts";
 import type { MailOutbox } from "../../mail/outbox.ts";
 import type { Db } from "../../store/db.ts";
 import { billingCheckouts, billingEvents, billingIntegrations, policies } from "../../store/schema/index.ts";
@@ -14,6 +15,7 @@ import { settingsOf } from "../policies/service.ts";
 import type { ProductService } from "../products/service.ts";
 import { customerForBuyer, readBuyer } from "./buyers.ts";
 import type { ClaimService } from "./claims.ts";
+import { recordFailure } from "./failures.ts";
 import { done, type Outcome, type Result } from "./outcome.ts";
 import { type BillingService, type IntegrationRow, type OfferingRow, planLacksBilling } from "./service.ts";
 import {
@@ -67,6 +69,7 @@ export class BillingWebhookService {
     private readonly products: ProductService,
     private readonly plan: () => PlanDefinition,
     private readonly mail: MailOutbox | undefined,
+    private readonly logger: Logger = silentLogger,
   ) {
     this.subscriptions = new SubscriptionLedger(deps, licenses, plan);
   }
@@ -96,19 +99,31 @@ export class BillingWebhookService {
         },
       );
     }
-    const seen = this.eventRow(event.id);
+    const seen = this.eventRow(environment, event.id);
     if (seen && seen.result !== "failed") return { event_id: event.id, result: seen.result, replayed: true };
 
     const integration = this.billing.integration(environment) as IntegrationRow;
+    const ctx: ChangeContext = {
+      actor: { type: "billing", id: "stripe" },
+      environment,
+      requestId: input.requestId,
+    };
     let prices: string[] = [];
     if (isCheckout(event)) {
       try {
         prices = await this.checkoutPrices(integration, event.object);
       } catch (error) {
         // Not recorded as processed: the provider retries and the next attempt may reach the API.
-        this.deps.db.transaction((tx) =>
-          this.recordLast(tx, environment, event, done("failed", "provider_unreachable")),
-        );
+        const unreachable = done("failed", "provider_unreachable");
+        this.deps.db.transaction((tx) => {
+          this.recordLast(tx, environment, event, unreachable);
+          recordFailure(tx, this.deps, this.logger, ctx, {
+            event,
+            outcome: unreachable,
+            prices,
+            attempts: null,
+          });
+        });
         throw new ApiError(
           "SERVICE_UNAVAILABLE",
           "The billing provider's API could not be reached to read the checkout's line items.",
@@ -118,19 +133,14 @@ export class BillingWebhookService {
         );
       }
     }
-    const ctx: ChangeContext = {
-      actor: { type: "billing", id: "stripe" },
-      environment,
-      requestId: input.requestId,
-    };
     let outcome: Outcome & { replayed?: boolean };
     try {
       outcome = this.deps.db.transaction((tx) => {
         // Checked again inside the transaction: a concurrent delivery may have won meanwhile.
-        const again = this.eventRow(event.id);
+        const again = this.eventRow(environment, event.id);
         if (again && again.result !== "failed") return { ...done(again.result), replayed: true };
         const applied = this.apply(tx, event, prices, ctx, integration);
-        this.record(tx, environment, event, applied);
+        this.record(tx, ctx, event, applied, prices);
         return applied;
       });
     } catch (error) {
@@ -138,7 +148,7 @@ export class BillingWebhookService {
       // Our side refused (quota, archived product, retired policy): nothing was changed. The event
       // is recorded as failed, so the provider stops retrying and a later resend is tried again.
       outcome = done("failed", error.code);
-      this.deps.db.transaction((tx) => this.record(tx, environment, event, outcome));
+      this.deps.db.transaction((tx) => this.record(tx, ctx, event, outcome, prices));
     }
     return { event_id: event.id, result: outcome.result, replayed: outcome.replayed === true };
   }
@@ -224,7 +234,9 @@ export class BillingWebhookService {
     const fulfilled = tx
       .select()
       .from(billingCheckouts)
-      .where(eq(billingCheckouts.checkoutId, checkoutId))
+      .where(
+        and(eq(billingCheckouts.environment, ctx.environment), eq(billingCheckouts.checkoutId, checkoutId)),
+      )
       .get();
     if (fulfilled) return done("ignored", "already_fulfilled", fulfilled.licenseId);
     const offering = prices
@@ -324,13 +336,25 @@ export class BillingWebhookService {
     });
   }
 
-  private eventRow(eventId: string) {
-    return this.deps.db.select().from(billingEvents).where(eq(billingEvents.eventId, eventId)).get();
+  /** Event ids are the environment's: a test event cannot take a live one's id (or the reverse). */
+  private eventRow(environment: Environment, eventId: string) {
+    return this.deps.db
+      .select()
+      .from(billingEvents)
+      .where(and(eq(billingEvents.environment, environment), eq(billingEvents.eventId, eventId)))
+      .get();
   }
 
-  private record(tx: Db, environment: Environment, event: ProviderEvent, outcome: Outcome): void {
+  private record(
+    tx: Db,
+    ctx: ChangeContext,
+    event: ProviderEvent,
+    outcome: Outcome,
+    prices: readonly string[],
+  ): void {
+    const { environment } = ctx;
     const now = this.deps.clock.now();
-    const previous = this.eventRow(event.id);
+    const previous = this.eventRow(environment, event.id);
     const row = {
       eventId: event.id,
       environment,
@@ -344,9 +368,11 @@ export class BillingWebhookService {
     };
     tx.insert(billingEvents)
       .values(row)
-      .onConflictDoUpdate({ target: billingEvents.eventId, set: row })
+      .onConflictDoUpdate({ target: [billingEvents.environment, billingEvents.eventId], set: row })
       .run();
     this.recordLast(tx, environment, event, outcome);
+    if (outcome.result === "failed")
+      recordFailure(tx, this.deps, this.logger, ctx, { event, outcome, prices, attempts: row.attempts });
   }
 
   private recordLast(tx: Db, environment: Environment, event: ProviderEvent, outcome: Outcome): void {

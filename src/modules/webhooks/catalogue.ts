@@ -46,6 +46,7 @@ export const AUDIT_EVENT_TYPES = [
   "billing_integration.disabled",
   "billing_offering.created",
   "billing_offering.removed",
+  "billing_event.failed",
   "signing_key.rotated",
   "signing_key.retired",
   "signing_key.compromised",

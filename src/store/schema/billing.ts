@@ -25,6 +25,14 @@ export const billingIntegrations = sqliteTable("billing_integrations", {
   lastEventResult: text("last_event_result"),
   lastEventReason: text("last_event_reason"),
   lastEventAt: timestamp("last_event_at"),
+  /**
+   * The last event that failed, kept until another fails: `last_event` moves on with every
+   * delivery, and a purchase that failed must stay visible until someone fixes it.
+   */
+  lastFailureId: text("last_failure_id"),
+  lastFailureType: text("last_failure_type"),
+  lastFailureReason: text("last_failure_reason"),
+  lastFailureAt: timestamp("last_failure_at"),
   createdAt: timestamp("created_at").notNull(),
   updatedAt: timestamp("updated_at").notNull(),
 });
@@ -58,19 +66,29 @@ export const billingOfferings = sqliteTable(
 /**
  * One row per provider event id, written in the same transaction as the changes it caused, so a
  * redelivered event is recognised and changes nothing. Failed events are processed again when
- * redelivered (the operator may have fixed what made them fail).
+ * redelivered (the operator may have fixed what made them fail). Keyed by environment too: each
+ * mode has its own signing secret, and whoever holds the test one must not be able to take a live
+ * event's id (or checkout id, below) before the live delivery comes.
  */
-export const billingEvents = sqliteTable("billing_events", {
-  eventId: text("event_id").primaryKey(),
-  environment: text("environment", { enum: ["live", "test"] }).notNull(),
-  type: text("type").notNull(),
-  result: text("result", { enum: ["succeeded", "ignored", "failed"] }).notNull(),
-  reason: text("reason"),
-  licenseId: text("license_id"),
-  attempts: integer("attempts").notNull(),
-  createdAt: timestamp("created_at").notNull(),
-  updatedAt: timestamp("updated_at").notNull(),
-});
+export const billingEvents = sqliteTable(
+  "billing_events",
+  {
+    eventId: text("event_id").notNull(),
+    environment: text("environment", { enum: ["live", "test"] }).notNull(),
+    type: text("type").notNull(),
+    result: text("result", { enum: ["succeeded", "ignored", "failed"] }).notNull(),
+    reason: text("reason"),
+    licenseId: text("license_id"),
+    attempts: integer("attempts").notNull(),
+    createdAt: timestamp("created_at").notNull(),
+    updatedAt: timestamp("updated_at").notNull(),
+  },
+  (t) => [
+    primaryKey({ columns: [t.environment, t.eventId] }),
+    // The failed ones not applied since, counted by the status: few, whatever the history's size.
+    index("billing_events_failed").on(t.environment).where(sql`result = 'failed'`),
+  ],
+);
 
 /**
  * A checkout's license, and the subscription that renews it. A subscription row can exist before
@@ -109,16 +127,20 @@ export const billingSubscriptions = sqliteTable(
 );
 
 /** Exactly one license per checkout, however often or however concurrently it is reported. */
-export const billingCheckouts = sqliteTable("billing_checkouts", {
-  checkoutId: text("checkout_id").primaryKey(),
-  environment: text("environment", { enum: ["live", "test"] }).notNull(),
-  licenseId: text("license_id")
-    .notNull()
-    .references(() => licenses.id),
-  offeringId: text("offering_id").notNull(),
-  subscriptionId: text("subscription_id"),
-  createdAt: timestamp("created_at").notNull(),
-});
+export const billingCheckouts = sqliteTable(
+  "billing_checkouts",
+  {
+    checkoutId: text("checkout_id").notNull(),
+    environment: text("environment", { enum: ["live", "test"] }).notNull(),
+    licenseId: text("license_id")
+      .notNull()
+      .references(() => licenses.id),
+    offeringId: text("offering_id").notNull(),
+    subscriptionId: text("subscription_id"),
+    createdAt: timestamp("created_at").notNull(),
+  },
+  (t) => [primaryKey({ columns: [t.environment, t.checkoutId] })],
+);
 
 /** A single-use claim of a bought license's key; only an HMAC of the token is stored. */
 export const billingClaims = sqliteTable(
