@@ -244,16 +244,30 @@ describe("a price no offering of the product maps", () => {
   test("an invoice for an unmapped price is failed and renews nothing, until an offering maps it and the event is sent again", async () => {
     const { f, product, subscription, periodEnd, license } = await proSubscriber();
     const before = license();
+    const unresolvedBefore = billing.status("test").unresolved_failures;
     const unmapped = newPrice();
     const yearly = event("invoice.paid", pricedInvoice(subscription, periodEnd + 365 * DAY, [unmapped]));
     expect((await deliver(yearly)).body.data.result).toBe("failed");
     expect(lastEvent()).toMatchObject({ id: yearly.id, result: "failed", reason: "unknown_price" });
     expect(license().expiresAt?.getTime()).toBe(before.expiresAt?.getTime());
     expect(license().version).toBe(before.version);
+    // Visible as every failed event is: kept as the last failure and audited for the vendor.
+    expect(billing.status("test")).toMatchObject({
+      last_failure: { id: yearly.id, reason: "unknown_price", resolved_at: null },
+      unresolved_failures: unresolvedBefore + 1,
+    });
+    const failures = t.deps.db
+      .select()
+      .from(auditEvents)
+      .where(and(eq(auditEvents.type, "billing_event.failed"), eq(auditEvents.environment, "test")))
+      .all();
+    expect(failures.map((row) => (row.data as { reason?: string }).reason)).toContain("unknown_price");
 
     const policy = f.policy({ productId: product.id, environment: "test", licenseType: "subscription" });
     billing.addOffering({ priceId: unmapped, productId: product.id, policyId: policy.id }, ACTOR);
     expect((await deliver(yearly)).body.data.result).toBe("succeeded");
+    expect(billing.status("test")).toMatchObject({ unresolved_failures: unresolvedBefore });
+    expect(billing.status("test").last_failure?.resolved_at).toEqual(expect.any(String));
     expect(license().policyId).toBe(policy.id);
     expect(license().expiresAt?.getTime()).toBe((periodEnd + 365 * DAY + RENEWAL_GRACE_SEC) * 1000);
   });
