@@ -62,6 +62,14 @@ const SYSTEM_TREES: Record<string, string> = {
   "/sys": "the kernel's device interface",
 };
 
+/**
+ * Ordinary file systems mounted inside /dev: shared memory, which containers use for scratch
+ * files (a tmpfs), and POSIX message queues. Files written there are files.
+ */
+const FILE_SYSTEMS_IN_DEV = ["/dev/shm", "/dev/mqueue"];
+
+const within = (path: string, tree: string) => path === tree || path.startsWith(`${tree}/`);
+
 /** The system tree `dir` lies in, links followed; null for any other directory, or one not there. */
 function systemTreeOf(dir: string): string | null {
   let real: string;
@@ -71,13 +79,15 @@ function systemTreeOf(dir: string): string | null {
     // No such directory: creating the temp file fails and says so.
     return null;
   }
-  return Object.keys(SYSTEM_TREES).find((tree) => real === tree || real.startsWith(`${tree}/`)) ?? null;
+  if (FILE_SYSTEMS_IN_DEV.some((tree) => within(real, tree))) return null;
+  return Object.keys(SYSTEM_TREES).find((tree) => within(real, tree)) ?? null;
 }
 
 /**
  * Refuses a destination the rename must not replace. The rename would replace a device node, a
  * FIFO or a socket with a regular file (as root, `/dev/null` itself), which no one writing a file
- * means, so those are refused, and so is anything in /dev, /proc or /sys. A symbolic link is
+ * means, so those are refused, and so is anything in /dev (but /dev/shm and /dev/mqueue), /proc or
+ * /sys. A symbolic link is
  * replaced itself, never what it points to, as a rename does, but only when it leads to a regular
  * file or to nothing: a link to a device, a FIFO or a socket (`/dev/stdout` leads to a terminal or
  * a pipe) names that, and one leading to a directory is refused like the directory.

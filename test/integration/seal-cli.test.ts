@@ -158,6 +158,19 @@ describe("where licensing seal writes", () => {
     expect(readdirSync(dir).sort()).toEqual(["plain.bin", "proc-link"]);
   });
 
+  test("/dev/shm, an ordinary tmpfs inside /dev that containers write scratch files to, takes an output", async () => {
+    const dir = folder("shm");
+    const scratch = mkdtempSync("/dev/shm/licensing-seal-test-");
+    try {
+      const out = join(scratch, "out.sealed");
+      const run = await seal(dir, "plain.bin", out);
+      expect(run.code).toBe(0);
+      expect(fileIdOf(out)).toEqual(expect.any(String));
+    } finally {
+      rmSync(scratch, { recursive: true, force: true });
+    }
+  });
+
   test("an output named with a trailing slash is refused, and neither a file nor a directory of that name is made", async () => {
     const dir = folder("trailing");
     mkdirSync(join(dir, "existing"));
