@@ -108,9 +108,10 @@ describe("happy path", () => {
     expect(response.body.data.allowed_origins).toEqual(origins);
   });
 
-  test("hosts that are DNS names of letters, digits and hyphens, or IP addresses, are accepted", async () => {
+  test("hosts that are DNS names of letters, digits, hyphens and underscores, or IP addresses, are accepted", async () => {
     const origins = [
       "https://a-b.example.com",
+      "https://build_42.internal.example",
       "https://xn--bcher-kva.example",
       "https://1st.example",
       `https://${"a".repeat(63)}.example.com`,
@@ -209,8 +210,7 @@ describe("validation", () => {
     ["a host over 253 characters", `https://${`${"a".repeat(63)}.`.repeat(4)}com`, /253/],
     ["a host label starting with a hyphen", "https://-a.com", /hyphen/],
     ["a host label ending with a hyphen", "https://a-.example.com", /hyphen/],
-    ["an underscore in the host", "https://a_b.com", /letters, digits and hyphens/],
-    ["a dollar sign in the host", "https://a$b.com", /letters, digits and hyphens/],
+    ["a dollar sign in the host", "https://a$b.com", /letters, digits, hyphens and underscores/],
     ["a trailing dot", "https://a.com.", /end its host with a dot/],
     ["a trailing dot on localhost", "https://localhost.", /end its host with a dot/],
   ];

@@ -57,12 +57,14 @@ export function canonicalOrigin(raw: string, environment: Environment): OriginCh
 }
 
 const IPV4 = /^\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}$/;
-// After URL parsing: lower case, an internationalised label already in punycode (`xn--…`).
-const LDH = /^[a-z0-9-]+$/;
+// After URL parsing: lower case, an internationalised label already in punycode (`xn--…`). An
+// underscore is not a host name's letter (RFC 952) but is a DNS name's, and browsers load such
+// hosts and send them in `Origin` (a service record's name, an internal CA's certificate).
+const HOST_LABEL = /^[a-z0-9_-]+$/;
 
 /**
  * Why `hostname` (as URL serialises it) cannot be the host of an origin a browser sends, or null.
- * URL parsing keeps hosts no DNS name has (`a..com`, `-a.com`, `a_b.com`, `a$b.com`): stored, they
+ * URL parsing keeps hosts no DNS name has (`a..com`, `-a.com`, `a$b.com`): stored, they
  * would never match a page's `Origin`, and the vendor would learn of it only when the browser
  * client is refused. IP literals are left as URL normalised them.
  */
@@ -73,7 +75,8 @@ function originHostProblem(hostname: string): string | null {
   for (const label of name.split(".")) {
     if (label === "") return "must not have an empty label in its host (two dots in a row, or a leading dot)";
     if (label.length > 63) return "must not have a host label longer than 63 characters";
-    if (!LDH.test(label)) return "must have a host of letters, digits and hyphens only (no _ or other signs)";
+    if (!HOST_LABEL.test(label))
+      return "must have a host of letters, digits, hyphens and underscores only (no other signs)";
     if (label.startsWith("-") || label.endsWith("-"))
       return "must not have a host label that starts or ends with a hyphen";
   }
