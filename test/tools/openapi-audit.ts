@@ -9,8 +9,8 @@
  * Left out: the pages the document leaves out on purpose (/, /docs, /openapi.json, /metrics, the
  * test clock), HEAD and OPTIONS (answered by the HTTP layer for every GET and runtime route), and
  * a path no route has that answers an error (tests probing unknown paths; that every route is in
- * the document and every documented path a route, test/api/fuzz.test.ts and openapi.test.ts check). A path given
- * with a trailing slash is the same route as without.
+ * the document and every documented path a route, test/api/fuzz.test.ts and openapi.test.ts
+ * check). A path given with a trailing slash is the same route as without.
  */
 import { readFileSync } from "node:fs";
 import { createTestContext } from "../support/harness.ts";
