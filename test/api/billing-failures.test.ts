@@ -3,6 +3,7 @@ import type { Logger, LogLevel } from "../../src/http/logger.ts";
 import {
   ACTOR,
   billing,
+  changeAt,
   checkout,
   configureTest,
   deliver,
@@ -12,6 +13,8 @@ import {
   licensesOfCheckout,
   next,
   nowSec,
+  offering,
+  subscriptionState,
   TEST_API_KEY,
   TEST_SECRET,
   t,
@@ -155,6 +158,53 @@ describe("a failed billing event", () => {
     expect(warnings().slice(warnedBefore)).toMatchObject([
       { level: "warn", fields: { event_id: failed.id, retried_by_provider: true } },
     ]);
+  });
+
+  test("that no resend can fix is kept as last_failure and audited, but not counted as unresolved", async () => {
+    const price = offering(ids.subscriptionPolicy);
+    const before = (await status()).unresolved_failures;
+    // The subscription ended before its checkout came (Stripe does not order its events).
+    const subscription = next("sub");
+    const ended = changeAt(
+      "customer.subscription.deleted",
+      subscriptionState(subscription, nowSec() + 30 * 86_400, {
+        status: "canceled",
+        ended_at: nowSec() - 10,
+      }),
+      nowSec() - 5,
+    );
+    expect((await deliver(ended)).body.data.result).toBe("succeeded");
+    const lateCheckout = event("checkout.session.completed", checkout(price, { subscription }));
+    const { created: _, ...noCreated } = event(
+      "customer.subscription.updated",
+      subscriptionState(next("sub"), nowSec()),
+    );
+    const noPeriod = event("invoice.paid", {
+      ...invoice(next("sub"), nowSec()),
+      lines: { object: "list", data: [] },
+    });
+    const terminal = [
+      [lateCheckout, "subscription_ended"],
+      [noCreated, "malformed_event"],
+      [noPeriod, "no_period_end"],
+    ] as const;
+    for (const [sent, reason] of terminal) {
+      expect((await deliver(sent)).body.data.result).toBe("failed");
+      expect((await status()).last_failure).toMatchObject({ id: sent.id, reason, resolved_at: null });
+      expect((await status()).unresolved_failures).toBe(before);
+      const audited = (await failedEvents()).filter(
+        (row: { data: { event_id: string } }) => row.data.event_id === sent.id,
+      );
+      expect(audited).toHaveLength(1);
+    }
+    // Resent, it fails the same way, and still counts for nothing.
+    expect((await deliver(lateCheckout)).body.data.result).toBe("failed");
+    expect((await status()).unresolved_failures).toBe(before);
+
+    // A failure the vendor can fix still counts beside them.
+    const fixable = event("checkout.session.completed", checkout(`price_unmapped${Date.now()}`));
+    expect((await deliver(fixable)).body.data.result).toBe("failed");
+    expect((await status()).unresolved_failures).toBe(before + 1);
   });
 
   test("of one environment shows in that environment's status only", async () => {

@@ -222,6 +222,85 @@ describe("a price of another offering of the same product", () => {
     }
   });
 
+  test("a price re-pointed at another policy (its offering removed, a new one added) keeps renewing the licenses sold before on their policy, and sells the new one", async () => {
+    const { product, policyOf, pro, prices, subscription, periodEnd, license } = await proSubscriber();
+    const proPlus = policyOf("Pro Plus");
+    billing.removeOffering(prices.pro, ACTOR);
+    const repointed = billing.addOffering(
+      { priceId: prices.pro, productId: product.id, policyId: proPlus.id },
+      ACTOR,
+    );
+
+    const nextEnd = periodEnd + 30 * DAY;
+    const renewal = await deliver(event("invoice.paid", pricedInvoice(subscription, nextEnd, [prices.pro])));
+    expect(renewal.body.data.result).toBe("succeeded");
+    expect(license().policyId).toBe(pro.id);
+    expect(license().expiresAt?.getTime()).toBe((nextEnd + RENEWAL_GRACE_SEC) * 1000);
+    const update = await deliver(
+      changeAt("customer.subscription.updated", pricedState(subscription, nextEnd, prices.pro), nowSec() + 5),
+    );
+    expect(update.body.data.result).toBe("ignored");
+    expect(license().policyId).toBe(pro.id);
+
+    const newcomer = checkout(prices.pro, { subscription: next("sub") });
+    expect((await deliver(event("checkout.session.completed", newcomer))).body.data.result).toBe("succeeded");
+    const [sold] = licensesOfCheckout(newcomer.id);
+    expect(sold?.policyId).toBe(proPlus.id);
+    expect(sold?.metadata.billing_offering_id).toBe(repointed.id);
+  });
+
+  test("a subscription with a price of the license's own policy and one of another (an add-on) keeps the license on its own", async () => {
+    const { pro, prices, subscription, periodEnd, license } = await proSubscriber();
+    const nextEnd = periodEnd + 30 * DAY;
+    const renewal = await deliver(
+      event("invoice.paid", pricedInvoice(subscription, nextEnd, [prices.basic, prices.pro])),
+    );
+    expect(renewal.body.data.result).toBe("succeeded");
+    expect(license().policyId).toBe(pro.id);
+    expect(license().expiresAt?.getTime()).toBe((nextEnd + RENEWAL_GRACE_SEC) * 1000);
+    const withAddOn = subscriptionState(subscription, nextEnd, {
+      items: {
+        object: "list",
+        data: [prices.pro, prices.basic].map((price, i) => ({
+          id: `si_${i}`,
+          current_period_end: nextEnd,
+          price: { id: price },
+        })),
+      },
+    });
+    const update = await deliver(changeAt("customer.subscription.updated", withAddOn, nowSec() + 5));
+    expect(update.body.data.result).not.toBe("failed");
+    expect(license().policyId).toBe(pro.id);
+  });
+
+  test("a move to a policy that identifies, validates or counts devices another way is refused as policy_incompatible and renews nothing", async () => {
+    const { f, product, pro, subscription, periodEnd, license } = await proSubscriber();
+    const expiry = license().expiresAt?.getTime();
+    const differences = [
+      { identityMode: "named_user" },
+      { validationMode: "hybrid" },
+      { concurrencyUnit: "instance" },
+    ] as const;
+    for (const difference of differences) {
+      const other = f.policy({
+        productId: product.id,
+        environment: "test",
+        licenseType: "subscription",
+        billingCycle: "monthly",
+        ...difference,
+      });
+      const price = newPrice();
+      billing.addOffering({ priceId: price, productId: product.id, policyId: other.id }, ACTOR);
+      const renewal = await deliver(
+        event("invoice.paid", pricedInvoice(subscription, periodEnd + 30 * DAY, [price])),
+      );
+      expect(renewal.body.data.result).toBe("failed");
+      expect(lastEvent()?.reason).toBe("policy_incompatible");
+      expect(license().expiresAt?.getTime()).toBe(expiry);
+      expect(license().policyId).toBe(pro.id);
+    }
+  });
+
   test("an archived product's license keeps its policy when the price changes, as it takes no new terms", async () => {
     const { product, pro, prices, subscription, periodEnd, license } = await proSubscriber();
     expect((await t.call("DELETE", `/mgmt/v1/products/${product.id}`, { key: t.keys.test })).status).toBe(
@@ -288,11 +367,14 @@ describe("a price no offering of the product maps", () => {
     expect(license().policyId).toBe(pro.id);
   });
 
-  test("lines of two of the product's policies are ambiguous and renew nothing; an unmapped add-on beside the product's price is passed over", async () => {
-    const { prices, subscription, periodEnd, license } = await proSubscriber();
+  test("lines of two other policies of the product are ambiguous and renew nothing; an unmapped add-on beside the product's price is passed over", async () => {
+    const { product, policyOf, prices, subscription, periodEnd, license } = await proSubscriber();
+    const team = policyOf("Team");
+    const teamPrice = newPrice();
+    billing.addOffering({ priceId: teamPrice, productId: product.id, policyId: team.id }, ACTOR);
     const expiry = license().expiresAt?.getTime();
     const both = await deliver(
-      event("invoice.paid", pricedInvoice(subscription, periodEnd + 30 * DAY, [prices.pro, prices.basic])),
+      event("invoice.paid", pricedInvoice(subscription, periodEnd + 30 * DAY, [teamPrice, prices.basic])),
     );
     expect(both.body.data.result).toBe("failed");
     expect(lastEvent()?.reason).toBe("ambiguous_price");
@@ -344,5 +426,57 @@ describe("a price no offering of the product maps", () => {
     const [license] = licensesOfCheckout(session.id);
     expect(license?.policyId).toBe(basic.id);
     expect(license?.expiresAt?.getTime()).toBeLessThan((nowSec() + 60 * DAY) * 1000);
+  });
+});
+
+describe("an invoice whose price would be refused, when the price cannot matter", () => {
+  test("for a revoked license it is ignored as license_revoked, not a failure to fix", async () => {
+    const { subscription, periodEnd, license } = await proSubscriber();
+    const revoked = await t.call("DELETE", `/mgmt/v1/licenses/${license().id}`, { key: t.keys.test });
+    expect(revoked.status).toBe(204);
+    const before = billing.status("test");
+    const sent = event("invoice.paid", pricedInvoice(subscription, periodEnd + 30 * DAY, [newPrice()]));
+    expect((await deliver(sent)).body.data.result).toBe("ignored");
+    expect(lastEvent()?.reason).toBe("license_revoked");
+    const after = billing.status("test");
+    expect(after.unresolved_failures).toBe(before.unresolved_failures);
+    expect(after.last_failure?.id).toBe(before.last_failure?.id);
+  });
+
+  test("for a license the vendor renews it is ignored, and its period is still granted once the authority is handed back", async () => {
+    const { subscription, periodEnd, license } = await proSubscriber();
+    const id = license().id;
+    const vendorExpiry = new Date((nowSec() + 10 * DAY) * 1000).toISOString();
+    const taken = await t.call("PATCH", `/mgmt/v1/licenses/${id}`, {
+      key: t.keys.test,
+      body: { renewal_authority: "vendor", expires_at: vendorExpiry },
+    });
+    expect(taken.status).toBe(200);
+    const before = billing.status("test").unresolved_failures;
+    const nextEnd = periodEnd + 30 * DAY;
+    const sent = event("invoice.paid", pricedInvoice(subscription, nextEnd, [newPrice()]));
+    expect((await deliver(sent)).body.data.result).toBe("ignored");
+    expect(lastEvent()?.reason).toBe("vendor_renewal_authority");
+    expect(billing.status("test").unresolved_failures).toBe(before);
+    expect(license().expiresAt?.toISOString()).toBe(vendorExpiry);
+
+    const returned = await t.call("PATCH", `/mgmt/v1/licenses/${id}`, {
+      key: t.keys.test,
+      body: { renewal_authority: "external_billing" },
+    });
+    expect(returned.status).toBe(200);
+    expect(returned.body.data.expires_at).toBe(new Date((nextEnd + RENEWAL_GRACE_SEC) * 1000).toISOString());
+  });
+
+  test("for a period a later invoice already paid it is ignored as period_already_paid: it grants nothing and no resend could change that", async () => {
+    const { subscription, periodEnd, license } = await proSubscriber();
+    const before = license();
+    const unresolved = billing.status("test").unresolved_failures;
+    const late = event("invoice.paid", pricedInvoice(subscription, periodEnd - 30 * DAY, [newPrice()]));
+    expect((await deliver(late)).body.data.result).toBe("ignored");
+    expect(lastEvent()?.reason).toBe("period_already_paid");
+    expect(billing.status("test").unresolved_failures).toBe(unresolved);
+    expect(license().version).toBe(before.version);
+    expect(license().expiresAt?.getTime()).toBe(before.expiresAt?.getTime());
   });
 });

@@ -1,4 +1,4 @@
-import { and, count, eq } from "drizzle-orm";
+import { and, count, eq, isNull, notInArray, or } from "drizzle-orm";
 import type { ChangeContext, Deps } from "../../deps.ts";
 import type { Environment } from "../../domain/scopes.ts";
 import type { Logger } from "../../http/logger.ts";
@@ -101,8 +101,17 @@ export interface FailureView {
 }
 
 /**
+ * Failures no resend can turn into anything else: the event itself lacks what is needed (its id or
+ * `created` time, an invoice's period), or the subscription ended before its checkout came, so the
+ * license would be born expired. Everything else (a price no offering maps, a policy retired, a
+ * quota full, a product archived: any refusal of ours) the vendor can fix and then resend.
+ */
+export const TERMINAL_FAILURES = ["malformed_event", "no_period_end", "subscription_ended"] as const;
+
+/**
  * The last failure, resolved once its event was applied since (a resend that succeeded or was
- * ignored), and how many recorded failures no resend has applied yet.
+ * ignored), and how many recorded failures a resend could still apply: the terminal ones are kept
+ * as `last_failure` and audited, but waiting on them would keep an alert on for ever.
  */
 export function failureStatus(
   db: Db,
@@ -113,7 +122,13 @@ export function failureStatus(
     db
       .select({ n: count() })
       .from(billingEvents)
-      .where(and(eq(billingEvents.environment, environment), eq(billingEvents.result, "failed")))
+      .where(
+        and(
+          eq(billingEvents.environment, environment),
+          eq(billingEvents.result, "failed"),
+          or(isNull(billingEvents.reason), notInArray(billingEvents.reason, [...TERMINAL_FAILURES])),
+        ),
+      )
       .get()?.n ?? 0;
   if (!row?.lastFailureId || !row.lastFailureType || !row.lastFailureAt)
     return { last_failure: null, unresolved_failures: unresolved };

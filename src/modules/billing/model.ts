@@ -75,7 +75,7 @@ export const BillingIntegrationStatus = Type.Object({
   unresolved_failures: Type.Integer({
     minimum: 0,
     description:
-      "Events answered `failed` that no later delivery has applied: each needs its cause fixed and the event resent.",
+      "Events answered `failed` for a cause the vendor can fix that no later delivery has applied: each needs its cause fixed and the event resent. Terminal failures (malformed_event, no_period_end, subscription_ended) are not counted.",
   }),
   offerings: Type.Array(BillingOffering),
 });

@@ -42,17 +42,30 @@ export class SubscriptionLedger {
     const periodEnd = invoicePeriodEnd(event.object);
     if (periodEnd === undefined) return done("failed", "no_period_end");
     const current = this.get(subscriptionId, ctx.environment);
+    const paidThrough = new Date(Math.max(periodEnd * 1000, current?.paidThrough?.getTime() ?? 0));
     const license = this.licenseOf(tx, current);
+    // A license billing no longer extends takes nothing from the invoice, whatever its price; the
+    // ledger still follows the subscription, so a license handed back to billing gets what was paid.
+    const held = current?.licenseId ? heldFromBilling(license) : undefined;
+    if (held) {
+      this.upsert(tx, ctx.environment, subscriptionId, { paidThrough });
+      return done("ignored", held, current?.licenseId ?? null);
+    }
     let price = decidePrices(tx, ctx.environment, invoicePriceIds(event.object), license);
-    // Nothing is kept of an invoice for a price that cannot renew the license: no time is paid for.
-    if (price.kind === "refused") return done("failed", price.reason, license?.id ?? null);
+    const earlierPeriod = periodEnd * 1000 < (current?.paidThrough?.getTime() ?? 0);
+    if (price.kind === "refused") {
+      // A period a later invoice already paid grants nothing, so its price has nothing to decide
+      // (nor could a resend once an offering maps it).
+      if (earlierPeriod) return done("ignored", "period_already_paid", license?.id ?? null);
+      // Nothing is kept of an invoice for a price that cannot renew the license: no time is paid for.
+      return done("failed", price.reason, license?.id ?? null);
+    }
     // Only the newest word on the price moves the license: an invoice for an earlier period, or one
     // made before the subscription change already applied, renews but does not switch it back.
     const newest =
-      periodEnd * 1000 >= (current?.paidThrough?.getTime() ?? 0) &&
+      !earlierPeriod &&
       !(event.created !== undefined && current && olderThanApplied(event.created, event.id, current));
     if (!newest) price = KEEP;
-    const paidThrough = new Date(Math.max(periodEnd * 1000, current?.paidThrough?.getTime() ?? 0));
     const next = this.upsert(tx, ctx.environment, subscriptionId, { paidThrough });
     if (!next.licenseId) return done("succeeded", "awaiting_checkout");
     return this.applyEnd(tx, next, event, ctx, price);
@@ -110,10 +123,8 @@ export class SubscriptionLedger {
   ): Outcome {
     const licenseId = subscription.licenseId as string;
     const license = tx.select().from(licenses).where(eq(licenses.id, licenseId)).get();
-    if (!license || license.status === "revoked") return done("ignored", "license_revoked", licenseId);
-    // The vendor took over extending this license (renewal_authority): its expiry is theirs now.
-    // The ledger above still follows the subscription, for when they hand the authority back.
-    if (license.renewalAuthority === "vendor") return done("ignored", "vendor_renewal_authority", licenseId);
+    const held = heldFromBilling(license);
+    if (held || !license) return done("ignored", held ?? "license_revoked", licenseId);
     const now = this.deps.clock.now();
     const target = withinPlan(licenseEnd(subscription), now, this.plan());
     const refused = price.kind === "refused" ? price.reason : null;
@@ -237,6 +248,19 @@ export class SubscriptionLedger {
       .run();
     return row;
   }
+}
+
+/**
+ * Why billing no longer moves a subscription's license: it is revoked (or gone), or the vendor took
+ * over extending it (renewal_authority `vendor`), so its expiry is theirs now. The ledger still
+ * follows the subscription, for when they hand the authority back.
+ */
+function heldFromBilling(
+  license: LicenseRow | undefined,
+): "license_revoked" | "vendor_renewal_authority" | undefined {
+  if (!license || license.status === "revoked") return "license_revoked";
+  if (license.renewalAuthority === "vendor") return "vendor_renewal_authority";
+  return undefined;
 }
 
 /**
