@@ -1,10 +1,11 @@
 import { constants } from "node:os";
 
-const HELD = ["SIGINT", "SIGTERM"] as const;
+// SIGHUP (the terminal or SSH session closed) and SIGQUIT end a process as surely as the other two.
+const HELD = ["SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT"] as const;
 
 export interface HeldSignals {
   /**
-   * The first SIGINT or SIGTERM that arrived since holding began, once the event loop has turned
+   * The first of the held signals that arrived since holding began, once the event loop has turned
    * after it: a handler runs only then, never in the middle of synchronous work.
    */
   received(): NodeJS.Signals | null;
@@ -14,11 +15,11 @@ export interface HeldSignals {
   release(): void;
 }
 
-/** The shell's exit status for a process ended by `signal`: 130 for SIGINT, 143 for SIGTERM. */
+/** The shell's exit status for a process ended by `signal`: 130 for SIGINT, 143 for SIGTERM, 129 for SIGHUP. */
 export const signalExitCode = (signal: NodeJS.Signals): number => 128 + constants.signals[signal];
 
 /**
- * Holds SIGINT and SIGTERM back: from now on they do not end the process at once, as they do by
+ * Holds SIGINT, SIGTERM, SIGHUP and SIGQUIT back: from now on they do not end the process at once, as they do by
  * default, but are recorded for the holder to act on when it is done. For work that must not be cut
  * short, such as a first start between creating API keys and printing them: ended there, it would
  * leave an install whose keys no one ever saw.

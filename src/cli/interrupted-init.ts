@@ -77,10 +77,10 @@ const stagedPassphrase = (dataDir: string, staging: string): boolean =>
  * each, for stderr). Call it holding the data dir's serve lock: an `.init-*` folder is a leftover
  * only when no process is still working in it.
  *
- * SIGINT and SIGTERM are held while a first start runs, so only kill -9, a crash or a power loss
- * stop it half-way. `initialise` builds every file in an `.init-*` folder, links them into place
- * in this order: a generated passphrase, the store, the keystore; and removes the folder once the
- * API keys are printed. So wherever it stopped, the data dir holds one of:
+ * SIGINT, SIGTERM, SIGHUP and SIGQUIT are held while a first start runs, so only kill -9, a crash or
+ * a power loss stop it half-way. `initialise` builds every file in an `.init-*` folder, links them
+ * into place in this order: a generated passphrase, the store, the keystore; and removes the folder
+ * once the API keys are printed. So wherever it stopped, the data dir holds one of:
  * - the folder alone: nothing was placed; the folder goes and the start begins anew;
  * - the folder and, without the keystore, some of the files it placed, each still as staged:
  *   they go (a store is no use without its keystore, and its API keys were never shown), then

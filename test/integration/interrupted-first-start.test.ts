@@ -23,8 +23,8 @@ import { takeServeLock } from "../../src/store/serve-lock.ts";
 import { runInProcess } from "../support/in-process-cli.ts";
 
 /**
- * A first start (`init`, or `serve` on an empty directory) that is stopped half-way: SIGINT and
- * SIGTERM wait until the new API keys are printed, and what kill -9 or a crash leaves at any step
+ * A first start (`init`, or `serve` on an empty directory) that is stopped half-way: SIGINT,
+ * SIGTERM, SIGHUP and SIGQUIT wait until the new API keys are printed, and what kill -9 or a crash leaves at any step
  * is cleared by the next start, which then sets the directory up afresh and shows its keys. The
  * steps are stopped deterministically: `initialise` reports each one, and the test copies the data
  * directory as it is at that moment, which is exactly what a process killed there would leave.
@@ -219,12 +219,13 @@ describe("what is not a first start's to remove stays", () => {
   });
 });
 
-describe("Ctrl-C or SIGTERM during a first start", () => {
+describe("Ctrl-C, SIGTERM, SIGHUP or SIGQUIT during a first start", () => {
   /**
    * The signal is sent when the `.init-*` folder appears (fs.watch, no timing guess): the keys are
    * made and placed after that, so the signal arrives in the middle of the first start.
    */
-  const interruptedServe = async (signal: "SIGINT" | "SIGTERM") => {
+  type EndingSignal = "SIGINT" | "SIGTERM" | "SIGHUP" | "SIGQUIT";
+  const interruptedServe = async (signal: EndingSignal) => {
     const dir = freshDir(`signal-${signal}`);
     mkdirSync(dir, { mode: 0o700 });
     const child = Bun.spawn(
@@ -250,12 +251,12 @@ describe("Ctrl-C or SIGTERM during a first start", () => {
     return { dir, stdout, stderr, code, signalCode: child.signalCode };
   };
 
-  test.each(["SIGINT", "SIGTERM"] as const)(
+  test.each(["SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT"] as const)(
     "%p waits until the keys are printed, then ends the process with the shell's status, without serving",
     async (signal) => {
       const run = await interruptedServe(signal);
       expect({ code: run.code, signalCode: run.signalCode }).toEqual({
-        code: signal === "SIGINT" ? 130 : 143,
+        code: { SIGINT: 130, SIGTERM: 143, SIGHUP: 129, SIGQUIT: 131 }[signal],
         signalCode: null,
       });
       expect(printedKeys(run.stdout)).toHaveLength(2);
