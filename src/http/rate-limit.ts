@@ -65,7 +65,7 @@ export class GcraLimiter {
    */
   peek(key: string, nowMs: number): RateLimitDecision {
     this.sweep(nowMs);
-    const tat = Math.max(this.tat.get(key) ?? nowMs, nowMs);
+    const tat = this.arrival(key, nowMs);
     const newTat = tat + this.intervalMs;
     const allowAt = newTat - this.burstMs;
     if (allowAt > nowMs) {
@@ -87,8 +87,7 @@ export class GcraLimiter {
   /** `peek(key, nowMs).allowed` without making the decision: for checks on the hot path. */
   allows(key: string, nowMs: number): boolean {
     this.sweep(nowMs);
-    const tat = this.tat.get(key);
-    return tat === undefined || tat + this.intervalMs - this.burstMs <= nowMs;
+    return this.arrival(key, nowMs) + this.intervalMs - this.burstMs <= nowMs;
   }
 
   /**
@@ -100,8 +99,20 @@ export class GcraLimiter {
     // Some limiters are charged for keys they are never asked about (runtime-limits.ts), so
     // charging sweeps too: memory stays bounded by the keys charged within about two windows.
     this.sweep(nowMs);
-    const tat = Math.max(this.tat.get(key) ?? nowMs, nowMs);
+    const tat = this.arrival(key, nowMs);
     this.tat.set(key, Math.min(tat + this.intervalMs, nowMs + 2 * this.burstMs));
+  }
+
+  /**
+   * `key`'s theoretical arrival time, never before now. Charging never sets it more than two windows
+   * ahead, so one further ahead was set before the wall clock stepped back (an NTP correction, a
+   * resumed VM): it is forgotten, as a key not seen, instead of refusing the key for as long as the
+   * clock went back. A step back of less than that costs at most those two windows.
+   */
+  private arrival(key: string, nowMs: number): number {
+    const tat = this.tat.get(key);
+    if (tat === undefined || tat > nowMs + 2 * this.burstMs) return nowMs;
+    return Math.max(tat, nowMs);
   }
 
   /** IETF httpapi RateLimit headers (draft-ietf-httpapi-ratelimit-headers), plus Retry-After on refusal. */
@@ -120,10 +131,15 @@ export class GcraLimiter {
     return this.tat.size;
   }
 
-  /** Forget keys whose bucket has refilled: they are indistinguishable from new keys. */
+  /**
+   * Forget keys whose bucket has refilled, which are indistinguishable from new keys, and those set
+   * before the clock stepped back (see `arrival`).
+   */
   private sweep(nowMs: number): void {
-    if (nowMs < this.sweepAt) return;
+    // A sweep due more than a window ahead was planned before the clock stepped back: sweep now.
+    if (nowMs < this.sweepAt && this.sweepAt - nowMs <= this.burstMs) return;
     this.sweepAt = nowMs + this.burstMs;
-    for (const [key, tat] of this.tat) if (tat <= nowMs) this.tat.delete(key);
+    const ahead = nowMs + 2 * this.burstMs;
+    for (const [key, tat] of this.tat) if (tat <= nowMs || tat > ahead) this.tat.delete(key);
   }
 }

@@ -126,6 +126,37 @@ describe("GcraLimiter headers", () => {
   });
 });
 
+describe("GcraLimiter when the wall clock steps back", () => {
+  const HOUR_MS = 3_600_000;
+
+  test("a key used just before the clock stepped back an hour is not refused for that hour", () => {
+    const limiter = perMinute();
+    burst(limiter, "spent", 10, T0);
+    limiter.check("light", T0);
+    for (const key of ["spent", "light"]) {
+      expect(limiter.peek(key, T0 - HOUR_MS).allowed).toBe(true);
+      expect(limiter.allows(key, T0 - HOUR_MS)).toBe(true);
+      expect(limiter.check(key, T0 - HOUR_MS)).toMatchObject({ allowed: true, retryAfterSec: 0 });
+    }
+  });
+
+  test("a step back shorter than two windows keeps a spent key's debt", () => {
+    const limiter = perMinute();
+    burst(limiter, "spent", 10, T0);
+    const refused = limiter.check("spent", T0 - 30_000);
+    expect(refused.allowed).toBe(false);
+    expect(refused.retryAfterSec).toBeLessThanOrEqual(2 * 60 + 30);
+  });
+
+  test("keys refilled before the step are still forgotten after it", () => {
+    const limiter = perMinute();
+    for (let i = 0; i < 100; i++) limiter.charge(`k${i}`, T0);
+    limiter.peek("other", T0 - HOUR_MS);
+    limiter.peek("other", T0 - HOUR_MS + 60_000 + 6_000);
+    expect(limiter.size).toBe(0);
+  });
+});
+
 describe("GcraLimiter memory", () => {
   test("keys whose bucket has refilled are forgotten, also when the limiter is only ever charged", () => {
     const limiter = perMinute();
