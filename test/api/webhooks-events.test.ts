@@ -180,6 +180,29 @@ describe("runtime events", () => {
     });
   });
 
+  test("after the clock stepped back an hour, a license expiring within that hour is still announced, and one announced before is not again", async () => {
+    subscribe(["license.expired"]);
+    announceExpiries(t.deps);
+    const early = await runtimeFixture(t, {
+      license: { expires_at: new Date(t.clock.now().getTime() + 60_000).toISOString() },
+    });
+    t.clock.advance(120);
+    expect(announceExpiries(t.deps).queued).toBe(1);
+    t.clock.advance(-3600);
+    const late = await runtimeFixture(t, {
+      license: { expires_at: new Date(t.clock.now().getTime() + 1_800_000).toISOString() },
+    });
+    announceExpiries(t.deps);
+    t.clock.advance(1800 + 60);
+    expect(announceExpiries(t.deps).queued).toBe(1);
+    t.clock.advance(3600);
+    expect(announceExpiries(t.deps).queued).toBe(0);
+    const announced = queued()
+      .filter((q) => q.type === "license.expired")
+      .map((q) => q.payload.data.target.id);
+    expect(announced).toEqual([early.licenseId, late.licenseId]);
+  });
+
   test("a license changed after its expiry passed, before the next scan, is still announced once", async () => {
     subscribe(["license.expired"]);
     announceExpiries(t.deps);

@@ -140,7 +140,10 @@ function announceLicenses(deps: EnqueueDeps, now: number): number {
       if (id) queued++;
     }
   }
-  setMark(sqlite, "license.expired", Math.max(now, licenseMark ?? now));
+  // Now, even when the mark is ahead: the clock stepped back (an NTP correction, a resumed VM), and
+  // a mark kept ahead would never announce the expiries between now and it. A license already
+  // announced is not announced again (expiry_announced).
+  setMark(sqlite, "license.expired", now);
   return queued;
 }
 
