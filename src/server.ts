@@ -25,7 +25,7 @@ import { startUsageFlusher } from "./jobs/usage-flush.ts";
 import { WebhookDispatcher } from "./jobs/webhook-dispatcher.ts";
 import { createMailTransport, DEFAULT_MAIL_FROM } from "./mail/transport.ts";
 import { MailWorker } from "./mail/worker.ts";
-import { passkeyBaseUrlProblem } from "./modules/named-users/passkeys.ts";
+import { passkeyBaseUrlProblem, passkeysMayBeUsed } from "./modules/named-users/passkeys.ts";
 import { createServices } from "./services.ts";
 import { cannotListen, filesWrittenInPlace, StartupError } from "./startup-checks.ts";
 import { startCheckpointer } from "./store/checkpointer.ts";
@@ -240,8 +240,9 @@ function serveWithLock({ config, logger }: StartOptions, keystore: Keystore): Ru
     metrics?.useRoutes(app.routes);
     const passkeyProblem = passkeyBaseUrlProblem(config.baseUrl);
     if (passkeyProblem) {
-      // Everything else works; only named users' passkeys need a base URL browsers accept.
-      logger.log("warn", "passkeys cannot work with this base URL", {
+      // Everything else works; only named users' passkeys need a base URL browsers accept. A
+      // warning on every default start, where nothing uses them, would teach operators to ignore it.
+      logger.log(passkeysMayBeUsed(deps.db) ? "warn" : "info", "passkeys cannot work with this base URL", {
         base_url: config.baseUrl,
         reason: passkeyProblem.reason,
         fix: passkeyProblem.message,

@@ -28,7 +28,7 @@ import { UsageError } from "./args.ts";
 import { CliError, err, out } from "./console.ts";
 import { fsyncDir } from "./init.ts";
 import { readSecretLine, resolvePassphrase } from "./secrets.ts";
-import { type Command, JSON_OPTION, withinDataDir } from "./shared.ts";
+import { type Command, JSON_OPTION, requireInitialised, withinDataDir } from "./shared.ts";
 
 export const STORE = "licensing.db";
 export const KEYSTORE = "keystore.json";
@@ -51,6 +51,7 @@ export function takeBackup(
   outDir: string,
   options: { includePassphrase: boolean },
 ): BackupResult {
+  requireInitialised(config.dataDir);
   const paths = dataPaths(config.dataDir);
   for (const [what, path] of [
     ["store", paths.store],

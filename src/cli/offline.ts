@@ -3,6 +3,7 @@ import { dirname, resolve } from "node:path";
 import { eq } from "drizzle-orm";
 import type { Deps } from "../deps.ts";
 import { parseDateTime } from "../domain/datetime.ts";
+import { canonicalLicenseKey } from "../domain/license-key.ts";
 import { AtomicFile, FileWriteError } from "../fs/atomic-file.ts";
 import { DEFAULT_BODY_LIMIT, parseJsonBytes, tooLarge } from "../http/body.ts";
 import { checkBody } from "../http/envelope.ts";
@@ -140,6 +141,10 @@ export const offlineIssueCommand: Command = {
     if (line.positionals.length > 0) throw new UsageError(`unexpected argument ${line.positionals[0]}`);
     const { license: licenseId, request: requestFile, out: outFile } = line.flags;
     if (typeof licenseId !== "string") throw new UsageError("--license is required");
+    // The key instead of the id: "no license <key>" would put a live secret into terminals, logs
+    // and CI output, as keys revoke avoids for API keys.
+    if (canonicalLicenseKey(licenseId) !== null)
+      throw new UsageError("--license: that looks like a license key; give the license's id (lic_…)");
     if (typeof requestFile !== "string") throw new UsageError("--request is required");
     if (typeof outFile !== "string") throw new UsageError("--out is required");
     const expiresAt = line.flags["expires-at"];

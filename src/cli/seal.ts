@@ -1,11 +1,26 @@
 import { existsSync, realpathSync, statSync } from "node:fs";
 import { resolve } from "node:path";
-import { parseSealingKeyLine, sealFile } from "../crypto/sealed-file.ts";
+import { parseSealingKeyLine, SEALING_KEY_PREFIX, sealFile } from "../crypto/sealed-file.ts";
 import { ENTITLEMENT_NAME, ENTITLEMENT_NAME_RULE } from "../domain/entitlements.ts";
 import { FileWriteError, removeTempFilesOnSignals, systemDescription } from "../fs/atomic-file.ts";
 import { UsageError } from "./args.ts";
 import { CliError, out } from "./console.ts";
 import { type Command, JSON_OPTION, refuseDirectoryForm } from "./shared.ts";
+
+/**
+ * Where the line to paste is, for a value that is not one at all. The sealed-files status shows
+ * `public_key` (`p256:…`) beside `sealing_key`, and the bare point is the one pasted by mistake.
+ */
+function whereTheLineIs(given: string): string {
+  const text = given.trim();
+  if (text.startsWith(SEALING_KEY_PREFIX)) return "";
+  const where =
+    "current_key.sealing_key of the product's sealed-files status (GET /mgmt/v1/products/{id}/sealed-files), " +
+    "or the line licensing sealing-keys list prints";
+  return text.startsWith("p256:")
+    ? `; that is the key's public_key: give its sealing_key line instead, ${where}`
+    : `; give ${where}`;
+}
 
 /**
  * `licensing seal`: seals a file for a product's licensed devices. It needs nothing but the
@@ -46,7 +61,7 @@ export const sealCommand: Command = {
     try {
       key = parseSealingKeyLine(keyLine);
     } catch (error) {
-      throw new UsageError(`--sealing-key: ${(error as Error).message}`);
+      throw new UsageError(`--sealing-key: ${(error as Error).message}${whereTheLineIs(keyLine)}`);
     }
     refuseDirectoryForm(output);
     const inPath = resolve(context.cwd, input);

@@ -52,6 +52,24 @@ export function isInitialised(dataDir: string): boolean {
 }
 
 /**
+ * Refuses a data directory where nothing was initialised, before a command that works on an
+ * existing install resolves a passphrase or opens a file: the usual cause is a command run
+ * without --data-dir from a directory that is not the server's (the default is ./data), and what
+ * fails next (no passphrase file, no keystore, "run licensing init") would send the operator to
+ * make a new, empty install instead of pointing at the one they have.
+ */
+export function requireInitialised(dataDir: string): void {
+  if (isInitialised(dataDir)) return;
+  // What a restore that died leaves has its own advice (run it again).
+  refuseInterruptedRestore(dataDir);
+  const what = existsSync(dataDir) ? "it holds neither a store nor a keystore" : "nothing initialised there";
+  throw new CliError(
+    `no data directory at ${dataDir} (${what}): pass --data-dir or LICENSING_DATA_DIR with the server's data directory, ` +
+      'or run "licensing init" to make a new one',
+  );
+}
+
+/**
  * Where `restore` builds and checks the data dir before putting its files in place. The folder is
  * made inside the data dir on purpose: a restore that dies half-way (SIGTERM, kill -9, a reboot)
  * leaves the directory non-empty, so nothing can mistake it for a fresh volume to initialise.
@@ -120,6 +138,7 @@ export function noPositionals(line: CommandLine, expected = 0): void {
  * same directory picks the change up.
  */
 export function withKeystoreDeps<T>(line: CommandLine, work: (deps: Deps) => T): T {
+  requireInitialised(line.config.dataDir);
   const { passphrase } = resolvePassphrase(line.config);
   const keystore = openKeystore(line.config.dataDir, passphrase);
   const { store } = openExistingStore(line.config.dataDir);
@@ -160,6 +179,7 @@ export const STORE_OPEN_ELSEWHERE =
  * connection to the store (openMigratedStore).
  */
 export function openExistingStore(dataDir: string): { store: Store; applied: string[] } {
+  requireInitialised(dataDir);
   const paths = dataPaths(dataDir);
   const path = paths.store;
   if (!existsSync(path)) {

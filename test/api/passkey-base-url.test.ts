@@ -3,6 +3,7 @@ import { resolveConfig } from "../../src/config.ts";
 import { jsonLogger } from "../../src/http/logger.ts";
 import { passkeyBaseUrlProblem } from "../../src/modules/named-users/passkeys.ts";
 import { startServer } from "../../src/server.ts";
+import { licenseUsers, passkeys } from "../../src/store/schema/index.ts";
 import { createTestContext, type TestContext } from "../support/harness.ts";
 
 /**
@@ -72,10 +73,15 @@ describe("a registration link on a base URL whose host is an IP address", () => 
 });
 
 describe("the server's start", () => {
-  const warningsAt = async (flags: Record<string, string>) => {
+  /** The passkey lines a start logs, on a store `prepare` has put things in. */
+  const warningsAt = async (
+    flags: Record<string, string>,
+    prepare: (store: TestContext) => Promise<void> | void = () => {},
+  ) => {
     const store = createTestContext();
     const lines: string[] = [];
     try {
+      await prepare(store);
       const server = startServer({
         config: { ...resolveConfig({ "data-dir": store.dir, ...flags }, {}, store.dir), port: 0 },
         passphrase: "test passphrase",
@@ -90,19 +96,80 @@ describe("the server's start", () => {
       .filter((entry) => entry.msg === "passkeys cannot work with this base URL");
   };
 
-  test("warns when the base URL is the default http://127.0.0.1:PORT", async () => {
-    const warnings = await warningsAt({});
-    expect(warnings).toHaveLength(1);
-    expect(warnings[0]).toMatchObject({ level: "warn", reason: "base_url_host_is_ip_address" });
+  /** A product with a policy whose licenses have named users, who may sign in with passkeys. */
+  const namedUserPolicy = async (store: TestContext) => {
+    const product = await store.call("POST", "/mgmt/v1/products", {
+      body: { name: "Seats", code: "seats", environment: "live" },
+      headers: store.idem(),
+    });
+    const policy = await store.call("POST", "/mgmt/v1/policies", {
+      body: { product_id: product.body.data.public_id, name: "Named", identity_mode: "named_user" },
+      headers: store.idem(),
+    });
+    expect(policy.status).toBe(201);
+  };
+
+  /** A user with a registered passkey, and no named-user policy (it may have been changed since). */
+  const registeredPasskey = (store: TestContext) => {
+    const now = store.clock.now();
+    const userId = store.deps.ids.next("user", now.getTime());
+    store.deps.db
+      .insert(licenseUsers)
+      .values({
+        id: userId,
+        environment: "live",
+        email: "seat@example.com",
+        emailNormalized: "seat@example.com",
+        status: "active",
+        totpStatus: "none",
+        createdAt: now,
+        updatedAt: now,
+      })
+      .run();
+    store.deps.db
+      .insert(passkeys)
+      .values({
+        id: "pk_1",
+        userId,
+        credentialId: "Y3JlZGVudGlhbA",
+        publicKey: { alg: -8, jwk: { kty: "OKP", crv: "Ed25519", x: "AAAA" } },
+        signCount: 0,
+        createdAt: now,
+      })
+      .run();
+  };
+
+  test("says it at info, not warn, on the default http://127.0.0.1:PORT while nothing in the store uses passkeys", async () => {
+    const said = await warningsAt({});
+    expect(said).toHaveLength(1);
+    expect(said[0]).toMatchObject({ level: "info", reason: "base_url_host_is_ip_address" });
   });
 
-  test("warns when the base URL is plain http on a host other than localhost", async () => {
-    const warnings = await warningsAt({ "base-url": "http://licensing.lan:8080" });
-    expect(warnings.map((w) => w.reason)).toEqual(["base_url_not_secure"]);
+  test("warns on the default base URL once a named-user policy exists", async () => {
+    const said = await warningsAt({}, namedUserPolicy);
+    expect(said).toHaveLength(1);
+    expect(said[0]).toMatchObject({ level: "warn", reason: "base_url_host_is_ip_address" });
   });
 
-  test("says nothing for https or localhost", async () => {
-    expect(await warningsAt({ "base-url": "https://licensing.example.com" })).toEqual([]);
-    expect(await warningsAt({ "base-url": "http://localhost:8080" })).toEqual([]);
+  test("warns on the default base URL when a passkey is registered, whatever the policies say now", async () => {
+    const said = await warningsAt({}, registeredPasskey);
+    expect(said.map((entry) => [entry.level, entry.reason])).toEqual([
+      ["warn", "base_url_host_is_ip_address"],
+    ]);
+  });
+
+  test("says plain http on a host other than localhost the same way: warn where passkeys are used, else info", async () => {
+    const flags = { "base-url": "http://licensing.lan:8080" };
+    expect((await warningsAt(flags, namedUserPolicy)).map((entry) => [entry.level, entry.reason])).toEqual([
+      ["warn", "base_url_not_secure"],
+    ]);
+    expect((await warningsAt(flags)).map((entry) => [entry.level, entry.reason])).toEqual([
+      ["info", "base_url_not_secure"],
+    ]);
+  });
+
+  test("says nothing for https or localhost, even where passkeys are used", async () => {
+    expect(await warningsAt({ "base-url": "https://licensing.example.com" }, namedUserPolicy)).toEqual([]);
+    expect(await warningsAt({ "base-url": "http://localhost:8080" }, registeredPasskey)).toEqual([]);
   });
 });

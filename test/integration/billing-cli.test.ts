@@ -361,7 +361,7 @@ describe("licensing billing offering", () => {
     expect((await cli(["billing", "offering", "remove", "price_cli1"])).code).toBe(1);
   });
 
-  test("refuses a policy of another product and an unknown product", async () => {
+  test("refuses a policy of another product and an unknown product, naming each once", async () => {
     const crossed = await cli([
       "billing",
       "offering",
@@ -373,8 +373,10 @@ describe("licensing billing offering", () => {
       "--policy",
       ids.livePolicy,
     ]);
-    expect(crossed.code).toBe(1);
-    expect(crossed.stderr).toContain("policy");
+    expect([crossed.code, crossed.stderr]).toEqual([
+      1,
+      `licensing billing offering: policy ${ids.livePolicy} is not a policy of ${ids.product}\n`,
+    ]);
     const unknown = await cli([
       "billing",
       "offering",
@@ -386,7 +388,10 @@ describe("licensing billing offering", () => {
       "--policy",
       ids.policy,
     ]);
-    expect(unknown.code).toBe(1);
+    expect([unknown.code, unknown.stderr]).toEqual([
+      1,
+      "licensing billing offering: product prod_nope does not exist\n",
+    ]);
     expect((await cli(["billing", "offering", "add", "--price", "price_cli2"])).code).toBe(2);
   });
 });

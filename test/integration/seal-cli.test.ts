@@ -330,6 +330,44 @@ describe("what licensing seal says", () => {
     expect(readdirSync(dir)).toEqual(["plain.bin"]);
   });
 
+  test("the public_key pasted as --sealing-key is refused with where the sealing_key line is, and nothing is written", async () => {
+    const dir = folder("public-key");
+    expect(await runInProcess(["seal", "--sealing-key", publicText, "plain.bin", "out.sealed"], dir)).toEqual(
+      {
+        code: 2,
+        stdout: "",
+        stderr:
+          'licensing seal: --sealing-key: a sealing key starts with "service-sealing-key-v1:"; ' +
+          "that is the key's public_key: give its sealing_key line instead, current_key.sealing_key of the " +
+          "product's sealed-files status (GET /mgmt/v1/products/{id}/sealed-files), or the line licensing sealing-keys list prints\n" +
+          'Run "licensing seal --help" for its options.\n',
+      },
+    );
+    expect(readdirSync(dir)).toEqual(["plain.bin"]);
+  });
+
+  test("any other value that is no sealing-key line is told where the line is; a damaged line is not", async () => {
+    const dir = folder("not-a-line");
+    for (const given of ["k_1234", "  ", "pasted from the wrong field"]) {
+      const result = await runInProcess(["seal", "--sealing-key", given, "plain.bin", "out.sealed"], dir);
+      expect([result.code, result.stderr.split("\n")[0]]).toEqual([
+        2,
+        'licensing seal: --sealing-key: a sealing key starts with "service-sealing-key-v1:"; give ' +
+          "current_key.sealing_key of the product's sealed-files status (GET /mgmt/v1/products/{id}/sealed-files), " +
+          "or the line licensing sealing-keys list prints",
+      ]);
+    }
+    const damaged = await runInProcess(
+      ["seal", "--sealing-key", LINE.slice(0, -4), "plain.bin", "out.sealed"],
+      dir,
+    );
+    expect([damaged.code, damaged.stderr.split("\n")[0]]).toEqual([
+      2,
+      "licensing seal: --sealing-key: the sealing key's public key is not a 65-byte P-256 point",
+    ]);
+    expect(readdirSync(dir)).toEqual(["plain.bin"]);
+  });
+
   test(
     "a report stdout cannot take (a full disk) fails with one line and exit 1, not a silent 0",
     () => {

@@ -237,11 +237,13 @@ export class BillingService {
     const nameProblem = input.name === undefined ? null : offeringNameProblem(input.name);
     if (nameProblem) throw ApiError.validation({ name: [nameProblem] });
     const product = this.deps.db.select().from(products).where(eq(products.id, input.productId)).get();
-    if (!product) throw ApiError.validation({ product: ["no such product"] });
+    // Each message reads after its field's name ("product prod_… does not exist"), as the command
+    // line shows them; the value is named, as the operator typed it.
+    if (!product) throw ApiError.validation({ product: [`${input.productId} does not exist`] });
     if (product.status === "archived") throw ApiError.validation({ product: ["is archived"] });
     const policy = this.deps.db.select().from(policies).where(eq(policies.id, input.policyId)).get();
     if (!policy || policy.productId !== product.id)
-      throw ApiError.validation({ policy: ["no such policy for this product"] });
+      throw ApiError.validation({ policy: [`${input.policyId} is not a policy of ${product.id}`] });
     if (policy.status === "retired") throw ApiError.validation({ policy: ["is retired"] });
     if (
       input.licenseDurationDays !== undefined &&

@@ -6,7 +6,7 @@ import type { ChangeContext, Deps } from "../../deps.ts";
 import type { PlanDefinition } from "../../domain/plans.ts";
 import { ApiError } from "../../http/errors.ts";
 import type { Db } from "../../store/db.ts";
-import { licenseUsers, passkeyRegistrations, passkeys } from "../../store/schema/index.ts";
+import { licenseUsers, passkeyRegistrations, passkeys, policies } from "../../store/schema/index.ts";
 import { recordAudit } from "../events/service.ts";
 import { PasskeyApprovals } from "./passkey-approvals.ts";
 import type { NamedUserService } from "./service.ts";
@@ -48,6 +48,24 @@ export function passkeyBaseUrlProblem(baseUrl: string): PasskeyBaseUrlProblem | 
     };
   }
   return null;
+}
+
+/**
+ * Whether this store may need passkeys: a named-user policy, or a passkey already registered.
+ * Two small reads, for the server's start to tell a base URL that breaks something in
+ * use from one that only would (every default install has the IP-address base URL).
+ */
+export function passkeysMayBeUsed(db: Pick<Db, "select">): boolean {
+  const namedUserPolicy = db
+    .select({ id: policies.id })
+    .from(policies)
+    .where(eq(policies.identityMode, "named_user"))
+    .limit(1)
+    .get();
+  return (
+    namedUserPolicy !== undefined ||
+    db.select({ id: passkeys.id }).from(passkeys).limit(1).get() !== undefined
+  );
 }
 
 export interface RegistrationBody {
