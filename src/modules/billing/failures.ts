@@ -7,15 +7,14 @@ import { billingEvents, billingIntegrations } from "../../store/schema/index.ts"
 import { recordAudit } from "../events/service.ts";
 import type { Outcome } from "./outcome.ts";
 import type { IntegrationRow } from "./service.ts";
-import { idOf, invoiceSubscriptionId, type ProviderEvent, str } from "./stripe.ts";
+import { idOf, invoiceSubscriptionId, MAX_PROVIDER_ID_LENGTH, type ProviderEvent, str } from "./stripe.ts";
 
-/** Ids longer than this are no provider's: left out of the audit event and the log. */
-const MAX_ID_LENGTH = 255;
 /** A checkout names a few prices; an event naming more is cut, so the audit event stays small. */
 const MAX_PRICES = 20;
 
+/** Ids longer than a provider's are left out of the audit event and the log. */
 const shortId = (value: string | undefined): string | undefined =>
-  value !== undefined && value.length <= MAX_ID_LENGTH ? value : undefined;
+  value !== undefined && value.length <= MAX_PROVIDER_ID_LENGTH ? value : undefined;
 
 /**
  * The ids a vendor finds a failed purchase by in the provider's dashboard. Never the buyer's
@@ -33,7 +32,7 @@ export function eventSubjects(event: ProviderEvent, prices: readonly string[]): 
   } else if (event.type.startsWith("customer.subscription.")) {
     subjects.subscription_id = shortId(str(object.id));
   }
-  const named = prices.filter((price) => price.length <= MAX_ID_LENGTH).slice(0, MAX_PRICES);
+  const named = prices.filter((price) => price.length <= MAX_PROVIDER_ID_LENGTH).slice(0, MAX_PRICES);
   if (named.length > 0) subjects.price_ids = named;
   return Object.fromEntries(Object.entries(subjects).filter(([, value]) => value !== undefined));
 }

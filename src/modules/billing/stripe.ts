@@ -115,13 +115,16 @@ export interface ProviderEvent {
   object: Json;
 }
 
+/** The longest id or type a provider's event may carry; longer is no provider's. */
+export const MAX_PROVIDER_ID_LENGTH = 255;
+
 export function readEvent(body: unknown): ProviderEvent | undefined {
   if (!isObject(body)) return undefined;
   const id = str(body.id);
   const type = str(body.type);
   const object = isObject(body.data) ? body.data.object : undefined;
   if (!id || !type || typeof body.livemode !== "boolean" || !isObject(object)) return undefined;
-  if (id.length > 255 || type.length > 255) return undefined;
+  if (id.length > MAX_PROVIDER_ID_LENGTH || type.length > MAX_PROVIDER_ID_LENGTH) return undefined;
   return { id, type, livemode: body.livemode, created: unixTime(body.created), object };
 }
 
